@@ -1,0 +1,66 @@
+// Op identities and traits generated from ir/ops.def.
+#ifndef STEPJIT_IR_OP_H_
+#define STEPJIT_IR_OP_H_
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace stepjit::ir {
+
+enum class OpId : uint16_t {
+#define OP(e, text, lo, hi, kind, amp, flags) k##e,
+#include "ir/ops.def"
+};
+inline constexpr int kNumOps = 0
+#define OP(e, text, lo, hi, kind, amp, flags) +1
+#include "ir/ops.def"
+    ;
+
+enum class OpKind : uint8_t {
+  kElementwise,
+  kReduction,
+  kNormalization,
+  kLoss,
+  kMatmul,
+  kView,
+  kDataMovement,
+  kFactory,
+  kRandom,
+  kInplaceUpdate,
+};
+
+enum class AmpPolicy : uint8_t { kNone, kLower, kFp32, kPromote };
+
+enum OpFlags : uint32_t {
+  kNoFlags = 0,
+  kDiff = 1u << 0,
+  kPure = 1u << 1,
+  kInplace = 1u << 2,
+  kCommutative = 1u << 3,
+};
+
+struct OpInfo {
+  std::string_view name;
+  int min_arity;
+  int max_arity;
+  OpKind kind;
+  AmpPolicy amp;
+  uint32_t flags;
+};
+
+const OpInfo& GetOpInfo(OpId op);
+inline std::string_view OpName(OpId op) { return GetOpInfo(op).name; }
+std::optional<OpId> ParseOpName(std::string_view name);
+
+inline bool IsElementwise(OpId op) {
+  return GetOpInfo(op).kind == OpKind::kElementwise;
+}
+inline bool IsView(OpId op) { return GetOpInfo(op).kind == OpKind::kView; }
+inline bool IsInplace(OpId op) { return GetOpInfo(op).flags & kInplace; }
+inline bool IsDifferentiable(OpId op) { return GetOpInfo(op).flags & kDiff; }
+inline bool IsPure(OpId op) { return GetOpInfo(op).flags & kPure; }
+
+}  // namespace stepjit::ir
+
+#endif  // STEPJIT_IR_OP_H_

@@ -1,0 +1,116 @@
+// The tensor op API. Every function here goes through runtime::Dispatch.
+#ifndef STEPJIT_RUNTIME_OPS_H_
+#define STEPJIT_RUNTIME_OPS_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/generator.h"
+#include "runtime/tensor.h"
+
+namespace stepjit {
+
+// Unary.
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor sign(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor reciprocal(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+// approximate: "none" (erf form) or "tanh".
+Tensor gelu(const Tensor& x, const std::string& approximate = "none");
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor cast(const Tensor& x, DType dtype);
+
+// Binary with NumPy broadcasting; a double operand becomes a 0-d tensor that
+// does not widen the other operand's dtype (PyTorch's wrapped-number rule).
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, double exponent);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// A 0-d tensor for `value` that adopts `like`'s dtype category.
+Tensor wrap_scalar(double value, const Tensor& like);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+
+// Reductions over `dims` (empty = all dims).
+Tensor sum(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false);
+Tensor amax(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false);
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor var(const Tensor& x, std::vector<int64_t> dims = {}, int64_t correction = 1,
+           bool keepdim = false);
+// Sums broadcast dims away so the result has `shape` (autograd's reducer).
+Tensor sum_to_size(const Tensor& x, ShapeRef shape);
+
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+// Normalizes over the trailing `normalized_shape.size()` dims.
+Tensor layer_norm(const Tensor& x, ShapeRef normalized_shape,
+                  const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                  double eps = 1e-5);
+
+// a: [..., M, K] (or [..., K, M] when transpose_a), b: [..., K, N] (or [..., N, K]).
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false,
+              bool transpose_b = false);
+
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+Tensor embedding_backward(const Tensor& grad, const Tensor& indices,
+                          int64_t num_weights);
+Tensor one_hot(const Tensor& indices, int64_t num_classes,
+               DType dtype = DType::kF32);
+Tensor slice_backward(const Tensor& grad, ShapeRef input_shape, int64_t dim,
+                      int64_t start, int64_t end, int64_t step);
+
+// reduction: "mean", "sum" (or "none" for mse_loss).
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
+                     const std::string& reduction = "mean",
+                     double label_smoothing = 0.0);
+Tensor mse_loss(const Tensor& input, const Tensor& target,
+                const std::string& reduction = "mean");
+
+// Zeroes each element with probability p (in training) and scales the rest
+// by 1/(1-p); the mask comes from Philox(seed, offset) of `gen`.
+Tensor dropout(const Tensor& x, double p, bool training = true,
+               Generator* gen = nullptr);
+
+// Random factories (uniform [0,1), standard normal, integers in [low, high)).
+Tensor rand(ShapeRef shape, TensorOptions options = {}, Generator* gen = nullptr);
+Tensor randn(ShapeRef shape, TensorOptions options = {}, Generator* gen = nullptr);
+Tensor randint(int64_t low, int64_t high, ShapeRef shape,
+               TensorOptions options = {.dtype = DType::kI64},
+               Generator* gen = nullptr);
+
+}  // namespace stepjit
+
+#endif  // STEPJIT_RUNTIME_OPS_H_

@@ -1,0 +1,47 @@
+// Storage: a reference-counted, 64-byte aligned buffer with a version counter.
+#ifndef STEPJIT_RUNTIME_STORAGE_H_
+#define STEPJIT_RUNTIME_STORAGE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "runtime/device.h"
+
+namespace stepjit {
+
+class Storage {
+ public:
+  // Allocates `nbytes` (uninitialized) on `device`.
+  Storage(int64_t nbytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  int64_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+  // Bumped by every in-place write; autograd checks it for saved tensors.
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void BumpVersion() { version_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  void* data_ = nullptr;
+  int64_t nbytes_ = 0;
+  Device device_;
+  std::atomic<uint64_t> version_{0};
+};
+
+// Host memory accounting for tensor storage (bytes live now and the peak).
+struct MemoryStats {
+  int64_t allocated_bytes = 0;
+  int64_t peak_bytes = 0;
+  int64_t num_allocs = 0;
+};
+MemoryStats GetCpuMemoryStats();
+void ResetCpuPeakMemory();
+
+}  // namespace stepjit
+
+#endif  // STEPJIT_RUNTIME_STORAGE_H_

@@ -1,0 +1,160 @@
+// Tensor: a strided view of shared storage, with dtype, device and autograd state.
+#ifndef STEPJIT_RUNTIME_TENSOR_H_
+#define STEPJIT_RUNTIME_TENSOR_H_
+
+#include <cstdint>
+#include <initializer_list>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "ir/dtype.h"
+#include "ir/shape.h"
+#include "runtime/device.h"
+#include "runtime/storage.h"
+
+namespace stepjit {
+
+using ir::DType;
+using ir::Shape;
+using ir::ShapeRef;
+
+namespace autograd {
+class Node;
+}
+
+struct TensorOptions {
+  DType dtype = DType::kF32;
+  Device device = Device::cpu();
+  bool requires_grad = false;
+};
+
+class Tensor;
+
+// Autograd bookkeeping, present only on tensors that take part in autograd.
+struct AutogradMeta {
+  bool requires_grad = false;
+  std::shared_ptr<Tensor> grad;                // leaf gradient (.grad)
+  std::shared_ptr<autograd::Node> grad_fn;     // producer for non-leaves
+  std::shared_ptr<autograd::Node> grad_accumulator;  // cached for leaves
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Shape strides;  // in elements
+  int64_t offset = 0;  // in elements
+  DType dtype = DType::kF32;
+  std::unique_ptr<AutogradMeta> autograd;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  DType dtype() const { return impl_->dtype; }
+  Device device() const { return impl_->storage->device(); }
+  const Shape& shape() const { return impl_->shape; }
+  const Shape& sizes() const { return impl_->shape; }
+  const Shape& strides() const { return impl_->strides; }
+  int64_t offset() const { return impl_->offset; }
+  int64_t dim() const { return static_cast<int64_t>(impl_->shape.size()); }
+  int64_t size(int64_t d) const;
+  int64_t numel() const { return ir::NumElements(impl_->shape); }
+  int64_t element_size() const { return ir::DTypeSize(dtype()); }
+  bool is_contiguous() const;
+
+  // Pointer to element 0 of this view (storage base + offset).
+  void* data_ptr() const;
+  template <typename T>
+  T* data() const { return static_cast<T*>(data_ptr()); }
+  const std::shared_ptr<Storage>& storage() const { return impl_->storage; }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  uint64_t version() const { return impl_->storage->version(); }
+
+  // Views (no copy; `reshape` copies only when strides forbid a view).
+  Tensor view(ShapeRef shape) const;
+  Tensor reshape(ShapeRef shape) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const { return transpose(0, 1); }
+  Tensor permute(ShapeRef dims) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor expand(ShapeRef shape) const;
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+
+  Tensor contiguous() const;
+  Tensor clone() const;
+  Tensor to(DType dtype) const;
+  Tensor to(Device device) const;
+
+  // Host reads.
+  double item() const;
+  template <typename T>
+  std::vector<T> to_vector() const;  // T must match dtype's storage type
+  std::string ToString() const;
+
+  // Autograd.
+  bool requires_grad() const;
+  Tensor& set_requires_grad(bool requires_grad);
+  bool is_leaf() const;
+  Tensor grad() const;
+  void set_grad(const Tensor& grad) const;
+  const std::shared_ptr<autograd::Node>& grad_fn() const;
+  Tensor detach() const;  // shares storage, no autograd history
+  void backward(const Tensor& gradient = Tensor()) const;
+
+  // In-place updates (bump the version counter).
+  Tensor& add_(const Tensor& other, double alpha = 1.0);
+  Tensor& sub_(const Tensor& other) { return add_(other, -1.0); }
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(double value);
+  Tensor& addcmul_(const Tensor& t1, const Tensor& t2, double value = 1.0);
+  Tensor& addcdiv_(const Tensor& t1, const Tensor& t2, double value = 1.0);
+  Tensor& lerp_(const Tensor& end, const Tensor& weight);
+  Tensor& lerp_(const Tensor& end, double weight);
+  Tensor& copy_(const Tensor& src);
+  Tensor& fill_(double value);
+  Tensor& zero_() { return fill_(0.0); }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// Makes a fresh tensor around new storage (contiguous, uninitialized).
+Tensor empty(ShapeRef shape, TensorOptions options = {});
+Tensor zeros(ShapeRef shape, TensorOptions options = {});
+Tensor ones(ShapeRef shape, TensorOptions options = {});
+Tensor full(ShapeRef shape, double value, TensorOptions options = {});
+Tensor scalar_tensor(double value, TensorOptions options = {});
+Tensor arange(double end, TensorOptions options = {.dtype = DType::kI64});
+Tensor arange(double start, double end, double step = 1.0,
+              TensorOptions options = {.dtype = DType::kI64});
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor empty_like(const Tensor& t);
+// Copies host values into a new tensor; `shape` must match values.size().
+Tensor from_vector(const std::vector<float>& values, ShapeRef shape,
+                   TensorOptions options = {});
+Tensor from_vector(const std::vector<double>& values, ShapeRef shape,
+                   TensorOptions options = {.dtype = DType::kF64});
+Tensor from_vector(const std::vector<int64_t>& values, ShapeRef shape,
+                   TensorOptions options = {.dtype = DType::kI64});
+
+// A view over existing storage (used by views and by data loaders).
+Tensor MakeTensor(std::shared_ptr<Storage> storage, ShapeRef shape,
+                  ShapeRef strides, int64_t offset, DType dtype);
+
+}  // namespace stepjit
+
+#endif  // STEPJIT_RUNTIME_TENSOR_H_
