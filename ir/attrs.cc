@@ -1,19 +1,20 @@
 // Attribute lookup.
 #include "ir/attrs.h"
+#include "absl/strings/string_view.h"
 
 namespace stepjit::ir {
 namespace {
-constexpr std::string_view kAttrNames[] = {
+constexpr const char* kAttrNames[] = {
 #define ATTR(e, text) text,
 #include "ir/attrs.def"
 };
 }  // namespace
 
-std::string_view AttrKeyName(AttrKey key) {
+absl::string_view AttrKeyName(AttrKey key) {
   return kAttrNames[static_cast<int>(key)];
 }
 
-std::optional<AttrKey> ParseAttrKey(std::string_view name) {
+std::optional<AttrKey> ParseAttrKey(absl::string_view name) {
   for (size_t i = 0; i < std::size(kAttrNames); ++i) {
     if (kAttrNames[i] == name) return static_cast<AttrKey>(i);
   }

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <string_view>
+#include "absl/strings/string_view.h"
 #include <utility>
 #include <variant>
 #include <vector>
@@ -20,8 +20,8 @@ enum class AttrKey : uint8_t {
 #include "ir/attrs.def"
 };
 
-std::string_view AttrKeyName(AttrKey key);
-std::optional<AttrKey> ParseAttrKey(std::string_view name);
+absl::string_view AttrKeyName(AttrKey key);
+std::optional<AttrKey> ParseAttrKey(absl::string_view name);
 
 using AttrValue =
     std::variant<int64_t, double, bool, std::vector<int64_t>, DType, std::string>;

@@ -1,9 +1,10 @@
 // DType names and promotion.
 #include "ir/dtype.h"
+#include "absl/strings/string_view.h"
 
 namespace stepjit::ir {
 
-std::string_view DTypeName(DType t) {
+absl::string_view DTypeName(DType t) {
   switch (t) {
     case DType::kF32: return "f32";
     case DType::kF64: return "f64";
@@ -16,7 +17,7 @@ std::string_view DTypeName(DType t) {
   return "?";
 }
 
-std::optional<DType> ParseDType(std::string_view name) {
+std::optional<DType> ParseDType(absl::string_view name) {
   for (int i = 0; i < kNumDTypes; ++i) {
     DType t = static_cast<DType>(i);
     if (DTypeName(t) == name) return t;

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
-#include <string_view>
+#include "absl/strings/string_view.h"
 
 namespace stepjit::ir {
 
@@ -115,8 +115,8 @@ constexpr bool IsIntegral(DType t) {
 }
 
 // Short names used in IR text and messages: f32, f64, f16, bf16, i64, i32, bool.
-std::string_view DTypeName(DType t);
-std::optional<DType> ParseDType(std::string_view name);
+absl::string_view DTypeName(DType t);
+std::optional<DType> ParseDType(absl::string_view name);
 
 // PyTorch's promotion lattice for two tensor dtypes of the same "priority".
 DType PromoteTypes(DType a, DType b);

@@ -2,6 +2,7 @@
 #include "ir/op.h"
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
 
 namespace stepjit::ir {
 namespace {
@@ -17,9 +18,9 @@ static_assert(sizeof(kOpInfos) / sizeof(kOpInfos[0]) == kNumOps);
 
 const OpInfo& GetOpInfo(OpId op) { return kOpInfos[static_cast<int>(op)]; }
 
-std::optional<OpId> ParseOpName(std::string_view name) {
+std::optional<OpId> ParseOpName(absl::string_view name) {
   static const auto* by_name = [] {
-    auto* m = new absl::flat_hash_map<std::string_view, OpId>();
+    auto* m = new absl::flat_hash_map<absl::string_view, OpId>();
     for (int i = 0; i < kNumOps; ++i) (*m)[kOpInfos[i].name] = static_cast<OpId>(i);
     return m;
   }();

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 #include <optional>
-#include <string_view>
+#include "absl/strings/string_view.h"
 
 namespace stepjit::ir {
 
@@ -41,7 +41,7 @@ enum OpFlags : uint32_t {
 };
 
 struct OpInfo {
-  std::string_view name;
+  const char* name;
   int min_arity;
   int max_arity;
   OpKind kind;
@@ -50,8 +50,8 @@ struct OpInfo {
 };
 
 const OpInfo& GetOpInfo(OpId op);
-inline std::string_view OpName(OpId op) { return GetOpInfo(op).name; }
-std::optional<OpId> ParseOpName(std::string_view name);
+inline absl::string_view OpName(OpId op) { return GetOpInfo(op).name; }
+std::optional<OpId> ParseOpName(absl::string_view name);
 
 inline bool IsElementwise(OpId op) {
   return GetOpInfo(op).kind == OpKind::kElementwise;

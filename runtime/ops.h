@@ -21,6 +21,7 @@ Tensor sqrt(const Tensor& x);
 Tensor rsqrt(const Tensor& x);
 Tensor reciprocal(const Tensor& x);
 Tensor tanh(const Tensor& x);
+Tensor erf(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 // approximate: "none" (erf form) or "tanh".

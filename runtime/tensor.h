@@ -12,6 +12,7 @@
 #include "absl/types/span.h"
 #include "ir/dtype.h"
 #include "ir/shape.h"
+#include "ir/status.h"
 #include "runtime/device.h"
 #include "runtime/storage.h"
 

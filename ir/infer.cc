@@ -1,0 +1,439 @@
+// Shape and dtype inference rules, one case per op family.
+#include "ir/infer.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ir/status.h"
+
+namespace stepjit::ir {
+namespace {
+
+std::string Describe(const TensorType& t) {
+  return absl::StrCat(DTypeName(t.dtype), ShapeToString(t.shape));
+}
+
+absl::Status Invalid(OpId op, absl::Span<const TensorType> in,
+                     absl::string_view problem) {
+  std::vector<std::string> parts;
+  for (const auto& t : in) parts.push_back(Describe(t));
+  return absl::InvalidArgumentError(
+      absl::StrCat(OpName(op), "(", absl::StrJoin(parts, ", "), "): ", problem));
+}
+
+int Category(DType t) {
+  if (t == DType::kBool) return 0;
+  if (IsIntegral(t)) return 1;
+  return 2;
+}
+
+bool IsFloatUnary(OpId op) {
+  switch (op) {
+    case OpId::kExp: case OpId::kLog: case OpId::kSqrt: case OpId::kRsqrt:
+    case OpId::kReciprocal: case OpId::kTanh: case OpId::kErf: case OpId::kSigmoid:
+    case OpId::kGelu: case OpId::kGeluTanh: case OpId::kSin: case OpId::kCos:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool IsCompare(OpId op) {
+  switch (op) {
+    case OpId::kEq: case OpId::kNe: case OpId::kLt: case OpId::kLe:
+    case OpId::kGt: case OpId::kGe:
+      return true;
+    default:
+      return false;
+  }
+}
+
+DType ToFloat(DType t) { return IsFloating(t) ? t : DType::kF32; }
+
+absl::StatusOr<TensorType> InferElementwise(OpId op,
+                                            absl::Span<const TensorType> in,
+                                            const Attrs& attrs) {
+  if (op == OpId::kCast) {
+    return TensorType{attrs.GetDType(AttrKey::kDTypeAttr), in[0].shape};
+  }
+  Shape shape = in[0].shape;
+  for (size_t i = 1; i < in.size(); ++i) {
+    auto b = BroadcastShapes(shape, in[i].shape);
+    if (!b.ok()) return Invalid(op, in, b.status().message());
+    shape = *b;
+  }
+  if (op == OpId::kWhere) {
+    if (in[0].dtype != DType::kBool) {
+      return Invalid(op, in, "condition must be bool");
+    }
+    return TensorType{ResultType(in.subspan(1)), shape};
+  }
+  DType dt = ResultType(in);
+  if (in.size() == 1 && IsFloatUnary(op)) dt = ToFloat(dt);
+  if (dt == DType::kBool && (op == OpId::kNeg || op == OpId::kSub)) {
+    return Invalid(op, in, "bool tensors do not support negation/subtraction");
+  }
+  if (op == OpId::kDiv || op == OpId::kPow) dt = ToFloat(dt);
+  if (IsCompare(op)) dt = DType::kBool;
+  return TensorType{dt, shape};
+}
+
+absl::StatusOr<TensorType> InferReduction(OpId op, const TensorType& x,
+                                          const Attrs& attrs,
+                                          absl::Span<const TensorType> in) {
+  std::vector<int64_t> dims = attrs.GetInts(AttrKey::kDims);
+  if (op == OpId::kArgmax) dims = {attrs.GetInt(AttrKey::kDim)};
+  auto norm = NormalizeDims(dims, static_cast<int64_t>(x.shape.size()));
+  if (!norm.ok()) return Invalid(op, in, norm.status().message());
+  const bool keepdim = attrs.GetBool(AttrKey::kKeepdim);
+  Shape out;
+  for (int64_t d = 0; d < static_cast<int64_t>(x.shape.size()); ++d) {
+    bool reduced = std::find(norm->begin(), norm->end(), d) != norm->end();
+    if (reduced && x.shape[d] == 0 && (op == OpId::kAmax || op == OpId::kArgmax)) {
+      return Invalid(op, in, absl::StrCat("cannot reduce over dim ", d,
+                                          " of size 0 (no identity)"));
+    }
+    if (!reduced) out.push_back(x.shape[d]);
+    else if (keepdim) out.push_back(1);
+  }
+  DType dt = x.dtype;
+  switch (op) {
+    case OpId::kSum: dt = IsFloating(x.dtype) ? x.dtype : DType::kI64; break;
+    case OpId::kMean:
+    case OpId::kVar:
+      if (!IsFloating(x.dtype)) {
+        return Invalid(op, in, "needs a floating-point input");
+      }
+      break;
+    case OpId::kArgmax: dt = DType::kI64; break;
+    default: break;
+  }
+  return TensorType{dt, out};
+}
+
+absl::StatusOr<TensorType> InferMatmul(absl::Span<const TensorType> in,
+                                       const Attrs& attrs) {
+  const TensorType &a = in[0], &b = in[1];
+  const OpId op = OpId::kMatmul;
+  if (a.shape.size() < 2 || b.shape.size() < 2) {
+    return Invalid(op, in, "both operands need at least 2 dims");
+  }
+  if (a.dtype != b.dtype || !IsFloating(a.dtype)) {
+    return Invalid(op, in, "operands need the same floating-point dtype");
+  }
+  const bool ta = attrs.GetBool(AttrKey::kTransposeA);
+  const bool tb = attrs.GetBool(AttrKey::kTransposeB);
+  const size_t ra = a.shape.size(), rb = b.shape.size();
+  int64_t m = ta ? a.shape[ra - 1] : a.shape[ra - 2];
+  int64_t ka = ta ? a.shape[ra - 2] : a.shape[ra - 1];
+  int64_t kb = tb ? b.shape[rb - 1] : b.shape[rb - 2];
+  int64_t n = tb ? b.shape[rb - 2] : b.shape[rb - 1];
+  if (ka != kb) {
+    return Invalid(op, in,
+                   absl::StrCat("inner dimensions differ: ", ka, " vs ", kb,
+                                ta || tb ? " (after transposes)" : ""));
+  }
+  auto batch = BroadcastShapes(ShapeRef(a.shape).subspan(0, ra - 2),
+                               ShapeRef(b.shape).subspan(0, rb - 2));
+  if (!batch.ok()) return Invalid(op, in, batch.status().message());
+  Shape out = *batch;
+  out.push_back(m);
+  out.push_back(n);
+  return TensorType{a.dtype, out};
+}
+
+}  // namespace
+
+absl::StatusOr<Shape> BroadcastShapes(ShapeRef a, ShapeRef b) {
+  const size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shapes ", ShapeToString(a), " and ", ShapeToString(b),
+                       " are not broadcastable (dim ", i, ": ", da, " vs ", db,
+                       ")"));
+    }
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+DType ResultType(absl::Span<const TensorType> inputs) {
+  std::optional<DType> dimmed, zero_dim;
+  for (const auto& t : inputs) {
+    auto& slot = t.shape.empty() ? zero_dim : dimmed;
+    slot = slot ? PromoteTypes(*slot, t.dtype) : t.dtype;
+  }
+  if (!dimmed) return *zero_dim;
+  if (zero_dim && Category(*zero_dim) > Category(*dimmed)) {
+    return Category(*zero_dim) == 2 ? DType::kF32 : *zero_dim;
+  }
+  return *dimmed;
+}
+
+absl::StatusOr<std::vector<int64_t>> NormalizeDims(std::vector<int64_t> dims,
+                                                   int64_t rank) {
+  if (dims.empty()) {
+    for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
+    return dims;
+  }
+  for (auto& d : dims) {
+    int64_t w = WrapDim(d, rank);
+    if (w < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dim ", d, " is out of range for a tensor of rank ", rank));
+    }
+    d = rank == 0 ? 0 : w;
+  }
+  std::sort(dims.begin(), dims.end());
+  if (std::adjacent_find(dims.begin(), dims.end()) != dims.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dims [", absl::StrJoin(dims, ", "), "] repeat a dim"));
+  }
+  if (rank == 0) dims.clear();
+  return dims;
+}
+
+absl::StatusOr<Shape> InferReshape(ShapeRef from, std::vector<int64_t> to) {
+  const int64_t numel = NumElements(from);
+  int64_t known = 1, infer_at = -1;
+  for (size_t i = 0; i < to.size(); ++i) {
+    if (to[i] == -1) {
+      if (infer_at >= 0) {
+        return absl::InvalidArgumentError("reshape: only one dim may be -1");
+      }
+      infer_at = static_cast<int64_t>(i);
+    } else if (to[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("reshape: invalid size ", to[i]));
+    } else {
+      known *= to[i];
+    }
+  }
+  if (infer_at >= 0 && known != 0 && numel % known == 0) {
+    to[infer_at] = numel / known;
+    known = numel;
+  }
+  if (known != numel) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot reshape ", ShapeToString(from), " (", numel, " elements) to [",
+        absl::StrJoin(to, ", "), "]"));
+  }
+  return Shape(to.begin(), to.end());
+}
+
+absl::StatusOr<TensorType> InferType(OpId op, absl::Span<const TensorType> in,
+                                     const Attrs& attrs) {
+  const OpInfo& info = GetOpInfo(op);
+  const int n = static_cast<int>(in.size());
+  if (n < info.min_arity || n > info.max_arity) {
+    return Invalid(op, in,
+                   absl::StrCat("expects ", info.min_arity,
+                                info.min_arity == info.max_arity
+                                    ? ""
+                                    : absl::StrCat("..", info.max_arity),
+                                " inputs, got ", n));
+  }
+  const int64_t rank = n > 0 ? static_cast<int64_t>(in[0].shape.size()) : 0;
+  switch (info.kind) {
+    case OpKind::kElementwise:
+      return InferElementwise(op, in, attrs);
+    case OpKind::kReduction:
+      return InferReduction(op, in[0], attrs, in);
+    case OpKind::kMatmul:
+      return InferMatmul(in, attrs);
+    case OpKind::kInplaceUpdate: {
+      for (int i = 1; i < n; ++i) {
+        auto b = BroadcastShapes(in[0].shape, in[i].shape);
+        if (!b.ok() || *b != in[0].shape) {
+          return Invalid(op, in, absl::StrCat("operand ", i, " of shape ",
+                                              ShapeToString(in[i].shape),
+                                              " does not broadcast to ",
+                                              ShapeToString(in[0].shape)));
+        }
+      }
+      if (op != OpId::kCopyInplace && op != OpId::kFillInplace &&
+          !IsFloating(in[0].dtype)) {
+        return Invalid(op, in, "in-place arithmetic needs a floating-point target");
+      }
+      return in[0];
+    }
+    default:
+      break;
+  }
+  switch (op) {
+    case OpId::kSoftmax:
+    case OpId::kLogSoftmax: {
+      if (WrapDim(attrs.GetInt(AttrKey::kDim), rank) < 0) {
+        return Invalid(op, in, absl::StrCat("dim ", attrs.GetInt(AttrKey::kDim),
+                                            " out of range"));
+      }
+      if (!IsFloating(in[0].dtype)) return Invalid(op, in, "needs a float input");
+      return in[0];
+    }
+    case OpId::kLayerNorm: {
+      const int64_t k = attrs.GetInt(AttrKey::kNormalizedNdim, 1);
+      if (k < 1 || k > rank) {
+        return Invalid(op, in, absl::StrCat("normalized_ndim ", k,
+                                            " must be in [1, rank]"));
+      }
+      ShapeRef norm = ShapeRef(in[0].shape).subspan(rank - k);
+      for (int i = 1; i < n; ++i) {
+        if (ShapeRef(in[i].shape) != norm) {
+          return Invalid(op, in, absl::StrCat("weight/bias must have the normalized shape ",
+                                              ShapeToString(norm)));
+        }
+      }
+      if (!IsFloating(in[0].dtype)) return Invalid(op, in, "needs a float input");
+      return in[0];
+    }
+    case OpId::kCrossEntropy: {
+      if (in[0].shape.size() != 2 || in[1].shape.size() != 1 ||
+          in[1].shape[0] != in[0].shape[0]) {
+        return Invalid(op, in, "expects logits [N, C] and targets [N]");
+      }
+      if (in[1].dtype != DType::kI64) return Invalid(op, in, "targets must be i64");
+      if (!IsFloating(in[0].dtype)) return Invalid(op, in, "logits must be float");
+      std::string red = attrs.GetString(AttrKey::kReduction, "mean");
+      if (red == "none") return TensorType{in[0].dtype, {in[0].shape[0]}};
+      if (red != "mean" && red != "sum") {
+        return Invalid(op, in, absl::StrCat("reduction must be mean, sum or none, got '", red, "'"));
+      }
+      return TensorType{in[0].dtype, {}};
+    }
+    case OpId::kMseLoss: {
+      if (in[0].shape != in[1].shape) {
+        return Invalid(op, in, "input and target must have the same shape");
+      }
+      if (!IsFloating(in[0].dtype) || in[0].dtype != in[1].dtype) {
+        return Invalid(op, in, "input and target must have the same float dtype");
+      }
+      std::string red = attrs.GetString(AttrKey::kReduction, "mean");
+      if (red == "none") return in[0];
+      if (red != "mean" && red != "sum") {
+        return Invalid(op, in, absl::StrCat("reduction must be mean, sum or none, got '", red, "'"));
+      }
+      return TensorType{in[0].dtype, {}};
+    }
+    case OpId::kReshape: {
+      auto s = InferReshape(in[0].shape, attrs.GetInts(AttrKey::kShape));
+      if (!s.ok()) return Invalid(op, in, s.status().message());
+      return TensorType{in[0].dtype, *s};
+    }
+    case OpId::kPermute: {
+      std::vector<int64_t> dims = attrs.GetInts(AttrKey::kDims);
+      if (static_cast<int64_t>(dims.size()) != rank) {
+        return Invalid(op, in, absl::StrCat("permutation [", absl::StrJoin(dims, ", "),
+                                            "] does not have ", rank, " dims"));
+      }
+      std::vector<int64_t> seen(rank, 0);
+      Shape out;
+      for (int64_t d : dims) {
+        int64_t w = WrapDim(d, rank);
+        if (w < 0 || seen[w]++) {
+          return Invalid(op, in, absl::StrCat("[", absl::StrJoin(dims, ", "),
+                                              "] is not a permutation"));
+        }
+        out.push_back(in[0].shape[w]);
+      }
+      return TensorType{in[0].dtype, out};
+    }
+    case OpId::kSlice: {
+      int64_t d = WrapDim(attrs.GetInt(AttrKey::kDim), rank);
+      int64_t step = attrs.GetInt(AttrKey::kStep, 1);
+      if (d < 0 || rank == 0) return Invalid(op, in, "slice dim out of range");
+      if (step <= 0) return Invalid(op, in, absl::StrCat("slice step must be > 0, got ", step));
+      int64_t size = in[0].shape[d];
+      int64_t start = attrs.GetInt(AttrKey::kStart), end = attrs.GetInt(AttrKey::kEnd);
+      if (start < 0) start += size;
+      if (end < 0) end += size;
+      start = std::clamp<int64_t>(start, 0, size);
+      end = std::clamp<int64_t>(end, start, size);
+      Shape out = in[0].shape;
+      out[d] = (end - start + step - 1) / step;
+      return TensorType{in[0].dtype, out};
+    }
+    case OpId::kExpand: {
+      std::vector<int64_t> to = attrs.GetInts(AttrKey::kShape);
+      if (to.size() < static_cast<size_t>(rank)) {
+        return Invalid(op, in, absl::StrCat("cannot expand to fewer dims: [",
+                                            absl::StrJoin(to, ", "), "]"));
+      }
+      Shape out(to.begin(), to.end());
+      const size_t lead = to.size() - rank;
+      for (int64_t i = 0; i < rank; ++i) {
+        int64_t have = in[0].shape[i], want = to[lead + i];
+        if (want == -1) want = have;
+        if (have != want && have != 1) {
+          return Invalid(op, in, absl::StrCat("cannot expand dim ", i, " of size ",
+                                              have, " to ", want));
+        }
+        out[lead + i] = want;
+      }
+      return TensorType{in[0].dtype, out};
+    }
+    case OpId::kSqueeze: {
+      std::vector<int64_t> dims = attrs.GetInts(AttrKey::kDims);
+      Shape out;
+      for (int64_t i = 0; i < rank; ++i) {
+        bool listed = dims.empty();
+        for (int64_t d : dims) listed |= WrapDim(d, rank) == i;
+        if (!(listed && in[0].shape[i] == 1)) out.push_back(in[0].shape[i]);
+      }
+      return TensorType{in[0].dtype, out};
+    }
+    case OpId::kUnsqueeze: {
+      int64_t d = WrapDim(attrs.GetInt(AttrKey::kDim), rank + 1);
+      if (d < 0) return Invalid(op, in, "unsqueeze dim out of range");
+      Shape out = in[0].shape;
+      out.insert(out.begin() + d, 1);
+      return TensorType{in[0].dtype, out};
+    }
+    case OpId::kContiguous:
+    case OpId::kDropout:
+      return in[0];
+    case OpId::kEmbedding: {
+      if (in[0].shape.size() != 2 || !IsFloating(in[0].dtype)) {
+        return Invalid(op, in, "weight must be a float [num_embeddings, dim] tensor");
+      }
+      if (!IsIntegral(in[1].dtype)) return Invalid(op, in, "indices must be i64 or i32");
+      Shape out = in[1].shape;
+      out.push_back(in[0].shape[1]);
+      return TensorType{in[0].dtype, out};
+    }
+    case OpId::kEmbeddingBackward: {
+      Shape expect = in[1].shape;
+      if (in[0].shape.empty()) return Invalid(op, in, "grad must have a trailing dim");
+      expect.push_back(in[0].shape.back());
+      if (expect != in[0].shape) return Invalid(op, in, "grad must be indices.shape + [dim]");
+      return TensorType{in[0].dtype, {attrs.GetInt(AttrKey::kNumWeights), in[0].shape.back()}};
+    }
+    case OpId::kSliceBackward: {
+      std::vector<int64_t> s = attrs.GetInts(AttrKey::kInputShape);
+      return TensorType{in[0].dtype, Shape(s.begin(), s.end())};
+    }
+    case OpId::kOneHot: {
+      if (!IsIntegral(in[0].dtype)) return Invalid(op, in, "indices must be integers");
+      Shape out = in[0].shape;
+      out.push_back(attrs.GetInt(AttrKey::kNumClasses));
+      return TensorType{attrs.GetDType(AttrKey::kDTypeAttr), out};
+    }
+    case OpId::kFull: case OpId::kRand: case OpId::kRandn: case OpId::kRandint:
+    case OpId::kArange: {
+      std::vector<int64_t> s = attrs.GetInts(AttrKey::kShape);
+      for (int64_t d : s) {
+        if (d < 0) return Invalid(op, in, absl::StrCat("negative size ", d));
+      }
+      return TensorType{attrs.GetDType(AttrKey::kDTypeAttr), Shape(s.begin(), s.end())};
+    }
+    default:
+      break;
+  }
+  return Invalid(op, in, "no type rule");
+}
+
+}  // namespace stepjit::ir

@@ -1,0 +1,29 @@
+// Gradient formulas for every differentiable op, written in terms of ops.
+#ifndef STEPJIT_RUNTIME_AUTOGRAD_GRAD_RULES_H_
+#define STEPJIT_RUNTIME_AUTOGRAD_GRAD_RULES_H_
+
+#include <vector>
+
+#include "ir/attrs.h"
+#include "ir/op.h"
+#include "runtime/tensor.h"
+
+namespace stepjit::autograd {
+
+struct GradContext {
+  ir::OpId op;
+  const ir::Attrs& attrs;
+  const std::vector<Tensor>& inputs;  // forward inputs (detached)
+  const Tensor& output;               // forward output (detached)
+  const std::vector<bool>& needs;     // which inputs need a gradient
+};
+
+// Gradients w.r.t. each input (undefined = none) from the output gradient.
+// The results may still be broadcast-shaped or of a wider dtype; the caller
+// sums them to the input's shape and casts to its dtype. Because the rules
+// only call tensor ops, a traced backward is ordinary IR.
+std::vector<Tensor> ComputeGrads(const GradContext& ctx, const Tensor& grad);
+
+}  // namespace stepjit::autograd
+
+#endif  // STEPJIT_RUNTIME_AUTOGRAD_GRAD_RULES_H_

@@ -1,0 +1,259 @@
+// Eager CPU elementwise kernels: ir/scalar_def.h instantiated with C++ arithmetic.
+#include <cmath>
+#include <cstring>
+
+#include "ir/scalar_def.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/loops.h"
+
+namespace stepjit::runtime::cpu {
+
+using ir::AttrKey;
+using ir::OpId;
+
+namespace {
+
+// The math backend for eager kernels: V is the arithmetic type.
+template <typename C>
+struct CpuMath {
+  using V = C;
+  static C Const(double v) { return static_cast<C>(v); }
+  static C Add(C a, C b) { return a + b; }
+  static C Sub(C a, C b) { return a - b; }
+  static C Mul(C a, C b) { return a * b; }
+  static C Div(C a, C b) { return a / b; }
+  static C Neg(C a) { return -a; }
+  static C Abs(C a) { return a < C(0) ? -a : a; }
+  static C Exp(C a) { return std::exp(a); }
+  static C Log(C a) { return std::log(a); }
+  static C Sqrt(C a) { return std::sqrt(a); }
+  static C Tanh(C a) { return std::tanh(a); }
+  static C Erf(C a) { return std::erf(a); }
+  static C Sin(C a) { return std::sin(a); }
+  static C Cos(C a) { return std::cos(a); }
+  static C Pow(C a, C b) { return static_cast<C>(std::pow(a, b)); }
+  // NaN-propagating, as torch.maximum / torch.minimum.
+  static C Max(C a, C b) { return (a != a || a > b) ? a : b; }
+  static C Min(C a, C b) { return (a != a || a < b) ? a : b; }
+  static C Select(bool c, C a, C b) { return c ? a : b; }
+  static bool Eq(C a, C b) { return a == b; }
+  static bool Ne(C a, C b) { return a != b; }
+  static bool Lt(C a, C b) { return a < b; }
+  static bool Le(C a, C b) { return a <= b; }
+  static bool Gt(C a, C b) { return a > b; }
+  static bool Ge(C a, C b) { return a >= b; }
+};
+
+// Integers and bools never reach the float-only functions (inference
+// promotes them), but the templates must still compile.
+template <typename C>
+using MathFor = CpuMath<C>;
+
+template <typename T, typename Acc, typename F>
+void UnaryLoop(const Tensor& out, const Tensor& x, F f) {
+  std::array<Shape, 2> st = {BroadcastByteStrides(out, out.shape()),
+                             BroadcastByteStrides(x, out.shape())};
+  ForEach<2>(out.shape(), st,
+             {static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr())},
+             [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
+               T* o = reinterpret_cast<T*>(p[0]);
+               const T* a = reinterpret_cast<const T*>(p[1]);
+               if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
+                 for (int64_t i = 0; i < n; ++i) o[i] = Convert<T>(f(static_cast<Acc>(a[i])));
+               } else {
+                 for (int64_t i = 0; i < n; ++i) {
+                   *reinterpret_cast<T*>(p[0] + i * s[0]) = Convert<T>(
+                       f(static_cast<Acc>(*reinterpret_cast<const T*>(p[1] + i * s[1]))));
+                 }
+               }
+             });
+}
+
+template <typename T, typename Acc, typename Out, typename F>
+void BinaryLoop(const Tensor& out, const Tensor& x, const Tensor& y, F f) {
+  std::array<Shape, 3> st = {BroadcastByteStrides(out, out.shape()),
+                             BroadcastByteStrides(x, out.shape()),
+                             BroadcastByteStrides(y, out.shape())};
+  ForEach<3>(out.shape(), st,
+             {static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr()),
+              static_cast<char*>(y.data_ptr())},
+             [&](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
+               Out* o = reinterpret_cast<Out*>(p[0]);
+               const T* a = reinterpret_cast<const T*>(p[1]);
+               const T* b = reinterpret_cast<const T*>(p[2]);
+               if (s[0] == sizeof(Out) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
+                 for (int64_t i = 0; i < n; ++i) {
+                   o[i] = Convert<Out>(f(static_cast<Acc>(a[i]), static_cast<Acc>(b[i])));
+                 }
+               } else if (s[0] == sizeof(Out) && s[1] == sizeof(T) && s[2] == 0) {
+                 const Acc bv = static_cast<Acc>(b[0]);
+                 for (int64_t i = 0; i < n; ++i) o[i] = Convert<Out>(f(static_cast<Acc>(a[i]), bv));
+               } else if (s[0] == sizeof(Out) && s[1] == 0 && s[2] == sizeof(T)) {
+                 const Acc av = static_cast<Acc>(a[0]);
+                 for (int64_t i = 0; i < n; ++i) o[i] = Convert<Out>(f(av, static_cast<Acc>(b[i])));
+               } else {
+                 for (int64_t i = 0; i < n; ++i) {
+                   *reinterpret_cast<Out*>(p[0] + i * s[0]) = Convert<Out>(
+                       f(static_cast<Acc>(*reinterpret_cast<const T*>(p[1] + i * s[1])),
+                         static_cast<Acc>(*reinterpret_cast<const T*>(p[2] + i * s[2]))));
+                 }
+               }
+             });
+}
+
+template <OpId op>
+void UnaryKernel(const KernelArgs& k) {
+  SJ_DISPATCH_ALL(k.out.dtype(), ir::OpName(op), {
+    MathFor<Acc> m;
+    UnaryLoop<T, Acc>(k.out, k.inputs[0],
+                      [&](Acc x) { return ir::ScalarDef<op>::Apply(m, x); });
+  });
+}
+
+template <OpId op>
+void BinaryKernel(const KernelArgs& k) {
+  SJ_DISPATCH_ALL(k.out.dtype(), ir::OpName(op), {
+    MathFor<Acc> m;
+    BinaryLoop<T, Acc, T>(k.out, k.inputs[0], k.inputs[1], [&](Acc a, Acc b) {
+      return ir::ScalarDef<op>::Apply(m, a, b);
+    });
+  });
+}
+
+template <OpId op>
+void CompareKernel(const KernelArgs& k) {
+  SJ_DISPATCH_ALL(k.inputs[0].dtype(), ir::OpName(op), {
+    MathFor<Acc> m;
+    BinaryLoop<T, Acc, bool>(k.out, k.inputs[0], k.inputs[1], [&](Acc a, Acc b) {
+      return ir::ScalarDef<op>::Apply(m, a, b);
+    });
+  });
+}
+
+void WhereKernel(const KernelArgs& k) {
+  const Tensor &c = k.inputs[0], &x = k.inputs[1], &y = k.inputs[2];
+  std::array<Shape, 4> st = {
+      BroadcastByteStrides(k.out, k.out.shape()), BroadcastByteStrides(c, k.out.shape()),
+      BroadcastByteStrides(x, k.out.shape()), BroadcastByteStrides(y, k.out.shape())};
+  const int64_t size = k.out.element_size();
+  ForEach<4>(k.out.shape(), st,
+             {static_cast<char*>(k.out.data_ptr()), static_cast<char*>(c.data_ptr()),
+              static_cast<char*>(x.data_ptr()), static_cast<char*>(y.data_ptr())},
+             [&](std::array<char*, 4> p, std::array<int64_t, 4> s, int64_t n) {
+               for (int64_t i = 0; i < n; ++i) {
+                 const bool take_x = *reinterpret_cast<const bool*>(p[1] + i * s[1]);
+                 std::memcpy(p[0] + i * s[0], (take_x ? p[2] + i * s[2] : p[3] + i * s[3]),
+                             size);
+               }
+             });
+}
+
+template <OpId op>
+void UpdateKernel(const KernelArgs& k) {
+  const Tensor& self = k.out;
+  // Absent operands read a broadcast zero (all-zero bits are 0 in every dtype).
+  static const double kZero[1] = {0.0};
+  const Tensor a = k.inputs.size() > 1 ? k.inputs[1] : Tensor();
+  const Tensor b = k.inputs.size() > 2 ? k.inputs[2] : Tensor();
+  Shape zeros(self.dim(), 0);
+  auto strides = [&](const Tensor& t) {
+    return t.defined() ? BroadcastByteStrides(t, self.shape()) : zeros;
+  };
+  auto base = [&](const Tensor& t) {
+    return t.defined() ? static_cast<char*>(t.data_ptr())
+                       : reinterpret_cast<char*>(const_cast<double*>(kZero));
+  };
+  std::array<Shape, 3> st = {strides(self), strides(a), strides(b)};
+  const double alpha = k.attrs.GetDouble(AttrKey::kAlpha, 1.0);
+  const double value = k.attrs.GetDouble(AttrKey::kValue, 0.0);
+  SJ_DISPATCH_ALL(self.dtype(), ir::OpName(op), {
+    MathFor<Acc> m;
+    const Acc alpha_v = static_cast<Acc>(alpha), value_v = static_cast<Acc>(value);
+    // Operand values are read as T (dispatch converted them to self's dtype,
+    // except copy_, whose source keeps its dtype and is handled separately).
+    ForEach<3>(self.shape(), st, {static_cast<char*>(self.data_ptr()), base(a), base(b)},
+               [&](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
+                 auto at = [](char* base, int64_t stride, int64_t i) {
+                   return static_cast<Acc>(*reinterpret_cast<const T*>(base + i * stride));
+                 };
+                 if (s[0] == sizeof(T) && (s[1] == sizeof(T) || s[1] == 0) &&
+                     (s[2] == sizeof(T) || s[2] == 0)) {
+                   T* o = reinterpret_cast<T*>(p[0]);
+                   const T* x = reinterpret_cast<const T*>(p[1]);
+                   const T* y = reinterpret_cast<const T*>(p[2]);
+                   const int64_t ix = s[1] ? 1 : 0, iy = s[2] ? 1 : 0;
+                   for (int64_t i = 0; i < n; ++i) {
+                     o[i] = Convert<T>(ir::ScalarDef<op>::Apply(
+                         m, static_cast<Acc>(o[i]), static_cast<Acc>(x[i * ix]),
+                         static_cast<Acc>(y[i * iy]), alpha_v, value_v));
+                   }
+                   return;
+                 }
+                 for (int64_t i = 0; i < n; ++i) {
+                   T* o = reinterpret_cast<T*>(p[0] + i * s[0]);
+                   *o = Convert<T>(ir::ScalarDef<op>::Apply(m, static_cast<Acc>(*o),
+                                                            at(p[1], s[1], i), at(p[2], s[2], i),
+                                                            alpha_v, value_v));
+                 }
+               });
+  });
+}
+
+void CastKernel(const KernelArgs& k) { CopyInto(k.out, k.inputs[0]); }
+void CopyKernel(const KernelArgs& k) { CopyInto(k.out, k.inputs[1]); }
+
+}  // namespace
+
+Shape BroadcastByteStrides(const Tensor& t, ShapeRef shape) {
+  Shape out(shape.size(), 0);
+  const int64_t lead = static_cast<int64_t>(shape.size()) - t.dim();
+  for (int64_t i = 0; i < t.dim(); ++i) {
+    if (t.shape()[i] != 1) out[lead + i] = t.strides()[i] * t.element_size();
+  }
+  return out;
+}
+
+void CopyInto(const Tensor& dst, const Tensor& src) {
+  std::array<Shape, 2> st = {BroadcastByteStrides(dst, dst.shape()),
+                             BroadcastByteStrides(src, dst.shape())};
+  std::array<char*, 2> base = {static_cast<char*>(dst.data_ptr()),
+                               static_cast<char*>(src.data_ptr())};
+  SJ_DISPATCH_ALL(dst.dtype(), "copy", {
+    using D = T;
+    SJ_DISPATCH_ALL(src.dtype(), "copy", {
+      ForEach<2>(dst.shape(), st, base,
+                 [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
+                   if (s[0] == sizeof(D) && s[1] == sizeof(T)) {
+                     D* o = reinterpret_cast<D*>(p[0]);
+                     const T* a = reinterpret_cast<const T*>(p[1]);
+                     for (int64_t i = 0; i < n; ++i) o[i] = Convert<D>(a[i]);
+                   } else {
+                     for (int64_t i = 0; i < n; ++i) {
+                       *reinterpret_cast<D*>(p[0] + i * s[0]) =
+                           Convert<D>(*reinterpret_cast<const T*>(p[1] + i * s[1]));
+                     }
+                   }
+                 });
+    });
+  });
+}
+
+void RegisterElementwiseKernels(KernelTable& table) {
+#define SJ_REG_UNARY(e, expr) table[static_cast<int>(OpId::k##e)] = &UnaryKernel<OpId::k##e>;
+#define SJ_REG_BINARY(e, expr) table[static_cast<int>(OpId::k##e)] = &BinaryKernel<OpId::k##e>;
+#define SJ_REG_COMPARE(e, expr) table[static_cast<int>(OpId::k##e)] = &CompareKernel<OpId::k##e>;
+#define SJ_REG_UPDATE(e, expr) table[static_cast<int>(OpId::k##e)] = &UpdateKernel<OpId::k##e>;
+  SJ_UNARY_SCALAR_DEFS(SJ_REG_UNARY)
+  SJ_BINARY_SCALAR_DEFS(SJ_REG_BINARY)
+  SJ_COMPARE_SCALAR_DEFS(SJ_REG_COMPARE)
+  SJ_UPDATE_SCALAR_DEFS(SJ_REG_UPDATE)
+#undef SJ_REG_UNARY
+#undef SJ_REG_BINARY
+#undef SJ_REG_COMPARE
+#undef SJ_REG_UPDATE
+  table[static_cast<int>(OpId::kCopyInplace)] = &CopyKernel;
+  table[static_cast<int>(OpId::kWhere)] = &WhereKernel;
+  table[static_cast<int>(OpId::kCast)] = &CastKernel;
+}
+
+}  // namespace stepjit::runtime::cpu

@@ -1,0 +1,27 @@
+// Registration of the eager CPU kernels, one function per kernel file.
+#ifndef STEPJIT_RUNTIME_CPU_KERNELS_H_
+#define STEPJIT_RUNTIME_CPU_KERNELS_H_
+
+#include "runtime/dispatch.h"
+
+namespace stepjit::runtime::cpu {
+
+using KernelTable = CpuKernel[ir::kNumOps];
+
+void RegisterElementwiseKernels(KernelTable& table);
+void RegisterReductionKernels(KernelTable& table);
+void RegisterNnKernels(KernelTable& table);
+void RegisterMatmulKernels(KernelTable& table);
+void RegisterMiscKernels(KernelTable& table);
+
+// Helpers for kernels. They never go through Dispatch, so a kernel's
+// internal work is invisible to autograd and to dispatch observers.
+// Strided copy with dtype conversion; src broadcasts to dst's shape.
+void CopyInto(const Tensor& dst, const Tensor& src);
+Tensor PermutedView(const Tensor& x, absl::Span<const int64_t> perm);
+Tensor ContiguousCopyIfNeeded(const Tensor& x);
+void FillWith(const Tensor& dst, double value);
+
+}  // namespace stepjit::runtime::cpu
+
+#endif  // STEPJIT_RUNTIME_CPU_KERNELS_H_

@@ -1,0 +1,106 @@
+// Eager CPU kernels for factories, random numbers and copies, plus kernel-internal helpers.
+#include <cmath>
+#include <numbers>
+
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/loops.h"
+#include "runtime/generator.h"
+
+namespace stepjit::runtime::cpu {
+
+using ir::AttrKey;
+using ir::OpId;
+
+Tensor PermutedView(const Tensor& x, absl::Span<const int64_t> perm) {
+  Shape shape, strides;
+  for (int64_t d : perm) {
+    shape.push_back(x.shape()[d]);
+    strides.push_back(x.strides()[d]);
+  }
+  return MakeTensor(x.storage(), shape, strides, x.offset(), x.dtype());
+}
+
+Tensor ContiguousCopyIfNeeded(const Tensor& x) {
+  if (x.is_contiguous()) return x;
+  Tensor c = empty(x.shape(), {.dtype = x.dtype()});
+  CopyInto(c, x);
+  return c;
+}
+
+void FillWith(const Tensor& dst, double value) {
+  SJ_DISPATCH_ALL(dst.dtype(), "fill", {
+    const T v = Convert<T>(value);
+    std::array<Shape, 1> st = {BroadcastByteStrides(dst, dst.shape())};
+    ForEach<1>(dst.shape(), st, {static_cast<char*>(dst.data_ptr())},
+               [&](std::array<char*, 1> p, std::array<int64_t, 1> s, int64_t n) {
+                 if (s[0] == sizeof(T)) {
+                   T* o = reinterpret_cast<T*>(p[0]);
+                   for (int64_t i = 0; i < n; ++i) o[i] = v;
+                 } else {
+                   for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = v;
+                 }
+               });
+  });
+}
+
+namespace {
+
+void FullKernel(const KernelArgs& k) { FillWith(k.out, k.attrs.GetDouble(AttrKey::kValue)); }
+
+void FillInplaceKernel(const KernelArgs& k) {
+  FillWith(k.out, k.attrs.GetDouble(AttrKey::kValue));
+}
+
+void ArangeKernel(const KernelArgs& k) {
+  const double start = k.attrs.GetDouble(AttrKey::kStart);
+  const double step = k.attrs.GetDouble(AttrKey::kStep, 1.0);
+  SJ_DISPATCH_ALL(k.out.dtype(), "arange", {
+    T* o = k.out.data<T>();
+    for (int64_t i = 0; i < k.out.numel(); ++i) o[i] = Convert<T>(start + i * step);
+  });
+}
+
+// Element i of a draw uses Philox word (offset + i): threads need no coordination.
+template <OpId op>
+void RandomKernel(const KernelArgs& k) {
+  const uint64_t seed = static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kSeed));
+  const uint64_t offset = static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kOffset));
+  const int64_t low = k.attrs.GetInt(AttrKey::kLow), high = k.attrs.GetInt(AttrKey::kHigh);
+  SJ_DISPATCH_ALL(k.out.dtype(), ir::OpName(op), {
+    T* o = k.out.data<T>();
+    ParallelFor(k.out.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        if constexpr (op == OpId::kRand) {
+          o[i] = Convert<T>(UniformFromBits(PhiloxWord(seed, offset + i)));
+        } else if constexpr (op == OpId::kRandn) {
+          // Box-Muller on the pair of words (2i, 2i+1); u1 in (0, 1].
+          const double u1 = 1.0 - UniformFromBits(PhiloxWord(seed, offset + 2 * i));
+          const double u2 = UniformFromBits(PhiloxWord(seed, offset + 2 * i + 1));
+          o[i] = Convert<T>(std::sqrt(-2.0 * std::log(u1)) *
+                            std::cos(2.0 * std::numbers::pi * u2));
+        } else {
+          const uint64_t range = static_cast<uint64_t>(high - low);
+          const uint64_t word = (static_cast<uint64_t>(PhiloxWord(seed, offset + i)) << 32) |
+                                PhiloxWord(seed ^ 0x9E3779B97F4A7C15ull, offset + i);
+          o[i] = Convert<T>(low + static_cast<int64_t>(word % range));
+        }
+      }
+    });
+  });
+}
+
+void ContiguousKernel(const KernelArgs& k) { CopyInto(k.out, k.inputs[0]); }
+
+}  // namespace
+
+void RegisterMiscKernels(KernelTable& table) {
+  table[static_cast<int>(OpId::kFull)] = &FullKernel;
+  table[static_cast<int>(OpId::kFillInplace)] = &FillInplaceKernel;
+  table[static_cast<int>(OpId::kArange)] = &ArangeKernel;
+  table[static_cast<int>(OpId::kRand)] = &RandomKernel<OpId::kRand>;
+  table[static_cast<int>(OpId::kRandn)] = &RandomKernel<OpId::kRandn>;
+  table[static_cast<int>(OpId::kRandint)] = &RandomKernel<OpId::kRandint>;
+  table[static_cast<int>(OpId::kContiguous)] = &ContiguousKernel;
+}
+
+}  // namespace stepjit::runtime::cpu

@@ -1,0 +1,199 @@
+// Dispatch: type inference, operand conversion, views, kernels, autograd, observer.
+#include "runtime/dispatch.h"
+
+#include <mutex>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
+#include "ir/infer.h"
+#include "ir/status.h"
+#include "runtime/autograd/engine.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/cpu/kernels.h"
+
+namespace stepjit::runtime {
+
+using ir::AttrKey;
+using ir::OpId;
+using ir::OpKind;
+
+namespace {
+
+thread_local DispatchObserver* t_observer = nullptr;
+
+const cpu::KernelTable& CpuKernels() {
+  static cpu::KernelTable table = {};
+  static std::once_flag once;
+  std::call_once(once, [] {
+    cpu::RegisterElementwiseKernels(table);
+    cpu::RegisterReductionKernels(table);
+    cpu::RegisterNnKernels(table);
+    cpu::RegisterMatmulKernels(table);
+    cpu::RegisterMiscKernels(table);
+  });
+  return table;
+}
+
+// Strides of a reshape that can alias the input (PyTorch's computeStride),
+// or an empty result when the layout forbids a view.
+std::optional<Shape> ViewStrides(ShapeRef old_shape, ShapeRef old_strides,
+                                 ShapeRef new_shape) {
+  if (ir::NumElements(old_shape) == 0) return ir::ContiguousStrides(new_shape);
+  Shape out(new_shape.size());
+  int64_t view_d = static_cast<int64_t>(new_shape.size()) - 1;
+  int64_t chunk_base_stride = old_strides.empty() ? 1 : old_strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t d = static_cast<int64_t>(old_shape.size()) - 1; d >= 0; --d) {
+    tensor_numel *= old_shape[d];
+    if (d == 0 || (old_shape[d - 1] != 1 &&
+                   old_strides[d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d] == 1)) {
+        out[view_d] = view_numel * chunk_base_stride;
+        view_numel *= new_shape[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (d > 0) {
+        chunk_base_stride = old_strides[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
+}
+
+Tensor MakeView(OpId op, const Tensor& x, const ir::Attrs& attrs,
+                const ir::TensorType& type) {
+  const int64_t rank = x.dim();
+  Shape strides;
+  int64_t offset = x.offset();
+  switch (op) {
+    case OpId::kReshape: {
+      auto s = ViewStrides(x.shape(), x.strides(), type.shape);
+      SJ_REQUIRE(s.has_value(), "view(", ir::ShapeToString(type.shape),
+                 "): input of shape ", ir::ShapeToString(x.shape()), " and strides ",
+                 ir::ShapeToString(x.strides()),
+                 " cannot be viewed without a copy; use reshape()");
+      strides = *s;
+      break;
+    }
+    case OpId::kPermute:
+      for (int64_t d : attrs.GetInts(AttrKey::kDims)) {
+        strides.push_back(x.strides()[ir::WrapDim(d, rank)]);
+      }
+      break;
+    case OpId::kSlice: {
+      const int64_t d = ir::WrapDim(attrs.GetInt(AttrKey::kDim), rank);
+      int64_t start = attrs.GetInt(AttrKey::kStart);
+      if (start < 0) start += x.shape()[d];
+      start = std::clamp<int64_t>(start, 0, x.shape()[d]);
+      strides = x.strides();
+      offset += start * strides[d];
+      strides[d] *= attrs.GetInt(AttrKey::kStep, 1);
+      break;
+    }
+    case OpId::kExpand: {
+      const size_t lead = type.shape.size() - rank;
+      strides.assign(type.shape.size(), 0);
+      for (int64_t i = 0; i < rank; ++i) {
+        strides[lead + i] = x.shape()[i] == type.shape[lead + i] ? x.strides()[i] : 0;
+      }
+      break;
+    }
+    case OpId::kSqueeze: {
+      std::vector<int64_t> dims = attrs.GetInts(AttrKey::kDims);
+      for (int64_t i = 0; i < rank; ++i) {
+        bool listed = dims.empty();
+        for (int64_t d : dims) listed |= ir::WrapDim(d, rank) == i;
+        if (!(listed && x.shape()[i] == 1)) strides.push_back(x.strides()[i]);
+      }
+      break;
+    }
+    case OpId::kUnsqueeze: {
+      const int64_t d = ir::WrapDim(attrs.GetInt(AttrKey::kDim), rank + 1);
+      strides = x.strides();
+      int64_t s = d < rank ? x.strides()[d] * x.shape()[d] : 1;
+      strides.insert(strides.begin() + d, s);
+      break;
+    }
+    default:
+      SJ_CHECK(false, "not a view op: ", ir::OpName(op));
+  }
+  return MakeTensor(x.storage(), type.shape, strides, offset, type.dtype);
+}
+
+// The dtype each operand is converted to before the kernel runs.
+ir::DType OperandDType(OpId op, int i, const Tensor& t,
+                       absl::Span<const ir::TensorType> types,
+                       const ir::TensorType& out) {
+  const OpKind kind = ir::GetOpInfo(op).kind;
+  if (kind == OpKind::kInplaceUpdate) {
+    return op == OpId::kCopyInplace ? t.dtype() : out.dtype;
+  }
+  if (kind != OpKind::kElementwise || op == OpId::kCast) return t.dtype();
+  if (op == OpId::kWhere) return i == 0 ? t.dtype() : out.dtype;
+  if (out.dtype == ir::DType::kBool) return ir::ResultType(types);  // comparisons
+  return out.dtype;
+}
+
+}  // namespace
+
+DispatchObserver* SetDispatchObserver(DispatchObserver* observer) {
+  DispatchObserver* prev = t_observer;
+  t_observer = observer;
+  return prev;
+}
+DispatchObserver* GetDispatchObserver() { return t_observer; }
+
+Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs) {
+  absl::InlinedVector<ir::TensorType, 4> types;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    SJ_REQUIRE(inputs[i].defined(), ir::OpName(op), ": input ", i, " is an undefined tensor");
+    SJ_REQUIRE(inputs[i].device().is_cpu(), ir::OpName(op), ": input ", i, " is on ",
+               inputs[i].device().str(), "; this build runs ops on cpu only");
+    types.push_back({inputs[i].dtype(), inputs[i].shape()});
+  }
+  ir::TensorType out_type = ValueOrThrow(ir::InferType(op, types, attrs));
+  const ir::OpInfo& info = ir::GetOpInfo(op);
+  const bool grad_on = GradMode::is_enabled();
+
+  Tensor out;
+  if (info.kind == OpKind::kView) {
+    out = MakeView(op, inputs[0], attrs, out_type);
+  } else {
+    absl::InlinedVector<Tensor, 4> converted(inputs.begin(), inputs.end());
+    for (size_t i = 0; i < converted.size(); ++i) {
+      ir::DType want = OperandDType(op, static_cast<int>(i), inputs[i], types, out_type);
+      if (want != inputs[i].dtype()) {
+        Tensor c = empty(inputs[i].shape(), {.dtype = want});
+        cpu::CopyInto(c, inputs[i]);
+        converted[i] = c;
+      }
+    }
+    if (ir::IsInplace(op)) {
+      const Tensor& self = inputs[0];
+      SJ_REQUIRE(!(grad_on && self.requires_grad()), ir::OpName(op),
+                 ": a tensor that requires grad is being modified in place while "
+                 "grad mode is on; wrap the update in NoGradGuard");
+      out = self;
+    } else {
+      out = empty(out_type.shape, {.dtype = out_type.dtype});
+    }
+    CpuKernel kernel = CpuKernels()[static_cast<int>(op)];
+    SJ_CHECK(kernel != nullptr, "no cpu kernel for ", ir::OpName(op));
+    kernel(KernelArgs{op, converted, attrs, out});
+    if (ir::IsInplace(op)) out.storage()->BumpVersion();
+  }
+
+  if (grad_on && ir::IsDifferentiable(op)) {
+    bool any = false;
+    for (const Tensor& t : inputs) any |= t.requires_grad();
+    if (any && ir::IsFloating(out.dtype())) autograd::RecordOp(op, inputs, attrs, out);
+  }
+  if (t_observer != nullptr) t_observer->OnOp(op, inputs, attrs, out);
+  return out;
+}
+
+}  // namespace stepjit::runtime

@@ -1,0 +1,44 @@
+// The one dispatch function every tensor op goes through, and its observer hook.
+#ifndef STEPJIT_RUNTIME_DISPATCH_H_
+#define STEPJIT_RUNTIME_DISPATCH_H_
+
+#include "absl/types/span.h"
+#include "ir/attrs.h"
+#include "ir/op.h"
+#include "runtime/tensor.h"
+
+namespace stepjit::runtime {
+
+// Infers the output type from the op table, converts operands to the compute
+// dtype, runs the device kernel (views just restride), records autograd, and
+// reports the op to the observer. Throws stepjit::Error on user errors.
+Tensor Dispatch(ir::OpId op, absl::Span<const Tensor> inputs,
+                const ir::Attrs& attrs = {});
+
+// Sees every op after it ran (the tracer attaches here; runtime never
+// includes frontend). Host reads are reported so a tracer can break the graph.
+class DispatchObserver {
+ public:
+  virtual ~DispatchObserver() = default;
+  virtual void OnOp(ir::OpId op, absl::Span<const Tensor> inputs,
+                    const ir::Attrs& attrs, const Tensor& output) = 0;
+  virtual void OnHostRead(const Tensor& tensor, const char* what) {}
+};
+// Installs `observer` for the calling thread (nullptr to detach); returns the
+// previous one.
+DispatchObserver* SetDispatchObserver(DispatchObserver* observer);
+DispatchObserver* GetDispatchObserver();
+
+// CPU kernels: write `out` (already allocated with the inferred type) from
+// `inputs` (already converted to the op's compute dtype).
+struct KernelArgs {
+  ir::OpId op;
+  absl::Span<const Tensor> inputs;
+  const ir::Attrs& attrs;
+  const Tensor& out;
+};
+using CpuKernel = void (*)(const KernelArgs&);
+
+}  // namespace stepjit::runtime
+
+#endif  // STEPJIT_RUNTIME_DISPATCH_H_

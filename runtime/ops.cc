@@ -1,0 +1,239 @@
+// Public op functions: thin wrappers that build attributes and call Dispatch.
+#include "runtime/ops.h"
+
+#include "ir/status.h"
+#include "runtime/dispatch.h"
+
+namespace stepjit {
+
+using ir::AttrKey;
+using ir::OpId;
+using runtime::Dispatch;
+
+namespace {
+Tensor Unary(OpId op, const Tensor& x) { return Dispatch(op, {x}); }
+Tensor Binary(OpId op, const Tensor& a, const Tensor& b) { return Dispatch(op, {a, b}); }
+}  // namespace
+
+Tensor neg(const Tensor& x) { return Unary(OpId::kNeg, x); }
+Tensor abs(const Tensor& x) { return Unary(OpId::kAbs, x); }
+Tensor sign(const Tensor& x) { return Unary(OpId::kSign, x); }
+Tensor exp(const Tensor& x) { return Unary(OpId::kExp, x); }
+Tensor log(const Tensor& x) { return Unary(OpId::kLog, x); }
+Tensor sqrt(const Tensor& x) { return Unary(OpId::kSqrt, x); }
+Tensor rsqrt(const Tensor& x) { return Unary(OpId::kRsqrt, x); }
+Tensor reciprocal(const Tensor& x) { return Unary(OpId::kReciprocal, x); }
+Tensor tanh(const Tensor& x) { return Unary(OpId::kTanh, x); }
+Tensor erf(const Tensor& x) { return Unary(OpId::kErf, x); }
+Tensor sigmoid(const Tensor& x) { return Unary(OpId::kSigmoid, x); }
+Tensor relu(const Tensor& x) { return Unary(OpId::kRelu, x); }
+Tensor gelu(const Tensor& x, const std::string& approximate) {
+  SJ_REQUIRE(approximate == "none" || approximate == "tanh",
+             "gelu: approximate must be 'none' or 'tanh', got '", approximate, "'");
+  return Unary(approximate == "tanh" ? OpId::kGeluTanh : OpId::kGelu, x);
+}
+Tensor sin(const Tensor& x) { return Unary(OpId::kSin, x); }
+Tensor cos(const Tensor& x) { return Unary(OpId::kCos, x); }
+Tensor cast(const Tensor& x, DType dtype) {
+  return Dispatch(OpId::kCast, {x}, {{AttrKey::kDTypeAttr, dtype}});
+}
+
+Tensor add(const Tensor& a, const Tensor& b) { return Binary(OpId::kAdd, a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return Binary(OpId::kSub, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return Binary(OpId::kMul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return Binary(OpId::kDiv, a, b); }
+Tensor pow(const Tensor& a, const Tensor& b) { return Binary(OpId::kPow, a, b); }
+Tensor pow(const Tensor& a, double exponent) {
+  return Binary(OpId::kPow, a, wrap_scalar(exponent, a));
+}
+Tensor maximum(const Tensor& a, const Tensor& b) { return Binary(OpId::kMaximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return Binary(OpId::kMinimum, a, b); }
+Tensor eq(const Tensor& a, const Tensor& b) { return Binary(OpId::kEq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return Binary(OpId::kNe, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return Binary(OpId::kLt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return Binary(OpId::kLe, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return Binary(OpId::kGt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return Binary(OpId::kGe, a, b); }
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  return Dispatch(OpId::kWhere, {cond, a, b});
+}
+
+Tensor wrap_scalar(double value, const Tensor& like) {
+  DType t = like.dtype();
+  if (!ir::IsFloating(t)) {
+    t = (value == static_cast<double>(static_cast<int64_t>(value))) ? DType::kI64
+                                                                    : DType::kF32;
+  }
+  return scalar_tensor(value, {.dtype = t});
+}
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator-(const Tensor& a) { return neg(a); }
+Tensor operator+(const Tensor& a, double b) { return add(a, wrap_scalar(b, a)); }
+Tensor operator-(const Tensor& a, double b) { return sub(a, wrap_scalar(b, a)); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, wrap_scalar(b, a)); }
+Tensor operator/(const Tensor& a, double b) { return div(a, wrap_scalar(b, a)); }
+Tensor operator+(double a, const Tensor& b) { return add(wrap_scalar(a, b), b); }
+Tensor operator-(double a, const Tensor& b) { return sub(wrap_scalar(a, b), b); }
+Tensor operator*(double a, const Tensor& b) { return mul(wrap_scalar(a, b), b); }
+Tensor operator/(double a, const Tensor& b) { return div(wrap_scalar(a, b), b); }
+
+namespace {
+Tensor Reduce(OpId op, const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
+  return Dispatch(op, {x}, {{AttrKey::kDims, std::move(dims)}, {AttrKey::kKeepdim, keepdim}});
+}
+}  // namespace
+
+Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
+  return Reduce(OpId::kSum, x, std::move(dims), keepdim);
+}
+Tensor mean(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
+  return Reduce(OpId::kMean, x, std::move(dims), keepdim);
+}
+Tensor amax(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
+  return Reduce(OpId::kAmax, x, std::move(dims), keepdim);
+}
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  return Dispatch(OpId::kArgmax, {x}, {{AttrKey::kDim, dim}, {AttrKey::kKeepdim, keepdim}});
+}
+Tensor var(const Tensor& x, std::vector<int64_t> dims, int64_t correction, bool keepdim) {
+  return Dispatch(OpId::kVar, {x},
+                  {{AttrKey::kDims, std::move(dims)},
+                   {AttrKey::kCorrection, correction},
+                   {AttrKey::kKeepdim, keepdim}});
+}
+
+Tensor sum_to_size(const Tensor& x, ShapeRef shape) {
+  if (ShapeRef(x.shape()) == shape) return x;
+  const int64_t lead = x.dim() - static_cast<int64_t>(shape.size());
+  SJ_REQUIRE(lead >= 0, "sum_to_size: cannot sum ", ir::ShapeToString(x.shape()),
+             " to the larger shape ", ir::ShapeToString(shape));
+  std::vector<int64_t> dims;
+  for (int64_t i = 0; i < x.dim(); ++i) {
+    if (i < lead) {
+      dims.push_back(i);
+    } else if (shape[i - lead] == 1 && x.shape()[i] != 1) {
+      dims.push_back(i);
+    } else {
+      SJ_REQUIRE(shape[i - lead] == x.shape()[i], "sum_to_size: ",
+                 ir::ShapeToString(x.shape()), " does not broadcast from ",
+                 ir::ShapeToString(shape));
+    }
+  }
+  Tensor s = dims.empty() ? x : sum(x, dims, /*keepdim=*/true);
+  return s.dim() == static_cast<int64_t>(shape.size()) ? s : s.reshape(shape);
+}
+
+Tensor softmax(const Tensor& x, int64_t dim) {
+  return Dispatch(OpId::kSoftmax, {x}, {{AttrKey::kDim, dim}});
+}
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return Dispatch(OpId::kLogSoftmax, {x}, {{AttrKey::kDim, dim}});
+}
+Tensor layer_norm(const Tensor& x, ShapeRef normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  SJ_REQUIRE(k >= 1 && k <= x.dim() &&
+                 ShapeRef(x.shape()).subspan(x.dim() - k) == normalized_shape,
+             "layer_norm: normalized_shape ", ir::ShapeToString(normalized_shape),
+             " must match the trailing dims of input ", ir::ShapeToString(x.shape()));
+  SJ_REQUIRE(weight.defined() || !bias.defined(),
+             "layer_norm: a bias without a weight is not supported");
+  std::vector<Tensor> in = {x};
+  if (weight.defined()) in.push_back(weight);
+  if (bias.defined()) in.push_back(bias);
+  return Dispatch(OpId::kLayerNorm, in,
+                  {{AttrKey::kNormalizedNdim, k}, {AttrKey::kEps, eps}});
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
+  return Dispatch(OpId::kMatmul, {a, b},
+                  {{AttrKey::kTransposeA, transpose_a}, {AttrKey::kTransposeB, transpose_b}});
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  return Dispatch(OpId::kEmbedding, {weight, indices});
+}
+Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num_weights) {
+  return Dispatch(OpId::kEmbeddingBackward, {grad, indices},
+                  {{AttrKey::kNumWeights, num_weights}});
+}
+Tensor one_hot(const Tensor& indices, int64_t num_classes, DType dtype) {
+  SJ_REQUIRE(num_classes > 0, "one_hot: num_classes must be positive, got ", num_classes);
+  return Dispatch(OpId::kOneHot, {indices},
+                  {{AttrKey::kNumClasses, num_classes}, {AttrKey::kDTypeAttr, dtype}});
+}
+Tensor slice_backward(const Tensor& grad, ShapeRef input_shape, int64_t dim, int64_t start,
+                      int64_t end, int64_t step) {
+  return Dispatch(OpId::kSliceBackward, {grad},
+                  {{AttrKey::kInputShape, std::vector<int64_t>(input_shape.begin(),
+                                                               input_shape.end())},
+                   {AttrKey::kDim, dim}, {AttrKey::kStart, start},
+                   {AttrKey::kEnd, end}, {AttrKey::kStep, step}});
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
+                     const std::string& reduction, double label_smoothing) {
+  SJ_REQUIRE(label_smoothing >= 0.0 && label_smoothing <= 1.0,
+             "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
+  SJ_REQUIRE(reduction == "mean" || reduction == "sum" || reduction == "none",
+             "cross_entropy: reduction must be 'mean', 'sum' or 'none', got '",
+             reduction, "'");
+  return Dispatch(OpId::kCrossEntropy, {logits, targets},
+                  {{AttrKey::kReduction, reduction},
+                   {AttrKey::kLabelSmoothing, label_smoothing}});
+}
+Tensor mse_loss(const Tensor& input, const Tensor& target, const std::string& reduction) {
+  SJ_REQUIRE(reduction == "mean" || reduction == "sum" || reduction == "none",
+             "mse_loss: reduction must be 'mean', 'sum' or 'none', got '", reduction, "'");
+  return Dispatch(OpId::kMseLoss, {input, target}, {{AttrKey::kReduction, reduction}});
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  SJ_REQUIRE(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got ", p);
+  if (!training || p == 0.0) return x;
+  Generator& g = gen ? *gen : default_generator();
+  const uint64_t offset = g.Reserve(static_cast<uint64_t>(x.numel()));
+  return Dispatch(OpId::kDropout, {x},
+                  {{AttrKey::kP, p},
+                   {AttrKey::kSeed, static_cast<int64_t>(g.seed())},
+                   {AttrKey::kOffset, static_cast<int64_t>(offset)}});
+}
+
+namespace {
+Tensor Random(OpId op, ShapeRef shape, TensorOptions options, Generator* gen,
+              ir::Attrs attrs) {
+  Generator& g = gen ? *gen : default_generator();
+  // randn uses two uniforms per value.
+  const uint64_t n = static_cast<uint64_t>(ir::NumElements(shape)) * (op == OpId::kRandn ? 2 : 1);
+  attrs.Set(AttrKey::kShape, std::vector<int64_t>(shape.begin(), shape.end()));
+  attrs.Set(AttrKey::kDTypeAttr, options.dtype);
+  attrs.Set(AttrKey::kSeed, static_cast<int64_t>(g.seed()));
+  attrs.Set(AttrKey::kOffset, static_cast<int64_t>(g.Reserve(n)));
+  Tensor t = Dispatch(op, {}, attrs);
+  if (options.requires_grad) t.set_requires_grad(true);
+  return t;
+}
+}  // namespace
+
+Tensor rand(ShapeRef shape, TensorOptions options, Generator* gen) {
+  SJ_REQUIRE(ir::IsFloating(options.dtype), "rand: dtype must be floating point, got ",
+             ir::DTypeName(options.dtype));
+  return Random(OpId::kRand, shape, options, gen, {});
+}
+Tensor randn(ShapeRef shape, TensorOptions options, Generator* gen) {
+  SJ_REQUIRE(ir::IsFloating(options.dtype), "randn: dtype must be floating point, got ",
+             ir::DTypeName(options.dtype));
+  return Random(OpId::kRandn, shape, options, gen, {});
+}
+Tensor randint(int64_t low, int64_t high, ShapeRef shape, TensorOptions options,
+               Generator* gen) {
+  SJ_REQUIRE(low < high, "randint: need low < high, got [", low, ", ", high, ")");
+  return Random(OpId::kRandint, shape, options, gen,
+                {{AttrKey::kLow, low}, {AttrKey::kHigh, high}});
+}
+
+}  // namespace stepjit

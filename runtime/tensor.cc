@@ -1,0 +1,312 @@
+// Tensor methods and factories; every op goes through runtime::Dispatch.
+#include "runtime/tensor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ostream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "ir/status.h"
+#include "runtime/autograd/engine.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/dispatch.h"
+#include "runtime/ops.h"
+
+namespace stepjit {
+
+using ir::AttrKey;
+using ir::OpId;
+using runtime::Dispatch;
+
+namespace {
+std::vector<int64_t> Vec(ShapeRef s) { return {s.begin(), s.end()}; }
+
+double ReadAsDouble(const void* p, DType t) {
+  switch (t) {
+    case DType::kF32: return *static_cast<const float*>(p);
+    case DType::kF64: return *static_cast<const double*>(p);
+    case DType::kF16: return static_cast<float>(*static_cast<const ir::Half*>(p));
+    case DType::kBF16: return static_cast<float>(*static_cast<const ir::BFloat16*>(p));
+    case DType::kI64: return static_cast<double>(*static_cast<const int64_t*>(p));
+    case DType::kI32: return *static_cast<const int32_t*>(p);
+    case DType::kBool: return *static_cast<const bool*>(p) ? 1.0 : 0.0;
+  }
+  return 0;
+}
+}  // namespace
+
+int64_t Tensor::size(int64_t d) const {
+  int64_t w = ir::WrapDim(d, dim());
+  SJ_REQUIRE(w >= 0 && dim() > 0, "size(", d, "): dim out of range for shape ",
+             ir::ShapeToString(shape()));
+  return shape()[w];
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int64_t i = dim() - 1; i >= 0; --i) {
+    if (shape()[i] == 1) continue;
+    if (strides()[i] != expected) return false;
+    expected *= shape()[i];
+  }
+  return true;
+}
+
+void* Tensor::data_ptr() const {
+  return static_cast<char*>(impl_->storage->data()) + impl_->offset * element_size();
+}
+
+Tensor Tensor::view(ShapeRef shape) const {
+  return Dispatch(OpId::kReshape, {*this}, {{AttrKey::kShape, Vec(shape)}});
+}
+Tensor Tensor::reshape(ShapeRef shape) const {
+  try {
+    return view(shape);
+  } catch (const Error&) {
+    return contiguous().view(shape);
+  }
+}
+Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  int64_t s = ir::WrapDim(start_dim, dim()), e = ir::WrapDim(end_dim, dim());
+  SJ_REQUIRE(s >= 0 && e >= 0 && s <= e, "flatten(", start_dim, ", ", end_dim,
+             "): dims out of range for shape ", ir::ShapeToString(shape()));
+  if (dim() == 0) return reshape({1});
+  Shape out(shape().begin(), shape().begin() + s);
+  int64_t n = 1;
+  for (int64_t i = s; i <= e; ++i) n *= shape()[i];
+  out.push_back(n);
+  out.insert(out.end(), shape().begin() + e + 1, shape().end());
+  return reshape(out);
+}
+Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
+  int64_t a = ir::WrapDim(dim0, dim()), b = ir::WrapDim(dim1, dim());
+  SJ_REQUIRE(a >= 0 && b >= 0, "transpose(", dim0, ", ", dim1,
+             "): dims out of range for shape ", ir::ShapeToString(shape()));
+  std::vector<int64_t> perm(dim());
+  for (int64_t i = 0; i < dim(); ++i) perm[i] = i;
+  if (dim() > 0) std::swap(perm[a], perm[b]);
+  return permute(perm);
+}
+Tensor Tensor::permute(ShapeRef dims) const {
+  return Dispatch(OpId::kPermute, {*this}, {{AttrKey::kDims, Vec(dims)}});
+}
+Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) const {
+  return Dispatch(OpId::kSlice, {*this},
+                  {{AttrKey::kDim, dim}, {AttrKey::kStart, start},
+                   {AttrKey::kEnd, end}, {AttrKey::kStep, step}});
+}
+Tensor Tensor::expand(ShapeRef shape) const {
+  return Dispatch(OpId::kExpand, {*this}, {{AttrKey::kShape, Vec(shape)}});
+}
+Tensor Tensor::squeeze() const {
+  return Dispatch(OpId::kSqueeze, {*this}, {{AttrKey::kDims, std::vector<int64_t>{}}});
+}
+Tensor Tensor::squeeze(int64_t d) const {
+  SJ_REQUIRE(ir::WrapDim(d, dim()) >= 0, "squeeze(", d,
+             "): dim out of range for shape ", ir::ShapeToString(shape()));
+  return Dispatch(OpId::kSqueeze, {*this}, {{AttrKey::kDims, std::vector<int64_t>{d}}});
+}
+Tensor Tensor::unsqueeze(int64_t d) const {
+  return Dispatch(OpId::kUnsqueeze, {*this}, {{AttrKey::kDim, d}});
+}
+
+Tensor Tensor::contiguous() const {
+  return is_contiguous() ? *this : Dispatch(OpId::kContiguous, {*this});
+}
+Tensor Tensor::clone() const { return Dispatch(OpId::kContiguous, {*this}); }
+Tensor Tensor::to(DType dtype) const {
+  return dtype == this->dtype() ? *this : cast(*this, dtype);
+}
+Tensor Tensor::to(Device device) const {
+  SJ_REQUIRE(device.is_cpu(), "to(", device.str(),
+             "): CUDA is not available in this build; expected device cpu");
+  return *this;
+}
+
+double Tensor::item() const {
+  SJ_REQUIRE(numel() == 1, "item() needs a tensor with one element, got shape ",
+             ir::ShapeToString(shape()));
+  if (auto* obs = runtime::GetDispatchObserver()) obs->OnHostRead(*this, "item()");
+  return ReadAsDouble(data_ptr(), dtype());
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  if (auto* obs = runtime::GetDispatchObserver()) obs->OnHostRead(*this, "to_vector()");
+  Tensor c = contiguous();
+  const T* p = c.data<T>();
+  SJ_REQUIRE(sizeof(T) == static_cast<size_t>(element_size()),
+             "to_vector: element type size ", sizeof(T), " does not match dtype ",
+             ir::DTypeName(dtype()));
+  return std::vector<T>(p, p + numel());
+}
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template std::vector<int32_t> Tensor::to_vector<int32_t>() const;
+template std::vector<bool> Tensor::to_vector<bool>() const;
+
+std::string Tensor::ToString() const {
+  if (!defined()) return "tensor(undefined)";
+  std::ostringstream os;
+  Tensor c = contiguous();
+  const int64_t n = numel(), per_row = dim() > 0 ? shape().back() : 1;
+  const int64_t show = std::min<int64_t>(n, 64);
+  os << "tensor([";
+  for (int64_t i = 0; i < show; ++i) {
+    if (i > 0) os << (per_row > 0 && i % per_row == 0 ? ";  " : ", ");
+    double v = ReadAsDouble(static_cast<char*>(c.data_ptr()) + i * element_size(), dtype());
+    os << v;
+  }
+  if (show < n) os << ", ...";
+  os << "], dtype=" << ir::DTypeName(dtype()) << ", shape=" << ir::ShapeToString(shape());
+  if (requires_grad()) os << ", requires_grad";
+  os << ")";
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.ToString(); }
+
+bool Tensor::requires_grad() const {
+  return impl_->autograd != nullptr && impl_->autograd->requires_grad;
+}
+Tensor& Tensor::set_requires_grad(bool requires_grad) {
+  SJ_REQUIRE(!requires_grad || ir::IsFloating(dtype()),
+             "only floating-point tensors can require grad, got ",
+             ir::DTypeName(dtype()));
+  SJ_REQUIRE(is_leaf(), "set_requires_grad: only leaf tensors (no grad_fn) can change it");
+  if (!impl_->autograd) impl_->autograd = std::make_unique<AutogradMeta>();
+  impl_->autograd->requires_grad = requires_grad;
+  return *this;
+}
+bool Tensor::is_leaf() const { return !impl_->autograd || !impl_->autograd->grad_fn; }
+Tensor Tensor::grad() const {
+  if (!impl_->autograd || !impl_->autograd->grad) return Tensor();
+  return *impl_->autograd->grad;
+}
+void Tensor::set_grad(const Tensor& grad) const {
+  if (grad.defined()) {
+    SJ_REQUIRE(grad.shape() == shape() && grad.dtype() == dtype(),
+               "set_grad: gradient ", ir::DTypeName(grad.dtype()),
+               ir::ShapeToString(grad.shape()), " does not match tensor ",
+               ir::DTypeName(dtype()), ir::ShapeToString(shape()));
+  }
+  if (!impl_->autograd) impl_->autograd = std::make_unique<AutogradMeta>();
+  impl_->autograd->grad = grad.defined() ? std::make_shared<Tensor>(grad) : nullptr;
+}
+const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
+  static const std::shared_ptr<autograd::Node> kNone;
+  return impl_->autograd ? impl_->autograd->grad_fn : kNone;
+}
+Tensor Tensor::detach() const {
+  return MakeTensor(impl_->storage, shape(), strides(), offset(), dtype());
+}
+void Tensor::backward(const Tensor& gradient) const { autograd::Backward(*this, gradient); }
+
+Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  Dispatch(OpId::kAddInplace, {*this, other}, {{AttrKey::kAlpha, alpha}});
+  return *this;
+}
+Tensor& Tensor::mul_(const Tensor& other) {
+  Dispatch(OpId::kMulInplace, {*this, other});
+  return *this;
+}
+Tensor& Tensor::mul_(double value) { return mul_(wrap_scalar(value, *this)); }
+Tensor& Tensor::addcmul_(const Tensor& t1, const Tensor& t2, double value) {
+  Dispatch(OpId::kAddcmulInplace, {*this, t1, t2}, {{AttrKey::kValue, value}});
+  return *this;
+}
+Tensor& Tensor::addcdiv_(const Tensor& t1, const Tensor& t2, double value) {
+  Dispatch(OpId::kAddcdivInplace, {*this, t1, t2}, {{AttrKey::kValue, value}});
+  return *this;
+}
+Tensor& Tensor::lerp_(const Tensor& end, const Tensor& weight) {
+  Dispatch(OpId::kLerpInplace, {*this, end, weight});
+  return *this;
+}
+Tensor& Tensor::lerp_(const Tensor& end, double weight) {
+  return lerp_(end, wrap_scalar(weight, *this));
+}
+Tensor& Tensor::copy_(const Tensor& src) {
+  Dispatch(OpId::kCopyInplace, {*this, src});
+  return *this;
+}
+Tensor& Tensor::fill_(double value) {
+  Dispatch(OpId::kFillInplace, {*this}, {{AttrKey::kValue, value}});
+  return *this;
+}
+
+Tensor MakeTensor(std::shared_ptr<Storage> storage, ShapeRef shape, ShapeRef strides,
+                  int64_t offset, DType dtype) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->shape.assign(shape.begin(), shape.end());
+  impl->strides.assign(strides.begin(), strides.end());
+  impl->offset = offset;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor empty(ShapeRef shape, TensorOptions options) {
+  for (int64_t d : shape) {
+    SJ_REQUIRE(d >= 0, "empty: negative size in shape ", ir::ShapeToString(shape));
+  }
+  auto storage = std::make_shared<Storage>(ir::NumElements(shape) * ir::DTypeSize(options.dtype),
+                                           options.device);
+  Tensor t = MakeTensor(std::move(storage), shape, ir::ContiguousStrides(shape), 0,
+                        options.dtype);
+  if (options.requires_grad) t.set_requires_grad(true);
+  return t;
+}
+
+Tensor full(ShapeRef shape, double value, TensorOptions options) {
+  Tensor t = Dispatch(OpId::kFull, {},
+                      {{AttrKey::kShape, Vec(shape)}, {AttrKey::kValue, value},
+                       {AttrKey::kDTypeAttr, options.dtype}});
+  if (options.requires_grad) t.set_requires_grad(true);
+  return t;
+}
+Tensor zeros(ShapeRef shape, TensorOptions options) { return full(shape, 0.0, options); }
+Tensor ones(ShapeRef shape, TensorOptions options) { return full(shape, 1.0, options); }
+Tensor scalar_tensor(double value, TensorOptions options) { return full({}, value, options); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), {.dtype = t.dtype()}); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), {.dtype = t.dtype()}); }
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), {.dtype = t.dtype()}); }
+
+Tensor arange(double end, TensorOptions options) { return arange(0, end, 1, options); }
+Tensor arange(double start, double end, double step, TensorOptions options) {
+  SJ_REQUIRE(step != 0, "arange: step must be non-zero");
+  const double count = std::ceil((end - start) / step);
+  const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
+  return Dispatch(OpId::kArange, {},
+                  {{AttrKey::kShape, std::vector<int64_t>{n}}, {AttrKey::kStart, start},
+                   {AttrKey::kStep, step}, {AttrKey::kDTypeAttr, options.dtype}});
+}
+
+namespace {
+template <typename T>
+Tensor FromHost(const std::vector<T>& values, ShapeRef shape, TensorOptions options,
+                DType host_dtype) {
+  SJ_REQUIRE(static_cast<int64_t>(values.size()) == ir::NumElements(shape),
+             "from_vector: ", values.size(), " values do not fill shape ",
+             ir::ShapeToString(shape), " (", ir::NumElements(shape), " elements)");
+  Tensor t = empty(shape, {.dtype = host_dtype});
+  std::copy(values.begin(), values.end(), t.data<T>());
+  if (options.dtype != host_dtype) t = t.to(options.dtype);
+  if (options.requires_grad) t.set_requires_grad(true);
+  return t;
+}
+}  // namespace
+
+Tensor from_vector(const std::vector<float>& values, ShapeRef shape, TensorOptions options) {
+  return FromHost(values, shape, options, DType::kF32);
+}
+Tensor from_vector(const std::vector<double>& values, ShapeRef shape, TensorOptions options) {
+  return FromHost(values, shape, options, DType::kF64);
+}
+Tensor from_vector(const std::vector<int64_t>& values, ShapeRef shape, TensorOptions options) {
+  return FromHost(values, shape, options, DType::kI64);
+}
+
+}  // namespace stepjit
