@@ -147,20 +147,43 @@ template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
 template std::vector<int32_t> Tensor::to_vector<int32_t>() const;
 template std::vector<bool> Tensor::to_vector<bool>() const;
 
+namespace {
+// Nested brackets as PyTorch prints them; dims longer than 6 show their first
+// and last 3 entries around "...".
+void PrintDim(std::ostream& os, const Tensor& t, int64_t dim, int64_t offset) {
+  if (t.dim() == 0) {
+    os << ReadAsDouble(static_cast<char*>(t.data_ptr()), t.dtype());
+    return;
+  }
+  const int64_t n = t.shape()[dim];
+  const bool summarize = n > 6;
+  os << "[";
+  for (int64_t i = 0; i < n; ++i) {
+    if (summarize && i == 3) {
+      os << "...";
+      i = n - 3;
+      os << (dim + 1 == t.dim() ? ", " : ",\n" + std::string(dim + 8, ' '));
+    }
+    const int64_t off = offset + i * t.strides()[dim];
+    if (dim + 1 == t.dim()) {
+      os << ReadAsDouble(static_cast<char*>(t.storage()->data()) + off * t.element_size(),
+                         t.dtype());
+    } else {
+      PrintDim(os, t, dim + 1, off);
+    }
+    if (i + 1 < n) os << (dim + 1 == t.dim() ? ", " : ",\n" + std::string(dim + 8, ' '));
+  }
+  os << "]";
+}
+}  // namespace
+
 std::string Tensor::ToString() const {
   if (!defined()) return "tensor(undefined)";
   std::ostringstream os;
-  Tensor c = contiguous();
-  const int64_t n = numel(), per_row = dim() > 0 ? shape().back() : 1;
-  const int64_t show = std::min<int64_t>(n, 64);
-  os << "tensor([";
-  for (int64_t i = 0; i < show; ++i) {
-    if (i > 0) os << (per_row > 0 && i % per_row == 0 ? ";  " : ", ");
-    double v = ReadAsDouble(static_cast<char*>(c.data_ptr()) + i * element_size(), dtype());
-    os << v;
-  }
-  if (show < n) os << ", ...";
-  os << "], dtype=" << ir::DTypeName(dtype()) << ", shape=" << ir::ShapeToString(shape());
+  os.precision(6);
+  os << "tensor(";
+  PrintDim(os, *this, 0, offset());
+  os << ", dtype=" << ir::DTypeName(dtype()) << ", shape=" << ir::ShapeToString(shape());
   if (requires_grad()) os << ", requires_grad";
   os << ")";
   return os.str();

@@ -18,9 +18,15 @@ template <typename C>
 struct CpuMath {
   using V = C;
   static C Const(double v) { return static_cast<C>(v); }
-  static C Add(C a, C b) { return a + b; }
+  static C Add(C a, C b) {
+    if constexpr (std::is_same_v<C, bool>) return a || b;
+    else return a + b;
+  }
   static C Sub(C a, C b) { return a - b; }
-  static C Mul(C a, C b) { return a * b; }
+  static C Mul(C a, C b) {
+    if constexpr (std::is_same_v<C, bool>) return a && b;
+    else return a * b;
+  }
   static C Div(C a, C b) { return a / b; }
   static C Neg(C a) { return -a; }
   static C Abs(C a) { return a < C(0) ? -a : a; }

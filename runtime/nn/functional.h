@@ -1,0 +1,81 @@
+// nn::functional: stateless layer functions (torch.nn.functional) over ops.h.
+#ifndef STEPJIT_RUNTIME_NN_FUNCTIONAL_H_
+#define STEPJIT_RUNTIME_NN_FUNCTIONAL_H_
+
+#include <string>
+
+#include "ir/status.h"
+#include "runtime/generator.h"
+#include "runtime/ops.h"
+#include "runtime/tensor.h"
+
+namespace stepjit::nn::functional {
+
+// y = x W^T + b for x: [..., in], weight: [out, in], bias: [out] or undefined.
+// Leading dims are folded into one so any rank reaches the 2-D GEMM (a view).
+inline Tensor linear(const Tensor& input, const Tensor& weight,
+                     const Tensor& bias = Tensor()) {
+  SJ_REQUIRE(weight.dim() == 2 && weight.shape()[1] > 0,
+             "linear: weight must be 2-D [out, in] with in > 0, got ",
+             ir::ShapeToString(weight.shape()));
+  const int64_t in = weight.shape()[1];
+  SJ_REQUIRE(input.dim() >= 1 && input.shape().back() == in, "linear: input ",
+             ir::ShapeToString(input.shape()), " does not end in in_features ",
+             in, " of weight ", ir::ShapeToString(weight.shape()));
+  Tensor out;
+  if (input.dim() == 2) {
+    out = matmul(input, weight, false, /*transpose_b=*/true);
+  } else {
+    Shape out_shape = input.shape();
+    out_shape.back() = weight.shape()[0];
+    out = matmul(input.reshape({input.numel() / in, in}), weight, false,
+                 /*transpose_b=*/true)
+              .reshape(out_shape);
+  }
+  return bias.defined() ? out + bias : out;
+}
+
+inline Tensor relu(const Tensor& x) { return ::stepjit::relu(x); }
+
+inline Tensor gelu(const Tensor& x, const std::string& approximate = "none") {
+  return ::stepjit::gelu(x, approximate);
+}
+
+inline Tensor layer_norm(const Tensor& x, ShapeRef normalized_shape,
+                         const Tensor& weight = Tensor(),
+                         const Tensor& bias = Tensor(), double eps = 1e-5) {
+  return ::stepjit::layer_norm(x, normalized_shape, weight, bias, eps);
+}
+
+inline Tensor dropout(const Tensor& x, double p = 0.5, bool training = true,
+                      Generator* gen = nullptr) {
+  return ::stepjit::dropout(x, p, training, gen);
+}
+
+// Argument order follows torch.nn.functional.embedding(input, weight).
+inline Tensor embedding(const Tensor& indices, const Tensor& weight) {
+  return ::stepjit::embedding(weight, indices);
+}
+
+inline Tensor softmax(const Tensor& x, int64_t dim) {
+  return ::stepjit::softmax(x, dim);
+}
+
+inline Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return ::stepjit::log_softmax(x, dim);
+}
+
+inline Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
+                            const std::string& reduction = "mean",
+                            double label_smoothing = 0.0) {
+  return ::stepjit::cross_entropy(logits, targets, reduction, label_smoothing);
+}
+
+inline Tensor mse_loss(const Tensor& input, const Tensor& target,
+                       const std::string& reduction = "mean") {
+  return ::stepjit::mse_loss(input, target, reduction);
+}
+
+}  // namespace stepjit::nn::functional
+
+#endif  // STEPJIT_RUNTIME_NN_FUNCTIONAL_H_

@@ -1,0 +1,119 @@
+// Standard layers: construction (PyTorch's default init) and forward.
+#include "runtime/nn/layers.h"
+
+#include <cmath>
+
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/nn/functional.h"
+#include "runtime/ops.h"
+
+namespace stepjit::nn {
+namespace {
+
+// U(-bound, bound) from the default generator, computed as torch's uniform_.
+Tensor Uniform(ShapeRef shape, double bound) {
+  NoGradGuard no_grad;
+  return rand(shape) * (2.0 * bound) - bound;
+}
+
+}  // namespace
+
+LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool bias)
+    : in_features_(in_features), out_features_(out_features) {
+  SJ_REQUIRE(in_features > 0 && out_features > 0,
+             "Linear: in_features and out_features must be positive, got (",
+             in_features, ", ", out_features, ")");
+  // kaiming_uniform_(a=sqrt(5)) reduces to bound = 1/sqrt(fan_in); the bias
+  // uses the same bound. Weight is drawn first, as in PyTorch.
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+  weight =
+      register_parameter("weight", Uniform({out_features, in_features}, bound));
+  if (bias)
+    this->bias = register_parameter("bias", Uniform({out_features}, bound));
+}
+
+Tensor LinearImpl::forward(const Tensor& input) {
+  return functional::linear(input, weight, bias);
+}
+
+Tensor ReLUImpl::forward(const Tensor& input) { return relu(input); }
+
+GELUImpl::GELUImpl(std::string approximate)
+    : approximate_(std::move(approximate)) {
+  SJ_REQUIRE(approximate_ == "none" || approximate_ == "tanh",
+             "GELU: approximate must be \"none\" or \"tanh\", got \"",
+             approximate_, "\"");
+}
+
+Tensor GELUImpl::forward(const Tensor& input) {
+  return gelu(input, approximate_);
+}
+
+LayerNormImpl::LayerNormImpl(std::vector<int64_t> normalized_shape, double eps,
+                             bool elementwise_affine)
+    : normalized_shape_(std::move(normalized_shape)), eps_(eps) {
+  SJ_REQUIRE(!normalized_shape_.empty(),
+             "LayerNorm: normalized_shape must not be empty");
+  for (int64_t d : normalized_shape_) {
+    SJ_REQUIRE(d > 0, "LayerNorm: normalized_shape ",
+               ir::ShapeToString(normalized_shape_), " has a non-positive dim");
+  }
+  SJ_REQUIRE(eps > 0, "LayerNorm: eps must be positive, got ", eps);
+  if (elementwise_affine) {
+    weight = register_parameter("weight", ones(normalized_shape_));
+    bias = register_parameter("bias", zeros(normalized_shape_));
+  }
+}
+
+Tensor LayerNormImpl::forward(const Tensor& input) {
+  return layer_norm(input, normalized_shape_, weight, bias, eps_);
+}
+
+DropoutImpl::DropoutImpl(double p) : p_(p) {
+  SJ_REQUIRE(p >= 0.0 && p <= 1.0,
+             "Dropout: probability must be in [0, 1], got ", p);
+}
+
+Tensor DropoutImpl::forward(const Tensor& input) {
+  return dropout(input, p_, is_training());
+}
+
+EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim) {
+  SJ_REQUIRE(num_embeddings > 0 && embedding_dim > 0,
+             "Embedding: num_embeddings and embedding_dim must be positive, "
+             "got (",
+             num_embeddings, ", ", embedding_dim, ")");
+  Tensor init;
+  {
+    NoGradGuard no_grad;
+    init = randn({num_embeddings, embedding_dim});
+  }
+  weight = register_parameter("weight", init);
+}
+
+Tensor EmbeddingImpl::forward(const Tensor& indices) {
+  return embedding(weight, indices);
+}
+
+Tensor FlattenImpl::forward(const Tensor& input) {
+  return input.flatten(start_dim_, end_dim_);
+}
+
+void SequentialImpl::push_back(std::shared_ptr<Module> module) {
+  register_module(std::to_string(modules_.size()), module);
+  modules_.push_back(std::move(module));
+}
+
+const std::shared_ptr<Module>& SequentialImpl::operator[](size_t index) const {
+  SJ_REQUIRE(index < modules_.size(), "Sequential: index ", index,
+             " out of range for ", modules_.size(), " modules");
+  return modules_[index];
+}
+
+Tensor SequentialImpl::forward(const Tensor& input) {
+  Tensor x = input;
+  for (const auto& module : modules_) x = (*module)(x);
+  return x;
+}
+
+}  // namespace stepjit::nn

@@ -1,0 +1,138 @@
+// nn::Module: registration, recursive traversal, in-place device/dtype moves.
+#include "runtime/nn/module.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "absl/container/flat_hash_set.h"
+#include "runtime/autograd/grad_mode.h"
+
+namespace stepjit::nn {
+namespace {
+
+// Points `dst`'s impl at `src`'s data, keeping dst's impl object (and with it
+// every handle, autograd meta and requires_grad) alive and unchanged.
+void ReplaceContents(const Tensor& dst, const Tensor& src) {
+  TensorImpl* impl = dst.impl();
+  const TensorImpl* from = src.impl();
+  impl->storage = from->storage;
+  impl->shape = from->shape;
+  impl->strides = from->strides;
+  impl->offset = from->offset;
+  impl->dtype = from->dtype;
+}
+
+// Converts each parameter and its grad with `convert`, in place.
+void ConvertInPlace(const std::vector<Tensor>& params,
+                    const std::function<Tensor(const Tensor&)>& convert) {
+  NoGradGuard no_grad;
+  for (const Tensor& p : params) {
+    const Tensor grad = p.grad();
+    ReplaceContents(p, convert(p.detach()));
+    if (grad.defined()) ReplaceContents(grad, convert(grad.detach()));
+  }
+}
+
+}  // namespace
+
+Tensor Module::forward(const Tensor& input) {
+  throw Error("nn::Module::forward(Tensor) is not implemented by this module");
+}
+
+void Module::CheckNewName(const std::string& name, const char* what) const {
+  SJ_REQUIRE(!name.empty(), what, " name must not be empty");
+  SJ_REQUIRE(name.find('.') == std::string::npos, what, " name '", name,
+             "' must not contain '.'");
+  const auto same = [&](const auto& entry) { return entry.first == name; };
+  SJ_REQUIRE(std::none_of(parameters_.begin(), parameters_.end(), same) &&
+                 std::none_of(children_.begin(), children_.end(), same),
+             what, " name '", name, "' is already registered in this module");
+}
+
+Tensor Module::register_parameter(const std::string& name, Tensor tensor,
+                                  bool requires_grad) {
+  CheckNewName(name, "parameter");
+  SJ_REQUIRE(tensor.defined(), "parameter '", name, "' is undefined");
+  SJ_REQUIRE(!requires_grad || ir::IsFloating(tensor.dtype()), "parameter '",
+             name, "' of dtype ", std::string(ir::DTypeName(tensor.dtype())),
+             " cannot require grad (floating-point dtypes only)");
+  // A parameter is a leaf: drop any history the caller built it with.
+  if (!tensor.is_leaf()) tensor = tensor.detach();
+  tensor.set_requires_grad(requires_grad);
+  parameters_.emplace_back(name, tensor);
+  return tensor;
+}
+
+void Module::AddChild(const std::string& name, std::shared_ptr<Module> child) {
+  CheckNewName(name, "submodule");
+  SJ_REQUIRE(child != nullptr, "submodule '", name, "' is null");
+  children_.emplace_back(name, std::move(child));
+}
+
+void Module::CollectParameters(
+    const std::string& prefix, NamedTensors& out,
+    absl::flat_hash_set<const TensorImpl*>& seen) const {
+  for (const auto& [name, tensor] : parameters_) {
+    if (seen.insert(tensor.impl()).second)
+      out.emplace_back(prefix + name, tensor);
+  }
+}
+
+Module::NamedTensors Module::named_parameters(bool recurse) const {
+  NamedTensors out;
+  absl::flat_hash_set<const TensorImpl*> seen;
+  CollectParameters("", out, seen);
+  if (!recurse) return out;
+  // Pre-order over submodules; prefixes accumulate "a.b." as PyTorch's do.
+  std::function<void(const Module&, const std::string&)> visit =
+      [&](const Module& m, const std::string& prefix) {
+        for (const auto& [name, child] : m.children_) {
+          const std::string child_prefix = prefix + name + ".";
+          child->CollectParameters(child_prefix, out, seen);
+          visit(*child, child_prefix);
+        }
+      };
+  visit(*this, "");
+  return out;
+}
+
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [name, tensor] : named_parameters(recurse)) {
+    out.push_back(std::move(tensor));
+  }
+  return out;
+}
+
+void Module::to(Device device) {
+  ConvertInPlace(parameters(),
+                 [device](const Tensor& t) { return t.to(device); });
+}
+
+void Module::to(DType dtype) {
+  SJ_REQUIRE(ir::IsFloating(dtype),
+             "nn::Module::to only accepts floating-point dtypes, got ",
+             std::string(ir::DTypeName(dtype)));
+  std::vector<Tensor> floating;
+  for (const Tensor& p : parameters()) {
+    if (ir::IsFloating(p.dtype())) floating.push_back(p);
+  }
+  ConvertInPlace(floating, [dtype](const Tensor& t) { return t.to(dtype); });
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->train(on);
+}
+
+void Module::zero_grad(bool set_to_none) {
+  for (const Tensor& p : parameters()) {
+    if (set_to_none) {
+      p.set_grad(Tensor());
+    } else if (Tensor grad = p.grad(); grad.defined()) {
+      grad.zero_();
+    }
+  }
+}
+
+}  // namespace stepjit::nn

@@ -1,0 +1,152 @@
+// nn::Module (named parameters and submodules) and ModuleHolder (its handle).
+//
+// Modules live behind std::shared_ptr so that a submodule registered in two
+// places, a holder copied into a lambda and an optimizer all refer to the same
+// object. Parameters are identified by their TensorImpl: optimizers and the
+// tracer bind state by identity, so nothing here ever replaces a parameter's
+// impl — `to()` rewrites the impl's contents instead.
+#ifndef STEPJIT_RUNTIME_NN_MODULE_H_
+#define STEPJIT_RUNTIME_NN_MODULE_H_
+
+#include <concepts>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "ir/status.h"
+#include "runtime/tensor.h"
+
+namespace stepjit::nn {
+
+class Module;
+
+// A value type that hands out the shared_ptr of the module it wraps.
+template <typename H>
+concept ModuleHolderType = requires(const H& h) {
+  { h.ptr() } -> std::convertible_to<std::shared_ptr<Module>>;
+};
+
+class Module {
+ public:
+  using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+  using NamedModules =
+      std::vector<std::pair<std::string, std::shared_ptr<Module>>>;
+
+  Module() = default;
+  virtual ~Module() = default;
+  // Copies would share parameter impls while looking independent.
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  virtual Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+
+  // Registers `tensor` under `name` (no dots, unique in this module), sets
+  // its requires_grad, and returns a handle sharing its impl.
+  Tensor register_parameter(const std::string& name, Tensor tensor,
+                            bool requires_grad = true);
+
+  template <typename M>
+    requires std::derived_from<M, Module>
+  std::shared_ptr<M> register_module(const std::string& name,
+                                     std::shared_ptr<M> module) {
+    AddChild(name, module);
+    return module;
+  }
+  template <ModuleHolderType H>
+  H register_module(const std::string& name, H holder) {
+    AddChild(name, holder.ptr());
+    return holder;
+  }
+
+  // This module's parameters first, then each child's with a "child."
+  // prefix, in registration order (PyTorch's order). A tensor reachable by
+  // two names (tied weights) is listed once, under the first.
+  NamedTensors named_parameters(bool recurse = true) const;
+  // The same tensors as named_parameters(): handles sharing the impls.
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  const NamedModules& named_children() const { return children_; }
+
+  // Convert every parameter (and its grad) in place; handles held elsewhere
+  // see the new device/dtype. to(DType) only touches floating-point tensors.
+  void to(Device device);
+  void to(DType dtype);
+
+  virtual void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  void zero_grad(bool set_to_none = true);
+
+ private:
+  void CheckNewName(const std::string& name, const char* what) const;
+  void AddChild(const std::string& name, std::shared_ptr<Module> child);
+  void CollectParameters(const std::string& prefix, NamedTensors& out,
+                         absl::flat_hash_set<const TensorImpl*>& seen) const;
+
+  NamedTensors parameters_;
+  NamedModules children_;
+  bool training_ = true;
+};
+
+// A copyable handle to a shared Impl (libtorch's ModuleHolder): lets users
+// write `nn::Linear fc(4, 8); fc(x); fc.parameters(); fc->weight`.
+template <typename Impl>
+class ModuleHolder {
+ public:
+  using ContainedType = Impl;
+
+  ModuleHolder()
+    requires std::default_initializable<Impl>
+      : impl_(std::make_shared<Impl>()) {}
+  // Empty, for members that are assigned in a constructor body.
+  ModuleHolder(std::nullptr_t) {}
+  ModuleHolder(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  // Builds a new Impl from constructor arguments; a lone holder argument is a
+  // copy, never an Impl argument.
+  template <typename First, typename... Rest>
+    requires(sizeof...(Rest) > 0 ||
+             !std::derived_from<std::remove_cvref_t<First>, ModuleHolder>) &&
+            std::constructible_from<Impl, First, Rest...>
+  explicit ModuleHolder(First&& first, Rest&&... rest)
+      : impl_(std::make_shared<Impl>(std::forward<First>(first),
+                                     std::forward<Rest>(rest)...)) {}
+
+  Impl* operator->() const { return &impl(); }
+  Impl& operator*() const { return impl(); }
+  const std::shared_ptr<Impl>& ptr() const { return impl_; }
+  bool is_empty() const { return impl_ == nullptr; }
+
+  Tensor operator()(const Tensor& input) const { return impl()(input); }
+  Module::NamedTensors named_parameters(bool recurse = true) const {
+    return impl().named_parameters(recurse);
+  }
+  std::vector<Tensor> parameters(bool recurse = true) const {
+    return impl().parameters(recurse);
+  }
+  void to(Device device) const { impl().to(device); }
+  void to(DType dtype) const { impl().to(dtype); }
+  void train(bool on = true) const { impl().train(on); }
+  void eval() const { impl().eval(); }
+  bool is_training() const { return impl().is_training(); }
+  void zero_grad(bool set_to_none = true) const {
+    impl().zero_grad(set_to_none);
+  }
+
+ private:
+  Impl& impl() const {
+    SJ_REQUIRE(impl_ != nullptr, "use of an empty module holder (",
+               "constructed from nullptr and never assigned)");
+    return *impl_;
+  }
+
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace stepjit::nn
+
+#endif  // STEPJIT_RUNTIME_NN_MODULE_H_

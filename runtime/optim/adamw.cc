@@ -1,0 +1,67 @@
+// optim::AdamW: option validation and the torch.optim.AdamW update.
+#include "runtime/optim/adamw.h"
+
+#include <utility>
+
+#include "ir/status.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/ops.h"
+
+namespace stepjit::optim {
+namespace {
+
+const AdamWOptions& Validated(const AdamWOptions& o) {
+  SJ_REQUIRE(o.eps >= 0.0, "AdamW: invalid epsilon value: ", o.eps);
+  SJ_REQUIRE(o.beta1 >= 0.0 && o.beta1 < 1.0,
+             "AdamW: invalid beta parameter at index 0: ", o.beta1,
+             " (must be in [0, 1))");
+  SJ_REQUIRE(o.beta2 >= 0.0 && o.beta2 < 1.0,
+             "AdamW: invalid beta parameter at index 1: ", o.beta2,
+             " (must be in [0, 1))");
+  SJ_REQUIRE(o.weight_decay >= 0.0,
+             "AdamW: invalid weight_decay value: ", o.weight_decay);
+  return o;
+}
+
+}  // namespace
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
+    : Optimizer(std::move(params), options.lr, "AdamW"),
+      options_(Validated(options)),
+      state_(params_.size()) {
+  // f64: 1 - beta^t magnifies beta's rounding error by 1/(1 - beta), so 0.999
+  // rounded to f32 would put the bias correction off by 1.3e-5 at t = 1.
+  // Being 0-d, they do not widen the parameter math they enter.
+  const TensorOptions scalar{.dtype = DType::kF64,
+                             .device = step_count().device()};
+  beta1_ = scalar_tensor(options_.beta1, scalar);
+  beta2_ = scalar_tensor(options_.beta2, scalar);
+}
+
+void AdamW::step() {
+  NoGradGuard no_grad;
+  IncrementStep();
+  const AdamWOptions& o = options_;
+  // Shared by all parameters: 0-d tensors, so nothing is read to the host.
+  const Tensor& lr = lr_tensor();
+  const Tensor decay = 1.0 - lr * o.weight_decay;
+  const Tensor step_size = lr / (1.0 - pow(beta1_, step_count()));
+  const Tensor bias_correction2_sqrt = sqrt(1.0 - pow(beta2_, step_count()));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    AdamWState& s = state_[i];
+    if (!s.exp_avg.defined()) {
+      s.exp_avg = zeros_like(p);
+      s.exp_avg_sq = zeros_like(p);
+    }
+    if (o.weight_decay != 0.0) p.mul_(decay);
+    s.exp_avg.lerp_(g, 1.0 - o.beta1);
+    s.exp_avg_sq.mul_(o.beta2).addcmul_(g, g, 1.0 - o.beta2);
+    const Tensor denom = sqrt(s.exp_avg_sq) / bias_correction2_sqrt + o.eps;
+    p.sub_(s.exp_avg / denom * step_size);
+  }
+}
+
+}  // namespace stepjit::optim

@@ -1,0 +1,54 @@
+// optim::SGD: option validation and the torch.optim.SGD update.
+#include "runtime/optim/sgd.h"
+
+#include <utility>
+
+#include "ir/status.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/ops.h"
+
+namespace stepjit::optim {
+namespace {
+
+const SGDOptions& Validated(const SGDOptions& o) {
+  SJ_REQUIRE(o.momentum >= 0.0, "SGD: invalid momentum value: ", o.momentum);
+  SJ_REQUIRE(o.weight_decay >= 0.0,
+             "SGD: invalid weight_decay value: ", o.weight_decay);
+  SJ_REQUIRE(!o.nesterov || (o.momentum > 0.0 && o.dampening == 0.0),
+             "SGD: nesterov momentum requires a momentum > 0 and zero "
+             "dampening, got momentum ",
+             o.momentum, " and dampening ", o.dampening);
+  return o;
+}
+
+}  // namespace
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions options)
+    : Optimizer(std::move(params), options.lr, "SGD"),
+      options_(Validated(options)),
+      state_(params_.size()) {}
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  IncrementStep();
+  const SGDOptions& o = options_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (o.weight_decay != 0.0) g = g + p * o.weight_decay;
+    if (o.momentum != 0.0) {
+      Tensor& buf = state_[i].momentum_buffer;
+      if (!buf.defined()) {
+        // PyTorch starts the buffer at the (decayed) grad, undamped.
+        buf = g.clone();
+      } else {
+        buf.mul_(o.momentum).add_(g, 1.0 - o.dampening);
+      }
+      g = o.nesterov ? g + buf * o.momentum : buf;
+    }
+    p.sub_(g * lr_tensor());
+  }
+}
+
+}  // namespace stepjit::optim

@@ -1,0 +1,45 @@
+// optim::SGD: stochastic gradient descent with momentum, dampening, Nesterov
+// and L2 weight decay, matching torch.optim.SGD update for update.
+#ifndef STEPJIT_RUNTIME_OPTIM_SGD_H_
+#define STEPJIT_RUNTIME_OPTIM_SGD_H_
+
+#include <vector>
+
+#include "runtime/optim/optimizer.h"
+#include "runtime/tensor.h"
+
+namespace stepjit::optim {
+
+struct SGDOptions {
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+// Per-parameter state; momentum_buffer is undefined until the first step
+// with a grad (and always without momentum).
+struct SGDState {
+  Tensor momentum_buffer;
+};
+
+class SGD : public Optimizer {
+ public:
+  explicit SGD(std::vector<Tensor> params, SGDOptions options = {});
+
+  // g += wd * p; buf = g (first step) or momentum * buf + (1 - dampening) * g;
+  // g = g + momentum * buf (Nesterov) or buf; p -= lr * g.
+  void step() override;
+
+  const SGDOptions& options() const { return options_; }
+  const SGDState& state(size_t index) const { return state_.at(index); }
+
+ private:
+  SGDOptions options_;
+  std::vector<SGDState> state_;
+};
+
+}  // namespace stepjit::optim
+
+#endif  // STEPJIT_RUNTIME_OPTIM_SGD_H_
