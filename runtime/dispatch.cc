@@ -39,6 +39,8 @@ const cpu::KernelTable& CpuKernels() {
 std::optional<Shape> ViewStrides(ShapeRef old_shape, ShapeRef old_strides,
                                  ShapeRef new_shape) {
   if (ir::NumElements(old_shape) == 0) return ir::ContiguousStrides(new_shape);
+  // A 0-d tensor has one element: any all-ones shape views it.
+  if (old_shape.empty()) return Shape(new_shape.size(), 1);
   Shape out(new_shape.size());
   int64_t view_d = static_cast<int64_t>(new_shape.size()) - 1;
   int64_t chunk_base_stride = old_strides.empty() ? 1 : old_strides.back();
@@ -138,6 +140,13 @@ ir::DType OperandDType(OpId op, int i, const Tensor& t,
   return out.dtype;
 }
 
+// True when `a` and `b` share storage but are not the very same view.
+bool AliasesDifferently(const Tensor& a, const Tensor& b) {
+  return a.storage() == b.storage() &&
+         !(a.offset() == b.offset() && a.shape() == b.shape() &&
+           a.strides() == b.strides());
+}
+
 }  // namespace
 
 DispatchObserver* SetDispatchObserver(DispatchObserver* observer) {
@@ -166,7 +175,11 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
     absl::InlinedVector<Tensor, 4> converted(inputs.begin(), inputs.end());
     for (size_t i = 0; i < converted.size(); ++i) {
       ir::DType want = OperandDType(op, static_cast<int>(i), inputs[i], types, out_type);
-      if (want != inputs[i].dtype()) {
+      // An in-place op reading another view of its target (x.copy_(x.t()))
+      // would read elements it has already overwritten: read from a copy.
+      const bool overlaps = ir::IsInplace(op) && i > 0 &&
+                            AliasesDifferently(inputs[i], inputs[0]);
+      if (want != inputs[i].dtype() || overlaps) {
         Tensor c = empty(inputs[i].shape(), {.dtype = want});
         cpu::CopyInto(c, inputs[i]);
         converted[i] = c;
@@ -187,12 +200,14 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
     if (ir::IsInplace(op)) out.storage()->BumpVersion();
   }
 
+  // The observer sees the op before autograd saves aliases of its tensors,
+  // so that a tracer already knows what those aliases refer to.
+  if (t_observer != nullptr) t_observer->OnOp(op, inputs, attrs, out);
   if (grad_on && ir::IsDifferentiable(op)) {
     bool any = false;
     for (const Tensor& t : inputs) any |= t.requires_grad();
     if (any && ir::IsFloating(out.dtype())) autograd::RecordOp(op, inputs, attrs, out);
   }
-  if (t_observer != nullptr) t_observer->OnOp(op, inputs, attrs, out);
   return out;
 }
 

@@ -23,6 +23,13 @@ class DispatchObserver {
   virtual void OnOp(ir::OpId op, absl::Span<const Tensor> inputs,
                     const ir::Attrs& attrs, const Tensor& output) = 0;
   virtual void OnHostRead(const Tensor& tensor, const char* what) {}
+  // A leaf's .grad binding was read or replaced (no op runs for these, yet a
+  // traced step must reproduce them).
+  virtual void OnGradRead(const Tensor& leaf, const Tensor& grad) {}
+  virtual void OnGradSet(const Tensor& leaf, const Tensor& grad) {}
+  // `alias` shares `source`'s data without its autograd history (detach(),
+  // and the tensors autograd saves for backward).
+  virtual void OnAlias(const Tensor& source, const Tensor& alias) {}
 };
 // Installs `observer` for the calling thread (nullptr to detach); returns the
 // previous one.

@@ -2,6 +2,7 @@
 #include "runtime/tensor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <ostream>
 #include <sstream>
@@ -205,8 +206,10 @@ Tensor& Tensor::set_requires_grad(bool requires_grad) {
 }
 bool Tensor::is_leaf() const { return !impl_->autograd || !impl_->autograd->grad_fn; }
 Tensor Tensor::grad() const {
-  if (!impl_->autograd || !impl_->autograd->grad) return Tensor();
-  return *impl_->autograd->grad;
+  Tensor g;
+  if (impl_->autograd && impl_->autograd->grad) g = *impl_->autograd->grad;
+  if (auto* obs = runtime::GetDispatchObserver()) obs->OnGradRead(*this, g);
+  return g;
 }
 void Tensor::set_grad(const Tensor& grad) const {
   if (grad.defined()) {
@@ -217,13 +220,16 @@ void Tensor::set_grad(const Tensor& grad) const {
   }
   if (!impl_->autograd) impl_->autograd = std::make_unique<AutogradMeta>();
   impl_->autograd->grad = grad.defined() ? std::make_shared<Tensor>(grad) : nullptr;
+  if (auto* obs = runtime::GetDispatchObserver()) obs->OnGradSet(*this, grad);
 }
 const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
   static const std::shared_ptr<autograd::Node> kNone;
   return impl_->autograd ? impl_->autograd->grad_fn : kNone;
 }
 Tensor Tensor::detach() const {
-  return MakeTensor(impl_->storage, shape(), strides(), offset(), dtype());
+  Tensor alias = MakeTensor(impl_->storage, shape(), strides(), offset(), dtype());
+  if (auto* obs = runtime::GetDispatchObserver()) obs->OnAlias(*this, alias);
+  return alias;
 }
 void Tensor::backward(const Tensor& gradient) const { autograd::Backward(*this, gradient); }
 
@@ -259,6 +265,12 @@ Tensor& Tensor::fill_(double value) {
   Dispatch(OpId::kFillInplace, {*this}, {{AttrKey::kValue, value}});
   return *this;
 }
+
+namespace {
+std::atomic<uint64_t> g_parameter_epoch{0};
+}  // namespace
+uint64_t ParameterEpoch() { return g_parameter_epoch.load(std::memory_order_relaxed); }
+void BumpParameterEpoch() { g_parameter_epoch.fetch_add(1, std::memory_order_relaxed); }
 
 Tensor MakeTensor(std::shared_ptr<Storage> storage, ShapeRef shape, ShapeRef strides,
                   int64_t offset, DType dtype) {

@@ -152,6 +152,11 @@ Tensor from_vector(const std::vector<double>& values, ShapeRef shape,
 Tensor from_vector(const std::vector<int64_t>& values, ShapeRef shape,
                    TensorOptions options = {.dtype = DType::kI64});
 
+// Counts replacements of module parameters (a compiled step's identity guard
+// compares it with the value it saw when tracing).
+uint64_t ParameterEpoch();
+void BumpParameterEpoch();
+
 // A view over existing storage (used by views and by data loaders).
 Tensor MakeTensor(std::shared_ptr<Storage> storage, ShapeRef shape,
                   ShapeRef strides, int64_t offset, DType dtype);

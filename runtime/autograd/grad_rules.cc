@@ -97,7 +97,9 @@ std::vector<Tensor> ComputeGrads(const GradContext& c, const Tensor& g) {
   switch (c.op) {
     case OpId::kNeg: return {-g};
     case OpId::kAbs: return {g * sign(in[0])};
-    case OpId::kSign: return {Tensor()};
+    // A defined zero, not an undefined gradient: the engine only runs nodes
+    // that received a gradient, so an undefined one would stall other paths.
+    case OpId::kSign: return {zeros_like(in[0])};
     case OpId::kExp: return {g * y};
     case OpId::kLog: return {g / in[0]};
     case OpId::kSqrt: return {g * 0.5 / y};

@@ -1,6 +1,7 @@
 // Eager CPU kernels for factories, random numbers and copies, plus kernel-internal helpers.
 #include <cmath>
 #include <numbers>
+#include <type_traits>
 
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/loops.h"
@@ -60,6 +61,20 @@ void ArangeKernel(const KernelArgs& k) {
   });
 }
 
+// A uniform [0, 1) value that T holds exactly: f16 and bf16 draw only as many
+// bits as they have significand (as PyTorch does), because rounding a 24-bit
+// uniform to nearest would turn values just below 1 into 1.0.
+template <typename T>
+float UniformFor(uint32_t bits) {
+  if constexpr (std::is_same_v<T, ir::Half>) {
+    return static_cast<float>(bits >> 21) * (1.0f / 2048.0f);
+  } else if constexpr (std::is_same_v<T, ir::BFloat16>) {
+    return static_cast<float>(bits >> 24) * (1.0f / 256.0f);
+  } else {
+    return UniformFromBits(bits);
+  }
+}
+
 // Element i of a draw uses Philox word (offset + i): threads need no coordination.
 template <OpId op>
 void RandomKernel(const KernelArgs& k) {
@@ -71,7 +86,7 @@ void RandomKernel(const KernelArgs& k) {
     ParallelFor(k.out.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         if constexpr (op == OpId::kRand) {
-          o[i] = Convert<T>(UniformFromBits(PhiloxWord(seed, offset + i)));
+          o[i] = Convert<T>(UniformFor<T>(PhiloxWord(seed, offset + i)));
         } else if constexpr (op == OpId::kRandn) {
           // Box-Muller on the pair of words (2i, 2i+1); u1 in (0, 1].
           const double u1 = 1.0 - UniformFromBits(PhiloxWord(seed, offset + 2 * i));

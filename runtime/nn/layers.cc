@@ -116,4 +116,14 @@ Tensor SequentialImpl::forward(const Tensor& input) {
   return x;
 }
 
+void LinearImpl::OnParameterReplaced(const std::string& name, const Tensor& tensor) {
+  (name == "weight" ? weight : bias) = tensor;
+}
+void LayerNormImpl::OnParameterReplaced(const std::string& name, const Tensor& tensor) {
+  (name == "weight" ? weight : bias) = tensor;
+}
+void EmbeddingImpl::OnParameterReplaced(const std::string& name, const Tensor& tensor) {
+  weight = tensor;
+}
+
 }  // namespace stepjit::nn

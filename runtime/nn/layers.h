@@ -25,6 +25,11 @@ class LinearImpl : public Module {
   LinearImpl(int64_t in_features, int64_t out_features, bool bias = true);
   Tensor forward(const Tensor& input) override;
 
+ protected:
+  void OnParameterReplaced(const std::string& name, const Tensor& tensor) override;
+
+ public:
+
   int64_t in_features() const { return in_features_; }
   int64_t out_features() const { return out_features_; }
 
@@ -62,6 +67,11 @@ class LayerNormImpl : public Module {
                       elementwise_affine) {}
   Tensor forward(const Tensor& input) override;
 
+ protected:
+  void OnParameterReplaced(const std::string& name, const Tensor& tensor) override;
+
+ public:
+
   Tensor weight;  // undefined without elementwise_affine
   Tensor bias;
 
@@ -88,6 +98,9 @@ class EmbeddingImpl : public Module {
   Tensor forward(const Tensor& indices) override;
 
   Tensor weight;
+
+ protected:
+  void OnParameterReplaced(const std::string& name, const Tensor& tensor) override;
 };
 
 class FlattenImpl : public Module {

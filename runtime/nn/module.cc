@@ -63,6 +63,20 @@ Tensor Module::register_parameter(const std::string& name, Tensor tensor,
   return tensor;
 }
 
+Tensor Module::replace_parameter(const std::string& name, Tensor tensor) {
+  for (auto& [n, t] : parameters_) {
+    if (n != name) continue;
+    SJ_REQUIRE(tensor.defined(), "replace_parameter: '", name, "' would become undefined");
+    if (!tensor.is_leaf()) tensor = tensor.detach();
+    tensor.set_requires_grad(t.requires_grad());
+    t = tensor;
+    BumpParameterEpoch();
+    OnParameterReplaced(name, tensor);
+    return tensor;
+  }
+  throw Error("replace_parameter: this module has no parameter named '" + name + "'");
+}
+
 void Module::AddChild(const std::string& name, std::shared_ptr<Module> child) {
   CheckNewName(name, "submodule");
   SJ_REQUIRE(child != nullptr, "submodule '", name, "' is null");

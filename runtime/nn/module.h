@@ -50,6 +50,11 @@ class Module {
   Tensor register_parameter(const std::string& name, Tensor tensor,
                             bool requires_grad = true);
 
+  // Rebinds parameter `name` to a different tensor (a new identity): the
+  // registry and the layer's handle both change, and compiled steps that
+  // captured the old tensor retrace (their identity guard sees the epoch).
+  Tensor replace_parameter(const std::string& name, Tensor tensor);
+
   template <typename M>
     requires std::derived_from<M, Module>
   std::shared_ptr<M> register_module(const std::string& name,
@@ -81,6 +86,11 @@ class Module {
   bool is_training() const { return training_; }
 
   void zero_grad(bool set_to_none = true);
+
+ protected:
+  // Layers that keep a handle to a parameter (e.g. Linear::weight) update
+  // it here when replace_parameter rebinds the name.
+  virtual void OnParameterReplaced(const std::string& name, const Tensor& tensor) {}
 
  private:
   void CheckNewName(const std::string& name, const char* what) const;

@@ -1,0 +1,154 @@
+// OpenBLAS vs oneDNN on the GEMMs of an MLP 784-512-512-10 step, batch 128.
+//
+// These numbers decide ChooseBackend in runtime/cpu/gemm.cc. Reproduce with
+//   stepjit_benchmarks --benchmark_filter='Gemm|GemmStep'
+//       --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+// and read the medians. Shapes use libtorch's Linear layout, W[out, in]:
+//   forward  Y  = X  · W^T   m=batch n=out k=in  (NT)
+//   backward dX = dY · W     m=batch n=in  k=out (NN)
+//            dW = dY^T · X   m=out   n=in  k=batch (TN)
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "ir/dtype.h"
+#include "runtime/cpu/gemm.h"
+
+namespace stepjit::runtime::cpu {
+namespace {
+
+using ir::DType;
+
+// Debian's abseil has its own string_view type, which StrCat needs.
+absl::string_view Str(std::string_view s) { return {s.data(), s.size()}; }
+
+struct Shape {
+  std::string name;
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+};
+
+std::vector<Shape> MlpShapes() {
+  constexpr int64_t kBatch = 128;
+  const int64_t layers[][2] = {{784, 512}, {512, 512}, {512, 10}};
+  std::vector<Shape> shapes;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t in = layers[i][0], out = layers[i][1];
+    const std::string l = absl::StrCat("L", i + 1);
+    shapes.push_back({l + "_fwd_NT", false, true, kBatch, out, in});
+    shapes.push_back({l + "_dX_NN", false, false, kBatch, in, out});
+    shapes.push_back({l + "_dW_TN", true, false, out, in, kBatch});
+  }
+  return shapes;
+}
+
+// Dense operands for one shape, filled with values in [-1, 1].
+struct Operands {
+  std::vector<uint8_t> a, b, c;
+  GemmArgs args;
+};
+
+Operands MakeOperands(const Shape& s, DType dtype, GemmBackend backend) {
+  const int64_t size = ir::DTypeSize(dtype);
+  Operands o;
+  o.a.resize(s.m * s.k * size);
+  o.b.resize(s.k * s.n * size);
+  o.c.resize(s.m * s.n * size);
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (std::vector<uint8_t>* buf : {&o.a, &o.b}) {
+    for (int64_t i = 0; i < static_cast<int64_t>(buf->size()) / size; ++i) {
+      const float v = dist(rng);
+      if (dtype == DType::kF32) {
+        reinterpret_cast<float*>(buf->data())[i] = v;
+      } else {
+        reinterpret_cast<ir::BFloat16*>(buf->data())[i] = ir::BFloat16(v);
+      }
+    }
+  }
+  o.args = GemmArgs{.dtype = dtype,
+                    .trans_a = s.trans_a,
+                    .trans_b = s.trans_b,
+                    .m = s.m,
+                    .n = s.n,
+                    .k = s.k,
+                    .a = o.a.data(),
+                    .lda = s.trans_a ? s.m : s.k,
+                    .b = o.b.data(),
+                    .ldb = s.trans_b ? s.k : s.n,
+                    .c = o.c.data(),
+                    .ldc = s.n,
+                    .backend = backend};
+  return o;
+}
+
+void BM_Gemm(benchmark::State& state, Shape shape, DType dtype,
+             GemmBackend backend) {
+  Operands o = MakeOperands(shape, dtype, backend);
+  for (auto _ : state) {
+    absl::Status st = Gemm(o.args);
+    if (!st.ok()) {
+      state.SkipWithError(std::string(st.message()).c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(o.c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOPS"] = benchmark::Counter(
+      2.0 * shape.m * shape.n * shape.k * 1e-9,
+      benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// All nine GEMMs back to back, as a step runs them: exposes the cost of
+// switching between OpenBLAS's pthreads and oneDNN's OpenMP team.
+void BM_GemmStep(benchmark::State& state, GemmBackend backend) {
+  std::vector<Operands> ops;
+  for (const Shape& s : MlpShapes()) {
+    ops.push_back(MakeOperands(s, DType::kF32, backend));
+  }
+  for (auto _ : state) {
+    for (Operands& o : ops) {
+      if (!Gemm(o.args).ok()) state.SkipWithError("Gemm failed");
+      benchmark::DoNotOptimize(o.c.data());
+    }
+    benchmark::ClobberMemory();
+  }
+}
+
+const bool kRegistered = [] {
+  const struct {
+    DType dtype;
+    GemmBackend backend;
+  } configs[] = {{DType::kF32, GemmBackend::kOpenBlas},
+                 {DType::kF32, GemmBackend::kOneDnn},
+                 {DType::kF32, GemmBackend::kAuto},
+                 {DType::kBF16, GemmBackend::kOneDnn},
+                 {DType::kBF16, GemmBackend::kOpenBlas}};
+  for (const Shape& s : MlpShapes()) {
+    for (const auto& c : configs) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("Gemm/", s.name, "/", Str(ir::DTypeName(c.dtype)), "/",
+                       Str(GemmBackendName(c.backend)))
+              .c_str(),
+          BM_Gemm, s, c.dtype, c.backend)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+    }
+  }
+  for (GemmBackend b : {GemmBackend::kOpenBlas, GemmBackend::kOneDnn,
+                        GemmBackend::kAuto}) {
+    benchmark::RegisterBenchmark(
+        absl::StrCat("GemmStep/f32/", Str(GemmBackendName(b))).c_str(),
+        BM_GemmStep, b)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+  }
+  return true;
+}();
+
+}  // namespace
+}  // namespace stepjit::runtime::cpu

@@ -1,0 +1,364 @@
+// Fashion-MNIST MLP (784-512-512-10): trains eagerly and reports accuracy and
+// ms/step.
+//
+//   fashion_mnist --epochs 2 --mode both --json
+//
+// Compiled mode needs stepjit::compile (frontend/), which this build lacks
+// yet; --mode both runs eager and reports compiled as unavailable.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "ir/status.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/data/dataloader.h"
+#include "runtime/data/idx.h"
+#include "runtime/generator.h"
+#include "runtime/nn/layers.h"
+#include "runtime/ops.h"
+#include "runtime/optim/adamw.h"
+
+namespace {
+
+using namespace stepjit;  // NOLINT: example code, mirrors libtorch usage
+using Clock = std::chrono::steady_clock;
+
+constexpr char kCompiledUnavailable[] =
+    "compiled mode is not available yet in this build (stepjit::compile has "
+    "not landed); use --mode eager";
+
+constexpr char kUsage[] =
+    R"(usage: fashion_mnist [flags]
+Trains a 784-512-512-10 ReLU MLP on Fashion-MNIST with AdamW.
+  --data-dir DIR     IDX files (default /usr/share/datasets/fashion-mnist,
+                     from the Debian package dataset-fashion-mnist)
+  --epochs N         training epochs (default 2)
+  --max-steps N      stop after N optimizer steps in total (default: no limit)
+  --batch-size N     samples per step (default 128)
+  --lr X             AdamW learning rate (default 1e-3)
+  --seed N           seeds parameter init and the shuffle (default 0)
+  --workers N        DataLoader worker threads, 0 = main thread (default 1)
+  --mode M           eager | compiled | both (default eager)
+  --json             print one JSON result line on stdout (epoch lines go to
+                     stderr)
+  --quiet            no progress bar and no epoch lines
+  --help             this text
+Flags take their value as "--flag V" or "--flag=V".
+)";
+
+struct Flags {
+  std::string data_dir = data::kFashionMnistDir;
+  int64_t epochs = 2;
+  int64_t max_steps = -1;  // no limit
+  int64_t batch_size = 128;
+  double lr = 1e-3;
+  uint64_t seed = 0;
+  int64_t workers = 1;
+  std::string mode = "eager";
+  bool json = false;
+  bool quiet = false;
+};
+
+// Returns an error message, or "" when all flags parsed.
+std::string ParseFlags(int argc, char** argv, Flags& f, bool& help) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::optional<std::string> inline_value;
+    if (const size_t eq = arg.find('='); eq != std::string::npos) {
+      inline_value = arg.substr(eq + 1);
+      arg.resize(eq);
+    }
+    const bool is_switch =
+        arg == "--help" || arg == "-h" || arg == "--json" || arg == "--quiet";
+    if (is_switch) {
+      if (inline_value) return arg + " takes no value";
+      help |= arg == "--help" || arg == "-h";
+      f.json |= arg == "--json";
+      f.quiet |= arg == "--quiet";
+      continue;
+    }
+    auto value = [&]() -> std::optional<std::string> {
+      if (inline_value) return inline_value;
+      if (i + 1 < argc) return std::string(argv[++i]);
+      return std::nullopt;
+    };
+    auto positive_int = [&](int64_t& out, int64_t min) -> std::string {
+      std::optional<std::string> v = value();
+      if (!v) return arg + " needs a value";
+      if (!absl::SimpleAtoi(*v, &out) || out < min) {
+        return absl::StrFormat("%s: expected an integer >= %d, got '%s'", arg,
+                               min, *v);
+      }
+      return "";
+    };
+    std::string error;
+    if (arg == "--data-dir") {
+      std::optional<std::string> v = value();
+      if (!v) return arg + " needs a value";
+      f.data_dir = *v;
+    } else if (arg == "--epochs") {
+      error = positive_int(f.epochs, 1);
+    } else if (arg == "--max-steps") {
+      error = positive_int(f.max_steps, 1);
+    } else if (arg == "--batch-size") {
+      error = positive_int(f.batch_size, 1);
+    } else if (arg == "--workers") {
+      error = positive_int(f.workers, 0);
+    } else if (arg == "--seed") {
+      std::optional<std::string> v = value();
+      if (!v) return arg + " needs a value";
+      if (!absl::SimpleAtoi(*v, &f.seed)) {
+        return "--seed: expected a non-negative integer, got '" + *v + "'";
+      }
+    } else if (arg == "--lr") {
+      std::optional<std::string> v = value();
+      if (!v) return arg + " needs a value";
+      if (!absl::SimpleAtod(*v, &f.lr) || !(f.lr > 0)) {
+        return "--lr: expected a positive number, got '" + *v + "'";
+      }
+    } else if (arg == "--mode") {
+      std::optional<std::string> v = value();
+      if (!v) return arg + " needs a value";
+      if (*v != "eager" && *v != "compiled" && *v != "both") {
+        return "--mode: expected eager, compiled or both, got '" + *v + "'";
+      }
+      f.mode = *v;
+    } else {
+      return "unknown flag '" + std::string(argv[i]) + "'";
+    }
+    if (!error.empty()) return error;
+  }
+  return "";
+}
+
+double Seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+std::string Clock2(double seconds) {
+  const auto s = static_cast<int64_t>(seconds + 0.5);
+  return absl::StrFormat("%d:%02d", s / 60, s % 60);
+}
+
+// A one-line progress bar on stderr: redrawn in place (at most ~10 times a
+// second) on a terminal, one plain line every kPlainEvery steps otherwise.
+class Progress {
+ public:
+  Progress(int64_t total, bool enabled)
+      : total_(total), enabled_(enabled), tty_(isatty(STDERR_FILENO) != 0) {}
+
+  void Update(int64_t step, double loss, double elapsed_s) {
+    if (!enabled_) return;
+    const auto now = Clock::now();
+    if (tty_ ? (step != total_ && now - last_draw_ < kRedraw)
+             : (step % kPlainEvery != 0)) {
+      return;
+    }
+    last_draw_ = now;
+    const double rate = step / std::max(elapsed_s, 1e-9);
+    const double eta = (total_ - step) / std::max(rate, 1e-9);
+    constexpr int kWidth = 24;
+    const int filled =
+        static_cast<int>(kWidth * step / std::max<int64_t>(total_, 1));
+    std::string bar =
+        std::string(filled, '#') + std::string(kWidth - filled, '.');
+    std::string line =
+        absl::StrFormat("[%s] step %d/%d  loss %.4f  %.1f steps/s  ETA %s", bar,
+                        step, total_, loss, rate, Clock2(eta));
+    if (tty_) {
+      std::fprintf(stderr, "\r%s\033[K", line.c_str());
+    } else {
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    std::fflush(stderr);
+  }
+
+  // Clears the in-place line so the next output starts on a clean line.
+  void Clear() {
+    if (enabled_ && tty_) std::fprintf(stderr, "\r\033[K");
+  }
+
+ private:
+  static constexpr int64_t kPlainEvery = 100;
+  static constexpr auto kRedraw = std::chrono::milliseconds(100);
+  int64_t total_;
+  bool enabled_;
+  bool tty_;
+  Clock::time_point last_draw_{};
+};
+
+struct RunResult {
+  std::string mode;
+  int64_t epochs = 0;
+  int64_t steps = 0;
+  double ms_per_step = 0;        // median of forward+backward+optimizer
+  double train_ms_per_step = 0;  // training-loop wall time / steps
+  double final_loss = 0;
+  double test_accuracy = 0;
+};
+
+template <typename Model>
+double Evaluate(Model& model, const data::Dataset& test) {
+  model.eval();
+  NoGradGuard no_grad;
+  int64_t correct = 0;
+  data::DataLoader loader(test, {.batch_size = 1000});
+  for (data::Batch& b : loader) {
+    Tensor pred = argmax(model(b.x), 1);
+    correct +=
+        static_cast<int64_t>(sum(cast(eq(pred, b.y), DType::kI64)).item());
+  }
+  model.train();
+  return static_cast<double>(correct) / test.size();
+}
+
+RunResult RunEager(const Flags& f, const data::Dataset& train,
+                   const data::Dataset& test) {
+  manual_seed(f.seed);
+  nn::Sequential model(nn::Linear(784, 512), nn::ReLU(), nn::Linear(512, 512),
+                       nn::ReLU(), nn::Linear(512, 10));
+  optim::AdamW opt(model->parameters(), {.lr = f.lr});
+  data::DataLoader loader(train, {.batch_size = f.batch_size,
+                                  .shuffle = true,
+                                  .seed = f.seed,
+                                  .num_workers = static_cast<int>(f.workers),
+                                  .prefetch = 4});
+  int64_t total = f.epochs * loader.num_batches();
+  if (f.max_steps > 0) total = std::min(total, f.max_steps);
+  // Epoch lines go to stderr under --json so stdout holds one JSON line.
+  std::FILE* log = f.json ? stderr : stdout;
+
+  RunResult r{.mode = "eager"};
+  Progress progress(total, !f.quiet);
+  std::vector<double> step_ms;
+  step_ms.reserve(total);
+  double train_s = 0;
+  for (int64_t epoch = 0; epoch < f.epochs && r.steps < total; ++epoch) {
+    const auto epoch_start = Clock::now();
+    double loss_sum = 0;
+    int64_t epoch_steps = 0;
+    for (data::Batch& b : loader) {
+      const auto t0 = Clock::now();
+      opt.zero_grad();
+      Tensor loss = cross_entropy(model(b.x), b.y);
+      loss.backward();
+      opt.step();
+      step_ms.push_back(1e3 * Seconds(Clock::now() - t0));
+      const double l = loss.item();
+      loss_sum += l;
+      ++epoch_steps;
+      ++r.steps;
+      progress.Update(r.steps, l,
+                      train_s + Seconds(Clock::now() - epoch_start));
+      if (r.steps >= total) break;
+    }
+    const double epoch_train_s = Seconds(Clock::now() - epoch_start);
+    train_s += epoch_train_s;
+    r.epochs = epoch + 1;
+    // final_loss is the mean training loss over the last epoch's steps (a
+    // partial epoch when --max-steps stops mid-way).
+    r.final_loss = loss_sum / std::max<int64_t>(epoch_steps, 1);
+    const auto eval_start = Clock::now();
+    r.test_accuracy = Evaluate(model, test);
+    progress.Clear();
+    if (!f.quiet) {
+      std::fprintf(log,
+                   "epoch %d  train loss %.4f  test acc %.2f%%  train %.1fs  "
+                   "eval %.1fs  (%d steps)\n",
+                   static_cast<int>(r.epochs), r.final_loss,
+                   100 * r.test_accuracy, epoch_train_s,
+                   Seconds(Clock::now() - eval_start),
+                   static_cast<int>(epoch_steps));
+      std::fflush(log);
+    }
+  }
+  if (!step_ms.empty()) {
+    auto mid = step_ms.begin() + step_ms.size() / 2;
+    std::nth_element(step_ms.begin(), mid, step_ms.end());
+    r.ms_per_step = *mid;
+    r.train_ms_per_step = 1e3 * train_s / r.steps;
+  }
+  return r;
+}
+
+std::string Json(const RunResult& r) {
+  return absl::StrFormat(
+      "{\"mode\":\"%s\",\"epochs\":%d,\"steps\":%d,\"ms_per_step\":%.4f,"
+      "\"train_ms_per_step\":%.4f,\"final_loss\":%.6f,\"test_accuracy\":%.4f}",
+      r.mode, r.epochs, r.steps, r.ms_per_step, r.train_ms_per_step,
+      r.final_loss, r.test_accuracy);
+}
+
+void PrintSummary(const RunResult& r, bool compiled_requested) {
+  std::printf("%-9s %8s %14s %11s %9s\n", "mode", "ms/step", "train ms/step",
+              "final loss", "test acc");
+  std::printf("%-9s %8.3f %14.3f %11.4f %8.2f%%\n", r.mode.c_str(),
+              r.ms_per_step, r.train_ms_per_step, r.final_loss,
+              100 * r.test_accuracy);
+  if (compiled_requested) {
+    std::printf("%-9s %s\n", "compiled", "(not available yet in this build)");
+  }
+}
+
+int Main(int argc, char** argv) {
+  Flags f;
+  bool help = false;
+  if (std::string error = ParseFlags(argc, argv, f, help); !error.empty()) {
+    std::fprintf(stderr, "fashion_mnist: %s\nrun with --help for usage\n",
+                 error.c_str());
+    return 2;
+  }
+  if (help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (f.mode == "compiled") {
+    std::fprintf(stderr, "fashion_mnist: %s\n", kCompiledUnavailable);
+    return 3;
+  }
+  absl::StatusOr<data::Dataset> train =
+      data::LoadFashionMnist(f.data_dir, true);
+  absl::StatusOr<data::Dataset> test =
+      data::LoadFashionMnist(f.data_dir, false);
+  for (const auto* d : {&train, &test}) {
+    if (!d->ok()) {
+      std::fprintf(stderr, "fashion_mnist: %s\n",
+                   std::string(d->status().message()).c_str());
+      return 1;
+    }
+  }
+  const RunResult eager = RunEager(f, *train, *test);
+  const bool both = f.mode == "both";
+  if (both) std::fprintf(stderr, "fashion_mnist: %s\n", kCompiledUnavailable);
+  if (!f.json) {
+    PrintSummary(eager, both);
+  } else if (both) {
+    std::printf(
+        "{\"mode\":\"both\",\"eager\":%s,\"compiled\":null,"
+        "\"compiled_error\":\"%s\"}\n",
+        Json(eager).c_str(), kCompiledUnavailable);
+  } else {
+    std::printf("%s\n", Json(eager).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const stepjit::Error& e) {
+    std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,241 @@
+// StepCompiler: warmup, tracing, guard checks, specializations, fallback and reports.
+#include "frontend/compile.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "frontend/guards.h"
+#include "frontend/tracer.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/executor.h"
+
+namespace stepjit {
+
+std::ostream& operator<<(std::ostream& os, const CompileStats& s) {
+  return os << "calls " << s.calls << ", replays " << s.replays << ", eager calls "
+            << s.eager_calls << " (fallbacks " << s.fallbacks << "), traces " << s.traces
+            << " (recompiles " << s.recompiles << "), specializations " << s.specializations
+            << ", compile " << s.compile_ms << " ms, ops/step " << s.ops_per_step
+            << ", kernels/step " << s.kernels_per_step;
+}
+
+namespace frontend {
+namespace {
+
+bool LogGuards() {
+  static const bool on = [] {
+    const char* v = std::getenv("STEPJIT_LOG");
+    return v != nullptr && std::string(v).find("guards") != std::string::npos;
+  }();
+  return on;
+}
+
+struct Specialization {
+  Signature signature;
+  Trace trace;  // empty graph when eager_only
+  StateGuards state_guards;
+  std::optional<runtime::Program> program;
+  bool eager_only = false;
+  std::string reason;  // why eager-only
+};
+
+}  // namespace
+
+struct StepCompiler::Impl {
+  CompileOptions options;
+  CompileStats stats;
+  std::vector<std::unique_ptr<Specialization>> specs;
+  const Specialization* last = nullptr;
+  std::vector<std::string> events;  // recompiles and fallbacks, in order
+
+  void Event(std::string what) {
+    if (LogGuards()) std::cerr << "stepjit[" << options.name << "]: " << what << "\n";
+    events.push_back(std::move(what));
+  }
+
+  void Dump(const Specialization& s, size_t index) const {
+    const char* dir = std::getenv("STEPJIT_DUMP");
+    if (dir == nullptr || *dir == '\0' || !s.trace.graph) return;
+    std::filesystem::path path(dir);
+    if (index > 0) path /= absl::StrCat("spec", index);
+    std::error_code ec;
+    std::filesystem::create_directories(path, ec);
+    std::ofstream out(path / "000-trace.ir");
+    if (!out) {
+      std::cerr << "stepjit: STEPJIT_DUMP: cannot write " << (path / "000-trace.ir") << "\n";
+      return;
+    }
+    ir::Print(*s.trace.graph, out);
+  }
+
+  // Runs the step eagerly under the tracer and stores what it recorded.
+  std::vector<Tensor> TraceCall(Signature signature, const std::vector<Tensor>& inputs,
+                                const std::function<std::vector<Tensor>()>& eager,
+                                Specialization* replace) {
+    const auto start = std::chrono::steady_clock::now();
+    Tracer tracer(options.name);
+    tracer.Begin(inputs);
+    std::vector<Tensor> outputs;
+    try {
+      outputs = eager();
+    } catch (...) {
+      tracer.End({});
+      throw;
+    }
+    auto spec = std::make_unique<Specialization>();
+    spec->signature = std::move(signature);
+    spec->trace = tracer.End(outputs);
+    spec->state_guards = MakeStateGuards(spec->trace);
+    if (!spec->trace.break_reason.empty()) {
+      spec->eager_only = true;
+      spec->reason = "graph break: " + spec->trace.break_reason;
+    } else if (absl::Status st = ir::Verify(*spec->trace.graph); !st.ok()) {
+      spec->eager_only = true;
+      spec->reason = absl::StrCat("the traced graph failed verification: ", st.message());
+    } else {
+      auto program = runtime::Program::Build(*spec->trace.graph);
+      if (!program.ok()) {
+        spec->eager_only = true;
+        spec->reason = absl::StrCat("building the program failed: ", program.status().message());
+      } else {
+        spec->program = *std::move(program);
+      }
+    }
+    stats.compile_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    ++stats.traces;
+    if (stats.traces > 1) ++stats.recompiles;
+    stats.ops_per_step = spec->trace.num_ops;
+    if (spec->program) stats.kernels_per_step = spec->program->kernels_per_run();
+    if (spec->eager_only) Event(absl::StrCat("marked eager-only: ", spec->reason));
+    size_t index;
+    if (replace != nullptr) {
+      for (index = 0; specs[index].get() != replace; ++index) {
+      }
+      specs[index] = std::move(spec);
+    } else {
+      index = specs.size();
+      specs.push_back(std::move(spec));
+    }
+    last = specs[index].get();
+    Dump(*last, index);
+    stats.specializations = static_cast<int>(specs.size());
+    return outputs;
+  }
+
+  std::optional<std::vector<Tensor>> Replay(Specialization& s, const std::vector<Tensor>& inputs) {
+    std::vector<const ir::Value*> extra;
+    for (const GradBinding& b : s.trace.grad_bindings) {
+      if (b.value != nullptr) extra.push_back(b.value);
+    }
+    std::vector<Tensor> extra_out;
+    std::vector<Tensor> outputs = s.program->Run(inputs, s.trace.state, extra, &extra_out);
+    size_t next = 0;
+    for (const GradBinding& b : s.trace.grad_bindings) {
+      b.leaf.set_grad(b.value != nullptr ? extra_out[next++] : Tensor());
+    }
+    ++stats.replays;
+    last = &s;
+    return outputs;
+  }
+};
+
+StepCompiler::StepCompiler(CompileOptions options) : impl_(std::make_unique<Impl>()) {
+  SJ_REQUIRE(options.warmup_steps >= 0, "compile: warmup_steps must be >= 0, got ",
+             options.warmup_steps);
+  SJ_REQUIRE(options.max_specializations >= 1, "compile: max_specializations must be >= 1, got ",
+             options.max_specializations);
+  impl_->options = std::move(options);
+}
+
+StepCompiler::~StepCompiler() = default;
+
+std::optional<std::vector<Tensor>> StepCompiler::Call(
+    const std::vector<Tensor>& inputs, const std::function<std::vector<Tensor>()>& eager) {
+  Impl& m = *impl_;
+  ++m.stats.calls;
+  if (m.options.mode == Mode::kEager || m.stats.calls <= m.options.warmup_steps) {
+    ++m.stats.eager_calls;
+    eager();
+    return std::nullopt;
+  }
+  Signature sig = MakeSignature(inputs);
+  Specialization* same_signature = nullptr;
+  for (auto& s : m.specs) {
+    if (s->signature == sig) {
+      same_signature = s.get();
+      break;
+    }
+  }
+  if (same_signature != nullptr) {
+    if (same_signature->eager_only) {
+      ++m.stats.eager_calls;
+      ++m.stats.fallbacks;
+      m.last = same_signature;
+      eager();
+      return std::nullopt;
+    }
+    std::string miss = CheckStateGuards(same_signature->trace, same_signature->state_guards);
+    if (miss.empty()) return m.Replay(*same_signature, inputs);
+    m.Event(absl::StrCat("recompiling: ", miss));
+    ++m.stats.eager_calls;
+    m.TraceCall(std::move(sig), inputs, eager, same_signature);
+    return std::nullopt;
+  }
+  if (static_cast<int>(m.specs.size()) >= m.options.max_specializations) {
+    m.Event(absl::StrCat("running eagerly: ", m.options.max_specializations,
+                         " specializations already exist (max_specializations) and none "
+                         "matches ", DescribeSignature(sig)));
+    ++m.stats.eager_calls;
+    ++m.stats.fallbacks;
+    eager();
+    return std::nullopt;
+  }
+  if (!m.specs.empty()) {
+    m.Event(absl::StrCat("recompiling: no specialization matches ", DescribeSignature(sig),
+                         "; closest: ", DescribeSignatureDiff(m.specs.back()->signature, sig)));
+  }
+  ++m.stats.eager_calls;
+  m.TraceCall(std::move(sig), inputs, eager, nullptr);
+  return std::nullopt;
+}
+
+CompileStats StepCompiler::stats() const { return impl_->stats; }
+
+std::string StepCompiler::explain() const {
+  const Impl& m = *impl_;
+  std::ostringstream os;
+  os << "stepjit: step '" << m.options.name << "' — " << m.stats << "\n";
+  if (m.options.mode == Mode::kEager) os << "compilation is off (mode = eager)\n";
+  for (size_t i = 0; i < m.specs.size(); ++i) {
+    const Specialization& s = *m.specs[i];
+    os << "specialization " << i << ": " << DescribeSignature(s.signature) << ": "
+       << (s.eager_only ? "eager-only (" + s.reason + ")" : "compiled") << "\n";
+  }
+  if (m.events.empty()) {
+    os << "no recompiles or fallbacks\n";
+  } else {
+    for (const std::string& e : m.events) os << "- " << e << "\n";
+  }
+  return os.str();
+}
+
+void StepCompiler::dump_ir(std::ostream& os) const {
+  const Specialization* s = impl_->last;
+  if (s == nullptr || !s->trace.graph) {
+    os << "// stepjit: no traced graph for '" << impl_->options.name << "' yet\n";
+    return;
+  }
+  ir::Print(*s->trace.graph, os);
+}
+
+}  // namespace frontend
+}  // namespace stepjit

@@ -1,0 +1,139 @@
+// stepjit::compile(step): trace a training step once, then replay it behind guards.
+#ifndef STEPJIT_FRONTEND_COMPILE_H_
+#define STEPJIT_FRONTEND_COMPILE_H_
+
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace stepjit {
+
+enum class Mode { kCompiled, kEager };
+
+struct CompileOptions {
+  // kEager turns compilation off: every call runs the step as written.
+  Mode mode = Mode::kCompiled;
+  // Calls that run eagerly before tracing (optimizers create state lazily).
+  int warmup_steps = 1;
+  // Distinct guard signatures traced before new ones run eagerly.
+  int max_specializations = 8;
+  std::string name = "train_step";
+};
+
+struct CompileStats {
+  int64_t calls = 0;
+  int64_t eager_calls = 0;      // warmup, tracing and fallback calls
+  int64_t replays = 0;
+  int64_t traces = 0;
+  int64_t recompiles = 0;       // traces after the first
+  int64_t fallbacks = 0;        // calls that ran eagerly after warmup, untraced
+  int specializations = 0;
+  double compile_ms = 0;        // total time spent tracing and building
+  int ops_per_step = 0;         // ops the eager step dispatches (last trace)
+  int kernels_per_step = 0;     // kernel launches per replay (last trace)
+};
+std::ostream& operator<<(std::ostream& os, const CompileStats& s);
+
+namespace frontend {
+
+// The type-erased engine behind CompiledStep.
+class StepCompiler {
+ public:
+  explicit StepCompiler(CompileOptions options);
+  ~StepCompiler();
+
+  // One call of the step on `inputs`. Returns the replayed outputs, or
+  // nullopt after running `eager` (whose outputs it may have traced).
+  std::optional<std::vector<Tensor>> Call(
+      const std::vector<Tensor>& inputs,
+      const std::function<std::vector<Tensor>()>& eager);
+
+  CompileStats stats() const;
+  std::string explain() const;
+  void dump_ir(std::ostream& os) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+template <typename R>
+struct StepResult;
+template <>
+struct StepResult<void> {
+  static std::vector<Tensor> Flatten() { return {}; }
+};
+template <>
+struct StepResult<Tensor> {
+  static std::vector<Tensor> Flatten(const Tensor& t) { return {t}; }
+  static Tensor Unflatten(const std::vector<Tensor>& v) { return v.at(0); }
+};
+template <typename... Ts>
+struct StepResult<std::tuple<Ts...>> {
+  static_assert((std::is_same_v<Ts, Tensor> && ...), "a step returns tensors");
+  static std::vector<Tensor> Flatten(const std::tuple<Ts...>& t) {
+    return std::apply([](const auto&... x) { return std::vector<Tensor>{x...}; }, t);
+  }
+  static std::tuple<Ts...> Unflatten(const std::vector<Tensor>& v) {
+    return [&]<size_t... I>(std::index_sequence<I...>) {
+      return std::tuple<Ts...>(v.at(I)...);
+    }(std::index_sequence_for<Ts...>{});
+  }
+};
+
+}  // namespace frontend
+
+// A compiled step: call it like the step it wraps.
+template <typename F>
+class CompiledStep {
+ public:
+  CompiledStep(F step, CompileOptions options)
+      : step_(std::move(step)),
+        core_(std::make_shared<frontend::StepCompiler>(std::move(options))) {}
+
+  template <typename... Args>
+  auto operator()(const Args&... args) {
+    static_assert((std::is_convertible_v<const Args&, const Tensor&> && ...),
+                  "compiled steps take tensor arguments");
+    using R = std::decay_t<std::invoke_result_t<F&, const Args&...>>;
+    std::vector<Tensor> inputs = {args...};
+    if constexpr (std::is_void_v<R>) {
+      core_->Call(inputs, [&] {
+        step_(args...);
+        return std::vector<Tensor>{};
+      });
+    } else {
+      std::optional<R> eager_result;
+      auto replayed = core_->Call(inputs, [&] {
+        eager_result.emplace(step_(args...));
+        return frontend::StepResult<R>::Flatten(*eager_result);
+      });
+      if (replayed) return frontend::StepResult<R>::Unflatten(*replayed);
+      return *std::move(eager_result);
+    }
+  }
+
+  CompileStats stats() const { return core_->stats(); }
+  std::string explain() const { return core_->explain(); }
+  void dump_ir(std::ostream& os) const { core_->dump_ir(os); }
+
+ private:
+  F step_;
+  std::shared_ptr<frontend::StepCompiler> core_;
+};
+
+template <typename F>
+CompiledStep<F> compile(F step, CompileOptions options = {}) {
+  return CompiledStep<F>(std::move(step), std::move(options));
+}
+
+}  // namespace stepjit
+
+#endif  // STEPJIT_FRONTEND_COMPILE_H_

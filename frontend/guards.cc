@@ -1,0 +1,94 @@
+// Guard construction, checks and human-readable descriptions of misses.
+#include "frontend/guards.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/autograd/grad_mode.h"
+
+namespace stepjit::frontend {
+namespace {
+std::string Describe(const TensorSpec& t) {
+  return absl::StrCat(ir::DTypeName(t.dtype), ir::ShapeToString(t.shape),
+                      t.device.is_cpu() ? "" : absl::StrCat(" on ", t.device.str()),
+                      t.requires_grad ? " requires_grad" : "");
+}
+std::string DescribeTensor(const Tensor& t) {
+  return absl::StrCat(ir::DTypeName(t.dtype()), ir::ShapeToString(t.shape()));
+}
+}  // namespace
+
+Signature MakeSignature(const std::vector<Tensor>& inputs) {
+  Signature s;
+  for (const Tensor& t : inputs) {
+    SJ_REQUIRE(t.defined(), "compiled step: an argument is an undefined tensor");
+    s.inputs.push_back({t.dtype(), t.shape(), t.device(), t.requires_grad()});
+  }
+  s.grad_mode = GradMode::is_enabled();
+  return s;
+}
+
+std::string DescribeSignature(const Signature& s) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < s.inputs.size(); ++i) {
+    parts.push_back(absl::StrCat("x", i, ": ", Describe(s.inputs[i])));
+  }
+  return absl::StrCat("(", absl::StrJoin(parts, ", "), ")",
+                      s.grad_mode ? "" : " under no_grad");
+}
+
+std::string DescribeSignatureDiff(const Signature& cached, const Signature& now) {
+  if (cached.inputs.size() != now.inputs.size()) {
+    return absl::StrCat("the step was traced with ", cached.inputs.size(),
+                        " tensor arguments, now called with ", now.inputs.size());
+  }
+  for (size_t i = 0; i < now.inputs.size(); ++i) {
+    if (!(cached.inputs[i] == now.inputs[i])) {
+      return absl::StrCat("argument x", i, " is ", Describe(now.inputs[i]), ", traced as ",
+                          Describe(cached.inputs[i]));
+    }
+  }
+  if (cached.grad_mode != now.grad_mode) {
+    return absl::StrCat("grad mode is ", now.grad_mode ? "on" : "off", ", traced with it ",
+                        cached.grad_mode ? "on" : "off");
+  }
+  return "identical";
+}
+
+StateGuards MakeStateGuards(const Trace& trace) {
+  StateGuards g;
+  for (const Tensor& t : trace.state) {
+    g.state.push_back({t.dtype(), t.shape(), t.strides(), t.offset(), t.storage().get()});
+  }
+  g.parameter_epoch = ParameterEpoch();
+  return g;
+}
+
+std::string CheckStateGuards(const Trace& trace, const StateGuards& guards) {
+  if (guards.parameter_epoch != ParameterEpoch()) {
+    return "a module parameter was replaced since the step was traced (identity guard)";
+  }
+  for (size_t i = 0; i < trace.state.size(); ++i) {
+    const Tensor& t = trace.state[i];
+    const StateGuards::Meta& m = guards.state[i];
+    if (t.dtype() != m.dtype || t.shape() != m.shape) {
+      return absl::StrCat("state tensor s", i, " is now ", DescribeTensor(t), ", traced as ",
+                          ir::DTypeName(m.dtype), ir::ShapeToString(m.shape));
+    }
+    if (t.storage().get() != m.storage || t.strides() != m.strides || t.offset() != m.offset) {
+      return absl::StrCat("state tensor s", i, " (", DescribeTensor(t),
+                          ") was given new storage or layout since the step was traced");
+    }
+  }
+  for (const GradGuard& g : trace.grad_guards) {
+    const AutogradMeta* meta = g.leaf.impl()->autograd.get();
+    const TensorImpl* now = meta && meta->grad ? meta->grad->impl() : nullptr;
+    if (now != g.grad.get()) {
+      return absl::StrCat("the .grad of a ", DescribeTensor(g.leaf), " leaf is ",
+                          now ? "a different tensor" : "unset", " now, but the traced step read ",
+                          g.grad ? "the tensor it had then" : "it unset");
+    }
+  }
+  return "";
+}
+
+}  // namespace stepjit::frontend

@@ -1,0 +1,50 @@
+// Guards: what a replay assumes about its inputs, state and modes, and how a miss is described.
+#ifndef STEPJIT_FRONTEND_GUARDS_H_
+#define STEPJIT_FRONTEND_GUARDS_H_
+
+#include <string>
+#include <vector>
+
+#include "frontend/tracer.h"
+#include "runtime/tensor.h"
+
+namespace stepjit::frontend {
+
+struct TensorSpec {
+  DType dtype;
+  Shape shape;
+  Device device;
+  bool requires_grad;
+  bool operator==(const TensorSpec&) const = default;
+};
+
+// The part of a call that selects a specialization.
+struct Signature {
+  std::vector<TensorSpec> inputs;
+  bool grad_mode = true;
+  bool operator==(const Signature&) const = default;
+};
+
+Signature MakeSignature(const std::vector<Tensor>& inputs);
+std::string DescribeSignature(const Signature& s);
+// The first difference between a cached signature and a new one.
+std::string DescribeSignatureDiff(const Signature& cached, const Signature& now);
+
+// Layout of each state tensor when traced, plus the parameter epoch.
+struct StateGuards {
+  struct Meta {
+    DType dtype;
+    Shape shape, strides;
+    int64_t offset;
+    const Storage* storage;
+  };
+  std::vector<Meta> state;
+  uint64_t parameter_epoch = 0;
+};
+StateGuards MakeStateGuards(const Trace& trace);
+// "" when every state guard holds, else what changed.
+std::string CheckStateGuards(const Trace& trace, const StateGuards& guards);
+
+}  // namespace stepjit::frontend
+
+#endif  // STEPJIT_FRONTEND_GUARDS_H_

@@ -1,0 +1,19 @@
+// Umbrella header: the whole user-facing API of stepjit.
+#ifndef STEPJIT_FRONTEND_STEPJIT_H_
+#define STEPJIT_FRONTEND_STEPJIT_H_
+
+#include "frontend/compile.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/data/dataloader.h"
+#include "runtime/data/dataset.h"
+#include "runtime/data/idx.h"
+#include "runtime/generator.h"
+#include "runtime/nn/functional.h"
+#include "runtime/nn/layers.h"
+#include "runtime/nn/module.h"
+#include "runtime/ops.h"
+#include "runtime/optim/adamw.h"
+#include "runtime/optim/sgd.h"
+#include "runtime/tensor.h"
+
+#endif  // STEPJIT_FRONTEND_STEPJIT_H_

@@ -1,0 +1,134 @@
+// Tracer: maps tensors to SSA values as ops dispatch; state, write-back and grad bindings.
+#include "frontend/tracer.h"
+
+#include "absl/strings/str_cat.h"
+#include "ir/status.h"
+#include "runtime/generator.h"
+
+namespace stepjit::frontend {
+
+using ir::AttrKey;
+
+namespace {
+ir::TensorType TypeOf(const Tensor& t) { return {t.dtype(), t.shape()}; }
+}  // namespace
+
+Tracer::Tracer(std::string graph_name) : name_(std::move(graph_name)) {}
+
+Tracer::~Tracer() {
+  if (active_) runtime::SetDispatchObserver(previous_);
+}
+
+void Tracer::Begin(absl::Span<const Tensor> inputs) {
+  graph_ = std::make_unique<ir::Graph>(name_);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    SJ_REQUIRE(inputs[i].defined(), "compile: step argument ", i, " is an undefined tensor");
+    ir::Value* v = graph_->AddParam(absl::StrCat("x", i), TypeOf(inputs[i]),
+                                    ir::ParamKind::kInput);
+    // An argument passed twice keeps its first binding.
+    if (!values_.contains(inputs[i].impl())) {
+      values_[inputs[i].impl()] = v;
+      keep_alive_.push_back(inputs[i].impl_ptr());
+    }
+  }
+  previous_ = runtime::SetDispatchObserver(this);
+  active_ = true;
+}
+
+ir::Value* Tracer::ValueOf(const Tensor& t) {
+  auto it = values_.find(t.impl());
+  if (it != values_.end()) return it->second;
+  ir::Value* v = graph_->AddParam(absl::StrCat("s", state_.size()), TypeOf(t),
+                                  ir::ParamKind::kState);
+  values_[t.impl()] = v;
+  state_params_[t.impl()] = v;
+  keep_alive_.push_back(t.impl_ptr());
+  state_.push_back(t);
+  return v;
+}
+
+void Tracer::Break(std::string reason) {
+  if (break_reason_.empty()) break_reason_ = std::move(reason);
+}
+
+void Tracer::OnOp(ir::OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs,
+                  const Tensor& output) {
+  if (!break_reason_.empty()) return;
+  if (ir::GetOpInfo(op).kind == ir::OpKind::kRandom &&
+      static_cast<uint64_t>(attrs.GetInt(AttrKey::kSeed)) != default_generator().seed()) {
+    Break(absl::StrCat(ir::OpName(op), " draws from a generator other than the default "
+                       "one; replays can only advance the default generator"));
+    return;
+  }
+  std::vector<ir::Value*> in;
+  in.reserve(inputs.size());
+  for (const Tensor& t : inputs) in.push_back(ValueOf(t));
+  ir::Node* node = graph_->AddOp(op, std::move(in), attrs, TypeOf(output));
+  // In-place ops return their target: the target's tensor now holds the
+  // node's new value.
+  values_[output.impl()] = node->output();
+  keep_alive_.push_back(output.impl_ptr());
+  last_op_ = std::string(ir::OpName(op));
+  ++num_ops_;
+}
+
+void Tracer::OnHostRead(const Tensor& tensor, const char* what) {
+  Break(absl::StrCat(what, " reads ", ir::DTypeName(tensor.dtype()),
+                     ir::ShapeToString(tensor.shape()), " to the host after op #", num_ops_,
+                     last_op_.empty() ? "" : absl::StrCat(" (", last_op_, ")"),
+                     "; a host read inside the step is a graph break"));
+}
+
+void Tracer::OnAlias(const Tensor& source, const Tensor& alias) {
+  // An alias of a tensor the step has not seen yet stays unmapped: if the
+  // step reads it, it becomes state like any outside tensor.
+  auto it = values_.find(source.impl());
+  if (it == values_.end()) return;
+  values_[alias.impl()] = it->second;
+  keep_alive_.push_back(alias.impl_ptr());
+}
+
+void Tracer::OnGradRead(const Tensor& leaf, const Tensor& grad) {
+  if (grad_seen_.contains(leaf.impl())) return;
+  grad_seen_[leaf.impl()] = true;
+  grad_touched_.push_back(leaf);
+  grad_guards_.push_back({leaf, grad.defined() ? grad.impl_ptr() : nullptr});
+}
+
+void Tracer::OnGradSet(const Tensor& leaf, const Tensor& grad) {
+  if (grad_seen_.contains(leaf.impl())) return;
+  // Set before any read: the binding before the step does not matter.
+  grad_seen_[leaf.impl()] = true;
+  grad_touched_.push_back(leaf);
+}
+
+Trace Tracer::End(absl::Span<const Tensor> outputs) {
+  runtime::SetDispatchObserver(previous_);
+  active_ = false;
+  Trace trace;
+  trace.num_ops = num_ops_;
+  trace.break_reason = break_reason_;
+  if (!break_reason_.empty()) return trace;
+  std::vector<ir::Value*> returns;
+  for (const Tensor& t : outputs) returns.push_back(ValueOf(t));
+  // Final .grad bindings (read them before emitting assigns: a binding to a
+  // tensor never seen by an op makes it state).
+  for (const Tensor& leaf : grad_touched_) {
+    Tensor g;
+    if (leaf.impl()->autograd && leaf.impl()->autograd->grad) g = *leaf.impl()->autograd->grad;
+    trace.grad_bindings.push_back({leaf, g.defined() ? ValueOf(g) : nullptr});
+  }
+  // Write-back: state whose tensor now holds a newer value.
+  for (const Tensor& s : state_) {
+    ir::Value* param = state_params_.at(s.impl());
+    ir::Value* latest = values_.at(s.impl());
+    if (latest != param) graph_->AddAssign(param, latest);
+  }
+  graph_->SetReturns(std::move(returns));
+  trace.graph = std::move(graph_);
+  trace.state = state_;
+  trace.grad_guards = grad_guards_;
+  return trace;
+}
+
+}  // namespace stepjit::frontend

@@ -1,0 +1,83 @@
+// The tracer: observes runtime dispatch during one eager step and records it as IR.
+#ifndef STEPJIT_FRONTEND_TRACER_H_
+#define STEPJIT_FRONTEND_TRACER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "ir/graph.h"
+#include "runtime/dispatch.h"
+#include "runtime/tensor.h"
+
+namespace stepjit::frontend {
+
+// After a replay, leaf.grad is rebound to the tensor of `value` (or reset
+// when value is null), as the eager step would have left it.
+struct GradBinding {
+  Tensor leaf;
+  const ir::Value* value = nullptr;
+};
+
+// The .grad binding a leaf had when the traced step first read it; a replay
+// is only valid while it is the same tensor (or still none).
+struct GradGuard {
+  Tensor leaf;
+  std::shared_ptr<TensorImpl> grad;
+};
+
+struct Trace {
+  std::unique_ptr<ir::Graph> graph;
+  std::vector<Tensor> state;  // bound to the graph's state params, in order
+  std::vector<GradBinding> grad_bindings;
+  std::vector<GradGuard> grad_guards;
+  // Non-empty when the step cannot be replayed (a graph break): the reason.
+  std::string break_reason;
+  int num_ops = 0;
+};
+
+class Tracer : public runtime::DispatchObserver {
+ public:
+  explicit Tracer(std::string graph_name);
+  ~Tracer() override;
+
+  // Starts recording on this thread; the step's tensor arguments become inputs.
+  void Begin(absl::Span<const Tensor> inputs);
+  // Stops recording; `outputs` become the graph's returns.
+  Trace End(absl::Span<const Tensor> outputs);
+
+  void OnOp(ir::OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs,
+            const Tensor& output) override;
+  void OnHostRead(const Tensor& tensor, const char* what) override;
+  void OnGradRead(const Tensor& leaf, const Tensor& grad) override;
+  void OnGradSet(const Tensor& leaf, const Tensor& grad) override;
+  void OnAlias(const Tensor& source, const Tensor& alias) override;
+
+ private:
+  // The SSA value currently held by `t`; tensors first seen here were
+  // created outside the step and become state params.
+  ir::Value* ValueOf(const Tensor& t);
+  void Break(std::string reason);
+
+  std::string name_;
+  std::unique_ptr<ir::Graph> graph_;
+  runtime::DispatchObserver* previous_ = nullptr;
+  bool active_ = false;
+  // Keyed by impl; `keep_alive_` pins every seen impl so that no address is
+  // reused by another tensor while the trace is running.
+  absl::flat_hash_map<const TensorImpl*, ir::Value*> values_;
+  std::vector<std::shared_ptr<TensorImpl>> keep_alive_;
+  std::vector<Tensor> state_;
+  absl::flat_hash_map<const TensorImpl*, ir::Value*> state_params_;
+  std::vector<Tensor> grad_touched_;  // leaves whose .grad was read or set
+  absl::flat_hash_map<const TensorImpl*, bool> grad_seen_;
+  std::vector<GradGuard> grad_guards_;
+  std::string break_reason_;
+  std::string last_op_;
+  int num_ops_ = 0;
+};
+
+}  // namespace stepjit::frontend
+
+#endif  // STEPJIT_FRONTEND_TRACER_H_

@@ -1,0 +1,416 @@
+// CPU GEMM: argument checks, OpenBLAS and oneDNN paths, f16/bf16 through f32.
+#include "runtime/cpu/gemm.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "dnnl.hpp"
+#include "ir/status.h"
+
+namespace stepjit::runtime::cpu {
+namespace {
+
+using ir::DType;
+
+absl::string_view Name(DType t) { return ir::DTypeName(t); }
+
+// Rows and columns of an operand as stored, i.e. before op() transposes it.
+struct Extent {
+  int64_t rows, cols;
+};
+Extent StoredA(const GemmArgs& g) {
+  return g.trans_a ? Extent{g.k, g.m} : Extent{g.m, g.k};
+}
+Extent StoredB(const GemmArgs& g) {
+  return g.trans_b ? Extent{g.n, g.k} : Extent{g.k, g.n};
+}
+
+absl::Status Validate(const GemmArgs& g) {
+  if (!ir::IsFloating(g.dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gemm: expected dtype f32, f64, f16 or bf16, got ",
+                     Name(g.dtype)));
+  }
+  if (g.m < 0 || g.n < 0 || g.k < 0 || g.batch < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Gemm: expected non-negative sizes, got m=", g.m, " n=", g.n,
+        " k=", g.k, " batch=", g.batch));
+  }
+  if (g.stride_a < 0 || g.stride_b < 0 || g.stride_c < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Gemm: expected non-negative batch strides, got stride_a=",
+        g.stride_a, " stride_b=", g.stride_b, " stride_c=", g.stride_c));
+  }
+  if (g.batch > 1 && g.stride_c == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Gemm: expected stride_c > 0 for batch=", g.batch,
+        " (each product needs its own C), got 0"));
+  }
+  const struct {
+    const char* ld_name;
+    int64_t ld;
+    const char* name;
+    Extent stored;
+    bool trans;
+    const void* ptr;
+  } operands[] = {{"lda", g.lda, "A", StoredA(g), g.trans_a, g.a},
+                  {"ldb", g.ldb, "B", StoredB(g), g.trans_b, g.b},
+                  {"ldc", g.ldc, "C", {g.m, g.n}, false, g.c}};
+  for (const auto& op : operands) {
+    const int64_t need = std::max<int64_t>(1, op.stored.cols);
+    if (op.ld < need) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Gemm: expected ", op.ld_name, " >= ", need, " (", op.name,
+          " is stored ", op.stored.rows, "x", op.stored.cols,
+          op.trans ? ", transposed" : "", "), got ", op.ld));
+    }
+    // This OpenBLAS is the LP64 build: sizes and pitches travel as int.
+    if (op.ld > INT_MAX || op.stored.rows > INT_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Gemm: expected ", op.name, " dimensions and ", op.ld_name,
+          " <= ", INT_MAX, ", got ", op.stored.rows, "x", op.stored.cols,
+          " with ", op.ld_name, "=", op.ld));
+    }
+    // A and B are only read when the product has terms; C when it has cells.
+    const bool read = g.batch > 0 && g.m > 0 && g.n > 0 &&
+                      (op.name[0] == 'C' || g.k > 0);
+    if (op.ptr == nullptr && read) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Gemm: expected a non-null pointer for ", op.name, " (",
+          op.stored.rows, "x", op.stored.cols, "), got null"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+const T* Offset(const void* p, int64_t elems) {
+  return static_cast<const T*>(p) + elems;
+}
+template <typename T>
+T* Offset(void* p, int64_t elems) {
+  return static_cast<T*>(p) + elems;
+}
+
+// ---- OpenBLAS (f32, f64). No batched cblas in 0.3.21, so loop. ----
+
+template <typename T>
+absl::Status OpenBlasGemm(const GemmArgs& g) {
+  const CBLAS_TRANSPOSE ta = g.trans_a ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE tb = g.trans_b ? CblasTrans : CblasNoTrans;
+  const T beta = g.accumulate ? 1 : 0;
+  for (int64_t i = 0; i < g.batch; ++i) {
+    const T* a = Offset<T>(g.a, i * g.stride_a);
+    const T* b = Offset<T>(g.b, i * g.stride_b);
+    T* c = Offset<T>(g.c, i * g.stride_c);
+    if constexpr (std::is_same_v<T, float>) {
+      cblas_sgemm(CblasRowMajor, ta, tb, g.m, g.n, g.k, 1.0f, a, g.lda, b,
+                  g.ldb, beta, c, g.ldc);
+    } else {
+      cblas_dgemm(CblasRowMajor, ta, tb, g.m, g.n, g.k, 1.0, a, g.lda, b,
+                  g.ldb, beta, c, g.ldc);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---- oneDNN matmul (f32; f16/bf16 where the CPU has kernels). ----
+
+// One engine and stream for the process. A CPU stream executes synchronously
+// on the calling thread, so sharing it between threads is safe; primitives
+// are immutable and may run concurrently.
+struct DnnlContext {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+};
+DnnlContext& Dnnl() {
+  static DnnlContext* ctx = new DnnlContext();
+  return *ctx;
+}
+
+// Everything a primitive is specialized on. Strides are zeroed when batch is
+// 1 so that unbatched calls share entries.
+struct PrimitiveKey {
+  DType dtype;
+  bool trans_a, trans_b, accumulate;
+  int64_t m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
+
+  bool operator==(const PrimitiveKey&) const = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const PrimitiveKey& p) {
+    return H::combine(std::move(h), p.dtype, p.trans_a, p.trans_b,
+                      p.accumulate, p.m, p.n, p.k, p.lda, p.ldb, p.ldc,
+                      p.batch, p.stride_a, p.stride_b, p.stride_c);
+  }
+};
+
+// `implemented` is false when oneDNN has no kernel for this dtype on this
+// CPU; that answer is cached too, so the fallback costs no retry per call.
+struct CacheEntry {
+  bool implemented = false;
+  dnnl::matmul prim;
+  dnnl::memory::desc a_md, b_md, c_md;
+};
+
+struct PrimitiveCache {
+  absl::Mutex mu;
+  // Grows with the distinct shapes seen; a training step has a handful.
+  absl::flat_hash_map<PrimitiveKey, CacheEntry> map ABSL_GUARDED_BY(mu);
+};
+PrimitiveCache& Cache() {
+  static PrimitiveCache* cache = new PrimitiveCache();
+  return *cache;
+}
+
+dnnl::memory::data_type DnnlType(DType t) {
+  switch (t) {
+    case DType::kF16: return dnnl::memory::data_type::f16;
+    case DType::kBF16: return dnnl::memory::data_type::bf16;
+    default: return dnnl::memory::data_type::f32;
+  }
+}
+
+// Describes op(X) as a rows x cols (x batch) view of X's storage. A broadcast
+// operand (stride 0) gets batch dimension 1: oneDNN broadcasts that with its
+// jit kernels, while a literal zero stride drops it to the reference kernel.
+dnnl::memory::desc OperandDesc(DType t, int64_t batch, int64_t stride,
+                               int64_t rows, int64_t cols, int64_t ld,
+                               bool trans) {
+  dnnl::memory::dims dims = {rows, cols};
+  dnnl::memory::dims strides = trans ? dnnl::memory::dims{1, ld}
+                                     : dnnl::memory::dims{ld, 1};
+  if (batch > 1) {
+    dims.insert(dims.begin(), stride == 0 ? 1 : batch);
+    strides.insert(strides.begin(), stride == 0 ? rows * cols : stride);
+  }
+  return dnnl::memory::desc(dims, DnnlType(t), strides);
+}
+
+absl::StatusOr<CacheEntry> GetPrimitive(const GemmArgs& g) {
+  const bool batched = g.batch > 1;
+  const PrimitiveKey key{g.dtype, g.trans_a, g.trans_b, g.accumulate,
+                         g.m, g.n, g.k, g.lda, g.ldb, g.ldc, g.batch,
+                         batched ? g.stride_a : 0, batched ? g.stride_b : 0,
+                         batched ? g.stride_c : 0};
+  PrimitiveCache& cache = Cache();
+  absl::MutexLock lock(&cache.mu);
+  if (auto it = cache.map.find(key); it != cache.map.end()) return it->second;
+  CacheEntry e;
+  e.a_md = OperandDesc(g.dtype, g.batch, g.stride_a, g.m, g.k, g.lda,
+                       g.trans_a);
+  e.b_md = OperandDesc(g.dtype, g.batch, g.stride_b, g.k, g.n, g.ldb,
+                       g.trans_b);
+  e.c_md = OperandDesc(g.dtype, g.batch, g.stride_c, g.m, g.n, g.ldc, false);
+  try {
+    dnnl::primitive_attr attr;
+    if (g.accumulate) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);  // C = A*B + 1.0 * C
+      attr.set_post_ops(ops);
+    }
+    dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(e.a_md, e.b_md, e.c_md), attr, Dnnl().engine);
+    e.prim = dnnl::matmul(pd);
+    e.implemented = true;
+  } catch (const dnnl::error& err) {
+    if (err.status != dnnl_unimplemented) {
+      return absl::InternalError(absl::StrCat(
+          "Gemm: oneDNN matmul creation failed for ", Name(g.dtype),
+          " m=", g.m, " n=", g.n, " k=", g.k, ": ", err.what()));
+    }
+  }
+  cache.map.emplace(key, e);
+  return e;
+}
+
+// UnimplementedError when oneDNN has no kernel for the dtype on this CPU.
+absl::Status OneDnnGemm(const GemmArgs& g) {
+  if (g.batch > 1 && g.stride_a == 0 && g.stride_b == 0) {
+    // oneDNN rejects a batched C when both sources broadcast; every product
+    // is the same single matmul, so run it per C.
+    GemmArgs one = g;
+    one.batch = 1;
+    for (int64_t i = 0; i < g.batch; ++i) {
+      one.c = static_cast<char*>(g.c) + i * g.stride_c * ir::DTypeSize(g.dtype);
+      RETURN_IF_ERROR(OneDnnGemm(one));
+    }
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(CacheEntry e, GetPrimitive(g));
+  if (!e.implemented) {
+    return absl::UnimplementedError(
+        absl::StrCat("Gemm: oneDNN has no ", Name(g.dtype),
+                     " matmul on this CPU"));
+  }
+  DnnlContext& ctx = Dnnl();
+  try {
+    dnnl::memory a(e.a_md, ctx.engine, const_cast<void*>(g.a));
+    dnnl::memory b(e.b_md, ctx.engine, const_cast<void*>(g.b));
+    dnnl::memory c(e.c_md, ctx.engine, g.c);
+    e.prim.execute(ctx.stream, {{DNNL_ARG_SRC, a},
+                                {DNNL_ARG_WEIGHTS, b},
+                                {DNNL_ARG_DST, c}});
+    ctx.stream.wait();
+  } catch (const dnnl::error& err) {
+    return absl::InternalError(
+        absl::StrCat("Gemm: oneDNN matmul failed: ", err.what()));
+  }
+  return absl::OkStatus();
+}
+
+// Whether oneDNN has a native matmul for a 16-bit dtype on this CPU. oneDNN
+// 2.6 needs AVX-512 (bf16) or AMX/AVX512-FP16 (f16); on the 2-core AVX2
+// machines primitive creation returns dnnl_unimplemented for both, even with
+// an f32 destination, so those dtypes take the f32 conversion path there.
+bool HasNativeMatmul(DType t) {
+  auto probe = [](DType d) {
+    GemmArgs g{.dtype = d, .m = 16, .n = 16, .k = 16,
+               .lda = 16, .ldb = 16, .ldc = 16};
+    absl::StatusOr<CacheEntry> e = GetPrimitive(g);
+    return e.ok() && e->implemented;
+  };
+  static const bool f16 = probe(DType::kF16);
+  static const bool bf16 = probe(DType::kBF16);
+  return t == DType::kF16 ? f16 : t == DType::kBF16 && bf16;
+}
+
+// ---- f16/bf16 without native kernels: widen to f32, multiply, round. ----
+
+// Per-thread buffers reused across calls, so eager steps don't allocate.
+struct Scratch {
+  std::vector<float> a, b, c;
+};
+
+// Copies `count` matrices of `e` (pitch ld, `stride` apart) densely into dst.
+template <typename From, typename To>
+void CopyMatrices(const From* src, int64_t count, int64_t stride, Extent e,
+                  int64_t ld, To* dst, int64_t dst_ld, int64_t dst_stride) {
+  for (int64_t i = 0; i < count; ++i) {
+    for (int64_t r = 0; r < e.rows; ++r) {
+      const From* s = src + i * stride + r * ld;
+      To* d = dst + i * dst_stride + r * dst_ld;
+      for (int64_t col = 0; col < e.cols; ++col) d[col] = To(float(s[col]));
+    }
+  }
+}
+
+absl::Status F32Gemm(const GemmArgs& g, GemmBackend backend) {
+  return backend == GemmBackend::kOpenBlas ? OpenBlasGemm<float>(g)
+                                           : OneDnnGemm(g);
+}
+
+template <typename T>
+absl::Status ViaF32(const GemmArgs& g, GemmBackend backend) {
+  thread_local Scratch s;
+  const Extent ea = StoredA(g), eb = StoredB(g), ec{g.m, g.n};
+  const int64_t na = g.stride_a == 0 ? 1 : g.batch;
+  const int64_t nb = g.stride_b == 0 ? 1 : g.batch;
+  s.a.resize(na * ea.rows * ea.cols);
+  s.b.resize(nb * eb.rows * eb.cols);
+  s.c.resize(g.batch * ec.rows * ec.cols);
+  CopyMatrices(static_cast<const T*>(g.a), na, g.stride_a, ea, g.lda,
+               s.a.data(), ea.cols, ea.rows * ea.cols);
+  CopyMatrices(static_cast<const T*>(g.b), nb, g.stride_b, eb, g.ldb,
+               s.b.data(), eb.cols, eb.rows * eb.cols);
+  if (g.accumulate) {
+    CopyMatrices(static_cast<const T*>(g.c), g.batch, g.stride_c, ec, g.ldc,
+                 s.c.data(), ec.cols, ec.rows * ec.cols);
+  }
+  GemmArgs f = g;
+  f.dtype = DType::kF32;
+  f.a = s.a.data();
+  f.lda = ea.cols;
+  f.stride_a = na == 1 ? 0 : ea.rows * ea.cols;
+  f.b = s.b.data();
+  f.ldb = eb.cols;
+  f.stride_b = nb == 1 ? 0 : eb.rows * eb.cols;
+  f.c = s.c.data();
+  f.ldc = ec.cols;
+  f.stride_c = ec.rows * ec.cols;
+  RETURN_IF_ERROR(F32Gemm(f, backend));
+  CopyMatrices(s.c.data(), g.batch, f.stride_c, ec, f.ldc,
+               static_cast<T*>(g.c), g.ldc, g.stride_c);
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status LowPrecisionGemm(const GemmArgs& g, GemmBackend backend) {
+  if (backend == GemmBackend::kOneDnn) {
+    absl::Status native = OneDnnGemm(g);
+    if (!absl::IsUnimplemented(native)) return native;
+  }
+  return ViaF32<T>(g, backend);
+}
+
+// k == 0: the product is empty, so C = 0 (or stays as is when accumulating).
+void ZeroC(const GemmArgs& g) {
+  const int64_t size = ir::DTypeSize(g.dtype);
+  for (int64_t i = 0; i < g.batch; ++i) {
+    for (int64_t r = 0; r < g.m; ++r) {
+      std::memset(static_cast<char*>(g.c) + (i * g.stride_c + r * g.ldc) * size,
+                  0, g.n * size);
+    }
+  }
+}
+
+}  // namespace
+
+std::string_view GemmBackendName(GemmBackend b) {
+  switch (b) {
+    case GemmBackend::kAuto: return "auto";
+    case GemmBackend::kOpenBlas: return "openblas";
+    case GemmBackend::kOneDnn: return "onednn";
+  }
+  return "?";
+}
+
+GemmBackend ChooseBackend(const GemmArgs& g) {
+  if (g.dtype == DType::kF64) return GemmBackend::kOpenBlas;  // no f64 in oneDNN
+  if ((g.dtype == DType::kF16 || g.dtype == DType::kBF16) &&
+      HasNativeMatmul(g.dtype)) {
+    return GemmBackend::kOneDnn;
+  }
+  return GemmBackend::kOpenBlas;
+}
+
+absl::Status Gemm(const GemmArgs& g) {
+  RETURN_IF_ERROR(Validate(g));
+  if (g.batch == 0 || g.m == 0 || g.n == 0) return absl::OkStatus();
+  if (g.k == 0) {
+    if (!g.accumulate) ZeroC(g);
+    return absl::OkStatus();
+  }
+  const GemmBackend backend =
+      g.backend == GemmBackend::kAuto ? ChooseBackend(g) : g.backend;
+  switch (g.dtype) {
+    case DType::kF32:
+      return F32Gemm(g, backend);
+    case DType::kF64:
+      if (backend == GemmBackend::kOneDnn) {
+        return absl::UnimplementedError(
+            "Gemm: expected backend openblas or auto for f64 (oneDNN 2.6 has "
+            "no f64 matmul), got onednn");
+      }
+      return OpenBlasGemm<double>(g);
+    case DType::kF16:
+      return LowPrecisionGemm<ir::Half>(g, backend);
+    case DType::kBF16:
+      return LowPrecisionGemm<ir::BFloat16>(g, backend);
+    default:
+      break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "Gemm: unsupported dtype ", Name(g.dtype)));  // Validate caught
+}
+
+}  // namespace stepjit::runtime::cpu

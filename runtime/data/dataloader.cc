@@ -1,0 +1,216 @@
+// DataLoader epochs: a seeded permutation, and worker threads that assemble
+// batches ahead of the consumer and hand them over strictly in order.
+#include "runtime/data/dataloader.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "ir/status.h"
+
+namespace stepjit::data {
+namespace internal {
+
+// One pass over the data. Batch k holds order[k*bs, min((k+1)*bs, n)).
+// Workers claim batch numbers in increasing order, at most `prefetch` ahead
+// of the next one to deliver; batch k goes to slot k % prefetch, which is
+// free because batch k - prefetch has already been delivered.
+class Epoch {
+ public:
+  Epoch(const Dataset& dataset, std::vector<int64_t> order, int64_t batch_size,
+        int64_t num_batches, int num_workers, int prefetch)
+      : dataset_(dataset),
+        order_(std::move(order)),
+        batch_size_(batch_size),
+        num_batches_(num_batches),
+        slots_(num_workers > 0 ? prefetch : 0) {
+    workers_.reserve(num_workers);
+    for (int i = 0; i < num_workers; ++i) {
+      workers_.emplace_back([this] { WorkerLoop(); });
+    }
+  }
+
+  ~Epoch() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    for (std::thread& t : workers_) t.join();
+  }
+
+  Epoch(const Epoch&) = delete;
+  Epoch& operator=(const Epoch&) = delete;
+
+  // Moves the next batch into `out`; false once the epoch is exhausted.
+  bool Next(Batch& out) {
+    if (next_deliver_ >= num_batches_) return false;
+    if (workers_.empty()) {
+      out = Assemble(next_deliver_++);
+      return true;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    Slot& slot = slots_[next_deliver_ % slots_.size()];
+    ready_cv_.wait(lock, [&] { return slot.ready; });
+    slot.ready = false;
+    ++next_deliver_;
+    std::exception_ptr error = std::exchange(slot.error, nullptr);
+    out = std::move(slot.batch);
+    slot.batch = Batch();
+    lock.unlock();
+    work_cv_.notify_one();
+    if (error) std::rethrow_exception(error);
+    return true;
+  }
+
+ private:
+  struct Slot {
+    bool ready = false;
+    Batch batch;
+    std::exception_ptr error;
+  };
+
+  Batch Assemble(int64_t k) const {
+    const int64_t begin = k * batch_size_;
+    const int64_t end = std::min<int64_t>(begin + batch_size_,
+                                          static_cast<int64_t>(order_.size()));
+    return dataset_.Get(
+        absl::MakeConstSpan(order_.data() + begin, end - begin));
+  }
+
+  void WorkerLoop() {
+    const int64_t prefetch = static_cast<int64_t>(slots_.size());
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      work_cv_.wait(lock, [&] {
+        return stop_ || next_assign_ >= num_batches_ ||
+               next_assign_ < next_deliver_ + prefetch;
+      });
+      if (stop_ || next_assign_ >= num_batches_) return;
+      const int64_t k = next_assign_++;
+      lock.unlock();
+      Slot result;
+      try {
+        result.batch = Assemble(k);
+      } catch (...) {
+        result.error = std::current_exception();
+      }
+      lock.lock();
+      Slot& slot = slots_[k % prefetch];
+      slot.batch = std::move(result.batch);
+      slot.error = std::move(result.error);
+      slot.ready = true;
+      // The consumer may wait on a different slot than this one; wake all
+      // waiters so the one whose slot just filled proceeds.
+      ready_cv_.notify_all();
+    }
+  }
+
+  const Dataset dataset_;
+  const std::vector<int64_t> order_;
+  const int64_t batch_size_;
+  const int64_t num_batches_;
+
+  std::mutex mu_;
+  std::condition_variable work_cv_;   // workers: a batch may be claimed
+  std::condition_variable ready_cv_;  // consumer: a slot was filled
+  int64_t next_assign_ = 0;
+  int64_t next_deliver_ = 0;  // written only by the consumer, under mu_
+  bool stop_ = false;
+  std::vector<Slot> slots_;
+  std::vector<std::thread> workers_;  // last: started after the rest exists
+};
+
+}  // namespace internal
+
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [0, n) without modulo bias (Lemire, "Fast random integer
+// generation in an interval", 2019). std::uniform_int_distribution is
+// avoided because its output differs between standard libraries.
+uint64_t UniformBelow(std::mt19937_64& rng, uint64_t n) {
+  unsigned __int128 m = static_cast<unsigned __int128>(rng()) * n;
+  auto low = static_cast<uint64_t>(m);
+  if (low < n) {
+    const uint64_t threshold = -n % n;
+    while (low < threshold) {
+      m = static_cast<unsigned __int128>(rng()) * n;
+      low = static_cast<uint64_t>(m);
+    }
+  }
+  return static_cast<uint64_t>(m >> 64);
+}
+
+}  // namespace
+
+DataLoader::DataLoader(const Dataset& dataset, DataLoaderOptions options)
+    : dataset_(dataset), options_(options) {
+  SJ_REQUIRE(options_.batch_size > 0,
+             "DataLoader: batch_size must be > 0, got ", options_.batch_size);
+  SJ_REQUIRE(options_.num_workers >= 0,
+             "DataLoader: num_workers must be >= 0, got ",
+             options_.num_workers);
+  SJ_REQUIRE(options_.prefetch >= 1, "DataLoader: prefetch must be >= 1, got ",
+             options_.prefetch);
+}
+
+int64_t DataLoader::num_batches() const {
+  const int64_t n = dataset_.size();
+  const int64_t bs = options_.batch_size;
+  return options_.drop_last ? n / bs : (n + bs - 1) / bs;
+}
+
+std::vector<int64_t> DataLoader::EpochOrder(int64_t epoch) const {
+  std::vector<int64_t> order(dataset_.size());
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (!options_.shuffle) return order;
+  std::mt19937_64 rng(
+      SplitMix64(options_.seed ^ SplitMix64(static_cast<uint64_t>(epoch))));
+  for (size_t i = order.size(); i > 1; --i) {
+    std::swap(order[i - 1], order[UniformBelow(rng, i)]);
+  }
+  return order;
+}
+
+DataLoader::Iterator DataLoader::begin() {
+  const int64_t epoch = epoch_++;
+  const int64_t batches = num_batches();
+  const int workers =
+      static_cast<int>(std::min<int64_t>(options_.num_workers, batches));
+  return Iterator(std::make_unique<internal::Epoch>(
+      dataset_, EpochOrder(epoch), options_.batch_size, batches, workers,
+      options_.prefetch));
+}
+
+DataLoader::Iterator::Iterator(std::unique_ptr<internal::Epoch> epoch)
+    : epoch_(std::move(epoch)) {
+  ++*this;
+}
+
+DataLoader::Iterator::Iterator() = default;
+DataLoader::Iterator::Iterator(Iterator&&) noexcept = default;
+DataLoader::Iterator& DataLoader::Iterator::operator=(Iterator&&) noexcept =
+    default;
+DataLoader::Iterator::~Iterator() = default;
+
+DataLoader::Iterator& DataLoader::Iterator::operator++() {
+  if (epoch_ != nullptr && !epoch_->Next(current_)) {
+    epoch_.reset();
+    current_ = Batch();
+  }
+  return *this;
+}
+
+}  // namespace stepjit::data

@@ -1,0 +1,97 @@
+// DataLoader: shuffled, batched, optionally multi-threaded epochs over a
+// Dataset.
+//
+//   data::DataLoader loader(train, {.batch_size = 128, .shuffle = true});
+//   for (int epoch = 0; epoch < 2; ++epoch)
+//     for (data::Batch& b : loader) step(b.x, b.y);
+//
+// Each begin() starts a new epoch. With shuffle the order is a permutation
+// drawn from (seed, epoch), so epochs differ from each other but every run
+// with the same seed sees the same batches, whatever num_workers is.
+#ifndef STEPJIT_RUNTIME_DATA_DATALOADER_H_
+#define STEPJIT_RUNTIME_DATA_DATALOADER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "runtime/data/dataset.h"
+
+namespace stepjit::data {
+
+struct DataLoaderOptions {
+  int64_t batch_size = 1;
+  bool shuffle = false;
+  uint64_t seed = 0;
+  // Drop the last batch when it would be smaller than batch_size.
+  bool drop_last = false;
+  // Threads assembling batches ahead of the consumer; 0 assembles each batch
+  // on the calling thread when the iterator advances.
+  int num_workers = 0;
+  // Most batches assembled or being assembled ahead of the consumer (all
+  // workers together); ignored when num_workers is 0.
+  int prefetch = 2;
+};
+
+namespace internal {
+class Epoch;
+}
+
+class DataLoader {
+ public:
+  // Copies `dataset` (tensor handles only; the data is shared). Throws
+  // stepjit::Error for invalid options, naming the bad value.
+  explicit DataLoader(const Dataset& dataset, DataLoaderOptions options = {});
+
+  // An input iterator over one epoch. Destroying it (e.g. by `break` out of a
+  // range-for) stops and joins that epoch's workers.
+  class Iterator {
+   public:
+    Iterator();  // the end of any epoch
+    Iterator(Iterator&&) noexcept;
+    Iterator& operator=(Iterator&&) noexcept;
+    ~Iterator();
+
+    Batch& operator*() { return current_; }
+    Batch* operator->() { return &current_; }
+    // Rethrows (in order) an exception thrown while assembling the batch.
+    Iterator& operator++();
+    // Only comparison against end() is meaningful.
+    bool operator==(const Iterator& other) const {
+      return done() == other.done();
+    }
+
+   private:
+    friend class DataLoader;
+    explicit Iterator(std::unique_ptr<internal::Epoch> epoch);
+    bool done() const { return epoch_ == nullptr; }
+
+    std::unique_ptr<internal::Epoch> epoch_;
+    Batch current_;
+  };
+
+  // Starts the next epoch (and its workers).
+  Iterator begin();
+  Iterator end() { return Iterator(); }
+
+  // Batches per epoch.
+  int64_t num_batches() const;
+  // The epoch the next begin() starts (0 for the first); set it to replay or
+  // resume a given epoch's order.
+  int64_t epoch() const { return epoch_; }
+  void set_epoch(int64_t epoch) { epoch_ = epoch; }
+  const DataLoaderOptions& options() const { return options_; }
+  const Dataset& dataset() const { return dataset_; }
+
+  // The sample order of `epoch` (identity without shuffle).
+  std::vector<int64_t> EpochOrder(int64_t epoch) const;
+
+ private:
+  Dataset dataset_;
+  DataLoaderOptions options_;
+  int64_t epoch_ = 0;
+};
+
+}  // namespace stepjit::data
+
+#endif  // STEPJIT_RUNTIME_DATA_DATALOADER_H_

@@ -1,0 +1,244 @@
+// IDX reading through zlib, and Fashion-MNIST assembled from four IDX files.
+#include "runtime/data/idx.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "ir/status.h"
+
+namespace stepjit::data {
+namespace {
+
+// Larger declared payloads are treated as a corrupt header.
+constexpr int64_t kMaxIdxBytes = int64_t{1} << 40;
+// Read in chunks so a header claiming a huge payload fails on the missing
+// data instead of on one huge allocation.
+constexpr int64_t kChunkBytes = int64_t{16} << 20;
+
+struct GzCloser {
+  void operator()(gzFile f) const { gzclose(f); }
+};
+using GzHandle = std::unique_ptr<gzFile_s, GzCloser>;
+
+std::string DimsString(const std::vector<int64_t>& dims) {
+  return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
+}
+
+// Reads up to `n` bytes; returns how many arrived, or an error for a stream
+// that zlib could not decode (a torn or corrupt .gz).
+absl::StatusOr<int64_t> ReadSome(gzFile f, const std::string& path, void* dst,
+                                 int64_t n) {
+  int64_t total = 0;
+  auto* out = static_cast<uint8_t*>(dst);
+  while (total < n) {
+    const auto want =
+        static_cast<unsigned>(std::min<int64_t>(n - total, 1 << 30));
+    const int got = gzread(f, out + total, want);
+    if (got < 0) {
+      int errnum = 0;
+      const char* msg = gzerror(f, &errnum);
+      return absl::DataLossError(
+          absl::StrCat("IDX file '", path, "': cannot decompress: ",
+                       errnum == Z_ERRNO ? std::strerror(errno) : msg));
+    }
+    if (got == 0) break;
+    total += got;
+  }
+  return total;
+}
+
+void SwapToHost(std::vector<uint8_t>& bytes, int64_t elem_size) {
+  if constexpr (std::endian::native == std::endian::big) return;
+  if (elem_size == 1) return;
+  for (size_t i = 0; i + elem_size <= bytes.size(); i += elem_size) {
+    std::reverse(bytes.begin() + i, bytes.begin() + i + elem_size);
+  }
+}
+
+// `<dir>/<stem>.gz` if present, else the uncompressed `<dir>/<stem>`.
+absl::StatusOr<std::string> FindIdxFile(const std::string& dir,
+                                        const std::string& stem) {
+  const std::string gz = absl::StrCat(dir, "/", stem, ".gz");
+  const std::string plain = absl::StrCat(dir, "/", stem);
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(gz, ec)) return gz;
+  if (std::filesystem::is_regular_file(plain, ec)) return plain;
+  return absl::NotFoundError(absl::StrCat(
+      "Fashion-MNIST file not found: expected '", gz, "' or '", plain, "'"));
+}
+
+}  // namespace
+
+int64_t IdxTypeSize(uint8_t type) {
+  switch (static_cast<IdxType>(type)) {
+    case IdxType::kU8:
+      return 1;
+    case IdxType::kI8:
+      return 1;
+    case IdxType::kI16:
+      return 2;
+    case IdxType::kI32:
+      return 4;
+    case IdxType::kF32:
+      return 4;
+    case IdxType::kF64:
+      return 8;
+  }
+  return 0;
+}
+
+int64_t IdxArray::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+absl::StatusOr<IdxArray> ReadIdx(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("IDX file '", path, "' does not exist"));
+  }
+  errno = 0;
+  GzHandle file(gzopen(path.c_str(), "rb"));
+  if (file == nullptr) {
+    return absl::NotFoundError(absl::StrCat("cannot open IDX file '", path,
+                                            "': ", std::strerror(errno)));
+  }
+  uint8_t magic[4];
+  ASSIGN_OR_RETURN(int64_t got, ReadSome(file.get(), path, magic, 4));
+  if (got < 4) {
+    return absl::DataLossError(
+        absl::StrCat("IDX file '", path,
+                     "' is truncated: expected a 4-byte magic number, "
+                     "found ",
+                     got, " bytes"));
+  }
+  const int64_t elem_size = IdxTypeSize(magic[2]);
+  if (magic[0] != 0 || magic[1] != 0 || elem_size == 0 || magic[3] == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "IDX file '%s' has a bad magic number: expected 00 00 <type in "
+        "{08,09,0b,0c,0d,0e}> <rank >= 1>, found %02x %02x %02x %02x",
+        path, magic[0], magic[1], magic[2], magic[3]));
+  }
+  IdxArray array;
+  array.type = static_cast<IdxType>(magic[2]);
+  const int rank = magic[3];
+  std::vector<uint8_t> header(4 * rank);
+  ASSIGN_OR_RETURN(got, ReadSome(file.get(), path, header.data(), 4 * rank));
+  if (got < 4 * rank) {
+    return absl::DataLossError(absl::StrCat(
+        "IDX file '", path, "' is truncated: expected ", rank, " dims (",
+        4 * rank, " bytes) after the magic, found ", got, " bytes"));
+  }
+  int64_t nbytes = elem_size;
+  for (int i = 0; i < rank; ++i) {
+    const uint8_t* b = &header[4 * i];
+    const int64_t d = (int64_t{b[0]} << 24) | (int64_t{b[1]} << 16) |
+                      (int64_t{b[2]} << 8) | int64_t{b[3]};
+    array.dims.push_back(d);
+    if (d != 0 && nbytes > kMaxIdxBytes / d) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "IDX file '", path, "' declares dims ", DimsString(array.dims),
+          "..., more than ", kMaxIdxBytes, " bytes of data"));
+    }
+    nbytes *= d;
+  }
+  while (static_cast<int64_t>(array.bytes.size()) < nbytes) {
+    const int64_t have = static_cast<int64_t>(array.bytes.size());
+    const int64_t chunk = std::min(kChunkBytes, nbytes - have);
+    array.bytes.resize(have + chunk);
+    ASSIGN_OR_RETURN(
+        got, ReadSome(file.get(), path, array.bytes.data() + have, chunk));
+    if (got < chunk) {
+      return absl::DataLossError(
+          absl::StrCat("IDX file '", path, "' is truncated: dims ",
+                       DimsString(array.dims), " need ", nbytes,
+                       " data bytes after the header, found ", have + got));
+    }
+  }
+  uint8_t extra;
+  ASSIGN_OR_RETURN(got, ReadSome(file.get(), path, &extra, 1));
+  if (got != 0) {
+    return absl::DataLossError(absl::StrCat(
+        "IDX file '", path, "' has trailing bytes: dims ",
+        DimsString(array.dims), " need exactly ", nbytes, " data bytes"));
+  }
+  SwapToHost(array.bytes, elem_size);
+  return array;
+}
+
+absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train,
+                                         FashionMnistOptions options) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return absl::NotFoundError(absl::StrCat(
+        "Fashion-MNIST directory '", dir,
+        "' does not exist. Install the "
+        "Debian package dataset-fashion-mnist (apt-get install "
+        "dataset-fashion-mnist), which puts the files in ",
+        kFashionMnistDir,
+        ", or point to a directory holding {train,t10k}-images-idx3-ubyte.gz "
+        "and {train,t10k}-labels-idx1-ubyte.gz"));
+  }
+  const std::string prefix = train ? "train" : "t10k";
+  ASSIGN_OR_RETURN(std::string images_path,
+                   FindIdxFile(dir, prefix + "-images-idx3-ubyte"));
+  ASSIGN_OR_RETURN(std::string labels_path,
+                   FindIdxFile(dir, prefix + "-labels-idx1-ubyte"));
+  ASSIGN_OR_RETURN(IdxArray images, ReadIdx(images_path));
+  ASSIGN_OR_RETURN(IdxArray labels, ReadIdx(labels_path));
+  if (images.type != IdxType::kU8 || images.dims.size() != 3 ||
+      images.dims[1] != 28 || images.dims[2] != 28) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", images_path,
+                     "': expected u8 images of dims [N, 28, 28], found "
+                     "type 0x",
+                     absl::Hex(static_cast<int>(images.type)), " dims ",
+                     DimsString(images.dims)));
+  }
+  if (labels.type != IdxType::kU8 || labels.dims.size() != 1 ||
+      labels.dims[0] != images.dims[0]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", labels_path, "': expected u8 labels of dims [",
+                     images.dims[0], "] to match the images, found type 0x",
+                     absl::Hex(static_cast<int>(labels.type)), " dims ",
+                     DimsString(labels.dims)));
+  }
+  const int64_t n = images.dims[0];
+  constexpr int64_t kPixels = 28 * 28;
+  Tensor x = empty({n, kPixels}, {.dtype = DType::kF32});
+  Tensor y = empty({n}, {.dtype = DType::kI64});
+  float scale = 1.0f / 255.0f;
+  float shift = 0.0f;
+  if (options.normalize) {
+    scale /= kFashionMnistStd;
+    shift = -kFashionMnistMean / kFashionMnistStd;
+  }
+  float* xs = x.data<float>();
+  for (int64_t i = 0; i < n * kPixels; ++i) {
+    xs[i] = static_cast<float>(images.bytes[i]) * scale + shift;
+  }
+  int64_t* ys = y.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    if (labels.bytes[i] > 9) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", labels_path, "': label ", i, " is ",
+          static_cast<int>(labels.bytes[i]), ", expected a class in [0, 9]"));
+    }
+    ys[i] = labels.bytes[i];
+  }
+  return Dataset(std::move(x), std::move(y));
+}
+
+}  // namespace stepjit::data

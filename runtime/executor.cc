@@ -1,0 +1,128 @@
+// Program: an interpreter over the IR that dispatches each node to the eager kernels.
+#include "runtime/executor.h"
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "ir/status.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/dispatch.h"
+#include "runtime/generator.h"
+
+namespace stepjit::runtime {
+
+using ir::AttrKey;
+using ir::NodeKind;
+
+namespace {
+
+int CountKernels(const ir::Graph& g) {
+  int n = 0;
+  for (const auto& node : g.nodes()) {
+    if (node->kind() == NodeKind::kFusion) n += CountKernels(*node->body());
+    else if (node->kind() == NodeKind::kOp && !ir::IsView(node->op())) ++n;
+  }
+  return n;
+}
+
+// Values the eager step would have drawn: each random node of a replay takes
+// a fresh slice of the default generator's stream. Nodes that shared an
+// offset when traced (dropout and its backward) share the new one.
+class RandomRemap {
+ public:
+  ir::Attrs Apply(const ir::Node& node, absl::Span<const Tensor> inputs) {
+    ir::Attrs attrs = node.attrs();
+    const int64_t traced = attrs.GetInt(AttrKey::kOffset);
+    auto it = offsets_.find(traced);
+    if (it == offsets_.end()) {
+      const ir::OpId op = node.op();
+      int64_t n = op == ir::OpId::kDropout ? inputs[0].numel()
+                                           : ir::NumElements(node.output()->type().shape);
+      if (op == ir::OpId::kRandn) n *= 2;
+      it = offsets_.emplace(traced, static_cast<int64_t>(
+                                        default_generator().Reserve(static_cast<uint64_t>(n))))
+               .first;
+    }
+    attrs.Set(AttrKey::kOffset, it->second);
+    return attrs;
+  }
+
+ private:
+  absl::flat_hash_map<int64_t, int64_t> offsets_;
+};
+
+void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random) {
+  for (const auto& node : g.nodes()) {
+    std::vector<Tensor> in;
+    in.reserve(node->inputs().size());
+    for (const ir::Value* v : node->inputs()) in.push_back(env[v->id()]);
+    switch (node->kind()) {
+      case NodeKind::kOp: {
+        if (ir::GetOpInfo(node->op()).kind == ir::OpKind::kRandom) {
+          env[node->output()->id()] = Dispatch(node->op(), in, random.Apply(*node, in));
+        } else {
+          env[node->output()->id()] = Dispatch(node->op(), in, node->attrs());
+        }
+        break;
+      }
+      case NodeKind::kFusion: {
+        const ir::Graph& body = *node->body();
+        std::vector<Tensor> inner(body.num_values());
+        for (size_t i = 0; i < body.params().size(); ++i) inner[body.params()[i]->id()] = in[i];
+        RunGraph(body, inner, random);
+        for (size_t i = 0; i < node->outputs().size(); ++i) {
+          env[node->outputs()[i]->id()] = inner[body.returns()[i]->id()];
+        }
+        break;
+      }
+      case NodeKind::kAssign: {
+        Tensor& target = in[0];
+        const Tensor& value = in[1];
+        // In-place updates already wrote the state's own buffer.
+        const bool same = value.storage() == target.storage() &&
+                          value.offset() == target.offset() &&
+                          value.strides() == target.strides();
+        if (!same) target.copy_(value);
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Program> Program::Build(const ir::Graph& graph) {
+  Program p(&graph);
+  p.kernels_per_run_ = CountKernels(graph);
+  return p;
+}
+
+std::vector<Tensor> Program::Run(absl::Span<const Tensor> inputs, absl::Span<const Tensor> state,
+                                 absl::Span<const ir::Value* const> extra,
+                                 std::vector<Tensor>* extra_out) const {
+  NoGradGuard no_grad;
+  std::vector<Tensor> env(graph_->num_values());
+  size_t next_input = 0, next_state = 0;
+  for (const ir::Value* param : graph_->params()) {
+    if (graph_->param_kind(param) == ir::ParamKind::kInput) {
+      SJ_CHECK(next_input < inputs.size(), "too few inputs bound");
+      env[param->id()] = inputs[next_input++];
+    } else {
+      SJ_CHECK(next_state < state.size(), "too few state tensors bound");
+      env[param->id()] = state[next_state++];
+    }
+  }
+  SJ_CHECK(next_input == inputs.size() && next_state == state.size(),
+           "bound ", inputs.size(), " inputs and ", state.size(), " state tensors to a graph with ",
+           next_input, " and ", next_state);
+  RandomRemap random;
+  RunGraph(*graph_, env, random);
+  std::vector<Tensor> out;
+  for (const ir::Value* v : graph_->returns()) out.push_back(env[v->id()]);
+  if (extra_out != nullptr) {
+    extra_out->clear();
+    for (const ir::Value* v : extra) extra_out->push_back(env[v->id()]);
+  }
+  return out;
+}
+
+}  // namespace stepjit::runtime

@@ -1,0 +1,41 @@
+// The replay executor: runs a Program built from an IR graph over bound tensors.
+#ifndef STEPJIT_RUNTIME_EXECUTOR_H_
+#define STEPJIT_RUNTIME_EXECUTOR_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "ir/graph.h"
+#include "runtime/tensor.h"
+
+namespace stepjit::runtime {
+
+// An executable form of a graph. This executor interprets every node with
+// the eager kernels (through Dispatch, with autograd off), so replays are
+// bit-identical to the traced eager step; generated kernels for fusion
+// regions plug in here later.
+class Program {
+ public:
+  // The graph must outlive the program and must have passed ir::Verify.
+  static absl::StatusOr<Program> Build(const ir::Graph& graph);
+
+  // Binds `inputs` and `state` to the graph's input and state params (each
+  // in param order), runs every node, and returns the graph's returns.
+  // Tensors for `extra` values (e.g. new .grad bindings) land in *extra_out.
+  std::vector<Tensor> Run(absl::Span<const Tensor> inputs, absl::Span<const Tensor> state,
+                          absl::Span<const ir::Value* const> extra = {},
+                          std::vector<Tensor>* extra_out = nullptr) const;
+
+  // Kernel launches one Run makes (views and no-op write-backs excluded).
+  int kernels_per_run() const { return kernels_per_run_; }
+
+ private:
+  explicit Program(const ir::Graph* graph) : graph_(graph) {}
+  const ir::Graph* graph_;
+  int kernels_per_run_ = 0;
+};
+
+}  // namespace stepjit::runtime
+
+#endif  // STEPJIT_RUNTIME_EXECUTOR_H_

@@ -1,0 +1,236 @@
+// compile(step): replay equals eager bit for bit; guards retrace, fall back and explain.
+#include <sstream>
+
+#include "frontend/stepjit.h"
+#include "gtest/gtest.h"
+
+namespace stepjit {
+namespace {
+
+std::vector<float> Values(const Tensor& t) { return t.contiguous().to(DType::kF32).to_vector<float>(); }
+
+struct Batch {
+  Tensor x, y;
+};
+
+std::vector<Batch> MakeBatches(int n, int64_t batch, uint64_t seed) {
+  Generator gen(seed);
+  std::vector<Batch> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back({randn({batch, 20}, {}, &gen), randint(0, 5, {batch}, {.dtype = DType::kI64}, &gen)});
+  }
+  return out;
+}
+
+nn::Sequential MakeModel() {
+  manual_seed(7);
+  return nn::Sequential(nn::Linear(20, 32), nn::ReLU(), nn::Linear(32, 32), nn::ReLU(),
+                        nn::Linear(32, 5));
+}
+
+// Runs `steps` steps with the given optimizer kind, compiled or eager, and
+// returns losses, parameters and optimizer state flattened.
+template <typename Opt, typename Options>
+std::vector<std::vector<float>> Train(bool compiled, Options opt_options, int steps,
+                                      std::string* ir = nullptr, CompileStats* stats = nullptr) {
+  nn::Sequential model = MakeModel();
+  Opt opt(model.parameters(), opt_options);
+  auto step = [&](const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(model(x), y);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  auto fast = compile(step, {.mode = compiled ? Mode::kCompiled : Mode::kEager});
+  std::vector<std::vector<float>> out;
+  for (const Batch& b : MakeBatches(steps, 16, 3)) out.push_back(Values(fast(b.x, b.y)));
+  for (const Tensor& p : model.parameters()) {
+    out.push_back(Values(p));
+    out.push_back(Values(p.grad()));
+  }
+  if (ir) {
+    std::ostringstream os;
+    fast.dump_ir(os);
+    *ir = os.str();
+  }
+  if (stats) *stats = fast.stats();
+  return out;
+}
+
+TEST(CompileTest, AdamWReplayIsBitIdenticalToEager) {
+  std::string ir;
+  CompileStats stats;
+  auto eager = Train<optim::AdamW>(false, optim::AdamWOptions{.lr = 1e-2}, 50);
+  auto compiled = Train<optim::AdamW>(true, optim::AdamWOptions{.lr = 1e-2}, 50, &ir, &stats);
+  ASSERT_EQ(eager.size(), compiled.size());
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_EQ(eager[i], compiled[i]) << "entry " << i;
+  EXPECT_EQ(stats.replays, 48);  // 1 warmup, 1 trace
+  EXPECT_EQ(stats.traces, 1);
+  EXPECT_GT(stats.ops_per_step, 50);
+  EXPECT_NE(ir.find("graph @train_step("), std::string::npos) << ir;
+  EXPECT_NE(ir.find("assign %s"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("cross_entropy"), std::string::npos);
+  EXPECT_NE(ir.find("addcmul_"), std::string::npos);
+}
+
+TEST(CompileTest, SgdMomentumReplayIsBitIdenticalToEager) {
+  optim::SGDOptions o{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-4, .nesterov = true};
+  auto eager = Train<optim::SGD>(false, o, 50);
+  auto compiled = Train<optim::SGD>(true, o, 50);
+  ASSERT_EQ(eager.size(), compiled.size());
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_EQ(eager[i], compiled[i]) << "entry " << i;
+}
+
+struct Fixture {
+  nn::Sequential model = MakeModel();
+  optim::SGD opt{model.parameters(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9}};
+  std::function<Tensor(const Tensor&, const Tensor&)> step = [this](const Tensor& x,
+                                                                    const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(model(x), y);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+};
+
+TEST(CompileTest, NewBatchSizeRetracesAndStaysCorrect) {
+  Fixture a, b;
+  auto fast = compile(a.step);
+  for (int64_t batch : {16, 16, 16, 8, 8, 16}) {
+    Batch in = MakeBatches(1, batch, batch)[0];
+    EXPECT_EQ(Values(fast(in.x, in.y)), Values(b.step(in.x, in.y))) << "batch " << batch;
+  }
+  for (size_t i = 0; i < a.model.parameters().size(); ++i) {
+    EXPECT_EQ(Values(a.model.parameters()[i]), Values(b.model.parameters()[i]));
+  }
+  CompileStats s = fast.stats();
+  EXPECT_EQ(s.traces, 2);
+  EXPECT_EQ(s.specializations, 2);
+  EXPECT_EQ(s.replays, 3);
+  EXPECT_NE(fast.explain().find("argument x0 is f32[8, 20], traced as f32[16, 20]"),
+            std::string::npos)
+      << fast.explain();
+}
+
+TEST(CompileTest, NewDtypeRetraces) {
+  manual_seed(1);
+  Tensor w = randn({4}, {.dtype = DType::kF64});
+  auto fast = compile([&](const Tensor& x) { return sum(x * x); }, {.warmup_steps = 0});
+  Tensor x32 = randn({4}), x64 = x32.to(DType::kF64);
+  EXPECT_EQ(fast(x32).dtype(), DType::kF32);
+  EXPECT_EQ(fast(x32).dtype(), DType::kF32);
+  EXPECT_EQ(fast(x64).dtype(), DType::kF64);
+  EXPECT_DOUBLE_EQ(fast(x64).item(), sum(x64 * x64).item());
+  EXPECT_EQ(fast.stats().traces, 2);
+  EXPECT_NE(fast.explain().find("argument x0 is f64[4], traced as f32[4]"), std::string::npos)
+      << fast.explain();
+}
+
+TEST(CompileTest, PastTheSpecializationLimitRunsEagerlyAndExplains) {
+  auto fast = compile([](const Tensor& x) { return x * 2.0; },
+                      {.warmup_steps = 0, .max_specializations = 2});
+  for (int64_t n : {1, 2, 3, 3}) {
+    Tensor x = arange(0, static_cast<double>(n), 1, {.dtype = DType::kF32});
+    EXPECT_EQ(Values(fast(x)), Values(x * 2.0));
+  }
+  CompileStats s = fast.stats();
+  EXPECT_EQ(s.specializations, 2);
+  EXPECT_EQ(s.fallbacks, 2);
+  EXPECT_NE(fast.explain().find("2 specializations already exist (max_specializations)"),
+            std::string::npos)
+      << fast.explain();
+}
+
+TEST(CompileTest, ReplacedParameterIsCaughtByTheIdentityGuard) {
+  Fixture a;
+  auto fast = compile(a.step);
+  Batch in = MakeBatches(1, 8, 1)[0];
+  fast(in.x, in.y);
+  fast(in.x, in.y);
+  fast(in.x, in.y);  // replayed
+  std::shared_ptr<nn::LinearImpl> first = a.model.at<nn::LinearImpl>(0);
+  Tensor fresh = zeros({32, 20});
+  first->replace_parameter("weight", fresh);
+  fast(in.x, in.y);  // must retrace: the forward now reads `fresh`
+  EXPECT_EQ(fast.stats().traces, 2);
+  EXPECT_TRUE(fresh.grad().defined());
+  EXPECT_NE(fast.explain().find("parameter was replaced"), std::string::npos) << fast.explain();
+}
+
+TEST(CompileTest, SetLrBetweenCompiledStepsTakesEffect) {
+  Fixture a, b;
+  auto fast = compile(a.step);
+  for (int i = 0; i < 6; ++i) {
+    if (i == 4) {
+      a.opt.set_lr(0.01);
+      b.opt.set_lr(0.01);
+    }
+    Batch in = MakeBatches(1, 8, 10 + i)[0];
+    EXPECT_EQ(Values(fast(in.x, in.y)), Values(b.step(in.x, in.y))) << "step " << i;
+  }
+  EXPECT_EQ(fast.stats().traces, 1);
+  for (size_t i = 0; i < a.model.parameters().size(); ++i) {
+    EXPECT_EQ(Values(a.model.parameters()[i]), Values(b.model.parameters()[i]));
+  }
+}
+
+TEST(CompileTest, ItemInsideTheStepIsAGraphBreak) {
+  Fixture a, b;
+  double seen = 0;
+  auto with_item = [&](Fixture& f) {
+    return [&](const Tensor& x, const Tensor& y) {
+      Tensor loss = f.step(x, y);
+      seen = loss.item();
+      return loss;
+    };
+  };
+  auto fast = compile(with_item(a));
+  auto eager = with_item(b);
+  for (int i = 0; i < 4; ++i) {
+    Batch in = MakeBatches(1, 8, 20 + i)[0];
+    EXPECT_EQ(Values(fast(in.x, in.y)), Values(eager(in.x, in.y)));
+  }
+  EXPECT_EQ(fast.stats().replays, 0);
+  EXPECT_NE(fast.explain().find("graph break: item() reads f32[]"), std::string::npos)
+      << fast.explain();
+}
+
+TEST(CompileTest, EagerModeNeverTraces) {
+  Fixture a;
+  auto fast = compile(a.step, {.mode = Mode::kEager});
+  Batch in = MakeBatches(1, 8, 1)[0];
+  for (int i = 0; i < 3; ++i) fast(in.x, in.y);
+  EXPECT_EQ(fast.stats().traces, 0);
+  EXPECT_EQ(fast.stats().eager_calls, 3);
+}
+
+TEST(CompileTest, GradBindingsMatchEagerAfterReplay) {
+  Fixture a;
+  auto fast = compile(a.step);
+  Batch in = MakeBatches(1, 8, 1)[0];
+  for (int i = 0; i < 3; ++i) fast(in.x, in.y);
+  for (const Tensor& p : a.model.parameters()) {
+    ASSERT_TRUE(p.grad().defined());
+    EXPECT_EQ(p.grad().shape(), p.shape());
+  }
+  // A tensor returned by the step is fresh on every replay, like eager.
+  Tensor l1 = fast(in.x, in.y), l2 = fast(in.x, in.y);
+  EXPECT_NE(l1.storage(), l2.storage());
+}
+
+TEST(CompileTest, TupleResults) {
+  auto fast = compile([](const Tensor& x) { return std::make_tuple(x + 1.0, x * 3.0); },
+                      {.warmup_steps = 0});
+  Tensor x = from_vector(std::vector<float>{1, 2}, {2});
+  for (int i = 0; i < 3; ++i) {
+    auto [a, b] = fast(x);
+    EXPECT_EQ(Values(a), (std::vector<float>{2, 3}));
+    EXPECT_EQ(Values(b), (std::vector<float>{3, 6}));
+  }
+  EXPECT_EQ(fast.stats().replays, 2);
+}
+
+}  // namespace
+}  // namespace stepjit
