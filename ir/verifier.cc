@@ -100,10 +100,6 @@ class GraphVerifier {
               : absl::StrCat(" to ", info.max_arity),
           " operands, got ", n));
     }
-    if (node.outputs().size() != 1) {
-      return Invalid(absl::StrCat(header, ": an op node has one result, not ",
-                                  node.outputs().size()));
-    }
     std::vector<TensorType> types;
     for (const Value* v : node.inputs()) types.push_back(v->type());
     absl::StatusOr<TensorType> inferred =
@@ -166,10 +162,6 @@ class GraphVerifier {
     if (in_fusion()) {
       return Invalid(absl::StrCat(header, ": assign is not allowed inside "
                                   "fusion body @", graph_.name()));
-    }
-    if (node.inputs().size() != 2 || !node.outputs().empty()) {
-      return Invalid(absl::StrCat(header, ": assign takes a target and a "
-                                  "value and has no results"));
     }
     const Value* target = node.inputs()[0];
     const Value* value = node.inputs()[1];

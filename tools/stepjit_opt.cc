@@ -95,7 +95,7 @@ int ParseArgs(int argc, char** argv, Options& options) {
         const PassEntry* pass = FindPass(name);
         if (pass == nullptr) {
           std::cerr << "stepjit-opt: error: unknown pass '" << name
-                    << "'; known passes:\n";
+                    << "'\nknown passes:\n";
           ListPasses(std::cerr);
           return 2;
         }

@@ -136,7 +136,7 @@ std::string ParseError(const char* text) {
 
 // One line per error path; the message is the whole contract.
 TEST(ParserTest, ErrorMessages) {
-  constexpr const char* kG = "graph @g(%a: f32[2] input) {\n";
+  constexpr const char* kOpenBody = "graph @g(%a: f32[2] input) {\n";
   const ErrorCase cases[] = {
       // Tokens.
       {"graph @g() { $ }", "t.ir:1:14: error: unexpected character `$`"},
@@ -208,9 +208,9 @@ TEST(ParserTest, ErrorMessages) {
        "t.ir:1:19: error: expected an op name after `%0 =`, found %1"},
       {"graph @g() { %0 = frob : f32[] }", "t.ir:1:19: error: unknown op `frob`"},
       {"graph @g(%a: f32[2] input) { %0 = neg %a f32[2] }",
-       "t.ir:1:43: error: expected `:` and the result type of %0, found `f32`"},
+       "t.ir:1:42: error: expected `:` and the result type of %0, found `f32`"},
       {"graph @g(%a: f32[2] input) { assign %a %a }",
-       "t.ir:1:41: error: expected `,` between the assign target and value, "
+       "t.ir:1:40: error: expected `,` between the assign target and value, "
        "found %a"},
       {"graph @g(%a: f32[2] input) { return %a",
        "t.ir:1:39: error: expected `}` to close graph @g, found end of input"},
@@ -248,7 +248,7 @@ TEST(ParserTest, ErrorMessages) {
        "t.ir:1:33: error: float 1e400 is out of the range of f64"},
       // Value references.
       {"graph @g() { %0 = neg 3 : f32[] }",
-       "t.ir:1:25: error: expected `:` and the result type of %0, found `3`"},
+       "t.ir:1:23: error: expected `:` and the result type of %0, found `3`"},
       {"graph @g() { assign 3, 4 }",
        "t.ir:1:21: error: expected a value like %x, found `3`"},
       {"graph @g() { %0 = neg %nope : f32[] }",
@@ -263,7 +263,7 @@ TEST(ParserTest, ErrorMessages) {
       {"graph @g(%a: f32[2] input) { %0 = fusion @k %a }",
        "t.ir:1:45: error: expected `(` before the fusion inputs, found %a"},
       {"graph @g(%a: f32[2] input) { %0 = fusion @k(%a : }",
-       "t.ir:1:49: error: expected `)` after the fusion inputs, found `:`"},
+       "t.ir:1:48: error: expected `)` after the fusion inputs, found `:`"},
       {"graph @g(%a: f32[2] input) { %0 = fusion @k(%a) (f32[2]) }",
        "t.ir:1:49: error: expected `:` and the fusion result types, found `(`"},
       {"graph @g(%a: f32[2] input) { %0 = fusion @k(%a) : f32[2] }",
@@ -287,22 +287,22 @@ TEST(ParserTest, ErrorMessages) {
        "returns 2 values"},
       {"graph @g(%a: f32[2] input) { %0 = fusion @k(%a) : (f32[2]) {\n"
        "  graph @k(%p: f32[2] input) { %1 = neg %a : f32[2] return %1 } } }",
-       "t.ir:2:42: error: undefined value %a (a fusion body sees only its own "
+       "t.ir:2:41: error: undefined value %a (a fusion body sees only its own "
        "parameters)"},
       {"graph @g(%a: f32[2] input) { %0 = fusion @k(%a) : (f32[2]) {\n"
        "  graph @k(%p: f32[2] input) { return %p } } return %0 }",
-       "t.ir:2:52: error: fusion result %0 needs an index, like %0#0"},
+       "t.ir:2:53: error: fusion result %0 needs an index, like %0#0"},
       {"graph @g(%a: f32[2] input) { %0 = fusion @k(%a) : (f32[2]) {\n"
        "  graph @k(%p: f32[2] input) { return %p } } return %0#x }",
-       "t.ir:2:55: error: expected a result index after %0#, found `x`"},
+       "t.ir:2:56: error: expected a result index after %0#, found `x`"},
       {"graph @g(%a: f32[2] input) { %0 = fusion @k(%a) : (f32[2]) {\n"
        "  graph @k(%p: f32[2] input) { return %p } } return %0#1 }",
-       "t.ir:2:55: error: index #1 out of range: %0 has 1 results"},
+       "t.ir:2:56: error: index #1 out of range: %0 has 1 results"},
   };
   for (const ErrorCase& c : cases) {
     EXPECT_EQ(ParseError(c.text), c.message) << "input: " << c.text;
   }
-  EXPECT_EQ(ParseError(kG), "t.ir:2:1: error: expected a statement (`%name = "
+  EXPECT_EQ(ParseError(kOpenBody), "t.ir:2:1: error: expected a statement (`%name = "
                             "...`, `assign` or `return`), found end of input");
 }
 
