@@ -180,6 +180,7 @@ void PrintDim(std::ostream& os, const Tensor& t, int64_t dim, int64_t offset) {
 
 std::string Tensor::ToString() const {
   if (!defined()) return "tensor(undefined)";
+  if (auto* obs = runtime::GetDispatchObserver()) obs->OnHostRead(*this, "printing");
   std::ostringstream os;
   os.precision(6);
   os << "tensor(";
