@@ -9,9 +9,11 @@
 //            dW = dY^T · X   m=out   n=in  k=batch (TN)
 #include <benchmark/benchmark.h>
 
+#include <atomic>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,9 +24,6 @@ namespace stepjit::runtime::cpu {
 namespace {
 
 using ir::DType;
-
-// Debian's abseil has its own string_view type, which StrCat needs.
-absl::string_view Str(std::string_view s) { return {s.data(), s.size()}; }
 
 struct Shape {
   std::string name;
@@ -103,12 +102,22 @@ void BM_Gemm(benchmark::State& state, Shape shape, DType dtype,
       benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// All nine GEMMs back to back, as a step runs them: exposes the cost of
-// switching between OpenBLAS's pthreads and oneDNN's OpenMP team.
-void BM_GemmStep(benchmark::State& state, GemmBackend backend) {
+// All nine GEMMs back to back, as a step runs them (kAuto switches between
+// OpenBLAS's pthreads and oneDNN's OpenMP team). With `busy` set, one thread
+// spins alongside, as a data-loader worker or another process would: on two
+// cores that tests how each library's thread team copes with losing a core.
+void BM_GemmStep(benchmark::State& state, GemmBackend backend, bool busy) {
   std::vector<Operands> ops;
   for (const Shape& s : MlpShapes()) {
     ops.push_back(MakeOperands(s, DType::kF32, backend));
+  }
+  std::atomic<bool> stop{false};
+  std::thread spinner;
+  if (busy) {
+    spinner = std::thread([&stop] {
+      volatile uint64_t x = 0;
+      while (!stop.load(std::memory_order_relaxed)) x = x + 1;
+    });
   }
   for (auto _ : state) {
     for (Operands& o : ops) {
@@ -117,6 +126,8 @@ void BM_GemmStep(benchmark::State& state, GemmBackend backend) {
     }
     benchmark::ClobberMemory();
   }
+  stop = true;
+  if (spinner.joinable()) spinner.join();
 }
 
 const bool kRegistered = [] {
@@ -131,21 +142,25 @@ const bool kRegistered = [] {
   for (const Shape& s : MlpShapes()) {
     for (const auto& c : configs) {
       benchmark::RegisterBenchmark(
-          absl::StrCat("Gemm/", s.name, "/", Str(ir::DTypeName(c.dtype)), "/",
-                       Str(GemmBackendName(c.backend)))
+          absl::StrCat("Gemm/", s.name, "/", ir::DTypeName(c.dtype), "/",
+                       GemmBackendName(c.backend))
               .c_str(),
           BM_Gemm, s, c.dtype, c.backend)
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
     }
   }
-  for (GemmBackend b : {GemmBackend::kOpenBlas, GemmBackend::kOneDnn,
-                        GemmBackend::kAuto}) {
-    benchmark::RegisterBenchmark(
-        absl::StrCat("GemmStep/f32/", Str(GemmBackendName(b))).c_str(),
-        BM_GemmStep, b)
-        ->Unit(benchmark::kMicrosecond)
-        ->UseRealTime();
+  for (bool busy : {false, true}) {
+    for (GemmBackend b : {GemmBackend::kOpenBlas, GemmBackend::kOneDnn,
+                          GemmBackend::kAuto}) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("GemmStep/f32/", GemmBackendName(b),
+                       busy ? "/busy1" : "")
+              .c_str(),
+          BM_GemmStep, b, busy)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+    }
   }
   return true;
 }();

@@ -26,24 +26,33 @@ void Tracer::Begin(absl::Span<const Tensor> inputs) {
     ir::Value* v = graph_->AddParam(absl::StrCat("x", i), TypeOf(inputs[i]),
                                     ir::ParamKind::kInput);
     // An argument passed twice keeps its first binding.
-    if (!values_.contains(inputs[i].impl())) {
-      values_[inputs[i].impl()] = v;
-      keep_alive_.push_back(inputs[i].impl_ptr());
-    }
+    if (Lookup(inputs[i]) == nullptr) Bind(inputs[i], v);
   }
   previous_ = runtime::SetDispatchObserver(this);
   active_ = true;
 }
 
-ir::Value* Tracer::ValueOf(const Tensor& t) {
+ir::Value* Tracer::Lookup(const Tensor& t) {
   auto it = values_.find(t.impl());
-  if (it != values_.end()) return it->second;
+  if (it == values_.end()) return nullptr;
+  if (it->second.impl.lock().get() != t.impl()) {  // address reused
+    values_.erase(it);
+    return nullptr;
+  }
+  return it->second.value;
+}
+
+void Tracer::Bind(const Tensor& t, ir::Value* value) {
+  values_[t.impl()] = Entry{t.impl_ptr(), value};
+}
+
+ir::Value* Tracer::ValueOf(const Tensor& t) {
+  if (ir::Value* v = Lookup(t)) return v;
   ir::Value* v = graph_->AddParam(absl::StrCat("s", state_.size()), TypeOf(t),
                                   ir::ParamKind::kState);
-  values_[t.impl()] = v;
+  Bind(t, v);
   state_params_[t.impl()] = v;
-  keep_alive_.push_back(t.impl_ptr());
-  state_.push_back(t);
+  state_.push_back(t);  // state is bound by identity: keep it
   return v;
 }
 
@@ -66,8 +75,7 @@ void Tracer::OnOp(ir::OpId op, absl::Span<const Tensor> inputs, const ir::Attrs&
   ir::Node* node = graph_->AddOp(op, std::move(in), attrs, TypeOf(output));
   // In-place ops return their target: the target's tensor now holds the
   // node's new value.
-  values_[output.impl()] = node->output();
-  keep_alive_.push_back(output.impl_ptr());
+  Bind(output, node->output());
   last_op_ = std::string(ir::OpName(op));
   ++num_ops_;
 }
@@ -82,10 +90,12 @@ void Tracer::OnHostRead(const Tensor& tensor, const char* what) {
 void Tracer::OnAlias(const Tensor& source, const Tensor& alias) {
   // An alias of a tensor the step has not seen yet stays unmapped: if the
   // step reads it, it becomes state like any outside tensor.
-  auto it = values_.find(source.impl());
-  if (it == values_.end()) return;
-  values_[alias.impl()] = it->second;
-  keep_alive_.push_back(alias.impl_ptr());
+  ir::Value* v = Lookup(source);
+  if (v == nullptr) {
+    values_.erase(alias.impl());
+    return;
+  }
+  Bind(alias, v);
 }
 
 void Tracer::OnGradRead(const Tensor& leaf, const Tensor& grad) {
@@ -121,7 +131,7 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
   // Write-back: state whose tensor now holds a newer value.
   for (const Tensor& s : state_) {
     ir::Value* param = state_params_.at(s.impl());
-    ir::Value* latest = values_.at(s.impl());
+    ir::Value* latest = Lookup(s);
     if (latest != param) graph_->AddAssign(param, latest);
   }
   graph_->SetReturns(std::move(returns));

@@ -64,10 +64,17 @@ class Tracer : public runtime::DispatchObserver {
   std::unique_ptr<ir::Graph> graph_;
   runtime::DispatchObserver* previous_ = nullptr;
   bool active_ = false;
-  // Keyed by impl; `keep_alive_` pins every seen impl so that no address is
-  // reused by another tensor while the trace is running.
-  absl::flat_hash_map<const TensorImpl*, ir::Value*> values_;
-  std::vector<std::shared_ptr<TensorImpl>> keep_alive_;
+  // Keyed by impl address. Entries hold a weak reference instead of pinning
+  // the tensor (pinning would change what the step does: autograd steals
+  // gradient buffers only when nothing else holds them); an expired entry
+  // means the address now belongs to a different tensor.
+  struct Entry {
+    std::weak_ptr<TensorImpl> impl;
+    ir::Value* value;
+  };
+  ir::Value* Lookup(const Tensor& t);
+  void Bind(const Tensor& t, ir::Value* value);
+  absl::flat_hash_map<const TensorImpl*, Entry> values_;
   std::vector<Tensor> state_;
   absl::flat_hash_map<const TensorImpl*, ir::Value*> state_params_;
   std::vector<Tensor> grad_touched_;  // leaves whose .grad was read or set

@@ -66,7 +66,8 @@ Node* Graph::AddOp(OpId op, std::vector<Value*> inputs, Attrs attrs,
   return nodes_.back().get();
 }
 
-Node* Graph::AddFusion(std::unique_ptr<Graph> body, std::vector<Value*> inputs) {
+Node* Graph::AddFusion(std::unique_ptr<Graph> body,
+                       std::vector<Value*> inputs) {
   SJ_CHECK(body != nullptr);
   auto n = std::make_unique<Node>();
   n->kind_ = NodeKind::kFusion;
@@ -74,8 +75,8 @@ Node* Graph::AddFusion(std::unique_ptr<Graph> body, std::vector<Value*> inputs) 
   // A fusion takes one number; its results are named like their text `%N#i`.
   const int number = next_number_++;
   for (size_t i = 0; i < body->returns().size(); ++i) {
-    Value* out = NewValue(body->returns()[i]->type(),
-                          absl::StrCat(number, "#", i));
+    Value* out =
+        NewValue(body->returns()[i]->type(), absl::StrCat(number, "#", i));
     out->producer_ = n.get();
     out->index_ = static_cast<int>(i);
     n->outputs_.push_back(out);

@@ -70,8 +70,8 @@ class Lexer {
       while (!AtEnd() && IsNameChar(Peek())) Advance();
       std::string name(text_.substr(start_ + 1, pos_ - start_ - 1));
       if (name.empty()) {
-        return Error(absl::StrCat("expected a name after `", std::string(1, c),
-                                  "`"));
+        return Error(
+            absl::StrCat("expected a name after `", std::string(1, c), "`"));
       }
       return Make(c == '%' ? TokenKind::kValueName : TokenKind::kGraphName,
                   std::move(name));
@@ -141,11 +141,21 @@ class Lexer {
       if (AtEnd()) return Error("unterminated string");
       Advance();
       switch (e) {
-        case '"': value += '"'; break;
-        case '\\': value += '\\'; break;
-        case 'n': value += '\n'; break;
-        case 't': value += '\t'; break;
-        case 'r': value += '\r'; break;
+        case '"':
+          value += '"';
+          break;
+        case '\\':
+          value += '\\';
+          break;
+        case 'n':
+          value += '\n';
+          break;
+        case 't':
+          value += '\t';
+          break;
+        case 'r':
+          value += '\r';
+          break;
         case 'x': {
           const int hi = HexDigit(Peek()), lo = HexDigit(Peek(1));
           if (hi < 0 || lo < 0) {

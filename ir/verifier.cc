@@ -1,4 +1,5 @@
-// The IR verifier: structural and type invariants, reported as the text names them.
+// The IR verifier: structural and type invariants, reported as the text names
+// them.
 #include "ir/verifier.h"
 
 #include <string>
@@ -20,16 +21,17 @@ class GraphVerifier {
 
   absl::Status Run() {
     if (!IsValidParamName(graph_.name())) {
-      return Invalid(absl::StrCat("graph name @", graph_.name(),
-                                  " is not a valid name"));
+      return Invalid(
+          absl::StrCat("graph name @", graph_.name(), " is not a valid name"));
     }
     for (size_t pos = 0; pos < graph_.nodes().size(); ++pos) {
       const Node& node = *graph_.nodes()[pos];
       const std::string header = PrintNodeHeader(node, names_);
-      RETURN_IF_ERROR(CheckOperands(node.inputs(), static_cast<int>(pos),
-                                    header));
+      RETURN_IF_ERROR(
+          CheckOperands(node.inputs(), static_cast<int>(pos), header));
       if (node.kind() != NodeKind::kOp && !node.attrs().items().empty()) {
-        return Invalid(absl::StrCat(header, ": only op nodes carry attributes"));
+        return Invalid(
+            absl::StrCat(header, ": only op nodes carry attributes"));
       }
       switch (node.kind()) {
         case NodeKind::kOp:
@@ -71,10 +73,11 @@ class GraphVerifier {
       if (!at) {
         for (const ValueNames* outer : outer_) {
           if (std::optional<std::string> name = outer->Find(v)) {
-            return Invalid(absl::StrCat(
-                header, ": operand ", i, " is ", *name, " of an enclosing "
-                "graph; fusion body @", graph_.name(),
-                " sees only its own parameters"));
+            return Invalid(absl::StrCat(header, ": operand ", i, " is ", *name,
+                                        " of an enclosing "
+                                        "graph; fusion body @",
+                                        graph_.name(),
+                                        " sees only its own parameters"));
           }
         }
         return Invalid(absl::StrCat(header, ": operand ", i,
@@ -93,12 +96,12 @@ class GraphVerifier {
     const OpInfo& info = GetOpInfo(node.op());
     const int n = static_cast<int>(node.inputs().size());
     if (n < info.min_arity || n > info.max_arity) {
-      return Invalid(absl::StrCat(
-          header, ": `", info.name, "` expects ", info.min_arity,
-          info.min_arity == info.max_arity
-              ? ""
-              : absl::StrCat(" to ", info.max_arity),
-          " operands, got ", n));
+      return Invalid(absl::StrCat(header, ": `", info.name, "` expects ",
+                                  info.min_arity,
+                                  info.min_arity == info.max_arity
+                                      ? ""
+                                      : absl::StrCat(" to ", info.max_arity),
+                                  " operands, got ", n));
     }
     std::vector<TensorType> types;
     for (const Value* v : node.inputs()) types.push_back(v->type());
@@ -121,8 +124,8 @@ class GraphVerifier {
     outer.push_back(&names_);
     absl::Status status = GraphVerifier(body, std::move(outer)).Run();
     if (!status.ok()) {
-      return Invalid(absl::StrCat("in fusion @", body.name(), ": ",
-                                  status.message()));
+      return Invalid(
+          absl::StrCat("in fusion @", body.name(), ": ", status.message()));
     }
     if (node.inputs().size() != body.params().size()) {
       return Invalid(absl::StrCat(header, ": ", node.inputs().size(),
@@ -133,10 +136,10 @@ class GraphVerifier {
       const Value* in = node.inputs()[i];
       const Value* param = body.params()[i];
       if (in->type() != param->type()) {
-        return Invalid(absl::StrCat(
-            header, ": input ", i, " (", names_.Name(in), ") is ",
-            PrintType(in->type()), " but body parameter %", param->name(),
-            " is ", PrintType(param->type())));
+        return Invalid(
+            absl::StrCat(header, ": input ", i, " (", names_.Name(in), ") is ",
+                         PrintType(in->type()), " but body parameter %",
+                         param->name(), " is ", PrintType(param->type())));
       }
     }
     if (node.outputs().size() != body.returns().size()) {
@@ -160,8 +163,10 @@ class GraphVerifier {
 
   absl::Status CheckAssign(const Node& node, const std::string& header) const {
     if (in_fusion()) {
-      return Invalid(absl::StrCat(header, ": assign is not allowed inside "
-                                  "fusion body @", graph_.name()));
+      return Invalid(absl::StrCat(header,
+                                  ": assign is not allowed inside "
+                                  "fusion body @",
+                                  graph_.name()));
     }
     const Value* target = node.inputs()[0];
     const Value* value = node.inputs()[1];
@@ -174,10 +179,10 @@ class GraphVerifier {
                                   " is an input parameter, not state"));
     }
     if (value->type() != target->type()) {
-      return Invalid(absl::StrCat(
-          header, ": value ", names_.Name(value), " is ",
-          PrintType(value->type()), " but state ", names_.Name(target), " is ",
-          PrintType(target->type())));
+      return Invalid(absl::StrCat(header, ": value ", names_.Name(value),
+                                  " is ", PrintType(value->type()),
+                                  " but state ", names_.Name(target), " is ",
+                                  PrintType(target->type())));
     }
     return absl::OkStatus();
   }

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "ir/graph.h"
 #include "ir/parser.h"
@@ -45,7 +46,8 @@ absl::StatusOr<bool> RunPrint(ir::Graph& graph) {
 
 constexpr PassEntry kPasses[] = {
     {"verify", &RunVerify, "check the IR's invariants (ir/verifier.h)"},
-    {"print", &RunPrint, "print the IR at this point of the pipeline to stderr"},
+    {"print", &RunPrint,
+     "print the IR at this point of the pipeline to stderr"},
 };
 
 constexpr const char* kUsage =
@@ -64,8 +66,7 @@ struct Options {
 
 void ListPasses(std::ostream& os) {
   for (const PassEntry& p : kPasses) {
-    os << "  " << p.name << std::string(12 - std::string(p.name).size(), ' ')
-       << p.summary << "\n";
+    os << absl::StrFormat("  %-12s%s\n", p.name, p.summary);
   }
 }
 
@@ -131,8 +132,7 @@ bool ReadInput(const std::string& path, std::string& text) {
 int Main(int argc, char** argv) {
   Options options;
   if (int rc = ParseArgs(argc, argv, options); rc >= 0) return rc;
-  const std::string filename =
-      options.input == "-" ? "<stdin>" : options.input;
+  const std::string filename = options.input == "-" ? "<stdin>" : options.input;
   std::string text;
   if (!ReadInput(options.input, text)) {
     std::cerr << "stepjit-opt: error: cannot read '" << options.input << "'\n";

@@ -22,8 +22,6 @@ namespace {
 
 using ir::DType;
 
-absl::string_view Name(DType t) { return ir::DTypeName(t); }
-
 // Rows and columns of an operand as stored, i.e. before op() transposes it.
 struct Extent {
   int64_t rows, cols;
@@ -39,7 +37,7 @@ absl::Status Validate(const GemmArgs& g) {
   if (!ir::IsFloating(g.dtype)) {
     return absl::InvalidArgumentError(
         absl::StrCat("Gemm: expected dtype f32, f64, f16 or bf16, got ",
-                     Name(g.dtype)));
+                     ir::DTypeName(g.dtype)));
   }
   if (g.m < 0 || g.n < 0 || g.k < 0 || g.batch < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -225,7 +223,7 @@ absl::StatusOr<CacheEntry> GetPrimitive(const GemmArgs& g) {
   } catch (const dnnl::error& err) {
     if (err.status != dnnl_unimplemented) {
       return absl::InternalError(absl::StrCat(
-          "Gemm: oneDNN matmul creation failed for ", Name(g.dtype),
+          "Gemm: oneDNN matmul creation failed for ", ir::DTypeName(g.dtype),
           " m=", g.m, " n=", g.n, " k=", g.k, ": ", err.what()));
     }
   }
@@ -249,7 +247,7 @@ absl::Status OneDnnGemm(const GemmArgs& g) {
   ASSIGN_OR_RETURN(CacheEntry e, GetPrimitive(g));
   if (!e.implemented) {
     return absl::UnimplementedError(
-        absl::StrCat("Gemm: oneDNN has no ", Name(g.dtype),
+        absl::StrCat("Gemm: oneDNN has no ", ir::DTypeName(g.dtype),
                      " matmul on this CPU"));
   }
   DnnlContext& ctx = Dnnl();
@@ -365,7 +363,7 @@ void ZeroC(const GemmArgs& g) {
 
 }  // namespace
 
-std::string_view GemmBackendName(GemmBackend b) {
+absl::string_view GemmBackendName(GemmBackend b) {
   switch (b) {
     case GemmBackend::kAuto: return "auto";
     case GemmBackend::kOpenBlas: return "openblas";
@@ -410,7 +408,7 @@ absl::Status Gemm(const GemmArgs& g) {
       break;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "Gemm: unsupported dtype ", Name(g.dtype)));  // Validate caught
+      "Gemm: unsupported dtype ", ir::DTypeName(g.dtype)));  // Validate caught
 }
 
 }  // namespace stepjit::runtime::cpu

@@ -3,9 +3,9 @@
 #define STEPJIT_RUNTIME_CPU_GEMM_H_
 
 #include <cstdint>
-#include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "ir/dtype.h"
 
 namespace stepjit::runtime::cpu {
@@ -43,7 +43,7 @@ absl::Status Gemm(const GemmArgs& args);
 GemmBackend ChooseBackend(const GemmArgs& args);
 
 // "auto", "openblas" or "onednn".
-std::string_view GemmBackendName(GemmBackend b);
+absl::string_view GemmBackendName(GemmBackend b);
 
 }  // namespace stepjit::runtime::cpu
 

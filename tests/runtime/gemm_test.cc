@@ -20,9 +20,6 @@ namespace {
 using ir::DType;
 using ::testing::HasSubstr;
 
-// Debian's abseil has its own string_view type, which StrCat needs.
-absl::string_view Str(std::string_view s) { return {s.data(), s.size()}; }
-
 // A buffer of `dtype` elements read and written as double.
 class Buffer {
  public:
@@ -189,8 +186,8 @@ TEST_P(GemmNumericsTest, EmptyReductionZeroesOrKeepsC) {
 
 std::string ParamName(
     const ::testing::TestParamInfo<std::tuple<DType, GemmBackend>>& info) {
-  return absl::StrCat(Str(ir::DTypeName(std::get<0>(info.param))), "_",
-                      Str(GemmBackendName(std::get<1>(info.param))));
+  return absl::StrCat(ir::DTypeName(std::get<0>(info.param)), "_",
+                      GemmBackendName(std::get<1>(info.param)));
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -472,9 +472,8 @@ TEST(UnaryOpValuesTest, ReluOfNegativesIsZeroAndNaNPropagates) {
   EXPECT_TRUE(AllClose(y, {0, 0, 0, 0, 2, kNaN}, {0, 0}));
 }
 
-// relu(-inf) must be 0 (PyTorch's clamp_min(0)); the scalar definition
-// relu(x) = x > 0 ? x : x * 0 gives -inf * 0 = NaN. See the report: fix in
-// ir/scalar_def.h (not a file this test's author may edit).
+// relu(-inf) must be 0 (PyTorch's clamp_min(0)). Disabled until relu in
+// ir/scalar_def.h stops computing x * 0 for x <= 0 (-inf * 0 is NaN).
 TEST(UnaryOpValuesTest, DISABLED_ReluOfNegativeInfinityIsZero) {
   EXPECT_TRUE(AllClose(Read(relu(Make({-kInf}, {1}))), {0}, {0, 0}));
 }
@@ -836,8 +835,9 @@ TEST(CastValuesTest, FloatToIntegerTruncatesTowardZero) {
       AllClose(Read(cast(Make({kNaN, 0}, {2}), DType::kBool)), {1, 0}, {0, 0}));
 }
 
-// Any nonzero value is true; the conversion narrows to float first, so a
-// tiny double becomes false. See the report: fix in runtime/cpu/loops.h.
+// Any nonzero value is true. Disabled until Convert<bool> in
+// runtime/cpu/loops.h compares in the source type: it narrows to float
+// first, so doubles below the smallest float subnormal become false.
 TEST(CastValuesTest, DISABLED_TinyDoubleToBoolIsTrue) {
   const Tensor x = Make({1e-300, -1e-50, 4.9e-324}, {3}, DType::kF64);
   EXPECT_TRUE(AllClose(Read(cast(x, DType::kBool)), {1, 1, 1}, {0, 0}));
@@ -939,8 +939,9 @@ std::vector<Values> Groups(const Values& in, const Dims& shape,
   return out;
 }
 
-const Dims kDimCases[] = {{0},      {1},    {2}, {-1},     {0, 2},
-                          {-3, -1}, {1, 2}, {},  {0, 1, 2}};
+// {0} and {0, 1} of a contiguous input take the leading-dims kernel.
+const Dims kDimCases[] = {{0},      {1},    {2}, {-1},      {0, 2},
+                          {-3, -1}, {1, 2}, {},  {0, 1, 2}, {0, 1}};
 
 std::string DimsString(const Dims& d) {
   std::ostringstream os;
@@ -1365,7 +1366,8 @@ TEST(EmbeddingTest, BackwardAccumulatesRepeatedIndices) {
   for (DType dt : {DType::kF32, DType::kF64, DType::kBF16}) {
     const Values idx = {4, 0, 4, 2, 1, 4};
     const Tensor g = RandomTensor({2, 3, 3}, dt, -1, 1, 73);
-    const Tensor out = embedding_backward(g, Make(idx, {2, 3}, DType::kI64), 6);
+    const DType it = dt == DType::kF32 ? DType::kI32 : DType::kI64;
+    const Tensor out = embedding_backward(g, Make(idx, {2, 3}, it), 6);
     EXPECT_EQ(out.dtype(), dt);
     ASSERT_EQ(ShapeOf(out), (Dims{6, 3}));
     const Values vg = Read(g);
@@ -1634,13 +1636,13 @@ TEST(InplaceTest, ArithmeticUpdatesWithBroadcasting) {
     tol.atol = 8 * tol.rtol;
     auto fresh = [&] { return RandomTensor({2, 3}, dt, -2, 2, 121); };
     const Values s = Read(fresh());
-    const Tensor o =
-        RandomTensor({3}, DType::kF64, -2, 2, 122);  // converted to dt first
+    // An f64 operand: PyTorch computes in f64 and rounds once; the tolerance
+    // also covers rounding the operand to the target dtype first.
+    const Tensor o = RandomTensor({3}, DType::kF64, -2, 2, 122);
     const Tensor t1 = RandomTensor({2, 1}, dt, -2, 2, 123);
     const Tensor t2 = RandomTensor({2, 3}, dt, 0.5, 2, 124);
     const Tensor wt = RandomTensor({2, 3}, dt, 0, 1, 125);
-    Values vo = Read(o);
-    for (auto& v : vo) v = RoundTo(v, dt);
+    const Values vo = Read(o);
     const Values v1 = Read(t1), v2 = Read(t2), vw = Read(wt);
     auto want = [&](auto fn) {
       Values w(6);
@@ -1940,6 +1942,12 @@ TEST(ViewTest, ReshapeOfTransposeCopiesAndViewThrows) {
   const Tensor sv = s.view({2, 2, 3});
   EXPECT_EQ(sv.storage(), s.storage());
   EXPECT_EQ(Read(sv), Read(s));
+  const Tensor row = t.slice(0, 1, 2);  // [1, 3] with strides [1, 4]
+  EXPECT_EQ(row.view({3}).storage(), x.storage());
+  EXPECT_EQ(Read(row.view({3})), Read(row));
+  const Tensor u = t.unsqueeze(1);  // [4, 1, 3]
+  EXPECT_EQ(Read(u.view({4, 3})), Read(t));
+  EXPECT_EQ(u.view({4, 3}).storage(), x.storage());
 }
 
 TEST(ViewTest, PermuteExpandSqueezeUnsqueezeShareStorage) {
@@ -2135,14 +2143,16 @@ TEST(LargeTensorTest, ElementwiseUnaryBinaryCompareWhereCast) {
 
 TEST(LargeTensorTest, Reductions) {
   for (DType dt : {DType::kF32, DType::kF64}) {
+    // [150, 1000] over dim 0 runs the leading-dims kernel on several threads.
     const Tensor x = RandomTensor({400, 300}, dt, -2, 2, 161);
     const Tensor xt = RandomTensor({300, 400}, dt, -2, 2, 162).t();
-    for (const Tensor& in : {x, xt}) {
+    const Tensor wide = RandomTensor({150, 1000}, dt, -2, 2, 163);
+    for (const Tensor& in : {x, xt, wide}) {
       const Values v = Read(in);
       for (const Dims& dims : {Dims{0}, Dims{1}, Dims{}}) {
         Dims shape;
         const auto groups =
-            Groups(v, {400, 300}, NormalizeDims(dims, 2), false, &shape);
+            Groups(v, ShapeOf(in), NormalizeDims(dims, 2), false, &shape);
         for (Red r : {Red::kSum, Red::kMean, Red::kAmax, Red::kVar1}) {
           Values want;
           for (const auto& g : groups) want.push_back(RefReduce(r, g));
