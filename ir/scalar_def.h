@@ -26,7 +26,7 @@ namespace stepjit::ir {
   X(Tanh, m.Tanh(x))                                                            \
   X(Erf, m.Erf(x))                                                              \
   X(Sigmoid, m.Div(m.Const(1), m.Add(m.Const(1), m.Exp(m.Neg(x)))))             \
-  X(Relu, m.Select(m.Gt(x, m.Const(0)), x, m.Mul(x, m.Const(0))))               \
+  X(Relu, m.Max(x, m.Const(0)))  /* Max propagates NaN */                        \
   X(Gelu, m.Mul(m.Mul(m.Const(0.5), x),                                         \
                 m.Add(m.Const(1), m.Erf(m.Mul(x, m.Const(0.70710678118654752))))))\
   X(GeluTanh,                                                                   \

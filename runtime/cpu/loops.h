@@ -18,7 +18,11 @@ inline To Convert(From v) {
   if constexpr (std::is_same_v<To, ir::Half> || std::is_same_v<To, ir::BFloat16>) {
     return To(static_cast<float>(v));
   } else if constexpr (std::is_same_v<To, bool>) {
-    return static_cast<float>(v) != 0.0f;
+    if constexpr (std::is_same_v<From, ir::Half> || std::is_same_v<From, ir::BFloat16>) {
+      return static_cast<float>(v) != 0.0f;
+    } else {
+      return v != From(0);  // in the source type: tiny doubles stay true
+    }
   } else if constexpr (std::is_same_v<From, ir::Half> ||
                        std::is_same_v<From, ir::BFloat16>) {
     return static_cast<To>(static_cast<float>(v));
