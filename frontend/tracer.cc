@@ -39,11 +39,18 @@ ir::Value* Tracer::Lookup(const Tensor& t) {
     values_.erase(it);
     return nullptr;
   }
+  if (it->second.stale) {
+    Break(absl::StrCat("a ", ir::DTypeName(t.dtype()), ir::ShapeToString(t.shape()),
+                       " tensor is read after an in-place op wrote its storage through "
+                       "another view (op #", num_ops_, " ", last_op_,
+                       "); the tracer does not model aliasing writes"));
+  }
   return it->second.value;
 }
 
 void Tracer::Bind(const Tensor& t, ir::Value* value) {
   values_[t.impl()] = Entry{t.impl_ptr(), value};
+  by_storage_[t.storage().get()].push_back(t.impl());
 }
 
 ir::Value* Tracer::ValueOf(const Tensor& t) {
@@ -74,7 +81,13 @@ void Tracer::OnOp(ir::OpId op, absl::Span<const Tensor> inputs, const ir::Attrs&
   for (const Tensor& t : inputs) in.push_back(ValueOf(t));
   ir::Node* node = graph_->AddOp(op, std::move(in), attrs, TypeOf(output));
   // In-place ops return their target: the target's tensor now holds the
-  // node's new value.
+  // node's new value, and every other tensor on that storage is stale.
+  if (ir::IsInplace(op)) {
+    for (const TensorImpl* other : by_storage_[output.storage().get()]) {
+      auto it = values_.find(other);
+      if (other != output.impl() && it != values_.end()) it->second.stale = true;
+    }
+  }
   Bind(output, node->output());
   last_op_ = std::string(ir::OpName(op));
   ++num_ops_;

@@ -71,10 +71,14 @@ class Tracer : public runtime::DispatchObserver {
   struct Entry {
     std::weak_ptr<TensorImpl> impl;
     ir::Value* value;
+    // Set when an in-place op wrote this tensor's storage through another
+    // tensor (a view or alias): reading it afterwards has no SSA meaning.
+    bool stale = false;
   };
   ir::Value* Lookup(const Tensor& t);
   void Bind(const Tensor& t, ir::Value* value);
   absl::flat_hash_map<const TensorImpl*, Entry> values_;
+  absl::flat_hash_map<const Storage*, std::vector<const TensorImpl*>> by_storage_;
   std::vector<Tensor> state_;
   absl::flat_hash_map<const TensorImpl*, ir::Value*> state_params_;
   std::vector<Tensor> grad_touched_;  // leaves whose .grad was read or set

@@ -274,3 +274,32 @@ TEST(CompileTest, AccumulatingGradsInPlaceMatchesEager) {
 
 }  // namespace
 }  // namespace stepjit
+
+namespace stepjit {
+namespace {
+
+TEST(CompileTest, ReadingAViewAfterAnInPlaceWriteIsAGraphBreak) {
+  Tensor state = zeros({4});
+  auto step = [&](const Tensor& x) {
+    Tensor view = state.slice(0, 0, 2);
+    state.add_(x);             // writes the storage `view` aliases
+    return view * 2.0;         // eager sees the new values through the view
+  };
+  Tensor eager_state = zeros({4});
+  auto eager = [&](const Tensor& x) {
+    Tensor view = eager_state.slice(0, 0, 2);
+    eager_state.add_(x);
+    return view * 2.0;
+  };
+  auto fast = compile(step, {.warmup_steps = 0});
+  Tensor x = from_vector(std::vector<float>{1, 2, 3, 4}, {4});
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Values(fast(x)), Values(eager(x)));
+  EXPECT_EQ(Values(state), Values(eager_state));
+  EXPECT_EQ(fast.stats().replays, 0);
+  EXPECT_NE(fast.explain().find("read after an in-place op wrote its storage"),
+            std::string::npos)
+      << fast.explain();
+}
+
+}  // namespace
+}  // namespace stepjit
