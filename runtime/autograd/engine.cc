@@ -166,7 +166,10 @@ void Backward(const Tensor& root, const Tensor& grad) {
     ready.pop_front();
     Tensor g = std::move(buffers[n]);
     buffers.erase(n);
-    std::vector<Tensor> grads = n->Apply(std::move(g));
+    // A node reached only by undefined gradients contributes nothing, but
+    // still releases its children so that their other inputs are counted.
+    std::vector<Tensor> grads;
+    if (g.defined()) grads = n->Apply(std::move(g));
     for (size_t i = 0; i < n->next().size(); ++i) {
       Node* next = n->next()[i].get();
       if (next == nullptr) continue;
@@ -174,9 +177,7 @@ void Backward(const Tensor& root, const Tensor& grad) {
         Tensor& buf = buffers[next];
         buf = buf.defined() ? add(buf, grads[i]) : std::move(grads[i]);
       }
-      if (--deps[next] == 0) {
-        if (buffers.contains(next)) ready.push_back(next);
-      }
+      if (--deps[next] == 0) ready.push_back(next);
     }
   }
 }
