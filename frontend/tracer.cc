@@ -119,6 +119,7 @@ void Tracer::OnGradRead(const Tensor& leaf, const Tensor& grad) {
 }
 
 void Tracer::OnGradSet(const Tensor& leaf, const Tensor& grad) {
+  grad_set_.insert(leaf.impl());
   if (grad_seen_.contains(leaf.impl())) return;
   // Set before any read: the binding before the step does not matter.
   grad_seen_[leaf.impl()] = true;
@@ -137,6 +138,9 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
   // Final .grad bindings (read them before emitting assigns: a binding to a
   // tensor never seen by an op makes it state).
   for (const Tensor& leaf : grad_touched_) {
+    // A .grad that was only read (and maybe updated in place) keeps its
+    // tensor; its contents come back through the state write-back.
+    if (!grad_set_.contains(leaf.impl())) continue;
     Tensor g;
     if (leaf.impl()->autograd && leaf.impl()->autograd->grad) g = *leaf.impl()->autograd->grad;
     trace.grad_bindings.push_back({leaf, g.defined() ? ValueOf(g) : nullptr});

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "ir/graph.h"
 #include "runtime/dispatch.h"
 #include "runtime/tensor.h"
@@ -83,6 +84,7 @@ class Tracer : public runtime::DispatchObserver {
   absl::flat_hash_map<const TensorImpl*, ir::Value*> state_params_;
   std::vector<Tensor> grad_touched_;  // leaves whose .grad was read or set
   absl::flat_hash_map<const TensorImpl*, bool> grad_seen_;
+  absl::flat_hash_set<const TensorImpl*> grad_set_;  // rebound during the step
   std::vector<GradGuard> grad_guards_;
   std::string break_reason_;
   std::string last_op_;

@@ -5,6 +5,7 @@
 #include <iterator>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
@@ -99,6 +100,17 @@ void Graph::MoveLastNodeTo(size_t pos) {
   SJ_CHECK(!nodes_.empty() && pos < nodes_.size(), "position ", pos,
            " out of range for ", nodes_.size(), " nodes");
   std::rotate(nodes_.begin() + pos, nodes_.end() - 1, nodes_.end());
+}
+
+void Graph::ReorderNodes(const std::vector<Node*>& order) {
+  SJ_CHECK(order.size() == nodes_.size(), "reorder needs every node once");
+  absl::flat_hash_map<const Node*, size_t> rank;
+  for (size_t i = 0; i < order.size(); ++i) rank[order[i]] = i;
+  SJ_CHECK(rank.size() == nodes_.size(), "reorder lists a node twice");
+  std::sort(nodes_.begin(), nodes_.end(),
+            [&](const std::unique_ptr<Node>& a, const std::unique_ptr<Node>& b) {
+              return rank.at(a.get()) < rank.at(b.get());
+            });
 }
 
 }  // namespace stepjit::ir

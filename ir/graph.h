@@ -106,6 +106,8 @@ class Graph {
   }
   // Inserts a node created by Add* (currently last) before position `pos`.
   void MoveLastNodeTo(size_t pos);
+  // Puts the nodes in `order`, which must be a permutation of nodes().
+  void ReorderNodes(const std::vector<Node*>& order);
 
   void SetReturns(std::vector<Value*> values) { returns_ = std::move(values); }
   const std::vector<Value*>& returns() const { return returns_; }

@@ -1,6 +1,8 @@
 // Program: an interpreter over the IR that dispatches each node to the eager kernels.
 #include "runtime/executor.h"
 
+#include <algorithm>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
@@ -15,13 +17,28 @@ using ir::NodeKind;
 
 namespace {
 
+// One launch per op and per fusion region; views launch nothing.
 int CountKernels(const ir::Graph& g) {
   int n = 0;
   for (const auto& node : g.nodes()) {
-    if (node->kind() == NodeKind::kFusion) n += CountKernels(*node->body());
+    if (node->kind() == NodeKind::kFusion) ++n;
     else if (node->kind() == NodeKind::kOp && !ir::IsView(node->op())) ++n;
   }
   return n;
+}
+
+// For each node position, the values whose last read it is (params and
+// returns excluded): the executor drops them there so buffers free early.
+std::vector<std::vector<int>> LastUses(const ir::Graph& g) {
+  absl::flat_hash_map<int, size_t> last;
+  for (size_t pos = 0; pos < g.nodes().size(); ++pos) {
+    for (const ir::Value* v : g.nodes()[pos]->inputs()) last[v->id()] = pos;
+  }
+  for (const ir::Value* p : g.params()) last.erase(p->id());
+  for (const ir::Value* r : g.returns()) last.erase(r->id());
+  std::vector<std::vector<int>> out(g.nodes().size());
+  for (const auto& [id, pos] : last) out[pos].push_back(id);
+  return out;
 }
 
 // Values the eager step would have drawn: each random node of a replay takes
@@ -50,13 +67,21 @@ class RandomRemap {
   absl::flat_hash_map<int64_t, int64_t> offsets_;
 };
 
-void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random) {
-  for (const auto& node : g.nodes()) {
+void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random,
+              absl::Span<const int> extra_ids) {
+  const std::vector<std::vector<int>> last_uses = LastUses(g);
+  for (size_t pos = 0; pos < g.nodes().size(); ++pos) {
+    const ir::Node* node = g.nodes()[pos].get();
     std::vector<Tensor> in;
     in.reserve(node->inputs().size());
     for (const ir::Value* v : node->inputs()) in.push_back(env[v->id()]);
     switch (node->kind()) {
       case NodeKind::kOp: {
+        // Values are immutable: an update overwrites its input only where
+        // memory planning proved the old value dead (`in_place = true`).
+        if (ir::IsInplace(node->op()) && !node->attrs().GetBool(AttrKey::kInPlace)) {
+          in[0] = in[0].clone();
+        }
         if (ir::GetOpInfo(node->op()).kind == ir::OpKind::kRandom) {
           env[node->output()->id()] = Dispatch(node->op(), in, random.Apply(*node, in));
         } else {
@@ -68,7 +93,7 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random)
         const ir::Graph& body = *node->body();
         std::vector<Tensor> inner(body.num_values());
         for (size_t i = 0; i < body.params().size(); ++i) inner[body.params()[i]->id()] = in[i];
-        RunGraph(body, inner, random);
+        RunGraph(body, inner, random, {});
         for (size_t i = 0; i < node->outputs().size(); ++i) {
           env[node->outputs()[i]->id()] = inner[body.returns()[i]->id()];
         }
@@ -84,6 +109,9 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random)
         if (!same) target.copy_(value);
         break;
       }
+    }
+    for (int id : last_uses[pos]) {
+      if (std::find(extra_ids.begin(), extra_ids.end(), id) == extra_ids.end()) env[id] = Tensor();
     }
   }
 }
@@ -115,7 +143,9 @@ std::vector<Tensor> Program::Run(absl::Span<const Tensor> inputs, absl::Span<con
            "bound ", inputs.size(), " inputs and ", state.size(), " state tensors to a graph with ",
            next_input, " and ", next_state);
   RandomRemap random;
-  RunGraph(*graph_, env, random);
+  std::vector<int> extra_ids;
+  for (const ir::Value* v : extra) extra_ids.push_back(v->id());
+  RunGraph(*graph_, env, random, extra_ids);
   std::vector<Tensor> out;
   for (const ir::Value* v : graph_->returns()) out.push_back(env[v->id()]);
   if (extra_out != nullptr) {

@@ -1,0 +1,340 @@
+// fuse: greedy producer-consumer grouping under the rules in fuse.h, then region outlining.
+#include "passes/fuse.h"
+
+#include <algorithm>
+#include <numeric>
+#include <queue>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+
+namespace stepjit::passes {
+
+using ir::Node;
+using ir::NodeKind;
+using ir::OpId;
+using ir::OpKind;
+using ir::Value;
+
+namespace {
+
+enum class Role { kNone, kElementwise, kReduce };
+
+bool IsConstant(const Node* n) {
+  return n->kind() == NodeKind::kOp && n->op() == OpId::kFull &&
+         n->output()->type().shape.empty();
+}
+
+Role RoleOf(const Node* n) {
+  if (n->kind() != NodeKind::kOp) return Role::kNone;
+  switch (ir::GetOpInfo(n->op()).kind) {
+    case OpKind::kElementwise:
+    case OpKind::kInplaceUpdate:
+      return Role::kElementwise;
+    case OpKind::kReduction:
+      return n->op() == OpId::kArgmax ? Role::kNone : Role::kReduce;
+    case OpKind::kNormalization:
+    case OpKind::kLoss:
+      return Role::kReduce;
+    case OpKind::kView:
+      return n->op() == OpId::kReshape || n->op() == OpId::kSqueeze ||
+                     n->op() == OpId::kUnsqueeze
+                 ? Role::kElementwise
+                 : Role::kNone;
+    default:
+      return Role::kNone;
+  }
+}
+
+int64_t OutNumel(const Node* n) { return ir::NumElements(n->output()->type().shape); }
+int64_t IterNumel(const Node* n) {
+  return RoleOf(n) == Role::kReduce ? ir::NumElements(n->inputs()[0]->type().shape)
+                                    : OutNumel(n);
+}
+
+class Fuser {
+ public:
+  explicit Fuser(ir::Graph& g) : g_(g) {
+    for (const auto& n : g.nodes()) {
+      index_[n.get()] = static_cast<int>(nodes_.size());
+      nodes_.push_back(n.get());
+    }
+    consumers_.resize(nodes_.size());
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      for (const Value* v : nodes_[i]->inputs()) {
+        if (const Node* p = Producer(v)) consumers_[index_.at(p)].push_back(static_cast<int>(i));
+      }
+    }
+    parent_.resize(nodes_.size());
+    std::iota(parent_.begin(), parent_.end(), 0);
+    members_.resize(nodes_.size());
+    for (size_t i = 0; i < nodes_.size(); ++i) members_[i] = {static_cast<int>(i)};
+  }
+
+  void Group() {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (RoleOf(nodes_[i]) == Role::kNone) continue;
+      for (const Value* v : nodes_[i]->inputs()) {
+        const Node* p = Producer(v);
+        if (p == nullptr || IsConstant(p) || RoleOf(p) == Role::kNone) continue;
+        TryMerge(Find(static_cast<int>(i)), Find(index_.at(p)));
+      }
+    }
+  }
+
+  bool Outline(FuseStats* stats);
+
+ private:
+  const Node* Producer(const Value* v) const {
+    const Node* p = v->producer();
+    return p != nullptr && index_.contains(p) ? p : nullptr;
+  }
+  int Find(int i) { return parent_[i] == i ? i : parent_[i] = Find(parent_[i]); }
+
+  bool Legal(const std::vector<int>& m) const {
+    int reduce = -1;
+    int64_t iter = 1;
+    for (int i : m) {
+      iter = std::max(iter, IterNumel(nodes_[i]));
+      if (RoleOf(nodes_[i]) == Role::kReduce) {
+        if (reduce >= 0) return false;  // R3: one reduction
+        reduce = i;
+      }
+    }
+    absl::flat_hash_set<int> in(m.begin(), m.end()), after_reduce;
+    if (reduce >= 0) {  // members downstream of the reduction, inside the group
+      std::vector<int> stack = {reduce};
+      while (!stack.empty()) {
+        int n = stack.back();
+        stack.pop_back();
+        for (int c : consumers_[n]) {
+          if (in.contains(c) && after_reduce.insert(c).second) stack.push_back(c);
+        }
+      }
+    }
+    for (int i : m) {
+      const int64_t size = IterNumel(nodes_[i]);
+      if (after_reduce.contains(i)) {
+        if (size != OutNumel(nodes_[reduce]) && size != 1) return false;  // R3
+      } else if (size != iter && size != 1) {
+        return false;  // R2
+      }
+    }
+    return !Cycle(in, m);
+  }
+
+  // R4: a path from the group through an outside node back into it.
+  bool Cycle(const absl::flat_hash_set<int>& in, const std::vector<int>& m) const {
+    const int last = *std::max_element(m.begin(), m.end());
+    std::vector<int> stack;
+    absl::flat_hash_set<int> seen;
+    for (int i : m) {
+      for (int c : consumers_[i]) {
+        if (!in.contains(c) && c < last && seen.insert(c).second) stack.push_back(c);
+      }
+    }
+    while (!stack.empty()) {
+      int n = stack.back();
+      stack.pop_back();
+      for (int c : consumers_[n]) {
+        if (in.contains(c)) return true;
+        if (c < last && seen.insert(c).second) stack.push_back(c);
+      }
+    }
+    return false;
+  }
+
+  void TryMerge(int a, int b) {
+    if (a == b) return;
+    std::vector<int> m = members_[a];
+    m.insert(m.end(), members_[b].begin(), members_[b].end());
+    if (!Legal(m)) return;
+    parent_[b] = a;
+    members_[a] = std::move(m);
+    members_[b].clear();
+  }
+
+  ir::Graph& g_;
+  std::vector<Node*> nodes_;
+  absl::flat_hash_map<const Node*, int> index_;
+  std::vector<std::vector<int>> consumers_;
+  std::vector<int> parent_;
+  std::vector<std::vector<int>> members_;
+};
+
+bool Fuser::Outline(FuseStats* stats) {
+  absl::flat_hash_set<const Node*> erased;
+  absl::flat_hash_map<const Node*, int> position;  // for the final order
+  for (size_t i = 0; i < nodes_.size(); ++i) position[nodes_[i]] = static_cast<int>(i);
+  int region = 0;
+  for (size_t root = 0; root < nodes_.size(); ++root) {
+    if (Find(static_cast<int>(root)) != static_cast<int>(root)) continue;
+    std::vector<int> m = members_[root];
+    if (m.size() < 2) continue;
+    std::sort(m.begin(), m.end());
+    absl::flat_hash_set<const Node*> in;
+    for (int i : m) in.insert(nodes_[i]);
+    auto body = std::make_unique<ir::Graph>(absl::StrCat("fused_", region));
+    absl::flat_hash_map<const Value*, Value*> map;
+    std::vector<Value*> outer_inputs;
+    for (int i : m) {
+      const Node* n = nodes_[i];
+      std::vector<Value*> args;
+      for (Value* v : n->inputs()) {
+        auto it = map.find(v);
+        if (it == map.end()) {
+          const Node* p = v->producer();
+          Value* inner;
+          if (p != nullptr && IsConstant(p)) {  // R1: copy the constant in
+            inner = body->AddOp(p->op(), {}, p->attrs(), p->output()->type())->output();
+          } else {
+            inner = body->AddParam(absl::StrCat("p", outer_inputs.size()), v->type(),
+                                   ir::ParamKind::kInput);
+            outer_inputs.push_back(v);
+          }
+          it = map.emplace(v, inner).first;
+        }
+        args.push_back(it->second);
+      }
+      map[n->output()] = body->AddOp(n->op(), std::move(args), n->attrs(), n->output()->type())
+                             ->output();
+    }
+    // R5: values used outside the region become its outputs.
+    absl::flat_hash_set<const Value*> returned(g_.returns().begin(), g_.returns().end());
+    std::vector<const Value*> exported;
+    for (int i : m) {
+      const Value* v = nodes_[i]->output();
+      bool outside = returned.contains(v);
+      for (int c : consumers_[i]) outside |= !in.contains(nodes_[c]);
+      if (outside) exported.push_back(v);
+    }
+    std::vector<Value*> body_returns;
+    for (const Value* v : exported) body_returns.push_back(map.at(v));
+    body->SetReturns(std::move(body_returns));
+    Node* fusion = g_.AddFusion(std::move(body), std::move(outer_inputs));
+    position[fusion] = m.front();
+    absl::flat_hash_map<const Value*, Value*> replace;
+    for (size_t k = 0; k < exported.size(); ++k) replace[exported[k]] = fusion->outputs()[k];
+    for (const auto& n : g_.nodes()) {
+      if (in.contains(n.get())) continue;
+      for (size_t k = 0; k < n->inputs().size(); ++k) {
+        auto it = replace.find(n->inputs()[k]);
+        if (it != replace.end()) n->ReplaceInput(static_cast<int>(k), it->second);
+      }
+    }
+    std::vector<Value*> rets = g_.returns();
+    for (Value*& r : rets) {
+      if (auto it = replace.find(r); it != replace.end()) r = it->second;
+    }
+    g_.SetReturns(std::move(rets));
+    erased.insert(in.begin(), in.end());
+    ++region;
+    if (stats) {
+      ++stats->regions;
+      stats->nodes_fused += static_cast<int>(m.size());
+    }
+  }
+  if (region == 0) return false;
+  // Constants now read only inside regions are dead.
+  absl::flat_hash_set<const Value*> used(g_.returns().begin(), g_.returns().end());
+  for (const auto& n : g_.nodes()) {
+    if (erased.contains(n.get())) continue;
+    for (const Value* v : n->inputs()) used.insert(v);
+  }
+  g_.EraseNodesIf([&](const Node* n) {
+    return erased.contains(n) || (IsConstant(n) && !used.contains(n->output()));
+  });
+  // Regions sit where their first member was; a stable topological sort
+  // moves whatever a region reads ahead of it. Assigns stay last, in order.
+  std::vector<Node*> order;
+  absl::flat_hash_map<const Node*, int> pending;
+  absl::flat_hash_map<const Value*, const Node*> producer;
+  absl::flat_hash_map<const Node*, std::vector<Node*>> users;
+  for (const auto& n : g_.nodes()) {
+    for (const Value* v : n->outputs()) producer[v] = n.get();
+  }
+  using Key = std::pair<std::pair<bool, int>, Node*>;
+  auto key = [&](Node* n) {
+    return Key{{n->kind() == NodeKind::kAssign, position.at(n)}, n};
+  };
+  std::priority_queue<Key, std::vector<Key>, std::greater<Key>> ready;
+  for (const auto& n : g_.nodes()) {
+    int deps = 0;
+    for (const Value* v : n->inputs()) {
+      auto it = producer.find(v);
+      if (it != producer.end()) {
+        ++deps;
+        users[it->second].push_back(n.get());
+      }
+    }
+    pending[n.get()] = deps;
+    if (deps == 0) ready.push(key(n.get()));
+  }
+  while (!ready.empty()) {
+    Node* n = ready.top().second;
+    ready.pop();
+    order.push_back(n);
+    for (Node* u : users[n]) {
+      if (--pending[u] == 0) ready.push(key(u));
+    }
+  }
+  g_.ReorderNodes(order);
+  return true;
+}
+
+int MarkEpilogues(ir::Graph& g) {
+  absl::flat_hash_map<const Value*, std::vector<Node*>> uses;
+  for (const auto& n : g.nodes()) {
+    for (const Value* v : n->inputs()) uses[v].push_back(n.get());
+  }
+  auto sole_use = [&](const Value* v) -> Node* {
+    auto it = uses.find(v);
+    return it != uses.end() && it->second.size() == 1 ? it->second[0] : nullptr;
+  };
+  int marked = 0;
+  for (const auto& n : g.nodes()) {
+    if (n->kind() != NodeKind::kOp || n->op() != OpId::kMatmul) continue;
+    std::string epilogue;
+    const Node* add = sole_use(n->output());
+    const int64_t cols = n->output()->type().shape.back();
+    if (add != nullptr && add->kind() == NodeKind::kOp && add->op() == OpId::kAdd) {
+      const Value* bias = add->inputs()[add->inputs()[0] == n->output() ? 1 : 0];
+      if (bias->type().shape == ir::Shape{cols}) {
+        epilogue = "bias";
+        const Node* act = sole_use(add->output());
+        if (act != nullptr && act->kind() == NodeKind::kOp &&
+            (act->op() == OpId::kRelu || act->op() == OpId::kGelu ||
+             act->op() == OpId::kGeluTanh)) {
+          epilogue += absl::StrCat(",", ir::OpName(act->op()));
+        }
+      }
+    }
+    if (epilogue.empty() && n->attrs().GetBool(ir::AttrKey::kTransposeA)) {
+      for (const Node* u : uses[n->inputs()[0]]) {
+        if (u->kind() == NodeKind::kOp && u->op() == OpId::kSum &&
+            u->attrs().GetInts(ir::AttrKey::kDims) == std::vector<int64_t>{0}) {
+          epilogue = "bgrad";
+        }
+      }
+    }
+    if (!epilogue.empty() && n->attrs().GetString(ir::AttrKey::kEpilogue) != epilogue) {
+      n->mutable_attrs().Set(ir::AttrKey::kEpilogue, epilogue);
+      ++marked;
+    }
+  }
+  return marked;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> FuseGraph(ir::Graph& graph, FuseStats* stats) {
+  const int marked = MarkEpilogues(graph);
+  if (stats) stats->epilogues += marked;
+  Fuser fuser(graph);
+  fuser.Group();
+  const bool outlined = fuser.Outline(stats);
+  return outlined || marked > 0;
+}
+
+}  // namespace stepjit::passes
