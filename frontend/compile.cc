@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "frontend/guards.h"
 #include "frontend/tracer.h"
+#include "passes/pass_manager.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "runtime/autograd/grad_mode.h"
@@ -24,7 +25,8 @@ std::ostream& operator<<(std::ostream& os, const CompileStats& s) {
             << s.eager_calls << " (fallbacks " << s.fallbacks << "), traces " << s.traces
             << " (recompiles " << s.recompiles << "), specializations " << s.specializations
             << ", compile " << s.compile_ms << " ms, ops/step " << s.ops_per_step
-            << ", kernels/step " << s.kernels_per_step;
+            << ", kernels/step " << s.kernels_per_step << ", planned peak "
+            << s.planned_peak_bytes << " B";
 }
 
 namespace frontend {
@@ -61,11 +63,33 @@ struct StepCompiler::Impl {
     events.push_back(std::move(what));
   }
 
-  void Dump(const Specialization& s, size_t index) const {
+  static std::string DumpDir(size_t index) {
     const char* dir = std::getenv("STEPJIT_DUMP");
-    if (dir == nullptr || *dir == '\0' || !s.trace.graph) return;
+    if (dir == nullptr || *dir == '\0') return "";
     std::filesystem::path path(dir);
-    if (index > 0) path /= absl::StrCat("spec", index);
+    if (index > 0) path /= absl::StrCat("trace", index);
+    return path.string();
+  }
+
+  // Writes 000-trace.ir, then runs the pipeline (which dumps NNN-<pass>.ir);
+  // trace k > 0 dumps into the subdirectory trace<k>.
+  absl::Status Optimize(ir::Graph& graph, size_t index) {
+    DumpTrace(graph, index);
+    passes::PipelineOptions popts = passes::FromEnvironment();
+    popts.dump_dir = DumpDir(index);
+    passes::PipelineStats pstats;
+    RETURN_IF_ERROR(passes::RunPipeline(graph, options.pipeline, popts, &pstats));
+    stats.passes = pstats.ToString();
+    if (const passes::PassStats* mp = pstats.Find("memory-plan")) {
+      stats.planned_peak_bytes = mp->Get("planned peak bytes");
+    }
+    return absl::OkStatus();
+  }
+
+  void DumpTrace(const ir::Graph& graph, size_t index) const {
+    const std::string dir = DumpDir(index);
+    if (dir.empty()) return;
+    std::filesystem::path path(dir);
     std::error_code ec;
     std::filesystem::create_directories(path, ec);
     std::ofstream out(path / "000-trace.ir");
@@ -73,7 +97,7 @@ struct StepCompiler::Impl {
       std::cerr << "stepjit: STEPJIT_DUMP: cannot write " << (path / "000-trace.ir") << "\n";
       return;
     }
-    ir::Print(*s.trace.graph, out);
+    ir::Print(graph, out);
   }
 
   // Runs the step eagerly under the tracer and stores what it recorded.
@@ -100,6 +124,10 @@ struct StepCompiler::Impl {
     } else if (absl::Status st = ir::Verify(*spec->trace.graph); !st.ok()) {
       spec->eager_only = true;
       spec->reason = absl::StrCat("the traced graph failed verification: ", st.message());
+    } else if (absl::Status st = Optimize(*spec->trace.graph, static_cast<size_t>(stats.traces));
+               !st.ok()) {
+      spec->eager_only = true;
+      spec->reason = absl::StrCat("the pass pipeline failed: ", st.message());
     } else {
       auto program = runtime::Program::Build(*spec->trace.graph);
       if (!program.ok()) {
@@ -126,22 +154,16 @@ struct StepCompiler::Impl {
       specs.push_back(std::move(spec));
     }
     last = specs[index].get();
-    Dump(*last, index);
     stats.specializations = static_cast<int>(specs.size());
     return outputs;
   }
 
   std::optional<std::vector<Tensor>> Replay(Specialization& s, const std::vector<Tensor>& inputs) {
-    std::vector<const ir::Value*> extra;
+    std::vector<Tensor> outputs = s.program->Run(inputs, s.trace.state);
     for (const GradBinding& b : s.trace.grad_bindings) {
-      if (b.value != nullptr) extra.push_back(b.value);
+      b.leaf.set_grad(b.return_index >= 0 ? outputs[b.return_index] : Tensor());
     }
-    std::vector<Tensor> extra_out;
-    std::vector<Tensor> outputs = s.program->Run(inputs, s.trace.state, extra, &extra_out);
-    size_t next = 0;
-    for (const GradBinding& b : s.trace.grad_bindings) {
-      b.leaf.set_grad(b.value != nullptr ? extra_out[next++] : Tensor());
-    }
+    outputs.resize(s.trace.num_outputs);
     ++stats.replays;
     last = &s;
     return outputs;

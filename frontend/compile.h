@@ -25,6 +25,8 @@ struct CompileOptions {
   // Distinct guard signatures traced before new ones run eagerly.
   int max_specializations = 8;
   std::string name = "train_step";
+  // Passes run on each traced graph (STEPJIT_DISABLE=a,b skips some).
+  std::string pipeline = "canonicalize,cse,dce,fuse,dce,memory-plan";
 };
 
 struct CompileStats {
@@ -38,6 +40,8 @@ struct CompileStats {
   double compile_ms = 0;        // total time spent tracing and building
   int ops_per_step = 0;         // ops the eager step dispatches (last trace)
   int kernels_per_step = 0;     // kernel launches per replay (last trace)
+  int64_t planned_peak_bytes = 0;  // memory-plan's estimate (last trace)
+  std::string passes;           // per-pass statistics (last trace)
 };
 std::ostream& operator<<(std::ostream& os, const CompileStats& s);
 

@@ -135,6 +135,7 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
   if (!break_reason_.empty()) return trace;
   std::vector<ir::Value*> returns;
   for (const Tensor& t : outputs) returns.push_back(ValueOf(t));
+  trace.num_outputs = static_cast<int>(returns.size());
   // Final .grad bindings (read them before emitting assigns: a binding to a
   // tensor never seen by an op makes it state).
   for (const Tensor& leaf : grad_touched_) {
@@ -143,7 +144,12 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
     if (!grad_set_.contains(leaf.impl())) continue;
     Tensor g;
     if (leaf.impl()->autograd && leaf.impl()->autograd->grad) g = *leaf.impl()->autograd->grad;
-    trace.grad_bindings.push_back({leaf, g.defined() ? ValueOf(g) : nullptr});
+    int index = -1;
+    if (g.defined()) {
+      index = static_cast<int>(returns.size());
+      returns.push_back(ValueOf(g));
+    }
+    trace.grad_bindings.push_back({leaf, index});
   }
   // Write-back: state whose tensor now holds a newer value.
   for (const Tensor& s : state_) {

@@ -14,11 +14,12 @@
 
 namespace stepjit::frontend {
 
-// After a replay, leaf.grad is rebound to the tensor of `value` (or reset
-// when value is null), as the eager step would have left it.
+// After a replay, leaf.grad is rebound to the graph's return number
+// `return_index` (or reset when it is -1), as the eager step would have
+// left it. Bindings are returns so that passes keep them up to date.
 struct GradBinding {
   Tensor leaf;
-  const ir::Value* value = nullptr;
+  int return_index = -1;
 };
 
 // The .grad binding a leaf had when the traced step first read it; a replay
@@ -31,6 +32,7 @@ struct GradGuard {
 struct Trace {
   std::unique_ptr<ir::Graph> graph;
   std::vector<Tensor> state;  // bound to the graph's state params, in order
+  int num_outputs = 0;        // the step's own results: the first returns
   std::vector<GradBinding> grad_bindings;
   std::vector<GradGuard> grad_guards;
   // Non-empty when the step cannot be replayed (a graph break): the reason.

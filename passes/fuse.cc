@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "ir/status.h"
 
 namespace stepjit::passes {
 
@@ -335,6 +336,15 @@ absl::StatusOr<bool> FuseGraph(ir::Graph& graph, FuseStats* stats) {
   fuser.Group();
   const bool outlined = fuser.Outline(stats);
   return outlined || marked > 0;
+}
+
+absl::StatusOr<bool> Fuse(ir::Graph& graph, PassStats& stats) {
+  FuseStats f;
+  ASSIGN_OR_RETURN(bool changed, FuseGraph(graph, &f));
+  stats.Add("regions formed", f.regions);
+  stats.Add("nodes fused", f.nodes_fused);
+  stats.Add("gemm epilogues marked", f.epilogues);
+  return changed;
 }
 
 }  // namespace stepjit::passes

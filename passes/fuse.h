@@ -29,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "ir/graph.h"
+#include "passes/pass_manager.h"
 
 namespace stepjit::passes {
 
@@ -40,6 +41,9 @@ struct FuseStats {
 
 // Returns whether the graph changed.
 absl::StatusOr<bool> FuseGraph(ir::Graph& graph, FuseStats* stats);
+// The pipeline entry ("fuse"): counters "regions formed", "nodes fused",
+// "gemm epilogues marked".
+absl::StatusOr<bool> Fuse(ir::Graph& graph, PassStats& stats);
 
 }  // namespace stepjit::passes
 

@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "ir/status.h"
 
 namespace stepjit::passes {
 
@@ -173,6 +174,16 @@ absl::StatusOr<bool> PlanMemory(ir::Graph& graph, MemoryPlanStats* stats) {
   Result r = Plan(graph, writable, stats);
   if (stats) stats->planned_peak_bytes = r.peak;
   return r.changed;
+}
+
+absl::StatusOr<bool> PlanMemoryPass(ir::Graph& graph, PassStats& stats) {
+  MemoryPlanStats m;
+  ASSIGN_OR_RETURN(bool changed, PlanMemory(graph, &m));
+  stats.Add("planned peak bytes", m.planned_peak_bytes);
+  stats.Add("in-place updates", m.in_place);
+  stats.Add("copied updates", m.copies);
+  stats.Add("bytes saved", m.bytes_saved);
+  return changed;
 }
 
 }  // namespace stepjit::passes

@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "ir/graph.h"
+#include "passes/pass_manager.h"
 
 namespace stepjit::passes {
 
@@ -36,6 +37,9 @@ struct MemoryPlanStats {
 // Annotates every in-place update node (recursively) with `in_place`.
 // Returns whether any attribute changed.
 absl::StatusOr<bool> PlanMemory(ir::Graph& graph, MemoryPlanStats* stats);
+// The pipeline entry ("memory-plan"): counters "planned peak bytes",
+// "in-place updates", "copied updates", "bytes saved".
+absl::StatusOr<bool> PlanMemoryPass(ir::Graph& graph, PassStats& stats);
 
 }  // namespace stepjit::passes
 

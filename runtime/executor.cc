@@ -67,8 +67,7 @@ class RandomRemap {
   absl::flat_hash_map<int64_t, int64_t> offsets_;
 };
 
-void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random,
-              absl::Span<const int> extra_ids) {
+void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random) {
   const std::vector<std::vector<int>> last_uses = LastUses(g);
   for (size_t pos = 0; pos < g.nodes().size(); ++pos) {
     const ir::Node* node = g.nodes()[pos].get();
@@ -93,7 +92,7 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random,
         const ir::Graph& body = *node->body();
         std::vector<Tensor> inner(body.num_values());
         for (size_t i = 0; i < body.params().size(); ++i) inner[body.params()[i]->id()] = in[i];
-        RunGraph(body, inner, random, {});
+        RunGraph(body, inner, random);
         for (size_t i = 0; i < node->outputs().size(); ++i) {
           env[node->outputs()[i]->id()] = inner[body.returns()[i]->id()];
         }
@@ -110,9 +109,7 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random,
         break;
       }
     }
-    for (int id : last_uses[pos]) {
-      if (std::find(extra_ids.begin(), extra_ids.end(), id) == extra_ids.end()) env[id] = Tensor();
-    }
+    for (int id : last_uses[pos]) env[id] = Tensor();
   }
 }
 
@@ -124,9 +121,8 @@ absl::StatusOr<Program> Program::Build(const ir::Graph& graph) {
   return p;
 }
 
-std::vector<Tensor> Program::Run(absl::Span<const Tensor> inputs, absl::Span<const Tensor> state,
-                                 absl::Span<const ir::Value* const> extra,
-                                 std::vector<Tensor>* extra_out) const {
+std::vector<Tensor> Program::Run(absl::Span<const Tensor> inputs,
+                                 absl::Span<const Tensor> state) const {
   NoGradGuard no_grad;
   std::vector<Tensor> env(graph_->num_values());
   size_t next_input = 0, next_state = 0;
@@ -143,15 +139,9 @@ std::vector<Tensor> Program::Run(absl::Span<const Tensor> inputs, absl::Span<con
            "bound ", inputs.size(), " inputs and ", state.size(), " state tensors to a graph with ",
            next_input, " and ", next_state);
   RandomRemap random;
-  std::vector<int> extra_ids;
-  for (const ir::Value* v : extra) extra_ids.push_back(v->id());
-  RunGraph(*graph_, env, random, extra_ids);
+  RunGraph(*graph_, env, random);
   std::vector<Tensor> out;
   for (const ir::Value* v : graph_->returns()) out.push_back(env[v->id()]);
-  if (extra_out != nullptr) {
-    extra_out->clear();
-    for (const ir::Value* v : extra) extra_out->push_back(env[v->id()]);
-  }
   return out;
 }
 

@@ -22,10 +22,8 @@ class Program {
 
   // Binds `inputs` and `state` to the graph's input and state params (each
   // in param order), runs every node, and returns the graph's returns.
-  // Tensors for `extra` values (e.g. new .grad bindings) land in *extra_out.
-  std::vector<Tensor> Run(absl::Span<const Tensor> inputs, absl::Span<const Tensor> state,
-                          absl::Span<const ir::Value* const> extra = {},
-                          std::vector<Tensor>* extra_out = nullptr) const;
+  std::vector<Tensor> Run(absl::Span<const Tensor> inputs,
+                          absl::Span<const Tensor> state) const;
 
   // Kernel launches one Run makes (views and no-op write-backs excluded).
   int kernels_per_run() const { return kernels_per_run_; }

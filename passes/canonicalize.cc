@@ -1,0 +1,444 @@
+// canonicalize: constant folding that mirrors eager's CPU kernels, plus cast, identity and view rules.
+#include "passes/canonicalize.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <type_traits>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "ir/scalar_def.h"
+
+namespace stepjit::passes {
+namespace {
+
+using ir::AttrKey;
+using ir::DType;
+using ir::OpId;
+
+// ---- Constant evaluation, replicating runtime/cpu (loops.h Convert,
+// elementwise.cc CpuMath, dispatch.cc operand conversion) without its
+// undefined behaviour: where eager would hit UB, folding declines.
+
+template <DType D>
+using Storage = typename ir::DTypeTraits<D>::T;
+
+template <typename T>
+constexpr bool kIs16Bit = std::is_same_v<T, ir::Half> || std::is_same_v<T, ir::BFloat16>;
+
+// A double holds every storage value exactly (i64 ones come from doubles).
+template <typename T>
+T FromDouble(double v) {
+  if constexpr (kIs16Bit<T>) {
+    return T(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+template <typename T>
+std::optional<double> ToDouble(T v) {
+  if constexpr (kIs16Bit<T>) {
+    return static_cast<float>(v);
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    constexpr int64_t kExact = int64_t{1} << 53;
+    if (v > kExact || v < -kExact) return std::nullopt;
+    return static_cast<double>(v);
+  } else {
+    return static_cast<double>(v);
+  }
+}
+
+// runtime/cpu/loops.h's Convert; nullopt where a float does not fit an integer.
+template <typename To, typename From>
+std::optional<To> Convert(From v) {
+  if constexpr (kIs16Bit<To>) {
+    return To(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, bool>) {
+    if constexpr (kIs16Bit<From>) {
+      return static_cast<float>(v) != 0.0f;
+    } else {
+      return v != From(0);
+    }
+  } else if constexpr (kIs16Bit<From>) {
+    return Convert<To>(static_cast<float>(v));
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    // Exclusive bound 2^(bits-1) and inclusive -2^(bits-1), both exact.
+    constexpr From kLimit = static_cast<From>(std::numeric_limits<To>::max()) + 1;
+    if (!(v >= -kLimit && v < kLimit)) return std::nullopt;
+    return static_cast<To>(v);
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+// Calls f(std::integral_constant<DType, d>{}).
+template <typename F>
+std::optional<double> WithDType(DType d, F&& f) {
+  switch (d) {
+#define SJ_CASE(e) \
+  case DType::e:   \
+    return f(std::integral_constant<DType, DType::e>{});
+    SJ_CASE(kF32) SJ_CASE(kF64) SJ_CASE(kF16) SJ_CASE(kBF16)
+    SJ_CASE(kI64) SJ_CASE(kI32) SJ_CASE(kBool)
+#undef SJ_CASE
+  }
+  return std::nullopt;
+}
+
+// A storage value of dtype `from` converted to `to` as eager's copies do.
+std::optional<double> ConvertStorage(double v, DType from, DType to) {
+  return WithDType(from, [&](auto f) {
+    using F = Storage<decltype(f)::value>;
+    return WithDType(to, [&](auto t) -> std::optional<double> {
+      using T = Storage<decltype(t)::value>;
+      std::optional<T> c = Convert<T>(FromDouble<F>(v));
+      if (!c) return std::nullopt;
+      return ToDouble(*c);
+    });
+  });
+}
+
+// CpuMath over the arithmetic type C; integer overflow, which eager leaves
+// undefined, sets `failed` instead.
+template <typename C>
+struct FoldMath {
+  using V = C;
+  static constexpr bool kInt = std::is_integral_v<C> && !std::is_same_v<C, bool>;
+  bool failed = false;
+
+  static C Const(double v) { return static_cast<C>(v); }
+  C Add(C a, C b) {
+    if constexpr (std::is_same_v<C, bool>) {
+      return a || b;
+    } else if constexpr (kInt) {
+      failed |= __builtin_add_overflow(a, b, &a);
+      return a;
+    } else {
+      return a + b;
+    }
+  }
+  C Sub(C a, C b) {
+    if constexpr (kInt) {
+      failed |= __builtin_sub_overflow(a, b, &a);
+      return a;
+    } else {
+      return a - b;
+    }
+  }
+  C Mul(C a, C b) {
+    if constexpr (std::is_same_v<C, bool>) {
+      return a && b;
+    } else if constexpr (kInt) {
+      failed |= __builtin_mul_overflow(a, b, &a);
+      return a;
+    } else {
+      return a * b;
+    }
+  }
+  C Div(C a, C b) {
+    if constexpr (kInt) {
+      if (b == 0 || (b == -1 && a == std::numeric_limits<C>::min())) {
+        failed = true;
+        return 0;
+      }
+    }
+    return a / b;
+  }
+  // -a, not 0 - a: the sign of a zero matters.
+  C Neg(C a) {
+    if constexpr (kInt) return Sub(C(0), a);
+    else return -a;
+  }
+  C Abs(C a) { return a < C(0) ? Neg(a) : a; }
+  static C Exp(C a) { return std::exp(a); }
+  static C Log(C a) { return std::log(a); }
+  static C Sqrt(C a) { return std::sqrt(a); }
+  static C Tanh(C a) { return std::tanh(a); }
+  static C Erf(C a) { return std::erf(a); }
+  static C Sin(C a) { return std::sin(a); }
+  static C Cos(C a) { return std::cos(a); }
+  static C Pow(C a, C b) { return static_cast<C>(std::pow(a, b)); }
+  static C Max(C a, C b) { return (a != a || a > b) ? a : b; }
+  static C Min(C a, C b) { return (a != a || a < b) ? a : b; }
+  static C Select(bool c, C a, C b) { return c ? a : b; }
+  static bool Eq(C a, C b) { return a == b; }
+  static bool Ne(C a, C b) { return a != b; }
+  static bool Lt(C a, C b) { return a < b; }
+  static bool Le(C a, C b) { return a <= b; }
+  static bool Gt(C a, C b) { return a > b; }
+  static bool Ge(C a, C b) { return a >= b; }
+};
+
+// Evaluates `op` on inputs already converted to dtype D, storing the result
+// as eager's kernels do: in D, or as bool for comparisons.
+template <DType D>
+std::optional<double> Evaluate(OpId op, absl::Span<const double> in) {
+  using T = Storage<D>;
+  using Acc = typename ir::DTypeTraits<D>::Acc;
+  FoldMath<Acc> m;
+  auto arg = [&](size_t i) { return static_cast<Acc>(FromDouble<T>(in[i])); };
+  auto finish = [&](auto r) -> std::optional<double> {
+    using Out = std::conditional_t<std::is_same_v<decltype(r), bool>, bool, T>;
+    if (m.failed) return std::nullopt;
+    std::optional<Out> c = Convert<Out>(r);
+    if (!c) return std::nullopt;
+    return ToDouble(*c);
+  };
+  switch (op) {
+#define SJ_UNARY(e, expr) \
+  case OpId::k##e:        \
+    return finish(ir::ScalarDef<OpId::k##e>::Apply(m, arg(0)));
+#define SJ_BINARY(e, expr) \
+  case OpId::k##e:         \
+    return finish(ir::ScalarDef<OpId::k##e>::Apply(m, arg(0), arg(1)));
+    SJ_UNARY_SCALAR_DEFS(SJ_UNARY)
+    SJ_BINARY_SCALAR_DEFS(SJ_BINARY)
+    SJ_COMPARE_SCALAR_DEFS(SJ_BINARY)
+#undef SJ_UNARY
+#undef SJ_BINARY
+    default:
+      return std::nullopt;
+  }
+}
+
+// A 0-d constant as eager stores it.
+struct Scalar {
+  DType dtype;
+  double value;
+};
+
+std::optional<Scalar> AsScalar(const ir::Value* v) {
+  const ir::Node* n = v->producer();
+  if (n == nullptr || n->kind() != ir::NodeKind::kOp || n->op() != OpId::kFull ||
+      !v->type().shape.empty()) {
+    return std::nullopt;
+  }
+  // FullKernel fills with Convert<T>(GetDouble(value)).
+  std::optional<double> stored = ConvertStorage(
+      n->attrs().GetDouble(AttrKey::kValue), DType::kF64, v->type().dtype);
+  if (!stored) return std::nullopt;
+  return Scalar{v->type().dtype, *stored};
+}
+
+// The dtype operands are converted to and the kernel runs in
+// (runtime/dispatch.cc's OperandDType for elementwise ops).
+DType ComputeDType(const ir::Node& node) {
+  const DType out = node.output()->type().dtype;
+  if (out != DType::kBool) return out;
+  std::vector<ir::TensorType> types;
+  for (const ir::Value* v : node.inputs()) types.push_back(v->type());
+  return ir::ResultType(types);
+}
+
+std::optional<double> Fold(const ir::Node& node, absl::Span<const Scalar> in) {
+  const DType out = node.output()->type().dtype;
+  if (node.op() == OpId::kCast) return ConvertStorage(in[0].value, in[0].dtype, out);
+  if (node.op() == OpId::kWhere) {
+    const Scalar& picked = in[0].value != 0 ? in[1] : in[2];
+    return ConvertStorage(picked.value, picked.dtype, out);
+  }
+  const DType compute = ComputeDType(node);
+  std::vector<double> args;
+  for (const Scalar& s : in) {
+    std::optional<double> v = ConvertStorage(s.value, s.dtype, compute);
+    if (!v) return std::nullopt;
+    args.push_back(*v);
+  }
+  return WithDType(compute, [&](auto d) {
+    return Evaluate<decltype(d)::value>(node.op(), args);
+  });
+}
+
+// ---- Rewrite rules.
+
+// Whether every value of `narrow` survives narrow -> wide -> narrow.
+bool HoldsEveryValue(DType wide, DType narrow) {
+  switch (narrow) {
+    case DType::kBool:
+      return true;
+    case DType::kI32:
+      return wide == DType::kI64 || wide == DType::kF64;
+    case DType::kF16:
+    case DType::kBF16:
+      return wide == DType::kF32 || wide == DType::kF64;
+    case DType::kF32:
+      return wide == DType::kF64;
+    case DType::kI64:
+    case DType::kF64:
+      return false;
+  }
+  return false;
+}
+
+const ir::Node* ProducerOp(const ir::Value* v, OpId op) {
+  const ir::Node* n = v->producer();
+  return n != nullptr && n->kind() == ir::NodeKind::kOp && n->op() == op ? n
+                                                                          : nullptr;
+}
+
+// Whether `v` is a 0-d constant equal to `target` in the op's compute dtype.
+bool IsConstant(const ir::Value* v, double target, DType compute) {
+  std::optional<Scalar> s = AsScalar(v);
+  if (!s) return false;
+  std::optional<double> c = ConvertStorage(s->value, s->dtype, compute);
+  return c && *c == target;
+}
+
+// x*1, 1*x, x+0, 0+x, x-0, x/1 -> x when the result has x's exact type.
+ir::Value* ArithmeticIdentity(const ir::Node& node) {
+  const DType compute = ComputeDType(node);
+  ir::Value* a = node.inputs()[0];
+  ir::Value* b = node.inputs()[1];
+  ir::Value* x = nullptr;
+  switch (node.op()) {
+    case OpId::kMul:
+      x = IsConstant(b, 1, compute) ? a : IsConstant(a, 1, compute) ? b : nullptr;
+      break;
+    case OpId::kAdd:
+      x = IsConstant(b, 0, compute) ? a : IsConstant(a, 0, compute) ? b : nullptr;
+      break;
+    case OpId::kSub:
+      x = IsConstant(b, 0, compute) ? a : nullptr;
+      break;
+    case OpId::kDiv:
+      x = IsConstant(b, 1, compute) ? a : nullptr;
+      break;
+    default:
+      break;
+  }
+  return x != nullptr && x->type() == node.output()->type() ? x : nullptr;
+}
+
+std::vector<int64_t> PermuteDims(const ir::Node& permute) {
+  std::vector<int64_t> dims = permute.attrs().GetInts(AttrKey::kDims);
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  for (int64_t& d : dims) d = ir::WrapDim(d, rank);
+  return dims;
+}
+
+bool IsIdentity(absl::Span<const int64_t> dims) {
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] != static_cast<int64_t>(i)) return false;
+  }
+  return true;
+}
+
+class Canonicalizer {
+ public:
+  explicit Canonicalizer(PassStats& stats) : stats_(stats) {}
+
+  // Rewrites `graph` and its fusion bodies; returns whether anything fired.
+  bool Run(ir::Graph& graph) {
+    ValueReplacer replacer;
+    bool changed = false;
+    for (size_t i = 0; i < graph.nodes().size(); ++i) {
+      ir::Node& node = *graph.nodes()[i];
+      replacer.ApplyTo(node);
+      if (node.kind() == ir::NodeKind::kFusion) changed |= Run(*node.body());
+      if (node.kind() != ir::NodeKind::kOp) continue;
+      if (ir::Value* folded = FoldConstant(graph, node, i)) {
+        replacer.Replace(node.output(), folded);
+        ++i;  // the new constant took position i
+        changed = true;
+        continue;
+      }
+      changed |= Combine(node);  // may leave an identity for Simplify
+      if (ir::Value* simpler = Simplify(node)) {
+        replacer.Replace(node.output(), simpler);
+        changed = true;
+      }
+    }
+    changed |= replacer.ApplyToReturns(graph);
+    return changed;
+  }
+
+ private:
+  // (a): a new 0-d `full` inserted at `pos`, or nullptr.
+  ir::Value* FoldConstant(ir::Graph& graph, const ir::Node& node, size_t pos) {
+    if (!ir::IsElementwise(node.op())) return nullptr;
+    std::vector<Scalar> in;
+    for (const ir::Value* v : node.inputs()) {
+      std::optional<Scalar> s = AsScalar(v);
+      if (!s) return nullptr;
+      in.push_back(*s);
+    }
+    std::optional<double> value = Fold(node, in);
+    if (!value || std::isnan(*value)) return nullptr;
+    const ir::TensorType& type = node.output()->type();
+    ir::Node* full = graph.AddOp(OpId::kFull, {},
+                                 {{AttrKey::kShape, std::vector<int64_t>{}},
+                                  {AttrKey::kValue, *value},
+                                  {AttrKey::kDTypeAttr, type.dtype}},
+                                 type);
+    graph.MoveLastNodeTo(pos);
+    stats_.Add("constants folded");
+    return full->output();
+  }
+
+  // (b)-(e) rules that replace the node by an existing value.
+  ir::Value* Simplify(const ir::Node& node) {
+    ir::Value* in = node.inputs().empty() ? nullptr : node.inputs()[0];
+    const ir::TensorType& type = node.output()->type();
+    switch (node.op()) {
+      case OpId::kCast: {
+        if (in->type().dtype == type.dtype) return Count("casts removed", in);
+        const ir::Node* inner = ProducerOp(in, OpId::kCast);
+        if (inner == nullptr) return nullptr;
+        ir::Value* x = inner->inputs()[0];
+        if (x->type().dtype == type.dtype && HoldsEveryValue(in->type().dtype, type.dtype)) {
+          return Count("cast pairs removed", x);
+        }
+        return nullptr;
+      }
+      case OpId::kMul: case OpId::kAdd: case OpId::kSub: case OpId::kDiv:
+        if (ir::Value* x = ArithmeticIdentity(node)) {
+          return Count("identities removed", x);
+        }
+        return nullptr;
+      case OpId::kPermute:
+        return IsIdentity(PermuteDims(node)) ? Count("permutes removed", in)
+                                             : nullptr;
+      case OpId::kReshape:
+        return in->type() == type ? Count("reshapes removed", in) : nullptr;
+      default:
+        return nullptr;
+    }
+  }
+
+  // (e): a view of a view of the same kind reads the inner view's input
+  // directly; the node is updated in place (its result type is unchanged).
+  bool Combine(ir::Node& node) {
+    if (node.op() != OpId::kPermute && node.op() != OpId::kReshape) return false;
+    const ir::Node* inner = ProducerOp(node.inputs()[0], node.op());
+    if (inner == nullptr) return false;
+    if (node.op() == OpId::kPermute) {
+      const std::vector<int64_t> p = PermuteDims(*inner), q = PermuteDims(node);
+      std::vector<int64_t> combined;
+      for (int64_t d : q) combined.push_back(p[d]);
+      node.mutable_attrs().Set(AttrKey::kDims, combined);
+      stats_.Add("permutes combined");
+    } else {
+      stats_.Add("reshapes combined");
+    }
+    node.ReplaceInput(0, inner->inputs()[0]);
+    return true;
+  }
+
+  ir::Value* Count(absl::string_view rule, ir::Value* v) {
+    stats_.Add(rule);
+    return v;
+  }
+
+  PassStats& stats_;
+};
+
+}  // namespace
+
+absl::StatusOr<bool> Canonicalize(ir::Graph& graph, PassStats& stats) {
+  return Canonicalizer(stats).Run(graph);
+}
+
+}  // namespace stepjit::passes
