@@ -242,6 +242,7 @@ std::string StepCompiler::explain() const {
     os << "specialization " << i << ": " << DescribeSignature(s.signature) << ": "
        << (s.eager_only ? "eager-only (" + s.reason + ")" : "compiled") << "\n";
   }
+  if (!m.stats.passes.empty()) os << "passes (last trace):\n" << m.stats.passes;
   if (m.events.empty()) {
     os << "no recompiles or fallbacks\n";
   } else {
