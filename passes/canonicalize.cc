@@ -1,4 +1,4 @@
-// canonicalize: constant folding that mirrors eager's CPU kernels, plus cast, identity and view rules.
+// canonicalize: eager-exact constant folding; cast, identity and view rules.
 #include "passes/canonicalize.h"
 
 #include <cmath>
@@ -26,7 +26,8 @@ template <DType D>
 using Storage = typename ir::DTypeTraits<D>::T;
 
 template <typename T>
-constexpr bool kIs16Bit = std::is_same_v<T, ir::Half> || std::is_same_v<T, ir::BFloat16>;
+constexpr bool kIs16Bit =
+    std::is_same_v<T, ir::Half> || std::is_same_v<T, ir::BFloat16>;
 
 // A double holds every storage value exactly (i64 ones come from doubles).
 template <typename T>
@@ -64,9 +65,11 @@ std::optional<To> Convert(From v) {
     }
   } else if constexpr (kIs16Bit<From>) {
     return Convert<To>(static_cast<float>(v));
-  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+  } else if constexpr (std::is_integral_v<To> &&
+                       std::is_floating_point_v<From>) {
     // Exclusive bound 2^(bits-1) and inclusive -2^(bits-1), both exact.
-    constexpr From kLimit = static_cast<From>(std::numeric_limits<To>::max()) + 1;
+    constexpr From kLimit =
+        static_cast<From>(std::numeric_limits<To>::max()) + 1;
     if (!(v >= -kLimit && v < kLimit)) return std::nullopt;
     return static_cast<To>(v);
   } else {
@@ -81,8 +84,13 @@ std::optional<double> WithDType(DType d, F&& f) {
 #define SJ_CASE(e) \
   case DType::e:   \
     return f(std::integral_constant<DType, DType::e>{});
-    SJ_CASE(kF32) SJ_CASE(kF64) SJ_CASE(kF16) SJ_CASE(kBF16)
-    SJ_CASE(kI64) SJ_CASE(kI32) SJ_CASE(kBool)
+    SJ_CASE(kF32)
+    SJ_CASE(kF64)
+    SJ_CASE(kF16)
+    SJ_CASE(kBF16)
+    SJ_CASE(kI64)
+    SJ_CASE(kI32)
+    SJ_CASE(kBool)
 #undef SJ_CASE
   }
   return std::nullopt;
@@ -106,37 +114,41 @@ std::optional<double> ConvertStorage(double v, DType from, DType to) {
 template <typename C>
 struct FoldMath {
   using V = C;
-  static constexpr bool kInt = std::is_integral_v<C> && !std::is_same_v<C, bool>;
+  static constexpr bool kInt =
+      std::is_integral_v<C> && !std::is_same_v<C, bool>;
   bool failed = false;
 
   static C Const(double v) { return static_cast<C>(v); }
   C Add(C a, C b) {
+    C r;
     if constexpr (std::is_same_v<C, bool>) {
-      return a || b;
+      r = a || b;
     } else if constexpr (kInt) {
-      failed |= __builtin_add_overflow(a, b, &a);
-      return a;
+      failed |= __builtin_add_overflow(a, b, &r);
     } else {
-      return a + b;
+      r = a + b;
     }
+    return r;
   }
   C Sub(C a, C b) {
+    C r;
     if constexpr (kInt) {
-      failed |= __builtin_sub_overflow(a, b, &a);
-      return a;
+      failed |= __builtin_sub_overflow(a, b, &r);
     } else {
-      return a - b;
+      r = a - b;
     }
+    return r;
   }
   C Mul(C a, C b) {
+    C r;
     if constexpr (std::is_same_v<C, bool>) {
-      return a && b;
+      r = a && b;
     } else if constexpr (kInt) {
-      failed |= __builtin_mul_overflow(a, b, &a);
-      return a;
+      failed |= __builtin_mul_overflow(a, b, &r);
     } else {
-      return a * b;
+      r = a * b;
     }
+    return r;
   }
   C Div(C a, C b) {
     if constexpr (kInt) {
@@ -149,8 +161,11 @@ struct FoldMath {
   }
   // -a, not 0 - a: the sign of a zero matters.
   C Neg(C a) {
-    if constexpr (kInt) return Sub(C(0), a);
-    else return -a;
+    if constexpr (kInt) {
+      return Sub(C(0), a);
+    } else {
+      return -a;
+    }
   }
   C Abs(C a) { return a < C(0) ? Neg(a) : a; }
   static C Exp(C a) { return std::exp(a); }
@@ -212,8 +227,8 @@ struct Scalar {
 
 std::optional<Scalar> AsScalar(const ir::Value* v) {
   const ir::Node* n = v->producer();
-  if (n == nullptr || n->kind() != ir::NodeKind::kOp || n->op() != OpId::kFull ||
-      !v->type().shape.empty()) {
+  if (n == nullptr || n->kind() != ir::NodeKind::kOp ||
+      n->op() != OpId::kFull || !v->type().shape.empty()) {
     return std::nullopt;
   }
   // FullKernel fills with Convert<T>(GetDouble(value)).
@@ -235,7 +250,9 @@ DType ComputeDType(const ir::Node& node) {
 
 std::optional<double> Fold(const ir::Node& node, absl::Span<const Scalar> in) {
   const DType out = node.output()->type().dtype;
-  if (node.op() == OpId::kCast) return ConvertStorage(in[0].value, in[0].dtype, out);
+  if (node.op() == OpId::kCast) {
+    return ConvertStorage(in[0].value, in[0].dtype, out);
+  }
   if (node.op() == OpId::kWhere) {
     const Scalar& picked = in[0].value != 0 ? in[1] : in[2];
     return ConvertStorage(picked.value, picked.dtype, out);
@@ -275,8 +292,9 @@ bool HoldsEveryValue(DType wide, DType narrow) {
 
 const ir::Node* ProducerOp(const ir::Value* v, OpId op) {
   const ir::Node* n = v->producer();
-  return n != nullptr && n->kind() == ir::NodeKind::kOp && n->op() == op ? n
-                                                                          : nullptr;
+  const bool match =
+      n != nullptr && n->kind() == ir::NodeKind::kOp && n->op() == op;
+  return match ? n : nullptr;
 }
 
 // Whether `v` is a 0-d constant equal to `target` in the op's compute dtype.
@@ -295,10 +313,12 @@ ir::Value* ArithmeticIdentity(const ir::Node& node) {
   ir::Value* x = nullptr;
   switch (node.op()) {
     case OpId::kMul:
-      x = IsConstant(b, 1, compute) ? a : IsConstant(a, 1, compute) ? b : nullptr;
+      if (IsConstant(b, 1, compute)) x = a;
+      if (IsConstant(a, 1, compute)) x = b;
       break;
     case OpId::kAdd:
-      x = IsConstant(b, 0, compute) ? a : IsConstant(a, 0, compute) ? b : nullptr;
+      if (IsConstant(b, 0, compute)) x = a;
+      if (IsConstant(a, 0, compute)) x = b;
       break;
     case OpId::kSub:
       x = IsConstant(b, 0, compute) ? a : nullptr;
@@ -388,12 +408,16 @@ class Canonicalizer {
         const ir::Node* inner = ProducerOp(in, OpId::kCast);
         if (inner == nullptr) return nullptr;
         ir::Value* x = inner->inputs()[0];
-        if (x->type().dtype == type.dtype && HoldsEveryValue(in->type().dtype, type.dtype)) {
+        if (x->type().dtype == type.dtype &&
+            HoldsEveryValue(in->type().dtype, type.dtype)) {
           return Count("cast pairs removed", x);
         }
         return nullptr;
       }
-      case OpId::kMul: case OpId::kAdd: case OpId::kSub: case OpId::kDiv:
+      case OpId::kMul:
+      case OpId::kAdd:
+      case OpId::kSub:
+      case OpId::kDiv:
         if (ir::Value* x = ArithmeticIdentity(node)) {
           return Count("identities removed", x);
         }
@@ -411,7 +435,8 @@ class Canonicalizer {
   // (e): a view of a view of the same kind reads the inner view's input
   // directly; the node is updated in place (its result type is unchanged).
   bool Combine(ir::Node& node) {
-    if (node.op() != OpId::kPermute && node.op() != OpId::kReshape) return false;
+    const OpId op = node.op();
+    if (op != OpId::kPermute && op != OpId::kReshape) return false;
     const ir::Node* inner = ProducerOp(node.inputs()[0], node.op());
     if (inner == nullptr) return false;
     if (node.op() == OpId::kPermute) {

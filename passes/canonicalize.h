@@ -1,4 +1,5 @@
-// canonicalize: local rewrites to a simpler equivalent form, applied in one forward walk.
+// canonicalize: local rewrites to a simpler equivalent form, applied in one
+// forward walk.
 //
 // Rules, each with its counter:
 //  "constants folded"   An elementwise op whose inputs are all 0-d `full`

@@ -1,4 +1,4 @@
-// cse: a forward walk keeps one node per expression and redirects later duplicates to it.
+// cse: keeps the first node of each expression; later duplicates redirect.
 #include "passes/cse.h"
 
 #include <cstdint>
@@ -68,8 +68,9 @@ std::vector<const ir::Value*> Operands(const ir::Node& node) {
 
 struct NodeHash {
   size_t operator()(const ir::Node* node) const {
-    std::vector<uint64_t> words = {static_cast<uint64_t>(node->op()),
-                                   static_cast<uint64_t>(node->output()->type().dtype)};
+    std::vector<uint64_t> words = {
+        static_cast<uint64_t>(node->op()),
+        static_cast<uint64_t>(node->output()->type().dtype)};
     for (int64_t d : node->output()->type().shape) words.push_back(d);
     for (const ir::Value* v : Operands(*node)) words.push_back(v->id());
     // Attribute order does not matter: sum the item hashes.

@@ -9,6 +9,8 @@
 // value; assigns and fusion nodes are left alone. The later duplicate's uses
 // (node inputs, assign operands, returns) are redirected to the earlier node
 // and the duplicate is erased. Each fusion body is processed on its own.
+// A merge can keep a value alive past an in-place update that consumes it;
+// that is sound because memory-plan grants buffer reuse by liveness only.
 // Counter: "nodes merged".
 #ifndef STEPJIT_PASSES_CSE_H_
 #define STEPJIT_PASSES_CSE_H_

@@ -1,4 +1,4 @@
-// dce: one backward walk per graph marks live values; unmarked removable nodes go.
+// dce: a backward walk per graph marks live values; removable dead nodes go.
 #include "passes/dce.h"
 
 #include "absl/container/flat_hash_set.h"
@@ -37,7 +37,9 @@ int64_t RemoveDead(ir::Graph& graph) {
       continue;
     }
     live.insert(node.inputs().begin(), node.inputs().end());
-    if (node.kind() == ir::NodeKind::kFusion) removed += RemoveDead(*node.body());
+    if (node.kind() == ir::NodeKind::kFusion) {
+      removed += RemoveDead(*node.body());
+    }
   }
   removed += static_cast<int64_t>(dead.size());
   if (!dead.empty()) {

@@ -1,4 +1,4 @@
-// The pass table and the pipeline runner: verify, dump and record stats after each pass.
+// The pass table and the pipeline runner: verify, dump and count per pass.
 #include "passes/pass_manager.h"
 
 #include <cstdlib>
@@ -39,7 +39,8 @@ absl::StatusOr<bool> RunPrint(ir::Graph& graph, PassStats&) {
 // The one list of passes. Add a pass here: {"name", &Entry, "summary"}.
 constexpr PassInfo kPasses[] = {
     {"verify", &RunVerify, "check the IR's invariants (ir/verifier.h)"},
-    {"print", &RunPrint, "print the IR at this point of the pipeline to stderr"},
+    {"print", &RunPrint,
+     "print the IR at this point of the pipeline to stderr"},
     {"canonicalize", &Canonicalize,
      "fold constants, drop no-op casts/views, simplify x*1, x+0"},
     {"cse", &EliminateCommonSubexpressions,
@@ -79,8 +80,8 @@ absl::Status WriteDump(const std::string& dir, int position,
                        absl::string_view pass, const ir::Graph& graph) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  const std::string path =
-      absl::StrCat(dir, "/", absl::StrFormat("%03d", position), "-", pass, ".ir");
+  const std::string path = absl::StrCat(
+      dir, "/", absl::StrFormat("%03d", position), "-", pass, ".ir");
   std::ofstream out(path, std::ios::binary);
   ir::Print(graph, out);
   out.close();
@@ -198,9 +199,8 @@ absl::StatusOr<std::vector<const PassInfo*>> ParsePipeline(
   for (absl::string_view name : SplitNames(pipeline)) {
     const PassInfo* pass = FindIn(registry, name);
     if (pass == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown pass '", name, "'; known passes: ",
-                       KnownPasses(registry)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown pass '", name, "'; known passes: ", KnownPasses(registry)));
     }
     passes.push_back(pass);
   }
@@ -224,10 +224,10 @@ absl::Status RunPipeline(ir::Graph& graph, absl::string_view pipeline,
                    ParsePipeline(pipeline, registry));
   for (const std::string& name : options.disabled) {
     if (FindIn(registry, name) == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown pass '", name,
-                       "' in the disabled list (STEPJIT_DISABLE); known passes: ",
-                       KnownPasses(registry)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown pass '", name,
+          "' in the disabled list (STEPJIT_DISABLE); known passes: ",
+          KnownPasses(registry)));
     }
   }
   PipelineStats local;
@@ -243,9 +243,9 @@ absl::Status RunPipeline(ir::Graph& graph, absl::string_view pipeline,
     s.nodes_before += static_cast<int64_t>(graph.nodes().size());
     absl::StatusOr<bool> changed = pass.run(graph, s);
     if (!changed.ok()) {
-      return absl::Status(changed.status().code(),
-                          absl::StrCat("pass `", pass.name, "`: ",
-                                       changed.status().message()));
+      return absl::Status(
+          changed.status().code(),
+          absl::StrCat("pass `", pass.name, "`: ", changed.status().message()));
     }
     s.changed += *changed ? 1 : 0;
     s.nodes_after += static_cast<int64_t>(graph.nodes().size());

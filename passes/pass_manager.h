@@ -1,4 +1,5 @@
-// The pass registry, pipelines ("canonicalize,cse,dce"), per-pass statistics and IR dumps.
+// The pass registry, pipelines ("canonicalize,cse,dce"), per-pass statistics
+// and IR dumps.
 //
 // Every pass is one row of the table in pass_manager.cc: its pipeline name,
 // its entry point and a one-line summary. A pipeline is a comma-separated list
@@ -79,7 +80,8 @@ struct PipelineOptions {
   // Passes to skip (recorded as skipped in the stats); names must be known.
   std::vector<std::string> disabled;
   // Called after every pass that ran (stepjit-opt --print-after-all).
-  std::function<void(absl::string_view pass, const ir::Graph& graph)> after_pass;
+  std::function<void(absl::string_view pass, const ir::Graph& graph)>
+      after_pass;
 };
 
 // Defaults plus STEPJIT_DUMP (dump_dir) and STEPJIT_DISABLE (comma list).

@@ -150,16 +150,14 @@ std::string Location(const std::string& filename, const Chunk& chunk,
 bool ProcessChunk(const Chunk& chunk, const std::string& filename,
                   const Options& options, std::string& out) {
   // Leading newlines keep the parser's line numbers those of the whole file.
-  const std::string text =
-      std::string(chunk.first_line - 1, '\n') + chunk.text;
+  const std::string text = std::string(chunk.first_line - 1, '\n') + chunk.text;
   absl::StatusOr<std::unique_ptr<ir::Graph>> graph =
       ir::ParseGraph(text, filename);
   if (!graph.ok()) {
     std::cerr << graph.status().message() << "\n";
     return false;
   }
-  const std::string where =
-      Location(filename, chunk, options.split_input_file);
+  const std::string where = Location(filename, chunk, options.split_input_file);
   if (absl::Status s = ir::Verify(**graph); !s.ok()) {
     std::cerr << where << ": error: " << s.message() << "\n";
     return false;
@@ -173,8 +171,8 @@ bool ProcessChunk(const Chunk& chunk, const std::string& filename,
     };
   }
   passes::PipelineStats stats;
-  absl::Status status = passes::RunPipeline(**graph, options.pipeline,
-                                            pipeline_options, &stats);
+  absl::Status status =
+      passes::RunPipeline(**graph, options.pipeline, pipeline_options, &stats);
   if (options.stats) std::cerr << stats.ToString();
   if (!status.ok()) {
     std::cerr << where << ": error: " << status.message() << "\n";
@@ -207,8 +205,7 @@ int Main(int argc, char** argv) {
   }
   std::string result;
   bool ok = true;
-  const std::vector<Chunk> chunks =
-      SplitInput(text, options.split_input_file);
+  const std::vector<Chunk> chunks = SplitInput(text, options.split_input_file);
   for (size_t i = 0; i < chunks.size(); ++i) {
     if (i > 0) absl::StrAppend(&result, kSplitMarker, "\n");
     if (!ProcessChunk(chunks[i], filename, options, result)) {

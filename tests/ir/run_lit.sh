@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A tiny lit: runs the `// RUN:` lines of one IR test file, failing on any non-zero exit.
+# A tiny lit: runs the `// RUN:` lines of one IR test; any failure fails it.
 #
 #   run_lit.sh <stepjit-opt> <FileCheck> <test.ir> <scratch dir>
 #
@@ -39,9 +39,9 @@ fi
 for cmd in "${commands[@]}"; do
   cmd="${cmd//%s/$test}"
   cmd="${cmd//%t/$tmp}"
-  cmd=$(sed -E -e "s#(^|[[:space:]|;&(])stepjit-opt([[:space:]]|$)#\\1$opt\\2#g" \
-               -e "s#(^|[[:space:]|;&(])FileCheck([[:space:]]|$)#\\1$filecheck\\2#g" \
-               <<< "$cmd")
+  before='(^|[[:space:]|;&(])' after='([[:space:]]|$)'
+  cmd=$(sed -E -e "s#${before}stepjit-opt${after}#\\1$opt\\2#g" \
+               -e "s#${before}FileCheck${after}#\\1$filecheck\\2#g" <<< "$cmd")
   echo "RUN: $cmd"
   if ! bash -o pipefail -c "$prelude
 $cmd"; then
