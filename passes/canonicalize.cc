@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "ir/host_math.h"
 #include "ir/scalar_def.h"
 
 namespace stepjit::passes {
@@ -109,46 +110,40 @@ std::optional<double> ConvertStorage(double v, DType from, DType to) {
   });
 }
 
-// CpuMath over the arithmetic type C; integer overflow, which eager leaves
-// undefined, sets `failed` instead.
+// Eager's HostMath over the arithmetic type C; integer overflow, which
+// eager leaves undefined, sets `failed` instead of folding.
 template <typename C>
-struct FoldMath {
-  using V = C;
-  static constexpr bool kInt =
-      std::is_integral_v<C> && !std::is_same_v<C, bool>;
+struct FoldMath : ir::HostMath<C> {
+  using Base = ir::HostMath<C>;
+  static constexpr bool kInt = std::is_integral_v<C> && !std::is_same_v<C, bool>;
   bool failed = false;
 
-  static C Const(double v) { return static_cast<C>(v); }
   C Add(C a, C b) {
-    C r;
-    if constexpr (std::is_same_v<C, bool>) {
-      r = a || b;
-    } else if constexpr (kInt) {
+    if constexpr (kInt) {
+      C r;
       failed |= __builtin_add_overflow(a, b, &r);
+      return r;
     } else {
-      r = a + b;
+      return Base::Add(a, b);
     }
-    return r;
   }
   C Sub(C a, C b) {
-    C r;
     if constexpr (kInt) {
+      C r;
       failed |= __builtin_sub_overflow(a, b, &r);
+      return r;
     } else {
-      r = a - b;
+      return Base::Sub(a, b);
     }
-    return r;
   }
   C Mul(C a, C b) {
-    C r;
-    if constexpr (std::is_same_v<C, bool>) {
-      r = a && b;
-    } else if constexpr (kInt) {
+    if constexpr (kInt) {
+      C r;
       failed |= __builtin_mul_overflow(a, b, &r);
+      return r;
     } else {
-      r = a * b;
+      return Base::Mul(a, b);
     }
-    return r;
   }
   C Div(C a, C b) {
     if constexpr (kInt) {
@@ -159,32 +154,11 @@ struct FoldMath {
     }
     return a / b;
   }
-  // -a, not 0 - a: the sign of a zero matters.
   C Neg(C a) {
-    if constexpr (kInt) {
-      return Sub(C(0), a);
-    } else {
-      return -a;
-    }
+    if constexpr (kInt) return Sub(C(0), a);
+    else return -a;
   }
   C Abs(C a) { return a < C(0) ? Neg(a) : a; }
-  static C Exp(C a) { return std::exp(a); }
-  static C Log(C a) { return std::log(a); }
-  static C Sqrt(C a) { return std::sqrt(a); }
-  static C Tanh(C a) { return std::tanh(a); }
-  static C Erf(C a) { return std::erf(a); }
-  static C Sin(C a) { return std::sin(a); }
-  static C Cos(C a) { return std::cos(a); }
-  static C Pow(C a, C b) { return static_cast<C>(std::pow(a, b)); }
-  static C Max(C a, C b) { return (a != a || a > b) ? a : b; }
-  static C Min(C a, C b) { return (a != a || a < b) ? a : b; }
-  static C Select(bool c, C a, C b) { return c ? a : b; }
-  static bool Eq(C a, C b) { return a == b; }
-  static bool Ne(C a, C b) { return a != b; }
-  static bool Lt(C a, C b) { return a < b; }
-  static bool Le(C a, C b) { return a <= b; }
-  static bool Gt(C a, C b) { return a > b; }
-  static bool Ge(C a, C b) { return a >= b; }
 };
 
 // Evaluates `op` on inputs already converted to dtype D, storing the result

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "ir/host_math.h"
 #include "ir/scalar_def.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/loops.h"
@@ -13,47 +14,9 @@ using ir::OpId;
 
 namespace {
 
-// The math backend for eager kernels: V is the arithmetic type.
+// Eager kernels evaluate the scalar definitions with plain C++ arithmetic.
 template <typename C>
-struct CpuMath {
-  using V = C;
-  static C Const(double v) { return static_cast<C>(v); }
-  static C Add(C a, C b) {
-    if constexpr (std::is_same_v<C, bool>) return a || b;
-    else return a + b;
-  }
-  static C Sub(C a, C b) { return a - b; }
-  static C Mul(C a, C b) {
-    if constexpr (std::is_same_v<C, bool>) return a && b;
-    else return a * b;
-  }
-  static C Div(C a, C b) { return a / b; }
-  static C Neg(C a) { return -a; }
-  static C Abs(C a) { return a < C(0) ? -a : a; }
-  static C Exp(C a) { return std::exp(a); }
-  static C Log(C a) { return std::log(a); }
-  static C Sqrt(C a) { return std::sqrt(a); }
-  static C Tanh(C a) { return std::tanh(a); }
-  static C Erf(C a) { return std::erf(a); }
-  static C Sin(C a) { return std::sin(a); }
-  static C Cos(C a) { return std::cos(a); }
-  static C Pow(C a, C b) { return static_cast<C>(std::pow(a, b)); }
-  // NaN-propagating, as torch.maximum / torch.minimum.
-  static C Max(C a, C b) { return (a != a || a > b) ? a : b; }
-  static C Min(C a, C b) { return (a != a || a < b) ? a : b; }
-  static C Select(bool c, C a, C b) { return c ? a : b; }
-  static bool Eq(C a, C b) { return a == b; }
-  static bool Ne(C a, C b) { return a != b; }
-  static bool Lt(C a, C b) { return a < b; }
-  static bool Le(C a, C b) { return a <= b; }
-  static bool Gt(C a, C b) { return a > b; }
-  static bool Ge(C a, C b) { return a >= b; }
-};
-
-// Integers and bools never reach the float-only functions (inference
-// promotes them), but the templates must still compile.
-template <typename C>
-using MathFor = CpuMath<C>;
+using MathFor = ir::HostMath<C>;
 
 template <typename T, typename Acc, typename F>
 void UnaryLoop(const Tensor& out, const Tensor& x, F f) {
