@@ -67,8 +67,18 @@ class RandomRemap {
   absl::flat_hash_map<int64_t, int64_t> offsets_;
 };
 
-void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random) {
-  const std::vector<std::vector<int>> last_uses = LastUses(g);
+using LastUseMap = absl::flat_hash_map<const ir::Graph*, std::vector<std::vector<int>>>;
+
+void CollectLastUses(const ir::Graph& g, LastUseMap& out) {
+  out[&g] = LastUses(g);
+  for (const auto& n : g.nodes()) {
+    if (n->kind() == NodeKind::kFusion) CollectLastUses(*n->body(), out);
+  }
+}
+
+void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random,
+              const LastUseMap& last_use_map) {
+  const std::vector<std::vector<int>>& last_uses = last_use_map.at(&g);
   for (size_t pos = 0; pos < g.nodes().size(); ++pos) {
     const ir::Node* node = g.nodes()[pos].get();
     std::vector<Tensor> in;
@@ -92,7 +102,7 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random)
         const ir::Graph& body = *node->body();
         std::vector<Tensor> inner(body.num_values());
         for (size_t i = 0; i < body.params().size(); ++i) inner[body.params()[i]->id()] = in[i];
-        RunGraph(body, inner, random);
+        RunGraph(body, inner, random, last_use_map);
         for (size_t i = 0; i < node->outputs().size(); ++i) {
           env[node->outputs()[i]->id()] = inner[body.returns()[i]->id()];
         }
@@ -118,6 +128,7 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random)
 absl::StatusOr<Program> Program::Build(const ir::Graph& graph) {
   Program p(&graph);
   p.kernels_per_run_ = CountKernels(graph);
+  CollectLastUses(graph, p.last_uses_);
   return p;
 }
 
@@ -139,7 +150,7 @@ std::vector<Tensor> Program::Run(absl::Span<const Tensor> inputs,
            "bound ", inputs.size(), " inputs and ", state.size(), " state tensors to a graph with ",
            next_input, " and ", next_state);
   RandomRemap random;
-  RunGraph(*graph_, env, random);
+  RunGraph(*graph_, env, random, last_uses_);
   std::vector<Tensor> out;
   for (const ir::Value* v : graph_->returns()) out.push_back(env[v->id()]);
   return out;

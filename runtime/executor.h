@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "ir/graph.h"
@@ -32,6 +33,9 @@ class Program {
   explicit Program(const ir::Graph* graph) : graph_(graph) {}
   const ir::Graph* graph_;
   int kernels_per_run_ = 0;
+  // Per graph (the top level and each fusion body): for each node position,
+  // the value ids read there for the last time.
+  absl::flat_hash_map<const ir::Graph*, std::vector<std::vector<int>>> last_uses_;
 };
 
 }  // namespace stepjit::runtime
