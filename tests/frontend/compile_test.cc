@@ -3,6 +3,9 @@
 
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
 
 namespace stepjit {
 namespace {
@@ -382,6 +385,28 @@ TEST(CompileTest, CompiledPeakMemoryDoesNotExceedEager) {
   EXPECT_GT(planned, 0);
   EXPECT_LE(planned, eager_peak);
   EXPECT_LE(compiled_peak, eager_peak);
+}
+
+}  // namespace
+}  // namespace stepjit
+
+namespace stepjit {
+namespace {
+
+TEST(CompileTest, DumpedIrOfTheExampleStepRoundTrips) {
+  MlpStep step(true);
+  auto fast = compile([&](const Tensor& x, const Tensor& y) { return step(x, y); });
+  Generator gen(8);
+  Tensor x = randn({128, 784}, {}, &gen);
+  Tensor y = randint(0, 10, {128}, {.dtype = DType::kI64}, &gen);
+  for (int i = 0; i < 3; ++i) fast(x, y);
+  std::ostringstream os;
+  fast.dump_ir(os);
+  auto parsed = ir::ParseGraph(os.str(), "dump.ir");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(ir::Verify(**parsed).ok());
+  EXPECT_EQ(ir::Print(**parsed), os.str());
+  EXPECT_NE(os.str().find("fusion @fused_"), std::string::npos);
 }
 
 }  // namespace
