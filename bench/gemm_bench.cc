@@ -45,6 +45,15 @@ std::vector<Shape> MlpShapes() {
   return shapes;
 }
 
+// Small square products (NN), to find where per-call overhead dominates.
+std::vector<Shape> SmallShapes() {
+  std::vector<Shape> shapes;
+  for (int64_t n : {4, 16, 32, 64, 128}) {
+    shapes.push_back({absl::StrCat("sq", n, "_NN"), false, false, n, n, n});
+  }
+  return shapes;
+}
+
 // Dense operands for one shape, filled with values in [-1, 1].
 struct Operands {
   std::vector<uint8_t> a, b, c;
@@ -146,6 +155,15 @@ const bool kRegistered = [] {
                        GemmBackendName(c.backend))
               .c_str(),
           BM_Gemm, s, c.dtype, c.backend)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+    }
+  }
+  for (const Shape& s : SmallShapes()) {
+    for (GemmBackend b : {GemmBackend::kOpenBlas, GemmBackend::kOneDnn}) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("Gemm/", s.name, "/f32/", GemmBackendName(b)).c_str(),
+          BM_Gemm, s, DType::kF32, b)
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
     }

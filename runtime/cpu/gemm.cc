@@ -91,15 +91,6 @@ absl::Status Validate(const GemmArgs& g) {
   return absl::OkStatus();
 }
 
-template <typename T>
-const T* Offset(const void* p, int64_t elems) {
-  return static_cast<const T*>(p) + elems;
-}
-template <typename T>
-T* Offset(void* p, int64_t elems) {
-  return static_cast<T*>(p) + elems;
-}
-
 // ---- OpenBLAS (f32, f64). No batched cblas in 0.3.21, so loop. ----
 
 template <typename T>
@@ -108,9 +99,9 @@ absl::Status OpenBlasGemm(const GemmArgs& g) {
   const CBLAS_TRANSPOSE tb = g.trans_b ? CblasTrans : CblasNoTrans;
   const T beta = g.accumulate ? 1 : 0;
   for (int64_t i = 0; i < g.batch; ++i) {
-    const T* a = Offset<T>(g.a, i * g.stride_a);
-    const T* b = Offset<T>(g.b, i * g.stride_b);
-    T* c = Offset<T>(g.c, i * g.stride_c);
+    const T* a = static_cast<const T*>(g.a) + i * g.stride_a;
+    const T* b = static_cast<const T*>(g.b) + i * g.stride_b;
+    T* c = static_cast<T*>(g.c) + i * g.stride_c;
     if constexpr (std::is_same_v<T, float>) {
       cblas_sgemm(CblasRowMajor, ta, tb, g.m, g.n, g.k, 1.0f, a, g.lda, b,
                   g.ldb, beta, c, g.ldc);
@@ -171,11 +162,8 @@ PrimitiveCache& Cache() {
 }
 
 dnnl::memory::data_type DnnlType(DType t) {
-  switch (t) {
-    case DType::kF16: return dnnl::memory::data_type::f16;
-    case DType::kBF16: return dnnl::memory::data_type::bf16;
-    default: return dnnl::memory::data_type::f32;
-  }
+  using dt = dnnl::memory::data_type;
+  return t == DType::kF16 ? dt::f16 : t == DType::kBF16 ? dt::bf16 : dt::f32;
 }
 
 // Describes op(X) as a rows x cols (x batch) view of X's storage. A broadcast
@@ -372,13 +360,41 @@ absl::string_view GemmBackendName(GemmBackend b) {
   return "?";
 }
 
+// Measured on the 2-core AVX2 machines (bench/gemm_bench.cc, f32, median of
+// 5, best of 2-4 passes taken while no other process ran; us):
+//   MLP 784-512-512-10, batch 128     OpenBLAS  oneDNN
+//   L1 fwd 128x512x784 NT                633      586
+//   L1 dX  128x784x512 NN                642      618
+//   L1 dW  512x784x128 TN                811      630
+//   L2 fwd 128x512x512 NT                408      379
+//   L2 dX  128x512x512 NN                560      416
+//   L2 dW  512x512x128 TN                514      685
+//   L3 fwd 128x10x512  NT                 39       20
+//   L3 dX  128x512x10  NN                 41       20
+//   L3 dW  10x512x128  TN                 48       20
+//   all nine in sequence                5979     4211
+//   ... with one busy thread beside    25432     8456
+//   square NN 4 / 16 / 32       0.24 / 0.66 / 2.6  4.0 / 3.8 / 6.2
+//   square NN 64 / 128                14 / 53  12.5 / 48
+// oneDNN wins the step by 30% (3x when a core is taken by another thread),
+// so it takes every f32 product except tiny ones, where its ~4 us per call
+// (primitive lookup, memory objects) loses to OpenBLAS. L2 dW is left to
+// oneDNN too: the same layout at L1 goes the other way, and mixing the two
+// thread pools within a step is what the busy-thread row punishes. Below
+// 2^17 multiply-adds OpenBLAS stays on the calling thread (it threads above
+// 4 x 65536, openblas_config.h), so the two pools still never compete. Two threads
+// (the default for both) beat one: the step takes 9.3 ms on one thread.
+constexpr double kOneDnnMinMacs = 1 << 17;
+
 GemmBackend ChooseBackend(const GemmArgs& g) {
   if (g.dtype == DType::kF64) return GemmBackend::kOpenBlas;  // no f64 in oneDNN
   if ((g.dtype == DType::kF16 || g.dtype == DType::kBF16) &&
       HasNativeMatmul(g.dtype)) {
     return GemmBackend::kOneDnn;
   }
-  return GemmBackend::kOpenBlas;
+  // f32, and f16/bf16 multiplied in f32: one oneDNN call covers the batch.
+  const double macs = static_cast<double>(g.batch) * g.m * g.n * g.k;
+  return macs < kOneDnnMinMacs ? GemmBackend::kOpenBlas : GemmBackend::kOneDnn;
 }
 
 absl::Status Gemm(const GemmArgs& g) {
@@ -404,11 +420,10 @@ absl::Status Gemm(const GemmArgs& g) {
       return LowPrecisionGemm<ir::Half>(g, backend);
     case DType::kBF16:
       return LowPrecisionGemm<ir::BFloat16>(g, backend);
-    default:
-      break;
+    default:  // Validate rejected the other dtypes
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Gemm: unsupported dtype ", ir::DTypeName(g.dtype)));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "Gemm: unsupported dtype ", ir::DTypeName(g.dtype)));  // Validate caught
 }
 
 }  // namespace stepjit::runtime::cpu

@@ -274,6 +274,14 @@ TEST(GemmTest, ChooseBackendIsConcrete) {
   }
   EXPECT_EQ(ChooseBackend({.dtype = DType::kF64, .m = 8, .n = 8, .k = 8}),
             GemmBackend::kOpenBlas);
+  // The measured f32 rule: OpenBLAS below 2^17 multiply-adds, else oneDNN.
+  EXPECT_EQ(ChooseBackend({.dtype = DType::kF32, .m = 32, .n = 32, .k = 32}),
+            GemmBackend::kOpenBlas);
+  EXPECT_EQ(ChooseBackend({.dtype = DType::kF32, .m = 128, .n = 10, .k = 512}),
+            GemmBackend::kOneDnn);
+  EXPECT_EQ(ChooseBackend({.dtype = DType::kF32, .m = 32, .n = 32, .k = 32,
+                           .batch = 8}),
+            GemmBackend::kOneDnn);
   EXPECT_EQ(GemmBackendName(GemmBackend::kOneDnn), "onednn");
 }
 

@@ -1,0 +1,396 @@
+// Tests for SHA-256 and the kernel cache: hits, disk persistence, corrupt
+// entries, safety.
+#include "codegen/kernel_cache.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/sha256.h"
+#include "gtest/gtest.h"
+
+namespace stepjit::codegen {
+namespace {
+
+namespace fs = std::filesystem;
+// gtest only: the layer test executables do not link gmock.
+#define EXPECT_CONTAINS(text, part)                          \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) \
+      << "expected to contain \"" << (part) << "\":\n"       \
+      << (text)
+
+// A fresh directory under /tmp, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/stepjit_kernel_cache_XXXXXX";
+    path_ = mkdtemp(pattern);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Sets (or, with nullptr, unsets) an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = getenv(name)) old_ = old;
+    value != nullptr ? setenv(name, value, 1) : unsetenv(name);
+  }
+  ~ScopedEnv() { old_ ? setenv(name_, old_->c_str(), 1) : unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    names.push_back(entry.path().lexically_relative(dir).string());
+  }
+  return names;
+}
+
+mode_t ModeOf(const std::string& path) {
+  struct stat st;
+  EXPECT_EQ(stat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 07777;
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+CacheKey Key(const std::string& source) {
+  return {source, "LLVM 14.0.6", "+avx512f,+avx512bw", "-O2"};
+}
+
+// Every byte value, so NULs and high bytes round-trip.
+std::string Blob(int seed, size_t size = 1000) {
+  std::string blob(size, '\0');
+  for (size_t i = 0; i < size; ++i) blob[i] = char((i * 131 + seed) & 0xff);
+  return blob;
+}
+
+TEST(Sha256Test, Fips180Vectors) {
+  EXPECT_EQ(ToHex(Sha256Of("abc")),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(ToHex(Sha256Of("")),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(ToHex(Sha256Of(
+                "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  EXPECT_EQ(ToHex(Sha256Of(std::string(1000000, 'a'))),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(Sha256Test, IncrementalUpdatesMatchOneShot) {
+  std::string message = Blob(7, 300);
+  for (size_t step : {1, 3, 63, 64, 65, 200}) {
+    Sha256 hasher;
+    for (size_t at = 0; at < message.size(); at += step) {
+      hasher.Update(std::string_view(message).substr(at, step));
+    }
+    EXPECT_EQ(hasher.Final(), Sha256Of(message)) << "step " << step;
+  }
+}
+
+TEST(CacheKeyTest, EveryFieldChangesTheDigest) {
+  CacheKey base = Key("define void @k() { ret void }");
+  std::string digest = base.Digest();
+  EXPECT_EQ(digest.size(), 64u);
+  EXPECT_EQ(Key("define void @k() { ret void }").Digest(), digest);
+  for (std::string CacheKey::*field : {&CacheKey::source, &CacheKey::compiler,
+                                       &CacheKey::target, &CacheKey::options}) {
+    CacheKey changed = base;
+    changed.*field += " ";
+    EXPECT_NE(changed.Digest(), digest);
+  }
+  // Field boundaries count: moving a character between fields is a new key.
+  EXPECT_NE((CacheKey{"ab", "c", "", ""}.Digest()),
+            (CacheKey{"a", "bc", "", ""}.Digest()));
+}
+
+TEST(KernelCacheTest, MemoryOnlyStoreThenLookup) {
+  KernelCache cache(CacheOptions{});
+  EXPECT_EQ(cache.disk_dir(), "");
+  EXPECT_EQ(cache.Lookup(Key("k")), std::nullopt);
+  cache.Store(Key("k"), Blob(1));
+  EXPECT_EQ(cache.Lookup(Key("k")), Blob(1));
+  EXPECT_EQ(cache.Lookup(Key("other")), std::nullopt);
+  CacheStats stats = cache.stats();
+  EXPECT_EQ(stats.memory_hits, 1);
+  EXPECT_EQ(stats.disk_hits, 0);
+  EXPECT_EQ(stats.misses, 2);
+  EXPECT_EQ(stats.stores, 1);
+  EXPECT_EQ(stats.corrupt_entries, 0);
+}
+
+TEST(KernelCacheTest, SecondInstanceHitsTheDisk) {
+  TempDir tmp;
+  std::string dir = tmp.Sub("cache");
+  {
+    KernelCache first({dir});
+    EXPECT_EQ(first.disk_dir(), dir);
+    first.Store(Key("k"), Blob(2));
+    EXPECT_EQ(first.Lookup(Key("k")), Blob(2));
+    EXPECT_EQ(first.stats().memory_hits, 1);
+  }
+  // Exactly one entry file, no temp file left behind.
+  EXPECT_EQ(ListDir(dir), std::vector<std::string>{Key("k").Digest() + ".bin"});
+
+  KernelCache second({dir});  // a new process: empty memory layer
+  EXPECT_EQ(second.Lookup(Key("k")), Blob(2));
+  EXPECT_EQ(second.Lookup(Key("k")), Blob(2));
+  CacheStats stats = second.stats();
+  EXPECT_EQ(stats.disk_hits, 1);
+  EXPECT_EQ(stats.memory_hits, 1);
+  EXPECT_EQ(stats.misses, 0);
+  EXPECT_EQ(stats.corrupt_entries, 0);
+}
+
+TEST(KernelCacheTest, EmptyBlobRoundTrips) {
+  TempDir tmp;
+  KernelCache({tmp.path()}).Store(Key("empty"), "");
+  EXPECT_EQ(KernelCache({tmp.path()}).Lookup(Key("empty")), "");
+}
+
+struct Corruption {
+  const char* name;
+  const char* reported;  // what the warning must say failed
+  void (*damage)(std::string& bytes);
+};
+
+class CorruptEntryTest : public ::testing::TestWithParam<Corruption> {};
+
+TEST_P(CorruptEntryTest, IsRejectedCountedDeletedAndRebuilt) {
+  TempDir tmp;
+  CacheKey key = Key("define void @fused_0() { ret void }");
+  KernelCache({tmp.path()}).Store(key, Blob(3));
+  std::string path = KernelCache({tmp.path()}).EntryPath(key);
+  std::string bytes = ReadBytes(path);
+  ASSERT_EQ(bytes.size(), 84 + Blob(3).size());
+  GetParam().damage(bytes);
+  WriteBytes(path, bytes);
+
+  KernelCache reader({tmp.path()});
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(reader.Lookup(key), std::nullopt);
+  std::string warning = ::testing::internal::GetCapturedStderr();
+  EXPECT_CONTAINS(warning, path);
+  EXPECT_CONTAINS(warning, GetParam().reported);
+  EXPECT_FALSE(fs::exists(path));
+  CacheStats stats = reader.stats();
+  EXPECT_EQ(stats.corrupt_entries, 1);
+  EXPECT_EQ(stats.misses, 1);
+  EXPECT_EQ(stats.disk_hits, 0);
+
+  // Reported once: the entry is gone, so the next lookup is a quiet miss.
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(reader.Lookup(key), std::nullopt);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(reader.stats().corrupt_entries, 1);
+
+  // The caller recompiles and stores; a later process gets the good entry.
+  reader.Store(key, Blob(3));
+  KernelCache later({tmp.path()});
+  EXPECT_EQ(later.Lookup(key), Blob(3));
+  EXPECT_EQ(later.stats().disk_hits, 1);
+  EXPECT_EQ(later.stats().corrupt_entries, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Damage, CorruptEntryTest,
+    ::testing::Values(Corruption{"PayloadByte", "payload hash mismatch",
+                                 [](std::string& b) { b[84 + 500] ^= 0x01; }},
+                      Corruption{
+                          "TruncatedPayload", "payload length",
+                          [](std::string& b) { b.resize(b.size() - 10); }},
+                      Corruption{"TruncatedHeader", "truncated header",
+                                 [](std::string& b) { b.resize(40); }},
+                      Corruption{"EmptyFile", "truncated header",
+                                 [](std::string& b) { b.clear(); }},
+                      Corruption{"AppendedBytes", "payload length",
+                                 [](std::string& b) { b += "xx"; }},
+                      Corruption{"WrongMagic", "bad magic",
+                                 [](std::string& b) { b[0] = 'X'; }},
+                      Corruption{"WrongVersion", "format version",
+                                 [](std::string& b) { b[8] = 99; }},
+                      Corruption{"WrongKeyDigest", "key digest",
+                                 [](std::string& b) { b[12] ^= 0xff; }},
+                      Corruption{"PayloadHashField", "payload hash mismatch",
+                                 [](std::string& b) { b[44] ^= 0xff; }}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(KernelCacheTest, EntryCopiedUnderAnotherKeyIsRejected) {
+  TempDir tmp;
+  KernelCache writer({tmp.path()});
+  writer.Store(Key("a"), Blob(4));
+  fs::copy_file(writer.EntryPath(Key("a")), writer.EntryPath(Key("b")));
+
+  KernelCache reader({tmp.path()});
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(reader.Lookup(Key("b")), std::nullopt);
+  EXPECT_CONTAINS(::testing::internal::GetCapturedStderr(), "key digest");
+  EXPECT_EQ(reader.stats().corrupt_entries, 1);
+  EXPECT_EQ(reader.Lookup(Key("a")), Blob(4));
+}
+
+TEST(KernelCacheTest, EnvironmentChoosesTheDirectory) {
+  ScopedEnv home("HOME", "/home/someone");
+  {
+    ScopedEnv dir("STEPJIT_CACHE_DIR", nullptr);
+    ScopedEnv xdg("XDG_CACHE_HOME", nullptr);
+    EXPECT_EQ(CacheOptions::FromEnvironment().disk_dir,
+              "/home/someone/.cache/stepjit");
+  }
+  {
+    ScopedEnv dir("STEPJIT_CACHE_DIR", nullptr);
+    ScopedEnv xdg("XDG_CACHE_HOME", "/xdg");
+    EXPECT_EQ(CacheOptions::FromEnvironment().disk_dir, "/xdg/stepjit");
+  }
+  {
+    ScopedEnv dir("STEPJIT_CACHE_DIR", nullptr);
+    ScopedEnv xdg("XDG_CACHE_HOME", "relative/ignored");
+    EXPECT_EQ(CacheOptions::FromEnvironment().disk_dir,
+              "/home/someone/.cache/stepjit");
+  }
+  {
+    ScopedEnv dir("STEPJIT_CACHE_DIR", "/explicit");
+    ScopedEnv xdg("XDG_CACHE_HOME", "/xdg");
+    EXPECT_EQ(CacheOptions::FromEnvironment().disk_dir, "/explicit");
+  }
+}
+
+TEST(KernelCacheTest, OffWritesNoFiles) {
+  TempDir tmp;
+  ScopedEnv dir("STEPJIT_CACHE_DIR", "off");
+  ScopedEnv xdg("XDG_CACHE_HOME", tmp.Sub("xdg").c_str());
+  ScopedEnv home("HOME", tmp.path().c_str());
+  CacheOptions options = CacheOptions::FromEnvironment();
+  EXPECT_EQ(options.disk_dir, "");
+  KernelCache cache(options);
+  cache.Store(Key("k"), Blob(5));
+  EXPECT_EQ(cache.Lookup(Key("k")), Blob(5));
+  EXPECT_TRUE(ListDir(tmp.path()).empty());
+}
+
+TEST(KernelCacheTest, CreatesDirectoriesWithMode0700) {
+  TempDir tmp;
+  std::string parent = tmp.Sub("xdg");
+  std::string dir = parent + "/stepjit";
+  mode_t old_umask =
+      umask(0);  // the cache, not the umask, must keep others out
+  KernelCache cache({dir});
+  umask(old_umask);
+  EXPECT_EQ(cache.disk_dir(), dir);
+  EXPECT_EQ(ModeOf(parent), 0700u);
+  EXPECT_EQ(ModeOf(dir), 0700u);
+  cache.Store(Key("k"), Blob(6));
+  EXPECT_EQ(ModeOf(cache.EntryPath(Key("k"))) & 077, 0u);
+}
+
+TEST(KernelCacheTest, WorldWritableDirectoryIsRefused) {
+  TempDir tmp;
+  std::string dir = tmp.Sub("open");
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
+  ::testing::internal::CaptureStderr();
+  KernelCache cache({dir});
+  std::string warning = ::testing::internal::GetCapturedStderr();
+  EXPECT_CONTAINS(warning, dir);
+  EXPECT_CONTAINS(warning, "writable by group or others (mode 0777)");
+  EXPECT_CONTAINS(warning, "memory only");
+  EXPECT_EQ(cache.disk_dir(), "");
+
+  ::testing::internal::CaptureStderr();
+  cache.Store(Key("k"), Blob(7));
+  EXPECT_EQ(cache.Lookup(Key("k")), Blob(7));
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");  // warned once
+  EXPECT_TRUE(ListDir(dir).empty());
+}
+
+TEST(KernelCacheTest, DirectoryOwnedBySomeoneElseIsRefused) {
+  if (geteuid() != 0)
+    GTEST_SKIP() << "needs root to hand a directory to another user";
+  TempDir tmp;
+  std::string dir = tmp.Sub("theirs");
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  ASSERT_EQ(chown(dir.c_str(), 65534, 65534), 0);
+  ::testing::internal::CaptureStderr();
+  KernelCache cache({dir});
+  EXPECT_CONTAINS(::testing::internal::GetCapturedStderr(),
+                  "owned by uid 65534");
+  EXPECT_EQ(cache.disk_dir(), "");
+}
+
+TEST(KernelCacheTest, UncreatableDirectoryFallsBackToMemory) {
+  TempDir tmp;
+  WriteBytes(tmp.Sub("file"), "not a directory");
+  ::testing::internal::CaptureStderr();
+  KernelCache cache({tmp.Sub("file/stepjit")});
+  EXPECT_CONTAINS(::testing::internal::GetCapturedStderr(), "cannot create");
+  EXPECT_EQ(cache.disk_dir(), "");
+  cache.Store(Key("k"), Blob(8));
+  EXPECT_EQ(cache.Lookup(Key("k")), Blob(8));
+}
+
+TEST(KernelCacheTest, ConcurrentStoresAndLookups) {
+  TempDir tmp;
+  constexpr int kThreads = 4;
+  constexpr int kKeys = 40;
+  KernelCache cache({tmp.path()});
+  std::vector<std::thread> threads;
+  std::vector<int> wrong(kThreads, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round) {
+        for (int i = 0; i < kKeys; ++i) {
+          int k = (i + t * 7) % kKeys;  // threads collide on the same keys
+          CacheKey key = Key(absl::StrCat("kernel_", k));
+          std::optional<std::string> hit = cache.Lookup(key);
+          if (!hit) cache.Store(key, Blob(k, 256 + k));
+          if (hit && *hit != Blob(k, 256 + k)) ++wrong[t];
+          if (cache.Lookup(key) != Blob(k, 256 + k)) ++wrong[t];
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(wrong, std::vector<int>(kThreads, 0));
+  CacheStats stats = cache.stats();
+  EXPECT_EQ(stats.memory_hits + stats.disk_hits + stats.misses,
+            2 * kThreads * 3 * kKeys);
+  EXPECT_EQ(stats.stores, stats.misses);
+  EXPECT_GE(stats.stores, kKeys);
+  EXPECT_EQ(stats.corrupt_entries, 0);
+  EXPECT_EQ(ListDir(tmp.path()).size(), size_t(kKeys));  // no temp files left
+
+  KernelCache reader({tmp.path()});
+  for (int k = 0; k < kKeys; ++k) {
+    EXPECT_EQ(reader.Lookup(Key(absl::StrCat("kernel_", k))), Blob(k, 256 + k));
+  }
+  EXPECT_EQ(reader.stats().disk_hits, kKeys);
+  EXPECT_EQ(reader.stats().corrupt_entries, 0);
+}
+
+}  // namespace
+}  // namespace stepjit::codegen

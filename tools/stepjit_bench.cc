@@ -1,0 +1,301 @@
+// stepjit-bench: eager vs compiled training-step timings for a fixed set of
+// MLP workloads, as a table or one JSON object per line (issue 5, item 5).
+//
+//   stepjit-bench --workload mlp784_adamw_b128 --steps 50 --json
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "frontend/stepjit.h"
+#include "ir/status.h"
+#include "runtime/storage.h"
+
+namespace {
+
+using namespace stepjit;  // NOLINT: tool code, mirrors libtorch usage
+using Clock = std::chrono::steady_clock;
+
+constexpr char kUsage[] =
+    R"(usage: stepjit-bench [flags]
+Times training steps (forward, cross-entropy, backward, optimizer) of MLP
+workloads, eager and through stepjit::compile, on the CPU in f32.
+  --workload NAME   run only NAME (default: all), one of:
+                      mlp784_adamw_b128     784-512-512-10, batch 128, AdamW lr 1e-3
+                      mlp784_sgd_b128       the same with SGD lr 0.01 momentum 0.9
+                      tiny_mlp_adamw_b32    64-64-64-64-10, batch 32, AdamW
+                      mlp1024x3_adamw_b512  3x Linear(1024,1024)+ReLU, Linear(1024,10),
+                                            batch 512, AdamW
+  --steps N         timed steps per workload and mode (default 50)
+  --warmup N        untimed steps first (default 5; compiled runs at least
+                    enough to warm up and trace)
+  --json            one JSON object per line per workload and mode, keys:
+                    workload, mode, dtype, ms_per_step, kernels_per_step,
+                    compile_ms_cold, compile_ms_warm, peak_bytes
+  --help            this text
+Flags take their value as "--flag V" or "--flag=V".
+
+Columns: ms/step is the median over the timed steps; batches rotate through a
+pool of 16 random batches drawn with a fixed seed. kernels/step is, for eager,
+the ops the step dispatches (the compiled trace's ops_per_step) and, for
+compiled, kernel launches per replay. compile cold is stats().compile_ms of
+the first trace; compile warm is that of a second, fresh compile of the same
+step in the same process: until a disk kernel cache exists this is simply a
+re-trace and rebuild, not a cache hit. peak is the CPU tensor memory
+allocated above the steady state during one step.
+)";
+
+constexpr int kPoolSize = 16;
+constexpr uint64_t kDataSeed = 1234;
+constexpr uint64_t kInitSeed = 0;
+
+enum class OptKind { kAdamW, kSGD };
+
+struct Workload {
+  std::string name;
+  std::vector<int64_t> widths;  // input, hidden..., classes
+  int64_t batch;
+  OptKind opt;
+  double lr;
+};
+
+const std::vector<Workload>& Workloads() {
+  static const std::vector<Workload> kAll = {
+      {"mlp784_adamw_b128", {784, 512, 512, 10}, 128, OptKind::kAdamW, 1e-3},
+      {"mlp784_sgd_b128", {784, 512, 512, 10}, 128, OptKind::kSGD, 1e-2},
+      {"tiny_mlp_adamw_b32", {64, 64, 64, 64, 10}, 32, OptKind::kAdamW, 1e-3},
+      {"mlp1024x3_adamw_b512", {1024, 1024, 1024, 1024, 10}, 512,
+       OptKind::kAdamW, 1e-3},
+  };
+  return kAll;
+}
+
+struct Flags {
+  std::string workload;  // empty: all
+  int64_t steps = 50;
+  int64_t warmup = 5;
+  bool json = false;
+};
+
+struct Result {
+  std::string workload;
+  std::string mode;
+  double ms_per_step = 0;
+  int64_t kernels_per_step = 0;
+  double compile_ms_cold = 0;
+  double compile_ms_warm = 0;
+  int64_t peak_bytes = 0;
+  int64_t ops_per_step = 0;  // compiled only: fills eager's kernels_per_step
+};
+
+// Returns an error message, or "" when all flags parsed.
+std::string ParseFlags(int argc, char** argv, Flags& f, bool& help) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::optional<std::string> inline_value;
+    if (const size_t eq = arg.find('='); eq != std::string::npos) {
+      inline_value = arg.substr(eq + 1);
+      arg.resize(eq);
+    }
+    if (arg == "--help" || arg == "-h" || arg == "--json") {
+      if (inline_value) return arg + " takes no value";
+      help |= arg != "--json";
+      f.json |= arg == "--json";
+      continue;
+    }
+    if (arg != "--workload" && arg != "--steps" && arg != "--warmup") {
+      return "unknown flag '" + std::string(argv[i]) + "'";
+    }
+    std::optional<std::string> v = inline_value;
+    if (!v && i + 1 < argc) v = argv[++i];
+    if (!v) return arg + " needs a value";
+    if (arg == "--workload") {
+      const auto& all = Workloads();
+      if (std::none_of(all.begin(), all.end(),
+                       [&](const Workload& w) { return w.name == *v; })) {
+        std::vector<std::string> names;
+        for (const Workload& w : all) names.push_back(w.name);
+        return absl::StrFormat("--workload: unknown workload '%s'; known: %s",
+                               *v, absl::StrJoin(names, ", "));
+      }
+      f.workload = *v;
+      continue;
+    }
+    int64_t& out = arg == "--steps" ? f.steps : f.warmup;
+    const int64_t min = arg == "--steps" ? 1 : 0;
+    if (!absl::SimpleAtoi(*v, &out) || out < min) {
+      return absl::StrFormat("%s: expected an integer >= %d, got '%s'", arg,
+                             min, *v);
+    }
+  }
+  return "";
+}
+
+double Ms(Clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+double Median(std::vector<double> v) {
+  auto mid = v.begin() + v.size() / 2;
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+struct Batch {
+  Tensor x, y;
+};
+
+std::vector<Batch> MakePool(const Workload& w) {
+  Generator gen(kDataSeed);
+  std::vector<Batch> pool;
+  const int64_t classes = w.widths.back();
+  for (int i = 0; i < kPoolSize; ++i) {
+    pool.push_back({randn({w.batch, w.widths.front()}, {}, &gen),
+                    randint(0, classes, {w.batch}, {.dtype = DType::kI64}, &gen)});
+  }
+  return pool;
+}
+
+nn::Sequential MakeModel(const Workload& w) {
+  manual_seed(kInitSeed);
+  nn::Sequential model;
+  for (size_t i = 0; i + 1 < w.widths.size(); ++i) {
+    if (i > 0) model.push_back(nn::ReLU());
+    model.push_back(nn::Linear(w.widths[i], w.widths[i + 1]));
+  }
+  return model;
+}
+
+// Runs one workload in one mode with a fresh model and optimizer of type Opt.
+template <typename Opt, typename Options>
+Result RunWith(const Workload& w, const Flags& f, bool compiled,
+               Options options) {
+  nn::Sequential model = MakeModel(w);
+  Opt opt(model.parameters(), options);
+  auto step = [&](const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(model(x), y);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  const CompileOptions copts{.mode = compiled ? Mode::kCompiled : Mode::kEager};
+  auto fast = compile(step, copts);
+  const std::vector<Batch> pool = MakePool(w);
+  int64_t next = 0;
+  auto call = [&](auto& fn) {
+    const Batch& b = pool[next++ % kPoolSize];
+    return fn(b.x, b.y);
+  };
+
+  // Compiled: warmup_steps eager calls, then one traced call, then a replay.
+  const int64_t warmup =
+      compiled ? std::max<int64_t>(f.warmup, copts.warmup_steps + 2) : f.warmup;
+  for (int64_t i = 0; i < warmup; ++i) call(fast);
+
+  Result r{.workload = w.name, .mode = compiled ? "compiled" : "eager"};
+  std::vector<double> ms;
+  ms.reserve(f.steps);
+  for (int64_t i = 0; i < f.steps; ++i) {
+    const auto t0 = Clock::now();
+    Tensor loss = call(fast);
+    ms.push_back(Ms(Clock::now() - t0));
+  }
+  r.ms_per_step = Median(ms);
+
+  // Everything the step returns is dropped first, so the peak measures only
+  // the transient buffers of one step above the parameters and state.
+  const int64_t steady = GetCpuMemoryStats().allocated_bytes;
+  ResetCpuPeakMemory();
+  call(fast);
+  r.peak_bytes = GetCpuMemoryStats().peak_bytes - steady;
+
+  if (compiled) {
+    const CompileStats s = fast.stats();
+    r.kernels_per_step = s.kernels_per_step;
+    r.ops_per_step = s.ops_per_step;
+    r.compile_ms_cold = s.compile_ms;
+    auto again = compile(step, copts);
+    for (int i = 0; i <= copts.warmup_steps; ++i) call(again);
+    r.compile_ms_warm = again.stats().compile_ms;
+  }
+  return r;
+}
+
+Result Run(const Workload& w, const Flags& f, bool compiled) {
+  if (w.opt == OptKind::kSGD) {
+    return RunWith<optim::SGD>(w, f, compiled,
+                               optim::SGDOptions{.lr = w.lr, .momentum = 0.9});
+  }
+  return RunWith<optim::AdamW>(w, f, compiled, optim::AdamWOptions{.lr = w.lr});
+}
+
+std::string Json(const Result& r) {
+  return absl::StrFormat(
+      "{\"workload\":\"%s\",\"mode\":\"%s\",\"dtype\":\"f32\","
+      "\"ms_per_step\":%.4f,\"kernels_per_step\":%d,\"compile_ms_cold\":%.3f,"
+      "\"compile_ms_warm\":%.3f,\"peak_bytes\":%d}",
+      r.workload, r.mode, r.ms_per_step, r.kernels_per_step, r.compile_ms_cold,
+      r.compile_ms_warm, r.peak_bytes);
+}
+
+void PrintHeader() {
+  std::printf("%-22s %-9s %-5s %9s %8s %13s %12s %12s %9s\n", "workload",
+              "mode", "dtype", "ms/step", "speedup", "kernels/step",
+              "compile cold", "compile warm", "peak MB");
+}
+
+void PrintRow(const Result& r, double eager_ms) {
+  std::printf("%-22s %-9s %-5s %9.3f %7.2fx %13d %10.1fms %10.1fms %9.2f\n",
+              r.workload.c_str(), r.mode.c_str(), "f32", r.ms_per_step,
+              eager_ms / r.ms_per_step, static_cast<int>(r.kernels_per_step),
+              r.compile_ms_cold, r.compile_ms_warm, r.peak_bytes / 1048576.0);
+}
+
+int Main(int argc, char** argv) {
+  Flags f;
+  bool help = false;
+  if (std::string error = ParseFlags(argc, argv, f, help); !error.empty()) {
+    std::fprintf(stderr, "stepjit-bench: %s\nrun with --help for usage\n",
+                 error.c_str());
+    return 2;
+  }
+  if (help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (!f.json) PrintHeader();
+  for (const Workload& w : Workloads()) {
+    if (!f.workload.empty() && w.name != f.workload) continue;
+    Result eager = Run(w, f, false);
+    Result compiled = Run(w, f, true);
+    eager.kernels_per_step = compiled.ops_per_step;
+    for (const Result* r : {&eager, &compiled}) {
+      if (f.json) {
+        std::printf("%s\n", Json(*r).c_str());
+      } else {
+        PrintRow(*r, eager.ms_per_step);
+      }
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const stepjit::Error& e) {
+    std::fprintf(stderr, "stepjit-bench: error: %s\n", e.what());
+    return 1;
+  }
+}
