@@ -25,7 +25,8 @@ std::ostream& operator<<(std::ostream& os, const CompileStats& s) {
             << s.eager_calls << " (fallbacks " << s.fallbacks << "), traces " << s.traces
             << " (recompiles " << s.recompiles << "), specializations " << s.specializations
             << ", compile " << s.compile_ms << " ms, ops/step " << s.ops_per_step
-            << ", kernels/step " << s.kernels_per_step << ", planned peak "
+            << ", kernels/step " << s.kernels_per_step << " (" << s.native_regions
+            << " regions as native code), planned peak "
             << s.planned_peak_bytes << " B";
 }
 
@@ -142,7 +143,10 @@ struct StepCompiler::Impl {
     ++stats.traces;
     if (stats.traces > 1) ++stats.recompiles;
     stats.ops_per_step = spec->trace.num_ops;
-    if (spec->program) stats.kernels_per_step = spec->program->kernels_per_run();
+    if (spec->program) {
+      stats.kernels_per_step = spec->program->kernels_per_run();
+      stats.native_regions = spec->program->compiled_regions();
+    }
     if (spec->eager_only) Event(absl::StrCat("marked eager-only: ", spec->reason));
     size_t index;
     if (replace != nullptr) {

@@ -41,6 +41,7 @@ struct CompileStats {
   int ops_per_step = 0;         // ops the eager step dispatches (last trace)
   int kernels_per_step = 0;     // kernel launches per replay (last trace)
   int64_t planned_peak_bytes = 0;  // memory-plan's estimate (last trace)
+  int native_regions = 0;       // fusion regions running as generated code (last trace)
   std::string passes;           // per-pass statistics (last trace)
 };
 std::ostream& operator<<(std::ostream& os, const CompileStats& s);

@@ -9,6 +9,7 @@
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/dispatch.h"
 #include "runtime/generator.h"
+#include "runtime/thread_pool.h"
 
 namespace stepjit::runtime {
 
@@ -69,6 +70,61 @@ class RandomRemap {
 
 using LastUseMap = absl::flat_hash_map<const ir::Graph*, std::vector<std::vector<int>>>;
 
+// Which body parameter's buffer each return of an elementwise region may be
+// written into: the return comes from an update chain that memory planning
+// allowed to overwrite that (donated) parameter. -1: a fresh buffer.
+std::vector<int> ReturnAliases(const ir::Graph& body) {
+  absl::flat_hash_map<const ir::Value*, int> alias;
+  for (size_t i = 0; i < body.params().size(); ++i) alias[body.params()[i]] = static_cast<int>(i);
+  for (const auto& n : body.nodes()) {
+    if (n->kind() != NodeKind::kOp || n->inputs().empty()) continue;
+    auto it = alias.find(n->inputs()[0]);
+    if (it == alias.end()) continue;
+    if (ir::IsInplace(n->op()) && n->attrs().GetBool(AttrKey::kInPlace)) {
+      alias[n->output()] = it->second;
+    }
+  }
+  std::vector<int> out;
+  for (const ir::Value* r : body.returns()) {
+    auto it = alias.find(r);
+    out.push_back(it == alias.end() ? -1 : it->second);
+  }
+  // Two returns in one buffer would overwrite each other.
+  for (size_t i = 0; i < out.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (out[i] >= 0 && out[i] == out[j]) out[i] = -1;
+    }
+  }
+  return out;
+}
+
+// Runs a generated region: contiguous operands only (else nullopt, and the
+// caller interprets it); outputs land in donated inputs where allowed.
+std::optional<std::vector<Tensor>> RunCompiled(const CompiledRegion& k, const ir::Graph& body,
+                                               const std::vector<Tensor>& in) {
+  std::vector<void*> ptrs;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const ir::TensorType& t = body.params()[i]->type();
+    if (!in[i].is_contiguous() || in[i].dtype() != t.dtype || in[i].shape() != t.shape) {
+      return std::nullopt;
+    }
+    ptrs.push_back(in[i].data_ptr());
+  }
+  std::vector<Tensor> out;
+  for (size_t r = 0; r < body.returns().size(); ++r) {
+    const ir::TensorType& t = body.returns()[r]->type();
+    const int alias = k.return_alias[r];
+    out.push_back(alias >= 0 && in[alias].shape() == t.shape ? in[alias]
+                                                               : empty(t.shape, {.dtype = t.dtype}));
+    ptrs.push_back(out.back().data_ptr());
+  }
+  ParallelFor(k.kernel.numel, 16384, [&](int64_t b, int64_t e) { k.kernel.fn(ptrs.data(), b, e); });
+  for (size_t r = 0; r < out.size(); ++r) {
+    if (k.return_alias[r] >= 0 && out[r].is_same(in[k.return_alias[r]])) out[r].storage()->BumpVersion();
+  }
+  return out;
+}
+
 void CollectLastUses(const ir::Graph& g, LastUseMap& out) {
   out[&g] = LastUses(g);
   for (const auto& n : g.nodes()) {
@@ -77,7 +133,7 @@ void CollectLastUses(const ir::Graph& g, LastUseMap& out) {
 }
 
 void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random,
-              const LastUseMap& last_use_map) {
+              const LastUseMap& last_use_map, const RegionMap& regions) {
   const std::vector<std::vector<int>>& last_uses = last_use_map.at(&g);
   for (size_t pos = 0; pos < g.nodes().size(); ++pos) {
     const ir::Node* node = g.nodes()[pos].get();
@@ -100,9 +156,15 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random,
       }
       case NodeKind::kFusion: {
         const ir::Graph& body = *node->body();
+        if (auto k = regions.find(node); k != regions.end()) {
+          if (auto out = RunCompiled(k->second, body, in)) {
+            for (size_t i = 0; i < out->size(); ++i) env[node->outputs()[i]->id()] = (*out)[i];
+            break;
+          }
+        }
         std::vector<Tensor> inner(body.num_values());
         for (size_t i = 0; i < body.params().size(); ++i) inner[body.params()[i]->id()] = in[i];
-        RunGraph(body, inner, random, last_use_map);
+        RunGraph(body, inner, random, last_use_map, regions);
         for (size_t i = 0; i < node->outputs().size(); ++i) {
           env[node->outputs()[i]->id()] = inner[body.returns()[i]->id()];
         }
@@ -125,10 +187,21 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random,
 
 }  // namespace
 
-absl::StatusOr<Program> Program::Build(const ir::Graph& graph) {
+absl::StatusOr<Program> Program::Build(const ir::Graph& graph, ProgramOptions options) {
   Program p(&graph);
   p.kernels_per_run_ = CountKernels(graph);
   CollectLastUses(graph, p.last_uses_);
+  if (options.codegen) {
+    for (const auto& n : graph.nodes()) {
+      if (n->kind() != NodeKind::kFusion) continue;
+      absl::StatusOr<codegen::cpu::ElementwiseKernel> k = codegen::cpu::CompileElementwise(*n->body());
+      if (k.ok()) {
+        p.regions_[n.get()] = CompiledRegion{*std::move(k), ReturnAliases(*n->body())};
+      } else if (!absl::IsUnimplemented(k.status())) {
+        return k.status();  // a real code generation failure: the caller falls back
+      }
+    }
+  }
   return p;
 }
 
@@ -150,7 +223,7 @@ std::vector<Tensor> Program::Run(absl::Span<const Tensor> inputs,
            "bound ", inputs.size(), " inputs and ", state.size(), " state tensors to a graph with ",
            next_input, " and ", next_state);
   RandomRemap random;
-  RunGraph(*graph_, env, random, last_uses_);
+  RunGraph(*graph_, env, random, last_uses_, regions_);
   std::vector<Tensor> out;
   for (const ir::Value* v : graph_->returns()) out.push_back(env[v->id()]);
   return out;

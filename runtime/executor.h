@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "codegen/cpu/elementwise_kernel.h"
 #include "ir/graph.h"
 #include "runtime/tensor.h"
 
@@ -16,10 +17,22 @@ namespace stepjit::runtime {
 // the eager kernels (through Dispatch, with autograd off), so replays are
 // bit-identical to the traced eager step; generated kernels for fusion
 // regions plug in here later.
+struct ProgramOptions {
+  // Compile elementwise fusion regions to native code (LLVM ORC); other
+  // regions, and calls with non-contiguous operands, are interpreted.
+  bool codegen = true;
+};
+
+struct CompiledRegion {
+  codegen::cpu::ElementwiseKernel kernel;
+  std::vector<int> return_alias;  // body param whose buffer a return reuses
+};
+using RegionMap = absl::flat_hash_map<const ir::Node*, CompiledRegion>;
+
 class Program {
  public:
   // The graph must outlive the program and must have passed ir::Verify.
-  static absl::StatusOr<Program> Build(const ir::Graph& graph);
+  static absl::StatusOr<Program> Build(const ir::Graph& graph, ProgramOptions options = {});
 
   // Binds `inputs` and `state` to the graph's input and state params (each
   // in param order), runs every node, and returns the graph's returns.
@@ -28,6 +41,8 @@ class Program {
 
   // Kernel launches one Run makes (views and no-op write-backs excluded).
   int kernels_per_run() const { return kernels_per_run_; }
+  // Fusion regions running as generated code.
+  int compiled_regions() const { return static_cast<int>(regions_.size()); }
 
  private:
   explicit Program(const ir::Graph* graph) : graph_(graph) {}
@@ -36,6 +51,7 @@ class Program {
   // Per graph (the top level and each fusion body): for each node position,
   // the value ids read there for the last time.
   absl::flat_hash_map<const ir::Graph*, std::vector<std::vector<int>>> last_uses_;
+  RegionMap regions_;
 };
 
 }  // namespace stepjit::runtime
