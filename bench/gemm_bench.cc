@@ -106,9 +106,9 @@ void BM_Gemm(benchmark::State& state, Shape shape, DType dtype,
     benchmark::DoNotOptimize(o.c.data());
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOPS"] = benchmark::Counter(
-      2.0 * shape.m * shape.n * shape.k * 1e-9,
-      benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOPS"] =
+      benchmark::Counter(2.0 * shape.m * shape.n * shape.k * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // All nine GEMMs back to back, as a step runs them (kAuto switches between
@@ -169,8 +169,8 @@ const bool kRegistered = [] {
     }
   }
   for (bool busy : {false, true}) {
-    for (GemmBackend b : {GemmBackend::kOpenBlas, GemmBackend::kOneDnn,
-                          GemmBackend::kAuto}) {
+    for (GemmBackend b :
+         {GemmBackend::kOpenBlas, GemmBackend::kOneDnn, GemmBackend::kAuto}) {
       benchmark::RegisterBenchmark(
           absl::StrCat("GemmStep/f32/", GemmBackendName(b),
                        busy ? "/busy1" : "")

@@ -130,7 +130,8 @@ struct StepCompiler::Impl {
       spec->eager_only = true;
       spec->reason = absl::StrCat("the pass pipeline failed: ", st.message());
     } else {
-      auto program = runtime::Program::Build(*spec->trace.graph);
+      auto program = runtime::Program::Build(
+          *spec->trace.graph, {.dump_dir = DumpDir(static_cast<size_t>(stats.traces))});
       if (!program.ok()) {
         spec->eager_only = true;
         spec->reason = absl::StrCat("building the program failed: ", program.status().message());

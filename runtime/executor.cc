@@ -2,6 +2,8 @@
 #include "runtime/executor.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -187,6 +189,15 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random,
 
 }  // namespace
 
+namespace {
+void DumpKernel(const codegen::cpu::ElementwiseKernel& k, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::ofstream(std::filesystem::path(dir) / (k.name + ".ll")) << k.llvm_ir_raw;
+  std::ofstream(std::filesystem::path(dir) / (k.name + ".opt.ll")) << k.llvm_ir;
+}
+}  // namespace
+
 absl::StatusOr<Program> Program::Build(const ir::Graph& graph, ProgramOptions options) {
   Program p(&graph);
   p.kernels_per_run_ = CountKernels(graph);
@@ -196,6 +207,7 @@ absl::StatusOr<Program> Program::Build(const ir::Graph& graph, ProgramOptions op
       if (n->kind() != NodeKind::kFusion) continue;
       absl::StatusOr<codegen::cpu::ElementwiseKernel> k = codegen::cpu::CompileElementwise(*n->body());
       if (k.ok()) {
+        if (!options.dump_dir.empty()) DumpKernel(*k, options.dump_dir);
         p.regions_[n.get()] = CompiledRegion{*std::move(k), ReturnAliases(*n->body())};
       } else if (!absl::IsUnimplemented(k.status())) {
         return k.status();  // a real code generation failure: the caller falls back

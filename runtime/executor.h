@@ -21,6 +21,9 @@ struct ProgramOptions {
   // Compile elementwise fusion regions to native code (LLVM ORC); other
   // regions, and calls with non-contiguous operands, are interpreted.
   bool codegen = true;
+  // When set, each generated kernel's LLVM IR is written there as
+  // <kernel>.ll (as lowered) and <kernel>.opt.ll (after -O2).
+  std::string dump_dir;
 };
 
 struct CompiledRegion {

@@ -244,10 +244,14 @@ class Jit {
 
   absl::StatusOr<ElementwiseFn> Add(std::unique_ptr<llvm::LLVMContext> ctx,
                                     std::unique_ptr<llvm::Module> module, const std::string& name,
-                                    std::string* ir_text) {
+                                    std::string* raw_text, std::string* ir_text) {
     std::lock_guard<std::mutex> lock(mu_);
     module->setDataLayout(tm_->createDataLayout());
     module->setTargetTriple(tm_->getTargetTriple().str());
+    if (raw_text != nullptr) {
+      llvm::raw_string_ostream os(*raw_text);
+      module->print(os, nullptr);
+    }
     // -O2 with the host's features, before handing the module to ORC.
     llvm::LoopAnalysisManager lam;
     llvm::FunctionAnalysisManager fam;
@@ -304,7 +308,9 @@ absl::StatusOr<ElementwiseKernel> CompileElementwise(const ir::Graph& body) {
   }
   ElementwiseKernel k;
   k.numel = numel;
-  ASSIGN_OR_RETURN(k.fn, jit->Add(std::move(ctx), std::move(module), name, &k.llvm_ir));
+  k.name = name;
+  ASSIGN_OR_RETURN(k.fn, jit->Add(std::move(ctx), std::move(module), name, &k.llvm_ir_raw,
+                                  &k.llvm_ir));
   return k;
 }
 

@@ -18,7 +18,9 @@ using ElementwiseFn = void (*)(void* const* ptrs, int64_t begin, int64_t end);
 struct ElementwiseKernel {
   ElementwiseFn fn = nullptr;
   int64_t numel = 0;         // elements per full-size operand
-  std::string llvm_ir;       // optimized LLVM IR, for dumps
+  std::string name;          // the kernel's symbol
+  std::string llvm_ir_raw;   // LLVM IR as lowered, for dumps
+  std::string llvm_ir;       // LLVM IR after the -O2 pipeline, for dumps
 };
 
 // Lowers and JIT-compiles `body` when every node is elementwise (or a 0-d

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -40,19 +41,19 @@ absl::Status Validate(const GemmArgs& g) {
                      ir::DTypeName(g.dtype)));
   }
   if (g.m < 0 || g.n < 0 || g.k < 0 || g.batch < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Gemm: expected non-negative sizes, got m=", g.m, " n=", g.n,
-        " k=", g.k, " batch=", g.batch));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gemm: expected non-negative sizes, got m=", g.m,
+                     " n=", g.n, " k=", g.k, " batch=", g.batch));
   }
   if (g.stride_a < 0 || g.stride_b < 0 || g.stride_c < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Gemm: expected non-negative batch strides, got stride_a=",
-        g.stride_a, " stride_b=", g.stride_b, " stride_c=", g.stride_c));
+        "Gemm: expected non-negative batch strides, got stride_a=", g.stride_a,
+        " stride_b=", g.stride_b, " stride_c=", g.stride_c));
   }
   if (g.batch > 1 && g.stride_c == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Gemm: expected stride_c > 0 for batch=", g.batch,
-        " (each product needs its own C), got 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gemm: expected stride_c > 0 for batch=", g.batch,
+                     " (each product needs its own C), got 0"));
   }
   const struct {
     const char* ld_name;
@@ -74,18 +75,18 @@ absl::Status Validate(const GemmArgs& g) {
     }
     // This OpenBLAS is the LP64 build: sizes and pitches travel as int.
     if (op.ld > INT_MAX || op.stored.rows > INT_MAX) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Gemm: expected ", op.name, " dimensions and ", op.ld_name,
-          " <= ", INT_MAX, ", got ", op.stored.rows, "x", op.stored.cols,
-          " with ", op.ld_name, "=", op.ld));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Gemm: expected ", op.name, " dimensions and ",
+                       op.ld_name, " <= ", INT_MAX, ", got ", op.stored.rows,
+                       "x", op.stored.cols, " with ", op.ld_name, "=", op.ld));
     }
     // A and B are only read when the product has terms; C when it has cells.
-    const bool read = g.batch > 0 && g.m > 0 && g.n > 0 &&
-                      (op.name[0] == 'C' || g.k > 0);
+    const bool read =
+        g.batch > 0 && g.m > 0 && g.n > 0 && (op.name[0] == 'C' || g.k > 0);
     if (op.ptr == nullptr && read) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Gemm: expected a non-null pointer for ", op.name, " (",
-          op.stored.rows, "x", op.stored.cols, "), got null"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Gemm: expected a non-null pointer for ", op.name, " (",
+                       op.stored.rows, "x", op.stored.cols, "), got null"));
     }
   }
   return absl::OkStatus();
@@ -106,8 +107,8 @@ absl::Status OpenBlasGemm(const GemmArgs& g) {
       cblas_sgemm(CblasRowMajor, ta, tb, g.m, g.n, g.k, 1.0f, a, g.lda, b,
                   g.ldb, beta, c, g.ldc);
     } else {
-      cblas_dgemm(CblasRowMajor, ta, tb, g.m, g.n, g.k, 1.0, a, g.lda, b,
-                  g.ldb, beta, c, g.ldc);
+      cblas_dgemm(CblasRowMajor, ta, tb, g.m, g.n, g.k, 1.0, a, g.lda, b, g.ldb,
+                  beta, c, g.ldc);
     }
   }
   return absl::OkStatus();
@@ -129,19 +130,14 @@ DnnlContext& Dnnl() {
 
 // Everything a primitive is specialized on. Strides are zeroed when batch is
 // 1 so that unbatched calls share entries.
-struct PrimitiveKey {
-  DType dtype;
-  bool trans_a, trans_b, accumulate;
-  int64_t m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
-
-  bool operator==(const PrimitiveKey&) const = default;
-  template <typename H>
-  friend H AbslHashValue(H h, const PrimitiveKey& p) {
-    return H::combine(std::move(h), p.dtype, p.trans_a, p.trans_b,
-                      p.accumulate, p.m, p.n, p.k, p.lda, p.ldb, p.ldc,
-                      p.batch, p.stride_a, p.stride_b, p.stride_c);
-  }
-};
+auto KeyOf(const GemmArgs& g) {
+  const bool batched = g.batch > 1;
+  return std::make_tuple(g.dtype, g.trans_a, g.trans_b, g.accumulate, g.m, g.n,
+                         g.k, g.lda, g.ldb, g.ldc, g.batch,
+                         batched ? g.stride_a : 0, batched ? g.stride_b : 0,
+                         batched ? g.stride_c : 0);
+}
+using PrimitiveKey = decltype(KeyOf(GemmArgs{}));
 
 // `implemented` is false when oneDNN has no kernel for this dtype on this
 // CPU; that answer is cached too, so the fallback costs no retry per call.
@@ -173,8 +169,8 @@ dnnl::memory::desc OperandDesc(DType t, int64_t batch, int64_t stride,
                                int64_t rows, int64_t cols, int64_t ld,
                                bool trans) {
   dnnl::memory::dims dims = {rows, cols};
-  dnnl::memory::dims strides = trans ? dnnl::memory::dims{1, ld}
-                                     : dnnl::memory::dims{ld, 1};
+  dnnl::memory::dims strides =
+      trans ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1};
   if (batch > 1) {
     dims.insert(dims.begin(), stride == 0 ? 1 : batch);
     strides.insert(strides.begin(), stride == 0 ? rows * cols : stride);
@@ -183,19 +179,15 @@ dnnl::memory::desc OperandDesc(DType t, int64_t batch, int64_t stride,
 }
 
 absl::StatusOr<CacheEntry> GetPrimitive(const GemmArgs& g) {
-  const bool batched = g.batch > 1;
-  const PrimitiveKey key{g.dtype, g.trans_a, g.trans_b, g.accumulate,
-                         g.m, g.n, g.k, g.lda, g.ldb, g.ldc, g.batch,
-                         batched ? g.stride_a : 0, batched ? g.stride_b : 0,
-                         batched ? g.stride_c : 0};
+  const PrimitiveKey key = KeyOf(g);
   PrimitiveCache& cache = Cache();
   absl::MutexLock lock(&cache.mu);
   if (auto it = cache.map.find(key); it != cache.map.end()) return it->second;
   CacheEntry e;
-  e.a_md = OperandDesc(g.dtype, g.batch, g.stride_a, g.m, g.k, g.lda,
-                       g.trans_a);
-  e.b_md = OperandDesc(g.dtype, g.batch, g.stride_b, g.k, g.n, g.ldb,
-                       g.trans_b);
+  e.a_md =
+      OperandDesc(g.dtype, g.batch, g.stride_a, g.m, g.k, g.lda, g.trans_a);
+  e.b_md =
+      OperandDesc(g.dtype, g.batch, g.stride_b, g.k, g.n, g.ldb, g.trans_b);
   e.c_md = OperandDesc(g.dtype, g.batch, g.stride_c, g.m, g.n, g.ldc, false);
   try {
     dnnl::primitive_attr attr;
@@ -204,8 +196,8 @@ absl::StatusOr<CacheEntry> GetPrimitive(const GemmArgs& g) {
       ops.append_sum(1.0f);  // C = A*B + 1.0 * C
       attr.set_post_ops(ops);
     }
-    dnnl::matmul::primitive_desc pd(
-        dnnl::matmul::desc(e.a_md, e.b_md, e.c_md), attr, Dnnl().engine);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a_md, e.b_md, e.c_md),
+                                    attr, Dnnl().engine);
     e.prim = dnnl::matmul(pd);
     e.implemented = true;
   } catch (const dnnl::error& err) {
@@ -234,18 +226,17 @@ absl::Status OneDnnGemm(const GemmArgs& g) {
   }
   ASSIGN_OR_RETURN(CacheEntry e, GetPrimitive(g));
   if (!e.implemented) {
-    return absl::UnimplementedError(
-        absl::StrCat("Gemm: oneDNN has no ", ir::DTypeName(g.dtype),
-                     " matmul on this CPU"));
+    return absl::UnimplementedError(absl::StrCat(
+        "Gemm: oneDNN has no ", ir::DTypeName(g.dtype), " matmul on this CPU"));
   }
   DnnlContext& ctx = Dnnl();
   try {
     dnnl::memory a(e.a_md, ctx.engine, const_cast<void*>(g.a));
     dnnl::memory b(e.b_md, ctx.engine, const_cast<void*>(g.b));
     dnnl::memory c(e.c_md, ctx.engine, g.c);
-    e.prim.execute(ctx.stream, {{DNNL_ARG_SRC, a},
-                                {DNNL_ARG_WEIGHTS, b},
-                                {DNNL_ARG_DST, c}});
+    e.prim.execute(
+        ctx.stream,
+        {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
     ctx.stream.wait();
   } catch (const dnnl::error& err) {
     return absl::InternalError(
@@ -254,14 +245,18 @@ absl::Status OneDnnGemm(const GemmArgs& g) {
   return absl::OkStatus();
 }
 
-// Whether oneDNN has a native matmul for a 16-bit dtype on this CPU. oneDNN
-// 2.6 needs AVX-512 (bf16) or AMX/AVX512-FP16 (f16); on the 2-core AVX2
-// machines primitive creation returns dnnl_unimplemented for both, even with
-// an f32 destination, so those dtypes take the f32 conversion path there.
+// Whether oneDNN has a native matmul for a 16-bit dtype on this CPU. Checked
+// on the 2-core AVX2 machines (oneDNN reports isa "Intel AVX2"): creating a
+// bf16 or f16 matmul fails with dnnl_unimplemented ("could not create a
+// primitive descriptor iterator"), with a 16-bit or an f32 destination alike;
+// oneDNN 2.6's bf16 kernels need AVX-512. So there both dtypes widen to f32
+// (ViaF32), costing ~40% over plain f32 on the MLP shapes (L1 fwd bf16
+// 842 us vs f32 586 us through oneDNN). Where the probe succeeds, the native
+// primitive is used and accumulates in f32.
 bool HasNativeMatmul(DType t) {
   auto probe = [](DType d) {
-    GemmArgs g{.dtype = d, .m = 16, .n = 16, .k = 16,
-               .lda = 16, .ldb = 16, .ldc = 16};
+    GemmArgs g{
+        .dtype = d, .m = 16, .n = 16, .k = 16, .lda = 16, .ldb = 16, .ldc = 16};
     absl::StatusOr<CacheEntry> e = GetPrimitive(g);
     return e.ok() && e->implemented;
   };
@@ -324,8 +319,8 @@ absl::Status ViaF32(const GemmArgs& g, GemmBackend backend) {
   f.ldc = ec.cols;
   f.stride_c = ec.rows * ec.cols;
   RETURN_IF_ERROR(F32Gemm(f, backend));
-  CopyMatrices(s.c.data(), g.batch, f.stride_c, ec, f.ldc,
-               static_cast<T*>(g.c), g.ldc, g.stride_c);
+  CopyMatrices(s.c.data(), g.batch, f.stride_c, ec, f.ldc, static_cast<T*>(g.c),
+               g.ldc, g.stride_c);
   return absl::OkStatus();
 }
 
@@ -353,15 +348,18 @@ void ZeroC(const GemmArgs& g) {
 
 absl::string_view GemmBackendName(GemmBackend b) {
   switch (b) {
-    case GemmBackend::kAuto: return "auto";
-    case GemmBackend::kOpenBlas: return "openblas";
-    case GemmBackend::kOneDnn: return "onednn";
+    case GemmBackend::kAuto:
+      return "auto";
+    case GemmBackend::kOpenBlas:
+      return "openblas";
+    case GemmBackend::kOneDnn:
+      return "onednn";
   }
   return "?";
 }
 
 // Measured on the 2-core AVX2 machines (bench/gemm_bench.cc, f32, median of
-// 5, best of 2-4 passes taken while no other process ran; us):
+// 5, best of 2-5 passes taken while no other process ran; us):
 //   MLP 784-512-512-10, batch 128     OpenBLAS  oneDNN
 //   L1 fwd 128x512x784 NT                633      586
 //   L1 dX  128x784x512 NN                642      618
@@ -372,22 +370,24 @@ absl::string_view GemmBackendName(GemmBackend b) {
 //   L3 fwd 128x10x512  NT                 39       20
 //   L3 dX  128x512x10  NN                 41       20
 //   L3 dW  10x512x128  TN                 48       20
-//   all nine in sequence                5979     4211
+//   all nine in sequence                5432     4211
 //   ... with one busy thread beside    25432     8456
 //   square NN 4 / 16 / 32       0.24 / 0.66 / 2.6  4.0 / 3.8 / 6.2
 //   square NN 64 / 128                14 / 53  12.5 / 48
-// oneDNN wins the step by 30% (3x when a core is taken by another thread),
+// oneDNN wins the step by 20-30% (3x when another thread takes a core),
 // so it takes every f32 product except tiny ones, where its ~4 us per call
 // (primitive lookup, memory objects) loses to OpenBLAS. L2 dW is left to
 // oneDNN too: the same layout at L1 goes the other way, and mixing the two
 // thread pools within a step is what the busy-thread row punishes. Below
 // 2^17 multiply-adds OpenBLAS stays on the calling thread (it threads above
-// 4 x 65536, openblas_config.h), so the two pools still never compete. Two threads
-// (the default for both) beat one: the step takes 9.3 ms on one thread.
+// 4 x 65536, openblas_config.h), so the two pools still never compete. Two
+// threads (the default for both) beat one: the step takes 9.3 ms on one thread.
 constexpr double kOneDnnMinMacs = 1 << 17;
 
 GemmBackend ChooseBackend(const GemmArgs& g) {
-  if (g.dtype == DType::kF64) return GemmBackend::kOpenBlas;  // no f64 in oneDNN
+  if (g.dtype == DType::kF64) {
+    return GemmBackend::kOpenBlas;  // oneDNN 2.6 has no f64 data type
+  }
   if ((g.dtype == DType::kF16 || g.dtype == DType::kBF16) &&
       HasNativeMatmul(g.dtype)) {
     return GemmBackend::kOneDnn;
@@ -421,8 +421,8 @@ absl::Status Gemm(const GemmArgs& g) {
     case DType::kBF16:
       return LowPrecisionGemm<ir::BFloat16>(g, backend);
     default:  // Validate rejected the other dtypes
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Gemm: unsupported dtype ", ir::DTypeName(g.dtype)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Gemm: unsupported dtype ", ir::DTypeName(g.dtype)));
   }
 }
 

@@ -1,4 +1,5 @@
-// CPU matrix multiply for the eager runtime: OpenBLAS or oneDNN, chosen per shape.
+// CPU matrix multiply for the eager runtime: OpenBLAS or oneDNN, chosen per
+// shape.
 #ifndef STEPJIT_RUNTIME_CPU_GEMM_H_
 #define STEPJIT_RUNTIME_CPU_GEMM_H_
 

@@ -1,4 +1,5 @@
 // compile(step): replay equals eager bit for bit; guards retrace, fall back and explain.
+#include <filesystem>
 #include <sstream>
 
 #include "frontend/stepjit.h"
@@ -409,6 +410,38 @@ TEST(CompileTest, DumpedIrOfTheExampleStepRoundTrips) {
   EXPECT_TRUE(ir::Verify(**parsed).ok());
   EXPECT_EQ(ir::Print(**parsed), os.str());
   EXPECT_NE(os.str().find("fusion @fused_"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace stepjit
+
+namespace stepjit {
+namespace {
+
+TEST(CompileTest, DumpWritesTraceEveryPassAndKernelIr) {
+  const std::string dir = "/tmp/stepjit_dump_test";
+  std::filesystem::remove_all(dir);
+  setenv("STEPJIT_DUMP", dir.c_str(), 1);
+  MlpStep step(true);
+  auto fast = compile([&](const Tensor& x, const Tensor& y) { return step(x, y); });
+  Generator gen(9);
+  Tensor x = randn({16, 784}, {}, &gen);
+  Tensor y = randint(0, 10, {16}, {.dtype = DType::kI64}, &gen);
+  for (int i = 0; i < 3; ++i) fast(x, y);
+  unsetenv("STEPJIT_DUMP");
+  for (const char* f : {"000-trace.ir", "004-fuse.ir", "006-memory-plan.ir"}) {
+    EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(dir) / f)) << f;
+  }
+  int raw = 0, opt = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.ends_with(".opt.ll")) ++opt;
+    else if (name.ends_with(".ll")) ++raw;
+  }
+  EXPECT_EQ(raw, fast.stats().native_regions);
+  EXPECT_EQ(opt, fast.stats().native_regions);
+  EXPECT_GT(opt, 0);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -29,26 +29,42 @@ class Buffer {
   // Stores v rounded to the dtype, so Get returns what the kernel sees.
   void Set(int64_t i, double v) {
     switch (dtype_) {
-      case DType::kF32: As<float>()[i] = static_cast<float>(v); break;
-      case DType::kF64: As<double>()[i] = v; break;
-      case DType::kF16: As<ir::Half>()[i] = ir::Half(v); break;
-      case DType::kBF16: As<ir::BFloat16>()[i] = ir::BFloat16(v); break;
-      default: FAIL() << "no float dtype";
+      case DType::kF32:
+        As<float>()[i] = static_cast<float>(v);
+        break;
+      case DType::kF64:
+        As<double>()[i] = v;
+        break;
+      case DType::kF16:
+        As<ir::Half>()[i] = ir::Half(v);
+        break;
+      case DType::kBF16:
+        As<ir::BFloat16>()[i] = ir::BFloat16(v);
+        break;
+      default:
+        FAIL() << "no float dtype";
     }
   }
   double Get(int64_t i) {
     switch (dtype_) {
-      case DType::kF32: return As<float>()[i];
-      case DType::kF64: return As<double>()[i];
-      case DType::kF16: return float(As<ir::Half>()[i]);
-      case DType::kBF16: return float(As<ir::BFloat16>()[i]);
-      default: return NAN;
+      case DType::kF32:
+        return As<float>()[i];
+      case DType::kF64:
+        return As<double>()[i];
+      case DType::kF16:
+        return float(As<ir::Half>()[i]);
+      case DType::kBF16:
+        return float(As<ir::BFloat16>()[i]);
+      default:
+        return NAN;
     }
   }
 
  private:
   template <typename T>
-  T* As() { return reinterpret_cast<T*>(bytes_.data()); }
+  T* As() {
+    return reinterpret_cast<T*>(bytes_.data());
+  }
   DType dtype_;
   std::vector<uint8_t> bytes_;
 };
@@ -62,8 +78,8 @@ struct Case {
 };
 
 std::string Describe(const Case& c) {
-  return absl::StrCat(c.trans_a ? "T" : "N", c.trans_b ? "T" : "N", " m=",
-                      c.m, " n=", c.n, " k=", c.k, " acc=", c.accumulate,
+  return absl::StrCat(c.trans_a ? "T" : "N", c.trans_b ? "T" : "N", " m=", c.m,
+                      " n=", c.n, " k=", c.k, " acc=", c.accumulate,
                       " batch=", c.batch, " bcast=", c.broadcast_a,
                       c.broadcast_b);
 }
@@ -73,9 +89,12 @@ std::string Describe(const Case& c) {
 // of the output (2^-9 for bf16) plus f32 accumulation.
 double Tolerance(DType t) {
   switch (t) {
-    case DType::kF32: return 1e-5;
-    case DType::kF64: return 1e-12;
-    default: return 1e-2;
+    case DType::kF32:
+      return 1e-5;
+    case DType::kF64:
+      return 1e-12;
+    default:
+      return 1e-2;
   }
 }
 
@@ -106,12 +125,23 @@ void RunCase(DType dtype, GemmBackend backend, const Case& c) {
     c0[i] = cbuf.Get(i);
   }
 
-  GemmArgs args{.dtype = dtype, .trans_a = c.trans_a, .trans_b = c.trans_b,
-                .m = c.m, .n = c.n, .k = c.k,
-                .a = a.data(), .lda = lda, .b = b.data(), .ldb = ldb,
-                .c = cbuf.data(), .ldc = ldc, .accumulate = c.accumulate,
-                .batch = c.batch, .stride_a = stride_a,
-                .stride_b = stride_b, .stride_c = stride_c,
+  GemmArgs args{.dtype = dtype,
+                .trans_a = c.trans_a,
+                .trans_b = c.trans_b,
+                .m = c.m,
+                .n = c.n,
+                .k = c.k,
+                .a = a.data(),
+                .lda = lda,
+                .b = b.data(),
+                .ldb = ldb,
+                .c = cbuf.data(),
+                .ldc = ldc,
+                .accumulate = c.accumulate,
+                .batch = c.batch,
+                .stride_a = stride_a,
+                .stride_b = stride_b,
+                .stride_c = stride_c,
                 .backend = backend};
   const absl::Status st = Gemm(args);
   ASSERT_TRUE(st.ok()) << st;
@@ -125,10 +155,10 @@ void RunCase(DType dtype, GemmBackend backend, const Case& c) {
         double ref = c.accumulate ? c0[ci] : 0.0;
         double abs_sum = std::abs(ref);
         for (int64_t p = 0; p < c.k; ++p) {
-          const double av = a.Get(bi * stride_a +
-                                  (c.trans_a ? p * lda + i : i * lda + p));
-          const double bv = b.Get(bi * stride_b +
-                                  (c.trans_b ? j * ldb + p : p * ldb + j));
+          const double av =
+              a.Get(bi * stride_a + (c.trans_a ? p * lda + i : i * lda + p));
+          const double bv =
+              b.Get(bi * stride_b + (c.trans_b ? j * ldb + p : p * ldb + j));
           ref += av * bv;
           abs_sum += std::abs(av * bv);
         }
@@ -174,8 +204,15 @@ TEST_P(GemmNumericsTest, EmptyReductionZeroesOrKeepsC) {
   const auto [dtype, backend] = GetParam();
   Buffer cbuf(dtype, 6);
   for (int i = 0; i < 6; ++i) cbuf.Set(i, i + 1);
-  GemmArgs args{.dtype = dtype, .m = 2, .n = 3, .k = 0, .lda = 1, .ldb = 3,
-                .c = cbuf.data(), .ldc = 3, .accumulate = true,
+  GemmArgs args{.dtype = dtype,
+                .m = 2,
+                .n = 3,
+                .k = 0,
+                .lda = 1,
+                .ldb = 3,
+                .c = cbuf.data(),
+                .ldc = 3,
+                .accumulate = true,
                 .backend = backend};
   ASSERT_TRUE(Gemm(args).ok());
   for (int i = 0; i < 6; ++i) EXPECT_EQ(cbuf.Get(i), i + 1);
@@ -192,11 +229,10 @@ std::string ParamName(
 
 INSTANTIATE_TEST_SUITE_P(
     FloatDTypes, GemmNumericsTest,
-    ::testing::Combine(::testing::Values(DType::kF32, DType::kF16,
-                                         DType::kBF16),
-                       ::testing::Values(GemmBackend::kOpenBlas,
-                                         GemmBackend::kOneDnn,
-                                         GemmBackend::kAuto)),
+    ::testing::Combine(
+        ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
+        ::testing::Values(GemmBackend::kOpenBlas, GemmBackend::kOneDnn,
+                          GemmBackend::kAuto)),
     ParamName);
 // oneDNN has no f64 matmul; see F64OnOneDnnIsUnimplemented.
 INSTANTIATE_TEST_SUITE_P(
@@ -207,8 +243,16 @@ INSTANTIATE_TEST_SUITE_P(
     ParamName);
 
 GemmArgs ValidF32(float* a, float* b, float* c) {
-  return GemmArgs{.dtype = DType::kF32, .m = 2, .n = 3, .k = 4,
-                  .a = a, .lda = 4, .b = b, .ldb = 3, .c = c, .ldc = 3};
+  return GemmArgs{.dtype = DType::kF32,
+                  .m = 2,
+                  .n = 3,
+                  .k = 4,
+                  .a = a,
+                  .lda = 4,
+                  .b = b,
+                  .ldb = 3,
+                  .c = c,
+                  .ldc = 3};
 }
 
 TEST(GemmErrorTest, ShortLeadingDimensionNamesExpectedAndFound) {
@@ -229,8 +273,16 @@ TEST(GemmErrorTest, ShortLeadingDimensionNamesExpectedAndFound) {
 
 TEST(GemmErrorTest, UnsupportedDTypeIsNamed) {
   int64_t a[16] = {}, b[16] = {}, c[16] = {};
-  GemmArgs args{.dtype = DType::kI64, .m = 2, .n = 3, .k = 4,
-                .a = a, .lda = 4, .b = b, .ldb = 3, .c = c, .ldc = 3};
+  GemmArgs args{.dtype = DType::kI64,
+                .m = 2,
+                .n = 3,
+                .k = 4,
+                .a = a,
+                .lda = 4,
+                .b = b,
+                .ldb = 3,
+                .c = c,
+                .ldc = 3};
   absl::Status st = Gemm(args);
   EXPECT_TRUE(absl::IsInvalidArgument(st));
   EXPECT_THAT(st.message(),
@@ -253,8 +305,16 @@ TEST(GemmErrorTest, NegativeSizesNullPointersAndAliasedBatches) {
 
 TEST(GemmErrorTest, F64OnOneDnnIsUnimplemented) {
   double a[16] = {}, b[16] = {}, c[16] = {};
-  GemmArgs args{.dtype = DType::kF64, .m = 2, .n = 3, .k = 4,
-                .a = a, .lda = 4, .b = b, .ldb = 3, .c = c, .ldc = 3,
+  GemmArgs args{.dtype = DType::kF64,
+                .m = 2,
+                .n = 3,
+                .k = 4,
+                .a = a,
+                .lda = 4,
+                .b = b,
+                .ldb = 3,
+                .c = c,
+                .ldc = 3,
                 .backend = GemmBackend::kOneDnn};
   absl::Status st = Gemm(args);
   EXPECT_TRUE(absl::IsUnimplemented(st));
@@ -262,8 +322,13 @@ TEST(GemmErrorTest, F64OnOneDnnIsUnimplemented) {
 }
 
 TEST(GemmTest, EmptyOutputNeedsNoPointers) {
-  GemmArgs args{.dtype = DType::kF32, .m = 0, .n = 3, .k = 4,
-                .lda = 4, .ldb = 3, .ldc = 3};
+  GemmArgs args{.dtype = DType::kF32,
+                .m = 0,
+                .n = 3,
+                .k = 4,
+                .lda = 4,
+                .ldb = 3,
+                .ldc = 3};
   EXPECT_TRUE(Gemm(args).ok());
 }
 
@@ -279,8 +344,8 @@ TEST(GemmTest, ChooseBackendIsConcrete) {
             GemmBackend::kOpenBlas);
   EXPECT_EQ(ChooseBackend({.dtype = DType::kF32, .m = 128, .n = 10, .k = 512}),
             GemmBackend::kOneDnn);
-  EXPECT_EQ(ChooseBackend({.dtype = DType::kF32, .m = 32, .n = 32, .k = 32,
-                           .batch = 8}),
+  EXPECT_EQ(ChooseBackend(
+                {.dtype = DType::kF32, .m = 32, .n = 32, .k = 32, .batch = 8}),
             GemmBackend::kOneDnn);
   EXPECT_EQ(GemmBackendName(GemmBackend::kOneDnn), "onednn");
 }
