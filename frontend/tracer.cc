@@ -112,17 +112,15 @@ void Tracer::OnAlias(const Tensor& source, const Tensor& alias) {
 }
 
 void Tracer::OnGradRead(const Tensor& leaf, const Tensor& grad) {
-  if (grad_seen_.contains(leaf.impl())) return;
-  grad_seen_[leaf.impl()] = true;
+  if (!grad_seen_.insert(leaf.impl()).second) return;
   grad_touched_.push_back(leaf);
   grad_guards_.push_back({leaf, grad.defined() ? grad.impl_ptr() : nullptr});
 }
 
 void Tracer::OnGradSet(const Tensor& leaf, const Tensor& grad) {
   grad_set_.insert(leaf.impl());
-  if (grad_seen_.contains(leaf.impl())) return;
   // Set before any read: the binding before the step does not matter.
-  grad_seen_[leaf.impl()] = true;
+  if (!grad_seen_.insert(leaf.impl()).second) return;
   grad_touched_.push_back(leaf);
 }
 

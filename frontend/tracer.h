@@ -85,7 +85,7 @@ class Tracer : public runtime::DispatchObserver {
   std::vector<Tensor> state_;
   absl::flat_hash_map<const TensorImpl*, ir::Value*> state_params_;
   std::vector<Tensor> grad_touched_;  // leaves whose .grad was read or set
-  absl::flat_hash_map<const TensorImpl*, bool> grad_seen_;
+  absl::flat_hash_set<const TensorImpl*> grad_seen_;
   absl::flat_hash_set<const TensorImpl*> grad_set_;  // rebound during the step
   std::vector<GradGuard> grad_guards_;
   std::string break_reason_;

@@ -81,7 +81,6 @@ class Lowering {
     b_.SetInsertPoint(loop);
     llvm::PHINode* i = b_.CreatePHI(i64, 2);
     i->addIncoming(begin, entry);
-    index_ = i;
     absl::flat_hash_map<const Value*, llvm::Value*> env = scalars_;
     for (size_t k = 0; k < num_params; ++k) {
       const Value* p = body_.params()[k];
@@ -201,7 +200,6 @@ class Lowering {
   llvm::Module& m_;
   llvm::IRBuilder<> b_;
   llvm::Function* fn_ = nullptr;
-  llvm::Value* index_ = nullptr;
   int64_t numel_ = 0;
   std::vector<llvm::Value*> bases_;
   absl::flat_hash_map<const Value*, llvm::Value*> scalars_;
