@@ -26,7 +26,8 @@ std::ostream& operator<<(std::ostream& os, const CompileStats& s) {
             << " (recompiles " << s.recompiles << "), specializations " << s.specializations
             << ", compile " << s.compile_ms << " ms, ops/step " << s.ops_per_step
             << ", kernels/step " << s.kernels_per_step << " (" << s.native_regions
-            << " regions as native code), planned peak "
+            << " regions as native code, " << s.cached_regions << " from the kernel cache, codegen "
+            << s.codegen_ms << " ms), planned peak "
             << s.planned_peak_bytes << " B";
 }
 
@@ -147,6 +148,8 @@ struct StepCompiler::Impl {
     if (spec->program) {
       stats.kernels_per_step = spec->program->kernels_per_run();
       stats.native_regions = spec->program->compiled_regions();
+      stats.cached_regions = spec->program->cached_regions();
+      stats.codegen_ms = spec->program->codegen_ms();
     }
     if (spec->eager_only) Event(absl::StrCat("marked eager-only: ", spec->reason));
     size_t index;

@@ -42,6 +42,8 @@ struct CompileStats {
   int kernels_per_step = 0;     // kernel launches per replay (last trace)
   int64_t planned_peak_bytes = 0;  // memory-plan's estimate (last trace)
   int native_regions = 0;       // fusion regions running as generated code (last trace)
+  int cached_regions = 0;       // of those, loaded from the kernel cache (last trace)
+  double codegen_ms = 0;        // kernel lowering + compile or cache load (last trace)
   std::string passes;           // per-pass statistics (last trace)
 };
 std::ostream& operator<<(std::ostream& os, const CompileStats& s);

@@ -2,6 +2,7 @@
 #include "runtime/executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -11,6 +12,7 @@
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/dispatch.h"
 #include "runtime/generator.h"
+#include "runtime/profiler.h"
 #include "runtime/thread_pool.h"
 
 namespace stepjit::runtime {
@@ -100,16 +102,17 @@ std::vector<int> ReturnAliases(const ir::Graph& body) {
   return out;
 }
 
-// Runs a generated region: contiguous operands only (else nullopt, and the
-// caller interprets it); outputs land in donated inputs where allowed.
+// Runs a generated region; operands are made contiguous first (a view's
+// copy costs less than interpreting the region). Outputs land in donated
+// inputs where memory planning allowed it. nullopt: dtypes or shapes differ
+// from the ones compiled for, and the caller interprets the region.
 std::optional<std::vector<Tensor>> RunCompiled(const CompiledRegion& k, const ir::Graph& body,
-                                               const std::vector<Tensor>& in) {
+                                               std::vector<Tensor>& in) {
   std::vector<void*> ptrs;
   for (size_t i = 0; i < in.size(); ++i) {
     const ir::TensorType& t = body.params()[i]->type();
-    if (!in[i].is_contiguous() || in[i].dtype() != t.dtype || in[i].shape() != t.shape) {
-      return std::nullopt;
-    }
+    if (in[i].dtype() != t.dtype || in[i].shape() != t.shape) return std::nullopt;
+    if (!in[i].is_contiguous()) in[i] = in[i].contiguous();
     ptrs.push_back(in[i].data_ptr());
   }
   std::vector<Tensor> out;
@@ -120,11 +123,22 @@ std::optional<std::vector<Tensor>> RunCompiled(const CompiledRegion& k, const ir
                                                                : empty(t.shape, {.dtype = t.dtype}));
     ptrs.push_back(out.back().data_ptr());
   }
-  ParallelFor(k.kernel.numel, 16384, [&](int64_t b, int64_t e) { k.kernel.fn(ptrs.data(), b, e); });
+  RunRegionKernel(k.kernel, std::move(ptrs));
   for (size_t r = 0; r < out.size(); ++r) {
     if (k.return_alias[r] >= 0 && out[r].is_same(in[k.return_alias[r]])) out[r].storage()->BumpVersion();
   }
   return out;
+}
+
+// "matmul [128, 512]" or "<kernel> [..]" (interpreted regions say so).
+std::string ProfileLabel(const ir::Node& node, const RegionMap& regions) {
+  if (node.kind() == NodeKind::kFusion) {
+    auto it = regions.find(&node);
+    return absl::StrCat(it != regions.end() ? it->second.kernel.name
+                                            : absl::StrCat(node.body()->name(), "(interpreted)"),
+                        " ", ir::ShapeToString(node.outputs()[0]->type().shape));
+  }
+  return absl::StrCat(ir::OpName(node.op()), " ", ir::ShapeToString(node.output()->type().shape));
 }
 
 void CollectLastUses(const ir::Graph& g, LastUseMap& out) {
@@ -137,8 +151,10 @@ void CollectLastUses(const ir::Graph& g, LastUseMap& out) {
 void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random,
               const LastUseMap& last_use_map, const RegionMap& regions) {
   const std::vector<std::vector<int>>& last_uses = last_use_map.at(&g);
+  const bool profiling = ProfilingEnabled();
   for (size_t pos = 0; pos < g.nodes().size(); ++pos) {
     const ir::Node* node = g.nodes()[pos].get();
+    const auto t0 = profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     std::vector<Tensor> in;
     in.reserve(node->inputs().size());
     for (const ir::Value* v : node->inputs()) in.push_back(env[v->id()]);
@@ -184,13 +200,40 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random,
       }
     }
     for (int id : last_uses[pos]) env[id] = Tensor();
+    if (profiling && node->kind() != NodeKind::kAssign) {
+      RecordProfile(ProfileLabel(*node, regions),
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
   }
 }
 
 }  // namespace
 
+void RunRegionKernel(const codegen::cpu::RegionKernel& k, std::vector<void*> ptrs) {
+  std::vector<uint64_t> scratch(static_cast<size_t>(k.num_slots) + 1);
+  ptrs.push_back(scratch.data());
+  std::vector<std::vector<double>> accs;
+  for (const codegen::cpu::Accumulator& a : k.accumulators) {
+    accs.emplace_back(static_cast<size_t>(k.reduced_numel), a.init);
+    ptrs.push_back(accs.back().data());
+  }
+  if (k.scalar != nullptr) k.scalar(ptrs.data());
+  constexpr int64_t kGrain = 16384;  // elements per task
+  if (k.parallel) {
+    const int64_t units = k.numel / k.split_align;
+    ParallelFor(units, std::max<int64_t>(1, kGrain / k.split_align), [&](int64_t b, int64_t e) {
+      k.main(ptrs.data(), b * k.split_align, e * k.split_align);
+    });
+  } else {
+    k.main(ptrs.data(), 0, k.numel);
+  }
+  if (k.reduced != nullptr) {
+    ParallelFor(k.reduced_numel, kGrain, [&](int64_t b, int64_t e) { k.reduced(ptrs.data(), b, e); });
+  }
+}
+
 namespace {
-void DumpKernel(const codegen::cpu::ElementwiseKernel& k, const std::string& dir) {
+void DumpKernel(const codegen::cpu::RegionKernel& k, const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   std::ofstream(std::filesystem::path(dir) / (k.name + ".ll")) << k.llvm_ir_raw;
@@ -203,11 +246,15 @@ absl::StatusOr<Program> Program::Build(const ir::Graph& graph, ProgramOptions op
   p.kernels_per_run_ = CountKernels(graph);
   CollectLastUses(graph, p.last_uses_);
   if (options.codegen) {
+    const codegen::cpu::RegionCompileOptions copts{.want_optimized_ir = !options.dump_dir.empty(),
+                                                   .use_cache = options.use_cache};
     for (const auto& n : graph.nodes()) {
       if (n->kind() != NodeKind::kFusion) continue;
-      absl::StatusOr<codegen::cpu::ElementwiseKernel> k = codegen::cpu::CompileElementwise(*n->body());
+      absl::StatusOr<codegen::cpu::RegionKernel> k = codegen::cpu::CompileRegion(*n->body(), copts);
       if (k.ok()) {
         if (!options.dump_dir.empty()) DumpKernel(*k, options.dump_dir);
+        p.codegen_ms_ += k->compile_ms;
+        p.cached_regions_ += k->cache_hit ? 1 : 0;
         p.regions_[n.get()] = CompiledRegion{*std::move(k), ReturnAliases(*n->body())};
       } else if (!absl::IsUnimplemented(k.status())) {
         return k.status();  // a real code generation failure: the caller falls back

@@ -7,7 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "codegen/cpu/elementwise_kernel.h"
+#include "codegen/cpu/region_kernel.h"
 #include "ir/graph.h"
 #include "runtime/tensor.h"
 
@@ -23,11 +23,13 @@ struct ProgramOptions {
   bool codegen = true;
   // When set, each generated kernel's LLVM IR is written there as
   // <kernel>.ll (as lowered) and <kernel>.opt.ll (after -O2).
+  // Kernels come from the process-wide kernel cache unless use_cache=false.
   std::string dump_dir;
+  bool use_cache = true;
 };
 
 struct CompiledRegion {
-  codegen::cpu::ElementwiseKernel kernel;
+  codegen::cpu::RegionKernel kernel;
   std::vector<int> return_alias;  // body param whose buffer a return reuses
 };
 using RegionMap = absl::flat_hash_map<const ir::Node*, CompiledRegion>;
@@ -46,6 +48,10 @@ class Program {
   int kernels_per_run() const { return kernels_per_run_; }
   // Fusion regions running as generated code.
   int compiled_regions() const { return static_cast<int>(regions_.size()); }
+  // Of those, the ones whose object code came from the kernel cache.
+  int cached_regions() const { return cached_regions_; }
+  // Time spent lowering, optimizing and compiling (or loading) kernels.
+  double codegen_ms() const { return codegen_ms_; }
 
  private:
   explicit Program(const ir::Graph* graph) : graph_(graph) {}
@@ -55,7 +61,15 @@ class Program {
   // the value ids read there for the last time.
   absl::flat_hash_map<const ir::Graph*, std::vector<std::vector<int>>> last_uses_;
   RegionMap regions_;
+  int cached_regions_ = 0;
+  double codegen_ms_ = 0;
 };
+
+// Runs a compiled region over `ptrs` (one pointer per body param, then per
+// return): adds scratch slots and accumulators, runs the scalar part once,
+// splits the main loop over the thread pool where the kernel allows, then
+// runs the reduced loop.
+void RunRegionKernel(const codegen::cpu::RegionKernel& k, std::vector<void*> ptrs);
 
 }  // namespace stepjit::runtime
 

@@ -1,0 +1,917 @@
+// Fusion region lowering (scalar prologue, row loop over F, reduced epilogue)
+// and the ORC JIT that loads cached object code.
+#include "codegen/cpu/region_kernel.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <mutex>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "codegen/cpu/llvm_math.h"
+#include "codegen/kernel_cache.h"
+#include "codegen/sha256.h"
+#include "ir/printer.h"
+#include "ir/scalar_def.h"
+#include "ir/status.h"
+#include "llvm/Config/llvm-config.h"
+#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Verifier.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+
+namespace stepjit::codegen::cpu {
+
+using ir::AttrKey;
+using ir::DType;
+using ir::Node;
+using ir::OpId;
+using ir::Value;
+
+namespace {
+
+// Bumped whenever the lowering changes the code it emits for a given body,
+// so stale cache entries are never reused.
+constexpr char kLoweringVersion[] = "region-lowering-2";
+
+absl::Status Unsupported(absl::string_view why) { return absl::UnimplementedError(why); }
+
+bool IsHalf(DType t) { return t == DType::kF16 || t == DType::kBF16; }
+bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF64 || IsHalf(t); }
+
+// The register type a value of dtype `t` lives in (half types compute in f32).
+llvm::Type* RegType(llvm::LLVMContext& c, DType t) {
+  switch (t) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16: return llvm::Type::getFloatTy(c);
+    case DType::kF64: return llvm::Type::getDoubleTy(c);
+    case DType::kBool: return llvm::Type::getInt1Ty(c);
+    default: return nullptr;
+  }
+}
+
+// The storage type of one element in memory.
+llvm::Type* MemType(llvm::LLVMContext& c, DType t) {
+  switch (t) {
+    case DType::kF32: return llvm::Type::getFloatTy(c);
+    case DType::kF64: return llvm::Type::getDoubleTy(c);
+    case DType::kF16: return llvm::Type::getHalfTy(c);
+    case DType::kBF16: return llvm::Type::getInt16Ty(c);
+    case DType::kBool: return llvm::Type::getInt8Ty(c);
+    default: return nullptr;
+  }
+}
+
+int64_t Numel(const Value* v) { return ir::NumElements(v->type().shape); }
+
+enum class Domain : uint8_t { kScalar, kFull, kReduced };
+
+bool IsReduction(OpId op) { return op == OpId::kSum || op == OpId::kMean || op == OpId::kAmax; }
+
+bool IsOrderPreservingView(OpId op) {
+  return op == OpId::kReshape || op == OpId::kSqueeze || op == OpId::kUnsqueeze;
+}
+
+// Where every value of a body lives, and how F and R are shaped.
+struct Plan {
+  ir::Shape f_shape;
+  int64_t f_numel = 0;
+  std::vector<bool> f_reduced;  // per F dim: reduced by the region's reductions
+  int64_t r_numel = 0;          // 0: the region has no reductions
+  bool row_loop = false;        // broadcast operands or reductions
+  absl::flat_hash_map<const Value*, Domain> domain;
+};
+
+bool DTypeSupported(DType t) { return IsFloat(t) || t == DType::kBool; }
+
+absl::StatusOr<Plan> Analyze(const ir::Graph& body) {
+  Plan plan;
+  for (const Value* p : body.params()) {
+    if (!DTypeSupported(p->type().dtype)) {
+      return Unsupported(absl::StrCat("dtype ", ir::DTypeName(p->type().dtype)));
+    }
+  }
+  const Node* first_reduction = nullptr;
+  std::vector<int64_t> dims;
+  for (const auto& n : body.nodes()) {
+    if (n->kind() != ir::NodeKind::kOp) return Unsupported("nested region");
+    const OpId op = n->op();
+    const ir::OpKind kind = ir::GetOpInfo(op).kind;
+    if (!(kind == ir::OpKind::kElementwise || kind == ir::OpKind::kInplaceUpdate ||
+          op == OpId::kFull || op == OpId::kCast || op == OpId::kWhere ||
+          IsOrderPreservingView(op) || IsReduction(op))) {
+      return Unsupported(absl::StrCat("op ", ir::OpName(op)));
+    }
+    if (!DTypeSupported(n->output()->type().dtype)) {
+      return Unsupported(absl::StrCat("dtype ", ir::DTypeName(n->output()->type().dtype)));
+    }
+    if (!IsReduction(op)) continue;
+    const ir::TensorType& in = n->inputs()[0]->type();
+    if (!IsFloat(in.dtype) || !IsFloat(n->output()->type().dtype)) {
+      return Unsupported("a reduction of non-float values");
+    }
+    ASSIGN_OR_RETURN(std::vector<int64_t> d,
+                     ir::NormalizeDims(n->attrs().GetInts(AttrKey::kDims),
+                                       static_cast<int64_t>(in.shape.size())));
+    if (first_reduction == nullptr) {
+      first_reduction = n.get();
+      plan.f_shape = in.shape;
+      dims = d;
+    } else if (in.shape != plan.f_shape || d != dims) {
+      return Unsupported("reductions over different shapes or dims");
+    }
+  }
+  if (first_reduction != nullptr) {
+    plan.f_reduced.assign(plan.f_shape.size(), false);
+    plan.r_numel = 1;
+    for (int64_t d : dims) plan.f_reduced[d] = true;
+    for (size_t d = 0; d < plan.f_shape.size(); ++d) {
+      if (!plan.f_reduced[d]) plan.r_numel *= plan.f_shape[d];
+    }
+    plan.row_loop = true;
+  } else {
+    for (const auto& n : body.nodes()) {
+      if (Numel(n->output()) > ir::NumElements(plan.f_shape)) plan.f_shape = n->output()->type().shape;
+    }
+    plan.f_reduced.assign(plan.f_shape.size(), false);
+  }
+  plan.f_numel = ir::NumElements(plan.f_shape);
+  if (plan.f_numel <= 1) return Unsupported("a one-element region is not worth a kernel");
+
+  auto param_domain = [&](const Value* p) -> std::optional<Domain> {
+    const int64_t n = Numel(p);
+    if (n == 1) return Domain::kScalar;
+    if (n == plan.f_numel) return Domain::kFull;
+    if (plan.r_numel > 0 && n == plan.r_numel) return Domain::kReduced;
+    return std::nullopt;  // a broadcast operand of a full-size op
+  };
+  for (const Value* p : body.params()) {
+    if (auto d = param_domain(p)) plan.domain[p] = *d;
+  }
+  for (const auto& n : body.nodes()) {
+    const Value* out = n->output();
+    const int64_t numel = Numel(out);
+    bool any_full = false, any_reduced = false, all_scalar = true;
+    for (const Value* v : n->inputs()) {
+      auto it = plan.domain.find(v);
+      const std::optional<Domain> d =
+          it != plan.domain.end() ? std::optional<Domain>(it->second) : std::nullopt;
+      any_full |= !d || *d == Domain::kFull;
+      any_reduced |= d && *d == Domain::kReduced && body.IsParam(v) == false;
+      all_scalar &= d && *d == Domain::kScalar;
+    }
+    Domain d;
+    if (IsReduction(n->op())) {
+      const Value* in = n->inputs()[0];
+      auto it = plan.domain.find(in);
+      if (it == plan.domain.end() || it->second != Domain::kFull || in->type().shape != plan.f_shape) {
+        return Unsupported("a reduction whose input is not the region's full shape");
+      }
+      d = Domain::kReduced;
+    } else if (any_reduced) {
+      if (numel != plan.r_numel) return Unsupported("a reduced value broadcast back over the region");
+      d = Domain::kReduced;
+    } else if (all_scalar && numel == 1) {
+      d = Domain::kScalar;
+    } else if (numel == plan.f_numel) {
+      d = Domain::kFull;
+    } else if (plan.r_numel > 0 && numel == plan.r_numel) {
+      d = Domain::kReduced;
+    } else {
+      return Unsupported(absl::StrCat("a value of ", numel, " elements in a region over ",
+                                      plan.f_numel));
+    }
+    // Operands: full-size ops may broadcast params against F; reduced-domain
+    // ops read reduced-size or 0-d values only.
+    for (const Value* v : n->inputs()) {
+      auto it = plan.domain.find(v);
+      if (d == Domain::kScalar) continue;
+      if (d == Domain::kReduced) {
+        if (IsReduction(n->op())) continue;
+        if (it == plan.domain.end() || it->second == Domain::kFull) {
+          return Unsupported("a reduced-domain op reads a full-size value");
+        }
+        continue;
+      }
+      // A reduced-size param read by a full-size op is a broadcast operand.
+      if (it != plan.domain.end() && it->second != Domain::kReduced) continue;
+      if (out->type().shape != plan.f_shape ||
+          !ir::BroadcastShapes(v->type().shape, plan.f_shape).ok() ||
+          *ir::BroadcastShapes(v->type().shape, plan.f_shape) != plan.f_shape) {
+        return Unsupported("an operand that does not broadcast to the region's shape");
+      }
+      plan.row_loop = true;
+    }
+    plan.domain[out] = d;
+  }
+  for (const Value* r : body.returns()) {
+    if (!plan.domain.contains(r)) return Unsupported("a broadcast parameter is returned");
+  }
+  return plan;
+}
+
+// Emits the region's functions into one module.
+class Lowering {
+ public:
+  Lowering(const ir::Graph& body, const Plan& plan, llvm::LLVMContext& ctx, llvm::Module& module)
+      : body_(body), plan_(plan), ctx_(ctx), m_(module), b_(ctx) {}
+
+  absl::Status Run(const std::string& prefix, RegionKernel& k) {
+    const size_t np = body_.params().size(), nr = body_.returns().size();
+    scratch_index_ = static_cast<int>(np + nr);
+    // Scalars that the loops read go through scratch slots.
+    for (const auto& n : body_.nodes()) {
+      const Domain d = plan_.domain.at(n->output());
+      if (d == Domain::kScalar) continue;
+      for (const Value* v : n->inputs()) {
+        auto it = plan_.domain.find(v);
+        if (it != plan_.domain.end() && it->second == Domain::kScalar && !slots_.contains(v)) {
+          const int s = static_cast<int>(slots_.size());
+          slots_[v] = s;
+        }
+      }
+    }
+    bool scalar_work = !slots_.empty();
+    for (const Value* r : body_.returns()) scalar_work |= plan_.domain.at(r) == Domain::kScalar;
+    k.row = plan_.row_loop ? plan_.f_shape.back() : plan_.f_numel;
+    k.numel = plan_.f_numel;
+    k.reduced_numel = plan_.r_numel;
+    k.num_slots = static_cast<int>(slots_.size());
+    for (const auto& n : body_.nodes()) {
+      if (!IsReduction(n->op())) continue;
+      acc_index_[n.get()] = static_cast<int>(k.accumulators.size());
+      k.accumulators.push_back(
+          {n->op() == OpId::kAmax ? -std::numeric_limits<double>::infinity() : 0.0});
+    }
+    // Reductions over the last dim alone split cleanly at row boundaries;
+    // ones that also reduce outer dims accumulate across rows.
+    const size_t rank = plan_.f_shape.size();
+    k.parallel = true;
+    k.split_align = 1;
+    if (plan_.r_numel > 0) {
+      bool outer_reduced = false;
+      for (size_t d = 0; d + 1 < rank; ++d) outer_reduced |= plan_.f_reduced[d];
+      if (outer_reduced) k.parallel = false;
+      else k.split_align = k.row;
+    }
+    k.name = prefix;
+    symbols_.scalar = scalar_work ? prefix + "_scalar" : "";
+    symbols_.main = prefix + "_main";
+    symbols_.reduced = plan_.r_numel > 0 ? prefix + "_reduced" : "";
+    if (scalar_work) RETURN_IF_ERROR(EmitScalar(symbols_.scalar));
+    RETURN_IF_ERROR(EmitMain(symbols_.main, k.row));
+    if (plan_.r_numel > 0) RETURN_IF_ERROR(EmitReduced(symbols_.reduced));
+    return absl::OkStatus();
+  }
+
+  struct Symbols {
+    std::string scalar, main, reduced;
+  };
+  const Symbols& symbols() const { return symbols_; }
+
+ private:
+  using Env = absl::flat_hash_map<const Value*, llvm::Value*>;
+
+  llvm::Type* PtrTy() { return llvm::Type::getInt8PtrTy(ctx_); }
+  llvm::Type* I64() { return llvm::Type::getInt64Ty(ctx_); }
+
+  llvm::Function* NewFunction(const std::string& name, bool loop) {
+    std::vector<llvm::Type*> args = {PtrTy()->getPointerTo()};
+    if (loop) args.insert(args.end(), {I64(), I64()});
+    auto* type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx_), args, false);
+    auto* fn = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, m_);
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
+    return fn;
+  }
+  llvm::Value* Base(llvm::Value* ptrs, int index) {
+    return b_.CreateLoad(PtrTy(), b_.CreateConstGEP1_64(PtrTy(), ptrs, index));
+  }
+  llvm::Instruction* Tag(llvm::Instruction* inst) {
+    if (group_ != nullptr) inst->setMetadata(llvm::LLVMContext::MD_access_group, group_);
+    return inst;
+  }
+  llvm::Value* Address(llvm::Type* elem, llvm::Value* base, llvm::Value* i) {
+    return b_.CreateGEP(elem, b_.CreateBitCast(base, elem->getPointerTo()), i);
+  }
+
+  // Rounds an f32 register value to the storage precision of `t`, as storing
+  // and reloading an eager tensor of that dtype does.
+  llvm::Value* Round(llvm::Value* v, DType t) {
+    if (t == DType::kF16) {
+      return b_.CreateFPExt(b_.CreateFPTrunc(v, b_.getHalfTy()), b_.getFloatTy());
+    }
+    if (t == DType::kBF16) return BF16ToFloat(FloatToBF16(v));
+    return v;
+  }
+  // Round to nearest even; NaN stays a quiet NaN (ir/dtype.h BFloat16).
+  llvm::Value* FloatToBF16(llvm::Value* v) {
+    llvm::Value* u = b_.CreateBitCast(v, b_.getInt32Ty());
+    llvm::Value* lsb = b_.CreateAnd(b_.CreateLShr(u, 16), b_.getInt32(1));
+    llvm::Value* rounded = b_.CreateLShr(b_.CreateAdd(u, b_.CreateAdd(lsb, b_.getInt32(0x7fff))), 16);
+    llvm::Value* quiet = b_.CreateOr(b_.CreateLShr(u, 16), b_.getInt32(0x40));
+    llvm::Value* is_nan = b_.CreateFCmpUNO(v, v);
+    return b_.CreateTrunc(b_.CreateSelect(is_nan, quiet, rounded), b_.getInt16Ty());
+  }
+  llvm::Value* BF16ToFloat(llvm::Value* bits) {
+    return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(bits, b_.getInt32Ty()), 16), b_.getFloatTy());
+  }
+
+  llvm::Value* Load(DType t, llvm::Value* base, llvm::Value* i) {
+    llvm::Type* mem = MemType(ctx_, t);
+    llvm::Value* raw = Tag(b_.CreateLoad(mem, Address(mem, base, i)));
+    switch (t) {
+      case DType::kBool: return b_.CreateICmpNE(raw, b_.getInt8(0));
+      case DType::kF16: return b_.CreateFPExt(raw, b_.getFloatTy());
+      case DType::kBF16: return BF16ToFloat(raw);
+      default: return raw;
+    }
+  }
+  void Store(DType t, llvm::Value* base, llvm::Value* i, llvm::Value* v) {
+    llvm::Type* mem = MemType(ctx_, t);
+    switch (t) {
+      case DType::kBool: v = b_.CreateZExt(v, b_.getInt8Ty()); break;
+      case DType::kF16: v = b_.CreateFPTrunc(v, b_.getHalfTy()); break;
+      case DType::kBF16: v = FloatToBF16(v); break;
+      default: break;
+    }
+    Tag(b_.CreateStore(v, Address(mem, base, i)));
+  }
+
+  // Converts like the eager Convert<To>(From); half types travel as f32.
+  llvm::Value* Convert(llvm::Value* v, DType from, DType to) {
+    if (from == to) return v;
+    if (to == DType::kBool) return b_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
+    llvm::Type* reg = RegType(ctx_, to);
+    if (from == DType::kBool) return b_.CreateUIToFP(v, reg);
+    if (v->getType() != reg) {
+      v = reg->isDoubleTy() ? b_.CreateFPExt(v, reg) : b_.CreateFPTrunc(v, reg);
+    }
+    return Round(v, to);
+  }
+
+  absl::StatusOr<llvm::Value*> Emit(const Node& n, Env& env) {
+    const OpId op = n.op();
+    const DType out = n.output()->type().dtype;
+    auto in = [&](size_t k, DType as) {
+      const Value* v = n.inputs()[k];
+      return Convert(env.at(v), v->type().dtype, as);
+    };
+    if (op == OpId::kFull) {
+      const double value = n.attrs().GetDouble(AttrKey::kValue);
+      return Convert(llvm::ConstantFP::get(b_.getDoubleTy(), value), DType::kF64, out);
+    }
+    if (IsOrderPreservingView(op)) return env.at(n.inputs()[0]);
+    if (op == OpId::kCast) return in(0, out);
+    if (op == OpId::kWhere) return b_.CreateSelect(in(0, DType::kBool), in(1, out), in(2, out));
+    // Operands are converted to the compute dtype first, as dispatch does.
+    DType compute = out;
+    if (out == DType::kBool) {
+      compute = n.inputs()[0]->type().dtype;
+      for (const Value* v : n.inputs()) {
+        compute = ir::ResultType(std::vector<ir::TensorType>{{compute, {1}}, v->type()});
+      }
+    }
+    if (compute == DType::kBool) return Unsupported("bool arithmetic");
+    LlvmMath m{b_, m_, RegType(ctx_, compute)};
+    llvm::Value* result = nullptr;
+    switch (op) {
+#define SJ_UNARY(e, expr)                                                \
+  case OpId::k##e:                                                       \
+    result = ir::ScalarDef<OpId::k##e>::Apply(m, in(0, compute));        \
+    break;
+#define SJ_BINARY(e, expr)                                                              \
+  case OpId::k##e:                                                                      \
+    result = ir::ScalarDef<OpId::k##e>::Apply(m, in(0, compute), in(1, compute));       \
+    break;
+#define SJ_UPDATE(e, expr)                                                               \
+  case OpId::k##e: {                                                                     \
+    llvm::Value* zero = m.Const(0);                                                      \
+    result = ir::ScalarDef<OpId::k##e>::Apply(                                           \
+        m, in(0, compute), n.inputs().size() > 1 ? in(1, compute) : zero,                \
+        n.inputs().size() > 2 ? in(2, compute) : zero,                                   \
+        m.Const(n.attrs().GetDouble(AttrKey::kAlpha, 1.0)),                              \
+        m.Const(n.attrs().GetDouble(AttrKey::kValue, 0.0)));                             \
+    break;                                                                               \
+  }
+      SJ_UNARY_SCALAR_DEFS(SJ_UNARY)
+      SJ_BINARY_SCALAR_DEFS(SJ_BINARY)
+      SJ_COMPARE_SCALAR_DEFS(SJ_BINARY)
+      SJ_UPDATE_SCALAR_DEFS(SJ_UPDATE)
+#undef SJ_UNARY
+#undef SJ_BINARY
+#undef SJ_UPDATE
+      default:
+        return Unsupported(absl::StrCat("op ", ir::OpName(op)));
+    }
+    return out == DType::kBool ? result : Round(result, out);
+  }
+
+  // The 0-d values of the current function, read from scratch slots.
+  void LoadSlots(llvm::Value* ptrs, Env& env) {
+    if (slots_.empty()) return;
+    llvm::Value* scratch = Base(ptrs, scratch_index_);
+    for (const auto& [v, s] : slots_) {
+      llvm::Type* reg = RegType(ctx_, v->type().dtype);
+      llvm::Type* slot = reg->isIntegerTy(1) ? b_.getInt8Ty() : reg;
+      llvm::Value* addr = b_.CreateBitCast(b_.CreateConstGEP1_64(b_.getInt64Ty(),
+                                                                 b_.CreateBitCast(scratch, b_.getInt64Ty()->getPointerTo()), s),
+                                           slot->getPointerTo());
+      llvm::Value* x = b_.CreateLoad(slot, addr);
+      env[v] = reg->isIntegerTy(1) ? b_.CreateICmpNE(x, b_.getInt8(0)) : x;
+    }
+  }
+
+  absl::Status EmitScalar(const std::string& name) {
+    llvm::Function* fn = NewFunction(name, false);
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn));
+    llvm::Value* ptrs = fn->getArg(0);
+    Env env;
+    for (size_t i = 0; i < body_.params().size(); ++i) {
+      const Value* p = body_.params()[i];
+      if (plan_.domain.contains(p) && plan_.domain.at(p) == Domain::kScalar) {
+        env[p] = Load(p->type().dtype, Base(ptrs, static_cast<int>(i)), b_.getInt64(0));
+      }
+    }
+    for (const auto& n : body_.nodes()) {
+      if (plan_.domain.at(n->output()) != Domain::kScalar) continue;
+      ASSIGN_OR_RETURN(env[n->output()], Emit(*n, env));
+    }
+    if (!slots_.empty()) {
+      llvm::Value* scratch = b_.CreateBitCast(Base(ptrs, scratch_index_), b_.getInt64Ty()->getPointerTo());
+      for (const auto& [v, s] : slots_) {
+        llvm::Value* x = env.at(v);
+        if (x->getType()->isIntegerTy(1)) x = b_.CreateZExt(x, b_.getInt8Ty());
+        b_.CreateStore(x, b_.CreateBitCast(b_.CreateConstGEP1_64(b_.getInt64Ty(), scratch, s),
+                                           x->getType()->getPointerTo()));
+      }
+    }
+    StoreReturns(Bases(ptrs), env, Domain::kScalar, b_.getInt64(0));
+    b_.CreateRetVoid();
+    return absl::OkStatus();
+  }
+
+  // Stores the returns of domain `d` at element i; `bases` holds one
+  // pointer per param then per return, loaded before any loop.
+  void StoreReturns(const std::vector<llvm::Value*>& bases, Env& env, Domain d, llvm::Value* i) {
+    const size_t np = body_.params().size();
+    for (size_t k = 0; k < body_.returns().size(); ++k) {
+      const Value* r = body_.returns()[k];
+      if (plan_.domain.at(r) == d) Store(r->type().dtype, bases[np + k], i, env.at(r));
+    }
+  }
+  std::vector<llvm::Value*> Bases(llvm::Value* ptrs) {
+    std::vector<llvm::Value*> bases;
+    for (size_t i = 0; i < body_.params().size() + body_.returns().size(); ++i) {
+      bases.push_back(Base(ptrs, static_cast<int>(i)));
+    }
+    return bases;
+  }
+
+  // Marks `latch` as the back edge of a loop whose iterations touch disjoint
+  // elements (in-place updates write the element they read).
+  void MarkParallel(llvm::BranchInst* latch) {
+    llvm::Metadata* par[] = {llvm::MDString::get(ctx_, "llvm.loop.parallel_accesses"), group_};
+    llvm::Metadata* vec[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"),
+                             llvm::ConstantAsMetadata::get(b_.getTrue())};
+    auto self = llvm::MDNode::getTemporary(ctx_, llvm::None);
+    llvm::Metadata* ops[] = {self.get(), llvm::MDNode::get(ctx_, par), llvm::MDNode::get(ctx_, vec)};
+    llvm::MDNode* loop = llvm::MDNode::getDistinct(ctx_, ops);
+    loop->replaceOperandWith(0, loop);
+    latch->setMetadata(llvm::LLVMContext::MD_loop, loop);
+  }
+
+  absl::Status EmitMain(const std::string& name, int64_t row) {
+    const size_t np = body_.params().size(), nr = body_.returns().size();
+    const ir::Shape& f = plan_.f_shape;
+    const size_t rank = f.size();
+    llvm::Function* fn = NewFunction(name, true);
+    auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn);
+    auto* rows = llvm::BasicBlock::Create(ctx_, "row", fn);
+    auto* inner = llvm::BasicBlock::Create(ctx_, "inner", fn);
+    auto* row_end = llvm::BasicBlock::Create(ctx_, "row_end", fn);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn);
+    llvm::Value* ptrs = fn->getArg(0);
+    llvm::Value* begin = fn->getArg(1);
+    llvm::Value* end = fn->getArg(2);
+    b_.SetInsertPoint(entry);
+    Env env;
+    LoadSlots(ptrs, env);
+    const std::vector<llvm::Value*> bases = Bases(ptrs);
+    std::vector<llvm::Value*> accs;
+    for (size_t a = 0; a < acc_index_.size(); ++a) {
+      accs.push_back(b_.CreateBitCast(Base(ptrs, scratch_index_ + 1 + static_cast<int>(a)),
+                                      b_.getDoubleTy()->getPointerTo()));
+    }
+    llvm::Value* row_c = b_.getInt64(row);
+    llvm::Value* r0 = b_.CreateSDiv(begin, row_c);
+    llvm::Value* r_end = b_.CreateSDiv(b_.CreateAdd(end, b_.getInt64(row - 1)), row_c);
+    b_.CreateCondBr(b_.CreateICmpSLT(begin, end), rows, exit);
+
+    // Per row: the element window [jb, je) and the row's offsets into
+    // broadcast operands and into the accumulators.
+    b_.SetInsertPoint(rows);
+    llvm::PHINode* r = b_.CreatePHI(I64(), 2);
+    r->addIncoming(r0, entry);
+    llvm::Value* row_start = b_.CreateMul(r, row_c);
+    llvm::Value* from_begin = b_.CreateSub(begin, row_start);
+    llvm::Value* jb = b_.CreateSelect(b_.CreateICmpSGT(from_begin, b_.getInt64(0)), from_begin, b_.getInt64(0));
+    llvm::Value* to_end = b_.CreateSub(end, row_start);
+    llvm::Value* je = b_.CreateSelect(b_.CreateICmpSLT(to_end, row_c), to_end, row_c);
+    std::vector<llvm::Value*> outer_idx;  // F's multi-index of the row, dims [0, rank-1)
+    if (plan_.row_loop) {
+      int64_t inner_extent = 1;
+      std::vector<llvm::Value*> rev;
+      for (size_t d = rank - 1; d-- > 0;) {
+        llvm::Value* q = inner_extent == 1 ? static_cast<llvm::Value*>(r)
+                                           : b_.CreateUDiv(r, b_.getInt64(inner_extent));
+        rev.push_back(b_.CreateURem(q, b_.getInt64(f[d])));
+        inner_extent *= f[d];
+      }
+      outer_idx.assign(rev.rbegin(), rev.rend());
+    }
+    // Element strides of an operand of `shape` broadcast against F.
+    auto strides_of = [&](const ir::Shape& shape) {
+      std::vector<int64_t> s(rank, 0);
+      int64_t stride = 1;
+      for (size_t k = 0; k < shape.size(); ++k) {
+        const size_t d = rank - 1 - k, sd = shape.size() - 1 - k;
+        if (shape[sd] != 1) s[d] = stride;
+        stride *= shape[sd];
+      }
+      return s;
+    };
+    auto row_offset = [&](const std::vector<int64_t>& s) {
+      llvm::Value* off = b_.getInt64(0);
+      for (size_t d = 0; d + 1 < rank && plan_.row_loop; ++d) {
+        if (s[d] != 0) off = b_.CreateAdd(off, b_.CreateMul(outer_idx[d], b_.getInt64(s[d])));
+      }
+      return off;
+    };
+    // Accumulator strides: kept dims only, row-major over R.
+    std::vector<int64_t> acc_strides(rank, 0);
+    if (plan_.r_numel > 0) {
+      int64_t stride = 1;
+      for (size_t d = rank; d-- > 0;) {
+        if (!plan_.f_reduced[d]) {
+          acc_strides[d] = stride;
+          stride *= f[d];
+        }
+      }
+    }
+    llvm::Value* acc_row = row_offset(acc_strides);
+    const bool last_reduced = plan_.r_numel > 0 && plan_.f_reduced[rank - 1];
+    absl::flat_hash_map<const Value*, std::pair<llvm::Value*, int64_t>> bcast;  // row base, last stride
+    for (const auto& n : body_.nodes()) {
+      if (plan_.domain.at(n->output()) != Domain::kFull) continue;
+      for (const Value* v : n->inputs()) {
+        if (!body_.IsParam(v) || bcast.contains(v)) continue;
+        auto it = plan_.domain.find(v);
+        if (it != plan_.domain.end() && (it->second == Domain::kScalar || it->second == Domain::kFull)) continue;
+        const std::vector<int64_t> s = strides_of(v->type().shape);
+        bcast[v] = {row_offset(s), s[rank - 1]};
+      }
+    }
+    b_.CreateBr(inner);
+
+    b_.SetInsertPoint(inner);
+    group_ = llvm::MDNode::getDistinct(ctx_, {});
+    llvm::PHINode* j = b_.CreatePHI(I64(), 2);
+    j->addIncoming(jb, rows);
+    std::vector<llvm::PHINode*> reg_acc;  // last-dim reductions accumulate in registers
+    if (last_reduced) {
+      for (size_t a = 0; a < accs.size(); ++a) {
+        llvm::PHINode* p = b_.CreatePHI(b_.getDoubleTy(), 2);
+        p->addIncoming(llvm::ConstantFP::get(b_.getDoubleTy(), AccInit(a)), rows);
+        reg_acc.push_back(p);
+      }
+    }
+    llvm::Value* i = b_.CreateAdd(row_start, j);
+    Env inner_env = env;
+    for (size_t k = 0; k < np; ++k) {
+      const Value* p = body_.params()[k];
+      auto it = plan_.domain.find(p);
+      if (it != plan_.domain.end() && it->second == Domain::kFull) {
+        inner_env[p] = Load(p->type().dtype, bases[k], i);
+      } else if (auto bc = bcast.find(p); bc != bcast.end()) {
+        llvm::Value* idx = bc->second.first;
+        if (bc->second.second != 0) idx = b_.CreateAdd(idx, b_.CreateMul(j, b_.getInt64(bc->second.second)));
+        inner_env[p] = Load(p->type().dtype, bases[k], idx);
+      }
+    }
+    std::vector<llvm::Value*> reg_next(reg_acc.begin(), reg_acc.end());
+    for (const auto& n : body_.nodes()) {
+      const Domain d = plan_.domain.at(n->output());
+      if (IsReduction(n->op())) {
+        const int a = acc_index_.at(n.get());
+        const Value* src = n->inputs()[0];
+        llvm::Value* x = Convert(inner_env.at(src), src->type().dtype, DType::kF64);
+        if (last_reduced) {
+          reg_next[a] = Accumulate(n->op(), reg_next[a], x);
+        } else {
+          llvm::Value* addr = Address(b_.getDoubleTy(), accs[a], b_.CreateAdd(acc_row, j));
+          llvm::Value* old = Tag(b_.CreateLoad(b_.getDoubleTy(), addr));
+          Tag(b_.CreateStore(Accumulate(n->op(), old, x), addr));
+        }
+        continue;
+      }
+      if (d != Domain::kFull) continue;
+      ASSIGN_OR_RETURN(inner_env[n->output()], Emit(*n, inner_env));
+    }
+    for (size_t k = 0; k < nr; ++k) {
+      const Value* ret = body_.returns()[k];
+      if (plan_.domain.at(ret) == Domain::kFull) Store(ret->type().dtype, bases[np + k], i, inner_env.at(ret));
+    }
+    llvm::Value* j_next = b_.CreateAdd(j, b_.getInt64(1));
+    llvm::BasicBlock* inner_last = b_.GetInsertBlock();
+    j->addIncoming(j_next, inner_last);
+    for (size_t a = 0; a < reg_acc.size(); ++a) reg_acc[a]->addIncoming(reg_next[a], inner_last);
+    MarkParallel(b_.CreateCondBr(b_.CreateICmpSLT(j_next, je), inner, row_end));
+    group_ = nullptr;
+
+    b_.SetInsertPoint(row_end);
+    for (size_t a = 0; a < reg_acc.size(); ++a) {
+      const Node* node = NodeOfAcc(static_cast<int>(a));
+      llvm::Value* addr = Address(b_.getDoubleTy(), accs[a], acc_row);
+      b_.CreateStore(Combine(node->op(), b_.CreateLoad(b_.getDoubleTy(), addr), reg_next[a]), addr);
+    }
+    llvm::Value* r_next = b_.CreateAdd(r, b_.getInt64(1));
+    r->addIncoming(r_next, row_end);
+    b_.CreateCondBr(b_.CreateICmpSLT(r_next, r_end), rows, exit);
+    b_.SetInsertPoint(exit);
+    b_.CreateRetVoid();
+    return absl::OkStatus();
+  }
+
+  double AccInit(size_t a) const {
+    return NodeOfAcc(static_cast<int>(a))->op() == OpId::kAmax ? -std::numeric_limits<double>::infinity()
+                                                               : 0.0;
+  }
+  const Node* NodeOfAcc(int a) const {
+    for (const auto& [node, k] : acc_index_) {
+      if (k == a) return node;
+    }
+    return nullptr;
+  }
+  // acc (+) x in double; sums may be reassociated (blocked by the vectorizer).
+  llvm::Value* Accumulate(OpId op, llvm::Value* acc, llvm::Value* x) {
+    if (op == OpId::kAmax) {
+      return b_.CreateSelect(b_.CreateOr(b_.CreateFCmpUNO(x, x), b_.CreateFCmpOGT(x, acc)), x, acc);
+    }
+    llvm::Value* sum = b_.CreateFAdd(acc, x);
+    llvm::FastMathFlags fmf;
+    fmf.setAllowReassoc();
+    llvm::cast<llvm::Instruction>(sum)->setFastMathFlags(fmf);
+    return sum;
+  }
+  llvm::Value* Combine(OpId op, llvm::Value* acc, llvm::Value* part) {
+    if (op == OpId::kAmax) {
+      return b_.CreateSelect(b_.CreateOr(b_.CreateFCmpUNO(part, part), b_.CreateFCmpOGT(part, acc)), part, acc);
+    }
+    return b_.CreateFAdd(acc, part);
+  }
+
+  absl::Status EmitReduced(const std::string& name) {
+    const size_t np = body_.params().size();
+    llvm::Function* fn = NewFunction(name, true);
+    auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn);
+    auto* loop = llvm::BasicBlock::Create(ctx_, "loop", fn);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn);
+    llvm::Value* ptrs = fn->getArg(0);
+    llvm::Value* begin = fn->getArg(1);
+    llvm::Value* end = fn->getArg(2);
+    b_.SetInsertPoint(entry);
+    Env env;
+    LoadSlots(ptrs, env);
+    const std::vector<llvm::Value*> bases = Bases(ptrs);
+    std::vector<llvm::Value*> accs;
+    for (size_t a = 0; a < acc_index_.size(); ++a) {
+      accs.push_back(b_.CreateBitCast(Base(ptrs, scratch_index_ + 1 + static_cast<int>(a)),
+                                      b_.getDoubleTy()->getPointerTo()));
+    }
+    b_.CreateCondBr(b_.CreateICmpSLT(begin, end), loop, exit);
+    b_.SetInsertPoint(loop);
+    group_ = llvm::MDNode::getDistinct(ctx_, {});
+    llvm::PHINode* i = b_.CreatePHI(I64(), 2);
+    i->addIncoming(begin, entry);
+    const double count = static_cast<double>(plan_.f_numel / plan_.r_numel);
+    for (size_t k = 0; k < np; ++k) {
+      const Value* p = body_.params()[k];
+      auto it = plan_.domain.find(p);
+      if (it != plan_.domain.end() && it->second == Domain::kReduced) env[p] = Load(p->type().dtype, bases[k], i);
+    }
+    for (const auto& n : body_.nodes()) {
+      if (plan_.domain.at(n->output()) != Domain::kReduced) continue;
+      if (IsReduction(n->op())) {
+        llvm::Value* v = Tag(b_.CreateLoad(b_.getDoubleTy(), Address(b_.getDoubleTy(), accs[acc_index_.at(n.get())], i)));
+        if (n->op() == OpId::kMean) v = b_.CreateFDiv(v, llvm::ConstantFP::get(b_.getDoubleTy(), count));
+        env[n->output()] = Convert(v, DType::kF64, n->output()->type().dtype);
+        continue;
+      }
+      ASSIGN_OR_RETURN(env[n->output()], Emit(*n, env));
+    }
+    StoreReturns(bases, env, Domain::kReduced, i);
+    llvm::Value* next = b_.CreateAdd(i, b_.getInt64(1));
+    i->addIncoming(next, b_.GetInsertBlock());
+    MarkParallel(b_.CreateCondBr(b_.CreateICmpSLT(next, end), loop, exit));
+    group_ = nullptr;
+    b_.SetInsertPoint(exit);
+    b_.CreateRetVoid();
+    return absl::OkStatus();
+  }
+
+  const ir::Graph& body_;
+  const Plan& plan_;
+  llvm::LLVMContext& ctx_;
+  llvm::Module& m_;
+  llvm::IRBuilder<> b_;
+  llvm::MDNode* group_ = nullptr;
+  int scratch_index_ = 0;
+  absl::flat_hash_map<const Value*, int> slots_;
+  absl::flat_hash_map<const Node*, int> acc_index_;
+  Symbols symbols_;
+};
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct LoadedFns {
+  uint64_t scalar = 0, main = 0, reduced = 0;
+};
+
+// One process-wide JIT for the host CPU (its features drive vectorization).
+// Modules are optimized and compiled to object code here, so the object can
+// be cached; each object is linked into its own JITDylib.
+class Jit {
+ public:
+  static absl::StatusOr<Jit*> Get() {
+    static std::once_flag once;
+    static Jit* jit = nullptr;
+    static std::string error;
+    std::call_once(once, [] {
+      llvm::InitializeNativeTarget();
+      llvm::InitializeNativeTargetAsmPrinter();
+      auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
+      if (!jtmb) {
+        error = llvm::toString(jtmb.takeError());
+        return;
+      }
+      jtmb->setCodeGenOptLevel(llvm::CodeGenOpt::Default);
+      auto tm = jtmb->createTargetMachine();
+      if (!tm) {
+        error = llvm::toString(tm.takeError());
+        return;
+      }
+      auto lljit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(*jtmb).create();
+      if (!lljit) {
+        error = llvm::toString(lljit.takeError());
+        return;
+      }
+      jit = new Jit(std::move(*lljit), std::move(*tm));
+    });
+    if (jit == nullptr) return absl::InternalError(absl::StrCat("LLVM JIT unavailable: ", error));
+    return jit;
+  }
+
+  std::string TargetId() const {
+    return absl::StrCat(tm_->getTargetTriple().str(), ";", tm_->getTargetCPU().str(), ";",
+                        tm_->getTargetFeatureString().str());
+  }
+
+  absl::StatusOr<LoadedFns> Load(llvm::Module& m,
+                                 const Lowering::Symbols& symbols,
+                                 const RegionCompileOptions& options, RegionKernel& k) {
+    std::lock_guard<std::mutex> lock(mu_);
+    llvm::Module* module = &m;
+    module->setDataLayout(tm_->createDataLayout());
+    module->setTargetTriple(tm_->getTargetTriple().str());
+    {
+      llvm::raw_string_ostream os(k.llvm_ir_raw);
+      module->print(os, nullptr);
+    }
+    const CacheKey key{k.llvm_ir_raw, JitCompilerId(), TargetId(),
+                       absl::StrCat("O2;", kLoweringVersion)};
+    const std::string digest = key.Digest();
+    std::optional<std::string> object;
+    if (options.use_cache) {
+      if (auto it = loaded_.find(digest); it != loaded_.end()) {
+        k.cache_hit = true;
+        if (options.want_optimized_ir) Optimize(*module, &k.llvm_ir);
+        return it->second;
+      }
+      object = KernelCache::Global().Lookup(key);
+    }
+    if (!object || options.want_optimized_ir) Optimize(*module, &k.llvm_ir);
+    if (object) {
+      k.cache_hit = true;
+    } else {
+      ASSIGN_OR_RETURN(object, EmitObject(*module));
+      if (options.use_cache) KernelCache::Global().Store(key, *object);
+    }
+    auto jd = jit_->createJITDylib(absl::StrCat("sj.", digest.substr(0, 16), ".", next_dylib_++));
+    if (!jd) return absl::InternalError(llvm::toString(jd.takeError()));
+    auto gen = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+        jit_->getDataLayout().getGlobalPrefix());
+    if (!gen) return absl::InternalError(llvm::toString(gen.takeError()));
+    jd->addGenerator(std::move(*gen));
+    if (auto err = jit_->addObjectFile(*jd, llvm::MemoryBuffer::getMemBufferCopy(*object, k.name))) {
+      return absl::InternalError(llvm::toString(std::move(err)));
+    }
+    LoadedFns fns;
+    for (auto [name, out] : {std::pair{&symbols.scalar, &fns.scalar}, std::pair{&symbols.main, &fns.main},
+                             std::pair{&symbols.reduced, &fns.reduced}}) {
+      if (name->empty()) continue;
+      auto sym = jit_->lookup(*jd, *name);
+      if (!sym) return absl::InternalError(llvm::toString(sym.takeError()));
+      *out = sym->getAddress();
+    }
+    if (options.use_cache) loaded_[digest] = fns;
+    return fns;
+  }
+
+ private:
+  Jit(std::unique_ptr<llvm::orc::LLJIT> jit, std::unique_ptr<llvm::TargetMachine> tm)
+      : jit_(std::move(jit)), tm_(std::move(tm)) {}
+
+  // The -O2 pipeline with the host's features.
+  void Optimize(llvm::Module& module, std::string* text) {
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    llvm::PassBuilder pb(tm_.get());
+    pb.registerModuleAnalyses(mam);
+    pb.registerCGSCCAnalyses(cgam);
+    pb.registerFunctionAnalyses(fam);
+    pb.registerLoopAnalyses(lam);
+    pb.crossRegisterProxies(lam, fam, cgam, mam);
+    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(module, mam);
+    text->clear();
+    llvm::raw_string_ostream os(*text);
+    module.print(os, nullptr);
+  }
+
+  absl::StatusOr<std::string> EmitObject(llvm::Module& module) {
+    llvm::SmallVector<char, 0> buffer;
+    llvm::raw_svector_ostream os(buffer);
+    llvm::legacy::PassManager pm;
+    if (tm_->addPassesToEmitFile(pm, os, nullptr, llvm::CGFT_ObjectFile)) {
+      return absl::InternalError("the LLVM target cannot emit object files");
+    }
+    pm.run(module);
+    return std::string(buffer.begin(), buffer.end());
+  }
+
+  std::mutex mu_;
+  std::unique_ptr<llvm::orc::LLJIT> jit_;
+  std::unique_ptr<llvm::TargetMachine> tm_;
+  absl::flat_hash_map<std::string, LoadedFns> loaded_;  // by cache key digest
+  int next_dylib_ = 0;
+};
+
+}  // namespace
+
+std::string JitCompilerId() { return "LLVM " LLVM_VERSION_STRING; }
+
+std::string JitTargetId() {
+  absl::StatusOr<Jit*> jit = Jit::Get();
+  return jit.ok() ? (*jit)->TargetId() : "unavailable";
+}
+
+absl::StatusOr<RegionKernel> CompileRegion(const ir::Graph& body, const RegionCompileOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(Plan plan, Analyze(body));
+  ASSIGN_OR_RETURN(Jit * jit, Jit::Get());
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  auto module = std::make_unique<llvm::Module>("stepjit", *ctx);
+  // Symbols derive from the body's text, so a later process emits the same
+  // IR for the same region and finds it in the disk cache.
+  const std::string text = ir::Print(body);
+  const std::string prefix =
+      absl::StrCat(body.name(), "_", ToHex(Sha256Of(absl::StrCat(text, kLoweringVersion))).substr(0, 12));
+  RegionKernel k;
+  Lowering lowering(body, plan, *ctx, *module);
+  RETURN_IF_ERROR(lowering.Run(prefix, k));
+  std::string verify;
+  llvm::raw_string_ostream vos(verify);
+  if (llvm::verifyModule(*module, &vos)) {
+    return absl::InternalError(absl::StrCat("generated LLVM IR for ", body.name(), " is invalid: ", vos.str()));
+  }
+  const Lowering::Symbols symbols = lowering.symbols();
+  ASSIGN_OR_RETURN(LoadedFns fns, jit->Load(*module, symbols, options, k));
+  k.scalar = reinterpret_cast<ScalarFn>(fns.scalar);
+  k.main = reinterpret_cast<LoopFn>(fns.main);
+  k.reduced = reinterpret_cast<LoopFn>(fns.reduced);
+  k.compile_ms = MsSince(t0);
+  return k;
+}
+
+}  // namespace stepjit::codegen::cpu
