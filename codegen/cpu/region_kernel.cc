@@ -39,7 +39,7 @@ namespace {
 
 // Bumped whenever the lowering changes the code it emits for a given body,
 // so stale cache entries are never reused.
-constexpr char kLoweringVersion[] = "region-lowering-2";
+constexpr char kLoweringVersion[] = "region-lowering-3";
 
 absl::Status Unsupported(absl::string_view why) { return absl::UnimplementedError(why); }
 
@@ -479,10 +479,8 @@ class Lowering {
   // elements (in-place updates write the element they read).
   void MarkParallel(llvm::BranchInst* latch) {
     llvm::Metadata* par[] = {llvm::MDString::get(ctx_, "llvm.loop.parallel_accesses"), group_};
-    llvm::Metadata* vec[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"),
-                             llvm::ConstantAsMetadata::get(b_.getTrue())};
     auto self = llvm::MDNode::getTemporary(ctx_, llvm::None);
-    llvm::Metadata* ops[] = {self.get(), llvm::MDNode::get(ctx_, par), llvm::MDNode::get(ctx_, vec)};
+    llvm::Metadata* ops[] = {self.get(), llvm::MDNode::get(ctx_, par)};
     llvm::MDNode* loop = llvm::MDNode::getDistinct(ctx_, ops);
     loop->replaceOperandWith(0, loop);
     latch->setMetadata(llvm::LLVMContext::MD_loop, loop);
