@@ -6,6 +6,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <tuple>
 #include <functional>
 #include <optional>
 #include <string>
@@ -14,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bench/workloads.h"
 #include "frontend/stepjit.h"
 #include "ir/status.h"
 #include "runtime/storage.h"
@@ -45,40 +49,20 @@ Flags take their value as "--flag V" or "--flag=V".
 Columns: ms/step is the median over the timed steps; batches rotate through a
 pool of 16 random batches drawn with a fixed seed. kernels/step is, for eager,
 the ops the step dispatches (the compiled trace's ops_per_step) and, for
-compiled, kernel launches per replay. compile cold is stats().compile_ms of
-the first trace; compile warm is that of a second, fresh compile of the same
-step in the same process: until a disk kernel cache exists this is simply a
-re-trace and rebuild, not a cache hit. peak is the CPU tensor memory
-allocated above the steady state during one step.
+compiled, kernel launches per replay. compile cold and warm are measured in
+two fresh child processes sharing a new, empty kernel cache directory: cold
+is the first (every kernel compiled), warm the second (every kernel loaded
+from the disk cache). Each is stats().compile_ms: tracing the step (one
+eager step), the pass pipeline and code generation. peak is the CPU tensor
+memory allocated above the steady state during one step.
 )";
 
-constexpr int kPoolSize = 16;
-constexpr uint64_t kDataSeed = 1234;
-constexpr uint64_t kInitSeed = 0;
-
-enum class OptKind { kAdamW, kSGD };
-
-struct Workload {
-  std::string name;
-  std::vector<int64_t> widths;  // input, hidden..., classes
-  int64_t batch;
-  OptKind opt;
-  double lr;
-};
-
-const std::vector<Workload>& Workloads() {
-  static const std::vector<Workload> kAll = {
-      {"mlp784_adamw_b128", {784, 512, 512, 10}, 128, OptKind::kAdamW, 1e-3},
-      {"mlp784_sgd_b128", {784, 512, 512, 10}, 128, OptKind::kSGD, 1e-2},
-      {"tiny_mlp_adamw_b32", {64, 64, 64, 64, 10}, 32, OptKind::kAdamW, 1e-3},
-      {"mlp1024x3_adamw_b512", {1024, 1024, 1024, 1024, 10}, 512,
-       OptKind::kAdamW, 1e-3},
-  };
-  return kAll;
-}
+using bench::Workload;
+using bench::WorkloadRun;
 
 struct Flags {
   std::string workload;  // empty: all
+  std::string compile_probe;  // internal: time one compile and print it
   int64_t steps = 50;
   int64_t warmup = 5;
   bool json = false;
@@ -110,22 +94,19 @@ std::string ParseFlags(int argc, char** argv, Flags& f, bool& help) {
       f.json |= arg == "--json";
       continue;
     }
-    if (arg != "--workload" && arg != "--steps" && arg != "--warmup") {
+    if (arg != "--workload" && arg != "--steps" && arg != "--warmup" &&
+        arg != "--compile-probe") {
       return "unknown flag '" + std::string(argv[i]) + "'";
     }
     std::optional<std::string> v = inline_value;
     if (!v && i + 1 < argc) v = argv[++i];
     if (!v) return arg + " needs a value";
-    if (arg == "--workload") {
-      const auto& all = Workloads();
-      if (std::none_of(all.begin(), all.end(),
-                       [&](const Workload& w) { return w.name == *v; })) {
-        std::vector<std::string> names;
-        for (const Workload& w : all) names.push_back(w.name);
-        return absl::StrFormat("--workload: unknown workload '%s'; known: %s",
-                               *v, absl::StrJoin(names, ", "));
+    if (arg == "--workload" || arg == "--compile-probe") {
+      if (bench::FindWorkload(*v) == nullptr) {
+        return absl::StrFormat("%s: unknown workload '%s'; known: %s", arg, *v,
+                               bench::WorkloadNames());
       }
-      f.workload = *v;
+      (arg == "--workload" ? f.workload : f.compile_probe) = *v;
       continue;
     }
     int64_t& out = arg == "--steps" ? f.steps : f.warmup;
@@ -148,64 +129,51 @@ double Median(std::vector<double> v) {
   return *mid;
 }
 
-struct Batch {
-  Tensor x, y;
-};
-
-std::vector<Batch> MakePool(const Workload& w) {
-  Generator gen(kDataSeed);
-  std::vector<Batch> pool;
-  const int64_t classes = w.widths.back();
-  for (int i = 0; i < kPoolSize; ++i) {
-    pool.push_back({randn({w.batch, w.widths.front()}, {}, &gen),
-                    randint(0, classes, {w.batch}, {.dtype = DType::kI64}, &gen)});
-  }
-  return pool;
+// Compiles the workload's step in this process and prints
+// "<compile_ms> <cached_regions> <native_regions>".
+int CompileProbe(const Workload& w) {
+  WorkloadRun run(w, CompileOptions{});
+  for (int64_t i = 0; i < run.StepsToWarm(); ++i) run.Step();
+  const CompileStats s = run.stats();
+  std::printf("%.3f %d %d\n", s.compile_ms, s.cached_regions, s.native_regions);
+  return 0;
 }
 
-nn::Sequential MakeModel(const Workload& w) {
-  manual_seed(kInitSeed);
-  nn::Sequential model;
-  for (size_t i = 0; i + 1 < w.widths.size(); ++i) {
-    if (i > 0) model.push_back(nn::ReLU());
-    model.push_back(nn::Linear(w.widths[i], w.widths[i + 1]));
-  }
-  return model;
-}
-
-// Runs one workload in one mode with a fresh model and optimizer of type Opt.
-template <typename Opt, typename Options>
-Result RunWith(const Workload& w, const Flags& f, bool compiled,
-               Options options) {
-  nn::Sequential model = MakeModel(w);
-  Opt opt(model.parameters(), options);
-  auto step = [&](const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy(model(x), y);
-    loss.backward();
-    opt.step();
-    return loss;
+// Cold and warm compile times from two child processes sharing a fresh
+// cache directory; -1 when a child failed.
+std::pair<double, double> ColdWarmCompileMs(const Workload& w, const char* self) {
+  char dir_template[] = "/tmp/stepjit-bench-cache-XXXXXX";
+  const char* dir = mkdtemp(dir_template);
+  if (dir == nullptr) return {-1, -1};
+  auto probe = [&]() -> double {
+    const std::string cmd = absl::StrFormat("STEPJIT_CACHE_DIR='%s' '%s' --compile-probe %s", dir,
+                                            self, w.name);
+    FILE* p = popen(cmd.c_str(), "r");
+    if (p == nullptr) return -1;
+    double ms = -1;
+    int cached = 0, native = 0;
+    if (std::fscanf(p, "%lf %d %d", &ms, &cached, &native) != 3) ms = -1;
+    pclose(p);
+    return ms;
   };
+  const double cold = probe(), warm = probe();
+  std::filesystem::remove_all(dir);
+  return {cold, warm};
+}
+
+Result Run(const Workload& w, const Flags& f, bool compiled, const char* self) {
   const CompileOptions copts{.mode = compiled ? Mode::kCompiled : Mode::kEager};
-  auto fast = compile(step, copts);
-  const std::vector<Batch> pool = MakePool(w);
-  int64_t next = 0;
-  auto call = [&](auto& fn) {
-    const Batch& b = pool[next++ % kPoolSize];
-    return fn(b.x, b.y);
-  };
-
+  WorkloadRun run(w, copts);
   // Compiled: warmup_steps eager calls, then one traced call, then a replay.
-  const int64_t warmup =
-      compiled ? std::max<int64_t>(f.warmup, copts.warmup_steps + 2) : f.warmup;
-  for (int64_t i = 0; i < warmup; ++i) call(fast);
+  const int64_t warmup = compiled ? std::max<int64_t>(f.warmup, run.StepsToWarm()) : f.warmup;
+  for (int64_t i = 0; i < warmup; ++i) run.Step();
 
   Result r{.workload = w.name, .mode = compiled ? "compiled" : "eager"};
   std::vector<double> ms;
   ms.reserve(f.steps);
   for (int64_t i = 0; i < f.steps; ++i) {
     const auto t0 = Clock::now();
-    Tensor loss = call(fast);
+    Tensor loss = run.Step();
     ms.push_back(Ms(Clock::now() - t0));
   }
   r.ms_per_step = Median(ms);
@@ -214,27 +182,16 @@ Result RunWith(const Workload& w, const Flags& f, bool compiled,
   // the transient buffers of one step above the parameters and state.
   const int64_t steady = GetCpuMemoryStats().allocated_bytes;
   ResetCpuPeakMemory();
-  call(fast);
+  run.Step();
   r.peak_bytes = GetCpuMemoryStats().peak_bytes - steady;
 
   if (compiled) {
-    const CompileStats s = fast.stats();
+    const CompileStats s = run.stats();
     r.kernels_per_step = s.kernels_per_step;
     r.ops_per_step = s.ops_per_step;
-    r.compile_ms_cold = s.compile_ms;
-    auto again = compile(step, copts);
-    for (int i = 0; i <= copts.warmup_steps; ++i) call(again);
-    r.compile_ms_warm = again.stats().compile_ms;
+    std::tie(r.compile_ms_cold, r.compile_ms_warm) = ColdWarmCompileMs(w, self);
   }
   return r;
-}
-
-Result Run(const Workload& w, const Flags& f, bool compiled) {
-  if (w.opt == OptKind::kSGD) {
-    return RunWith<optim::SGD>(w, f, compiled,
-                               optim::SGDOptions{.lr = w.lr, .momentum = 0.9});
-  }
-  return RunWith<optim::AdamW>(w, f, compiled, optim::AdamWOptions{.lr = w.lr});
 }
 
 std::string Json(const Result& r) {
@@ -271,11 +228,13 @@ int Main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
+  if (!f.compile_probe.empty()) return CompileProbe(*bench::FindWorkload(f.compile_probe));
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   if (!f.json) PrintHeader();
-  for (const Workload& w : Workloads()) {
+  for (const Workload& w : bench::Workloads()) {
     if (!f.workload.empty() && w.name != f.workload) continue;
-    Result eager = Run(w, f, false);
-    Result compiled = Run(w, f, true);
+    Result eager = Run(w, f, false, self.c_str());
+    Result compiled = Run(w, f, true, self.c_str());
     eager.kernels_per_step = compiled.ops_per_step;
     for (const Result* r : {&eager, &compiled}) {
       if (f.json) {

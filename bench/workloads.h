@@ -1,0 +1,57 @@
+// The benchmark workloads shared by stepjit-bench and stepjit_benchmarks: MLP
+// training steps (forward, cross-entropy, backward, optimizer) on a rotating
+// pool of random batches, run eagerly or through stepjit::compile.
+#ifndef STEPJIT_BENCH_WORKLOADS_H_
+#define STEPJIT_BENCH_WORKLOADS_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "frontend/stepjit.h"
+
+namespace stepjit::bench {
+
+enum class OptKind { kAdamW, kSGD };
+
+struct Workload {
+  std::string name;
+  std::string description;
+  std::vector<int64_t> widths;  // input, hidden..., classes
+  int64_t batch;
+  OptKind opt;
+  double lr;
+};
+
+// (a) mlp784_adamw_b128, (b) mlp784_sgd_b128, (c) tiny_mlp_adamw_b32,
+// (d) mlp1024x3_adamw_b512.
+const std::vector<Workload>& Workloads();
+// nullptr when no workload has that name.
+const Workload* FindWorkload(const std::string& name);
+// "a, b, c": the names, for error messages.
+std::string WorkloadNames();
+
+// A fresh model (fixed init seed), optimizer, step function and batch pool.
+class WorkloadRun {
+ public:
+  static constexpr int kPoolSize = 16;
+
+  WorkloadRun(const Workload& w, CompileOptions options);
+  WorkloadRun(WorkloadRun&&) = default;
+  ~WorkloadRun();
+
+  // One training step on the next batch of the pool; returns the loss.
+  Tensor Step();
+  // Steps needed before Step() replays compiled code (warmup + trace + 1).
+  int64_t StepsToWarm() const;
+  CompileStats stats() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace stepjit::bench
+
+#endif  // STEPJIT_BENCH_WORKLOADS_H_
