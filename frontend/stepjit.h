@@ -3,11 +3,14 @@
 #define STEPJIT_FRONTEND_STEPJIT_H_
 
 #include "frontend/compile.h"
+#include "runtime/amp/autocast.h"
+#include "runtime/amp/grad_scaler.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/data/dataloader.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/idx.h"
 #include "runtime/generator.h"
+#include "runtime/nn/clip_grad.h"
 #include "runtime/nn/functional.h"
 #include "runtime/nn/layers.h"
 #include "runtime/nn/module.h"

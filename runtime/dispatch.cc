@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "ir/infer.h"
 #include "ir/status.h"
+#include "runtime/amp/autocast.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/cpu/kernels.h"
@@ -157,6 +158,21 @@ DispatchObserver* SetDispatchObserver(DispatchObserver* observer) {
 DispatchObserver* GetDispatchObserver() { return t_observer; }
 
 Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs) {
+  // Autocast: cast inputs as the op's AmpPolicy asks, through the cast op,
+  // so that autograd and the tracer see the casts.
+  if (amp::IsAutocastEnabled()) {
+    absl::InlinedVector<Tensor, 4> cast;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const ir::DType want = inputs[i].defined()
+                                 ? amp::AutocastInputDType(op, inputs[i].dtype())
+                                 : ir::DType::kF32;
+      if (inputs[i].defined() && want != inputs[i].dtype()) {
+        if (cast.empty()) cast.assign(inputs.begin(), inputs.end());
+        cast[i] = Dispatch(OpId::kCast, {inputs[i]}, {{AttrKey::kDTypeAttr, want}});
+      }
+    }
+    if (!cast.empty()) return Dispatch(op, cast, attrs);
+  }
   absl::InlinedVector<ir::TensorType, 4> types;
   for (size_t i = 0; i < inputs.size(); ++i) {
     SJ_REQUIRE(inputs[i].defined(), ir::OpName(op), ": input ", i, " is an undefined tensor");

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
+#include "runtime/amp/autocast.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/autograd/grad_rules.h"
 #include "runtime/ops.h"
@@ -121,6 +122,9 @@ void RecordOp(ir::OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& att
 
 void Backward(const Tensor& root, const Tensor& grad) {
   SJ_REQUIRE(root.defined(), "backward() called on an undefined tensor");
+  // Grad rules run in the dtypes the forward chose; autocast does not
+  // re-cast them (as in PyTorch, backward ops are not autocast).
+  amp::Autocast no_autocast(ir::DType::kBF16, /*enabled=*/false);
   SJ_REQUIRE(root.requires_grad(),
              "backward(): the tensor does not require grad and has no grad_fn");
   Tensor seed = grad;

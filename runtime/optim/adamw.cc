@@ -65,3 +65,15 @@ void AdamW::step() {
 }
 
 }  // namespace stepjit::optim
+
+namespace stepjit::optim {
+
+std::vector<Tensor> AdamW::state_tensors() const {
+  std::vector<Tensor> out = Optimizer::state_tensors();
+  for (const AdamWState& s : state_) {
+    if (s.exp_avg.defined()) out.insert(out.end(), {s.exp_avg, s.exp_avg_sq});
+  }
+  return out;
+}
+
+}  // namespace stepjit::optim

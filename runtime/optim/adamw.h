@@ -36,6 +36,7 @@ class AdamW : public Optimizer {
   // t is the optimizer's step count, shared by all parameters; it equals
   // PyTorch's per-parameter count unless some grads are skipped on some steps.
   void step() override;
+  std::vector<Tensor> state_tensors() const override;
 
   const AdamWOptions& options() const { return options_; }
   const AdamWState& state(size_t index) const { return state_.at(index); }

@@ -34,6 +34,10 @@ class Optimizer {
   void set_lr(double lr);
   // How many times step() has run, as a 0-d f32 tensor.
   const Tensor& step_count() const { return step_; }
+  // Every tensor step() updates in place besides the parameters (the step
+  // count, moments, momentum buffers), for callers that must undo a step
+  // (amp::GradScaler). Lazily created state appears once it exists.
+  virtual std::vector<Tensor> state_tensors() const { return {step_}; }
 
  protected:
   // `name` prefixes error messages ("SGD", "AdamW").

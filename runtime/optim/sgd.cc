@@ -52,3 +52,15 @@ void SGD::step() {
 }
 
 }  // namespace stepjit::optim
+
+namespace stepjit::optim {
+
+std::vector<Tensor> SGD::state_tensors() const {
+  std::vector<Tensor> out = Optimizer::state_tensors();
+  for (const SGDState& s : state_) {
+    if (s.momentum_buffer.defined()) out.push_back(s.momentum_buffer);
+  }
+  return out;
+}
+
+}  // namespace stepjit::optim

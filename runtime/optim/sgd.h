@@ -31,6 +31,7 @@ class SGD : public Optimizer {
   // g += wd * p; buf = g (first step) or momentum * buf + (1 - dampening) * g;
   // g = g + momentum * buf (Nesterov) or buf; p -= lr * g.
   void step() override;
+  std::vector<Tensor> state_tensors() const override;
 
   const SGDOptions& options() const { return options_; }
   const SGDState& state(size_t index) const { return state_.at(index); }
