@@ -125,25 +125,36 @@ class Fuser {
     return !Cycle(in, m);
   }
 
-  // R4: a path from the group through an outside node back into it.
+  // R4: a path from the group back into it through outside nodes. Other
+  // groups count as single nodes (once outlined, each of their outputs
+  // depends on all their inputs), so two regions never depend on each other.
   bool Cycle(const absl::flat_hash_set<int>& in, const std::vector<int>& m) const {
-    const int last = *std::max_element(m.begin(), m.end());
     std::vector<int> stack;
-    absl::flat_hash_set<int> seen;
+    absl::flat_hash_set<int> seen;  // roots of outside groups
+    auto push = [&](int c) {
+      const int r = Root(c);
+      if (seen.insert(r).second) stack.push_back(r);
+    };
     for (int i : m) {
       for (int c : consumers_[i]) {
-        if (!in.contains(c) && c < last && seen.insert(c).second) stack.push_back(c);
+        if (!in.contains(c)) push(c);
       }
     }
     while (!stack.empty()) {
-      int n = stack.back();
+      const int r = stack.back();
       stack.pop_back();
-      for (int c : consumers_[n]) {
-        if (in.contains(c)) return true;
-        if (c < last && seen.insert(c).second) stack.push_back(c);
+      for (int x : members_[r]) {
+        for (int c : consumers_[x]) {
+          if (in.contains(c)) return true;
+          push(c);
+        }
       }
     }
     return false;
+  }
+  int Root(int i) const {
+    while (parent_[i] != i) i = parent_[i];
+    return i;
   }
 
   void TryMerge(int a, int b) {
