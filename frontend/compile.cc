@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "frontend/guards.h"
 #include "frontend/tracer.h"
+#include "passes/amp.h"
 #include "passes/pass_manager.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
@@ -55,6 +56,10 @@ struct Specialization {
 
 struct StepCompiler::Impl {
   CompileOptions options;
+  std::string pipeline;  // options.pipeline behind the amp passes
+  bool loss_scaling = false;
+  // Tensors for the state params the grad-scaler pass adds, by name.
+  std::vector<std::pair<std::string, Tensor>> compiler_state;
   CompileStats stats;
   std::vector<std::unique_ptr<Specialization>> specs;
   const Specialization* last = nullptr;
@@ -80,10 +85,32 @@ struct StepCompiler::Impl {
     passes::PipelineOptions popts = passes::FromEnvironment();
     popts.dump_dir = DumpDir(index);
     passes::PipelineStats pstats;
-    RETURN_IF_ERROR(passes::RunPipeline(graph, options.pipeline, popts, &pstats));
+    passes::ScopedGradScalerConfig scaler_config({.growth_factor = options.scaler.growth_factor,
+                                                  .backoff_factor = options.scaler.backoff_factor,
+                                                  .growth_interval = options.scaler.growth_interval});
+    RETURN_IF_ERROR(passes::RunPipeline(graph, pipeline, popts, &pstats));
     stats.passes = pstats.ToString();
     if (const passes::PassStats* mp = pstats.Find("memory-plan")) {
       stats.planned_peak_bytes = mp->Get("planned peak bytes");
+    }
+    return absl::OkStatus();
+  }
+
+  // State params added by passes (grad-scaler's %amp_*) are bound to the
+  // compiler's own tensors, after the traced state.
+  absl::Status BindCompilerState(Trace& trace) {
+    std::vector<const ir::Value*> state_params;
+    for (const ir::Value* p : trace.graph->params()) {
+      if (trace.graph->param_kind(p) == ir::ParamKind::kState) state_params.push_back(p);
+    }
+    for (size_t i = trace.state.size(); i < state_params.size(); ++i) {
+      auto it = std::find_if(compiler_state.begin(), compiler_state.end(),
+                             [&](const auto& e) { return e.first == state_params[i]->name(); });
+      if (it == compiler_state.end()) {
+        return absl::InternalError(absl::StrCat("a pass added state param %", state_params[i]->name(),
+                                                " that the compiler does not bind"));
+      }
+      trace.state.push_back(it->second);
     }
     return absl::OkStatus();
   }
@@ -130,7 +157,12 @@ struct StepCompiler::Impl {
                !st.ok()) {
       spec->eager_only = true;
       spec->reason = absl::StrCat("the pass pipeline failed: ", st.message());
+    } else if (absl::Status st = BindCompilerState(spec->trace); !st.ok()) {
+      spec->eager_only = true;
+      spec->reason = std::string(st.message());
     } else {
+      // The guards cover the state the compiler added too.
+      spec->state_guards = MakeStateGuards(spec->trace);
       auto program = runtime::Program::Build(
           *spec->trace.graph, {.dump_dir = DumpDir(static_cast<size_t>(stats.traces))});
       if (!program.ok()) {
@@ -183,7 +215,23 @@ StepCompiler::StepCompiler(CompileOptions options) : impl_(std::make_unique<Impl
              options.warmup_steps);
   SJ_REQUIRE(options.max_specializations >= 1, "compile: max_specializations must be >= 1, got ",
              options.max_specializations);
-  impl_->options = std::move(options);
+  SJ_REQUIRE(options.amp == DType::kF32 || options.amp == DType::kBF16 || options.amp == DType::kF16,
+             "compile: amp must be f32 (off), bf16 or f16, got ", ir::DTypeName(options.amp));
+  Impl& m = *impl_;
+  m.loss_scaling = options.loss_scaling.value_or(options.amp == DType::kF16);
+  std::string prefix;
+  if (options.amp != DType::kF32) {
+    prefix = options.amp == DType::kBF16 ? "autocast-bf16," : "autocast-f16,";
+  }
+  if (m.loss_scaling) {
+    const amp::GradScaler validated(options.scaler);  // same checks and messages
+    prefix += "grad-scaler,";
+    m.compiler_state = {{passes::kAmpScaleParam, scalar_tensor(options.scaler.init_scale)},
+                        {passes::kAmpGrowthParam, scalar_tensor(0.0)},
+                        {passes::kAmpSkippedParam, scalar_tensor(0.0)}};
+  }
+  m.pipeline = prefix + options.pipeline;
+  m.options = std::move(options);
 }
 
 StepCompiler::~StepCompiler() = default;
@@ -238,7 +286,14 @@ std::optional<std::vector<Tensor>> StepCompiler::Call(
   return std::nullopt;
 }
 
-CompileStats StepCompiler::stats() const { return impl_->stats; }
+CompileStats StepCompiler::stats() const {
+  CompileStats s = impl_->stats;
+  if (impl_->loss_scaling) {
+    s.loss_scale = impl_->compiler_state[0].second.item();
+    s.skipped_steps = static_cast<int64_t>(impl_->compiler_state[2].second.item());
+  }
+  return s;
+}
 
 std::string StepCompiler::explain() const {
   const Impl& m = *impl_;

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "runtime/amp/grad_scaler.h"
 #include "runtime/tensor.h"
 
 namespace stepjit {
@@ -27,6 +28,16 @@ struct CompileOptions {
   std::string name = "train_step";
   // Passes run on each traced graph (STEPJIT_DISABLE=a,b skips some).
   std::string pipeline = "canonicalize,cse,dce,fuse,dce,memory-plan";
+  // Mixed precision applied by the compiler to a plain f32 step: kBF16 or
+  // kF16 runs the autocast pass (amp::Autocast's policy) before `pipeline`;
+  // kF32 leaves the step as traced. The eager calls (warmup and tracing)
+  // run as written.
+  DType amp = DType::kF32;
+  // Dynamic loss scaling by the grad-scaler pass: by default on for kF16
+  // and off otherwise (bf16 has f32's range), as in PyTorch practice.
+  std::optional<bool> loss_scaling;
+  // The scaler's constants (enabled is ignored: see loss_scaling).
+  amp::GradScalerOptions scaler;
 };
 
 struct CompileStats {
@@ -42,6 +53,10 @@ struct CompileStats {
   int kernels_per_step = 0;     // kernel launches per replay (last trace)
   int64_t planned_peak_bytes = 0;  // memory-plan's estimate (last trace)
   int native_regions = 0;       // fusion regions running as generated code (last trace)
+  // With loss scaling: the current scale and the steps skipped for inf/NaN
+  // grads so far (read from the device when stats() is called), else 0.
+  double loss_scale = 0;
+  int64_t skipped_steps = 0;
   int cached_regions = 0;       // of those, loaded from the kernel cache (last trace)
   double codegen_ms = 0;        // kernel lowering + compile or cache load (last trace)
   std::string passes;           // per-pass statistics (last trace)

@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/amp/autocast.h"
 #include "runtime/autograd/grad_mode.h"
 
 namespace stepjit::frontend {
@@ -24,6 +25,8 @@ Signature MakeSignature(const std::vector<Tensor>& inputs) {
     s.inputs.push_back({t.dtype(), t.shape(), t.device(), t.requires_grad()});
   }
   s.grad_mode = GradMode::is_enabled();
+  s.autocast = amp::IsAutocastEnabled();
+  if (s.autocast) s.autocast_dtype = amp::AutocastDType();
   return s;
 }
 
@@ -33,7 +36,9 @@ std::string DescribeSignature(const Signature& s) {
     parts.push_back(absl::StrCat("x", i, ": ", Describe(s.inputs[i])));
   }
   return absl::StrCat("(", absl::StrJoin(parts, ", "), ")",
-                      s.grad_mode ? "" : " under no_grad");
+                      s.grad_mode ? "" : " under no_grad",
+                      s.autocast ? absl::StrCat(" under autocast(", ir::DTypeName(s.autocast_dtype), ")")
+                                 : "");
 }
 
 std::string DescribeSignatureDiff(const Signature& cached, const Signature& now) {
@@ -50,6 +55,13 @@ std::string DescribeSignatureDiff(const Signature& cached, const Signature& now)
   if (cached.grad_mode != now.grad_mode) {
     return absl::StrCat("grad mode is ", now.grad_mode ? "on" : "off", ", traced with it ",
                         cached.grad_mode ? "on" : "off");
+  }
+  if (cached.autocast != now.autocast || cached.autocast_dtype != now.autocast_dtype) {
+    auto state = [](const Signature& x) {
+      return x.autocast ? absl::StrCat("autocast(", ir::DTypeName(x.autocast_dtype), ")")
+                        : std::string("no autocast");
+    };
+    return absl::StrCat("called under ", state(now), ", traced under ", state(cached));
   }
   return "identical";
 }

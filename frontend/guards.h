@@ -22,6 +22,9 @@ struct TensorSpec {
 struct Signature {
   std::vector<TensorSpec> inputs;
   bool grad_mode = true;
+  // amp::Autocast around the call: the traced casts depend on it.
+  bool autocast = false;
+  DType autocast_dtype = DType::kBF16;
   bool operator==(const Signature&) const = default;
 };
 

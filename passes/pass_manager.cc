@@ -16,6 +16,7 @@
 #include "ir/printer.h"
 #include "ir/status.h"
 #include "ir/verifier.h"
+#include "passes/amp.h"
 #include "passes/canonicalize.h"
 #include "passes/cse.h"
 #include "passes/dce.h"
@@ -51,6 +52,11 @@ constexpr PassInfo kPasses[] = {
      "group elementwise chains, reductions and optimizer updates into regions"},
     {"memory-plan", &PlanMemoryPass,
      "decide in-place updates by liveness; report planned peak bytes"},
+    {"autocast-bf16", &AutocastBf16,
+     "cast matmul inputs to bf16 and f32-policy op inputs to f32 (amp::Autocast's policy)"},
+    {"autocast-f16", &AutocastF16, "the same with f16"},
+    {"grad-scaler", &InsertGradScaler,
+     "dynamic loss scaling: scaled seed, unscaled grads, found_inf, predicated update"},
 };
 
 std::string KnownPasses(absl::Span<const PassInfo> registry) {

@@ -9,6 +9,7 @@
 #include "runtime/amp/autocast.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/autograd/grad_rules.h"
+#include "runtime/dispatch.h"
 #include "runtime/ops.h"
 
 namespace stepjit::autograd {
@@ -132,7 +133,12 @@ void Backward(const Tensor& root, const Tensor& grad) {
     SJ_REQUIRE(root.numel() == 1,
                "backward() without a gradient needs a scalar output, got shape ",
                ir::ShapeToString(root.shape()));
-    seed = ones(root.shape(), {.dtype = root.dtype()});
+    // Marked, so that a traced step's seed can be found by the grad-scaler pass.
+    seed = runtime::Dispatch(ir::OpId::kFull, {},
+                    {{ir::AttrKey::kShape, std::vector<int64_t>(root.shape().begin(), root.shape().end())},
+                     {ir::AttrKey::kValue, 1.0},
+                     {ir::AttrKey::kDTypeAttr, root.dtype()},
+                     {ir::AttrKey::kRole, std::string("grad_seed")}});
   } else {
     SJ_REQUIRE(seed.shape() == root.shape(), "backward(): gradient shape ",
                ir::ShapeToString(seed.shape()), " does not match output shape ",

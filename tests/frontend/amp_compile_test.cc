@@ -103,3 +103,114 @@ TEST(AmpCompileTest, CompiledScalerMatchesEagerIncludingSkippedSteps) {
 
 }  // namespace
 }  // namespace stepjit
+
+namespace stepjit {
+namespace {
+
+// A plain f32 step compiled with {.amp = low} against the same step written
+// by hand with eager autocast (and, for f16, a GradScaler with the same
+// options). The compiled step's first two calls (warmup and trace) run in
+// f32 as written, so the reference runs those two in f32 too.
+void CheckCompilerAmpMatchesHandWritten(DType low, bool scaling) {
+  AmpRun ref = Make(low), comp = Make(low);
+  const amp::GradScalerOptions sopts{.init_scale = 1024.0, .growth_interval = 4};
+  auto plain = [&comp](const Tensor& x, const Tensor& y) {
+    comp.opt->zero_grad();
+    Tensor loss = cross_entropy(comp.model(x), y);
+    loss.backward();
+    comp.opt->step();
+    return loss;
+  };
+  auto fast = compile(plain, {.amp = low, .loss_scaling = scaling, .scaler = sopts});
+  amp::GradScaler scaler(sopts);
+  const auto batches = Batches(12, scaling ? std::vector<int>{6} : std::vector<int>{});
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const auto& [x, y] = batches[i];
+    const bool amp_on = i >= 2;
+    ref.opt->zero_grad();
+    Tensor le;
+    {
+      amp::Autocast guard(low, amp_on);
+      le = cross_entropy(ref.model(x), y);
+    }
+    if (scaling && amp_on) {
+      scaler.scale(le).backward();
+      scaler.step(*ref.opt);
+      scaler.update();
+    } else {
+      le.backward();
+      ref.opt->step();
+    }
+    Tensor lc = fast(x, y);
+    ASSERT_EQ(std::isfinite(le.item()), std::isfinite(lc.item())) << "step " << i;
+    if (std::isfinite(le.item())) {
+      EXPECT_NEAR(lc.item(), le.item(), 2e-3 * (1 + std::abs(le.item()))) << "step " << i;
+    }
+    auto pr = ref.model.parameters(), pc = comp.model.parameters();
+    for (size_t k = 0; k < pr.size(); ++k) {
+      EXPECT_EQ(pc[k].dtype(), DType::kF32);
+      ASSERT_TRUE(pc[k].grad().defined());
+      EXPECT_EQ(pc[k].grad().dtype(), DType::kF32) << "grads stay f32";
+      EXPECT_LE(amax(abs(pr[k] - pc[k])).item(), 2e-3) << "step " << i << " param " << k;
+    }
+  }
+  const CompileStats s = fast.stats();
+  EXPECT_GE(s.replays, 9) << s;
+  EXPECT_NE(s.passes.find(low == DType::kBF16 ? "autocast-bf16" : "autocast-f16"), std::string::npos)
+      << s.passes;
+  if (scaling) {
+    EXPECT_EQ(s.loss_scale, scaler.get_scale());
+    EXPECT_EQ(s.skipped_steps, 1);
+    EXPECT_EQ(scaler.skipped_steps(), 1);
+    EXPECT_NE(s.passes.find("grad-scaler"), std::string::npos) << s.passes;
+  } else {
+    EXPECT_EQ(s.loss_scale, 0.0);
+  }
+  // Casts fuse into the elementwise regions around them: the only
+  // standalone ones make low-precision copies of GEMM operands that are
+  // step inputs or state (the batch and the weights), once each per step.
+  std::ostringstream os;
+  fast.dump_ir(os);
+  const std::string ir = os.str();
+  int standalone_casts = 0;
+  for (size_t p = ir.find("\n  %"); p != std::string::npos; p = ir.find("\n  %", p + 1)) {
+    const size_t eol = ir.find('\n', p + 1);
+    const std::string line = ir.substr(p + 1, eol - p - 1);
+    if (line.find(" = cast ") != std::string::npos) ++standalone_casts;
+  }
+  EXPECT_LE(standalone_casts, 3) << "x, W1 and W2 at most:\n" << ir;
+}
+
+TEST(AmpCompileTest, CompilerBf16MatchesHandWrittenAutocast) {
+  CheckCompilerAmpMatchesHandWritten(DType::kBF16, false);
+}
+
+TEST(AmpCompileTest, CompilerF16InsertsTheScalerAndMatchesHandWrittenScaler) {
+  CheckCompilerAmpMatchesHandWritten(DType::kF16, true);
+}
+
+TEST(AmpCompileTest, AutocastStateIsGuarded) {
+  AmpRun r = Make(DType::kBF16);
+  auto step = [&r](const Tensor& x, const Tensor& y) {
+    r.opt->zero_grad();
+    Tensor loss = cross_entropy(r.model(x), y);
+    loss.backward();
+    r.opt->step();
+    return loss;
+  };
+  auto fast = compile(step);
+  const auto batches = Batches(6, {});
+  for (int i = 0; i < 3; ++i) fast(batches[i].first, batches[i].second);
+  {
+    amp::Autocast guard(DType::kBF16);
+    fast(batches[3].first, batches[3].second);  // retraces under autocast
+  }
+  fast(batches[4].first, batches[4].second);  // the f32 specialization again
+  const CompileStats s = fast.stats();
+  EXPECT_EQ(s.traces, 2) << fast.explain();
+  EXPECT_NE(fast.explain().find("autocast(bf16)"), std::string::npos) << fast.explain();
+  EXPECT_THROW(compile(step, {.amp = DType::kF64}), Error);
+}
+
+}  // namespace
+}  // namespace stepjit
