@@ -14,9 +14,12 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "frontend/compile.h"
 #include "ir/status.h"
+#include "runtime/amp/autocast.h"
+#include "runtime/amp/grad_scaler.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/data/dataloader.h"
 #include "runtime/data/idx.h"
@@ -42,6 +45,14 @@ Trains a 784-512-512-10 ReLU MLP on Fashion-MNIST with AdamW.
   --seed N           seeds parameter init and the shuffle (default 0)
   --workers N        DataLoader worker threads, 0 = main thread (default 1)
   --mode M           eager | compiled | both (default eager)
+  --amp P            none | bf16 | f16 (default none): mixed precision. Eager
+                     runs the step under amp::Autocast with an amp::GradScaler
+                     (f16, or bf16 with --loss-scaling); compiled compiles the
+                     plain f32 step with {.amp = P}, whose passes insert the
+                     same casts and scaler ops. Evaluation runs under autocast.
+  --loss-scaling     use dynamic loss scaling with bf16 too (always on for f16)
+  --compare-amp      run each mode in f32 and with --amp (default bf16) and
+                     print them side by side, with the scaler's skipped steps
   --json             print one JSON result line on stdout (epoch lines go to
                      stderr)
   --quiet            no progress bar and no epoch lines
@@ -58,6 +69,9 @@ struct Flags {
   uint64_t seed = 0;
   int64_t workers = 1;
   std::string mode = "eager";
+  DType amp = DType::kF32;  // kF32: none
+  bool loss_scaling = false;
+  bool compare_amp = false;
   bool json = false;
   bool quiet = false;
 };
@@ -71,13 +85,15 @@ std::string ParseFlags(int argc, char** argv, Flags& f, bool& help) {
       inline_value = arg.substr(eq + 1);
       arg.resize(eq);
     }
-    const bool is_switch =
-        arg == "--help" || arg == "-h" || arg == "--json" || arg == "--quiet";
+    const bool is_switch = arg == "--help" || arg == "-h" || arg == "--json" ||
+                           arg == "--quiet" || arg == "--loss-scaling" || arg == "--compare-amp";
     if (is_switch) {
       if (inline_value) return arg + " takes no value";
       help |= arg == "--help" || arg == "-h";
       f.json |= arg == "--json";
       f.quiet |= arg == "--quiet";
+      f.loss_scaling |= arg == "--loss-scaling";
+      f.compare_amp |= arg == "--compare-amp";
       continue;
     }
     auto value = [&]() -> std::optional<std::string> {
@@ -126,6 +142,13 @@ std::string ParseFlags(int argc, char** argv, Flags& f, bool& help) {
         return "--mode: expected eager, compiled or both, got '" + *v + "'";
       }
       f.mode = *v;
+    } else if (arg == "--amp") {
+      std::optional<std::string> v = value();
+      if (!v) return arg + " needs a value";
+      if (*v == "none") f.amp = DType::kF32;
+      else if (*v == "bf16") f.amp = DType::kBF16;
+      else if (*v == "f16") f.amp = DType::kF16;
+      else return "--amp: expected none, bf16 or f16, got '" + *v + "'";
     } else {
       return "unknown flag '" + std::string(argv[i]) + "'";
     }
@@ -191,7 +214,9 @@ class Progress {
 };
 
 struct RunResult {
-  std::string mode;
+  std::string mode;   // "eager", "compiled", with "+bf16"/"+f16" under AMP
+  std::string amp = "none";
+  int64_t skipped_steps = 0;  // loss-scaler steps skipped for inf/NaN grads
   int64_t epochs = 0;
   int64_t steps = 0;
   double ms_per_step = 0;        // median of forward+backward+optimizer
@@ -201,9 +226,10 @@ struct RunResult {
 };
 
 template <typename Model>
-double Evaluate(Model& model, const data::Dataset& test) {
+double Evaluate(Model& model, const data::Dataset& test, DType amp) {
   model.eval();
   NoGradGuard no_grad;
+  amp::Autocast autocast(amp == DType::kF16 ? DType::kF16 : DType::kBF16, amp != DType::kF32);
   int64_t correct = 0;
   data::DataLoader loader(test, {.batch_size = 1000});
   for (data::Batch& b : loader) {
@@ -218,7 +244,7 @@ double Evaluate(Model& model, const data::Dataset& test) {
 // Trains from f.seed; `compiled` wraps the step with stepjit::compile, so
 // both modes see the same initialization and batches.
 RunResult Run(const Flags& f, const data::Dataset& train,
-              const data::Dataset& test, bool compiled) {
+              const data::Dataset& test, bool compiled, DType amp_dtype) {
   manual_seed(f.seed);
   nn::Sequential model(nn::Linear(784, 512), nn::ReLU(), nn::Linear(512, 512),
                        nn::ReLU(), nn::Linear(512, 10));
@@ -233,16 +259,32 @@ RunResult Run(const Flags& f, const data::Dataset& train,
   // Epoch lines go to stderr under --json so stdout holds one JSON line.
   std::FILE* log = f.json ? stderr : stdout;
 
+  // Mixed precision: written by hand in eager mode; in compiled mode the
+  // compiler inserts it into the plain f32 step.
+  const bool use_amp = amp_dtype != DType::kF32;
+  const bool scaling = use_amp && (amp_dtype == DType::kF16 || f.loss_scaling);
+  const DType low = amp_dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
+  amp::GradScaler scaler({.enabled = scaling && !compiled});
   auto step = [&](const Tensor& x, const Tensor& y) {
     opt.zero_grad();
-    Tensor loss = cross_entropy(model(x), y);
-    loss.backward();
-    opt.step();
+    Tensor loss;
+    {
+      amp::Autocast autocast(low, use_amp && !compiled);
+      loss = cross_entropy(model(x), y);
+    }
+    scaler.scale(loss).backward();  // a disabled scaler passes through
+    scaler.step(opt);
+    scaler.update();
     return loss;
   };
-  auto fast = compile(step, {.mode = compiled ? Mode::kCompiled : Mode::kEager});
+  auto fast = compile(step, {.mode = compiled ? Mode::kCompiled : Mode::kEager,
+                             .amp = compiled ? amp_dtype : DType::kF32,
+                             .loss_scaling = compiled && scaling});
 
-  RunResult r{.mode = compiled ? "compiled" : "eager"};
+  const std::string amp_name = use_amp ? std::string(ir::DTypeName(amp_dtype)) : "none";
+  RunResult r{.mode = absl::StrCat(compiled ? "compiled" : "eager", use_amp ? "+" : "",
+                                   use_amp ? amp_name : ""),
+              .amp = amp_name};
   Progress progress(total, !f.quiet);
   std::vector<double> step_ms;
   step_ms.reserve(total);
@@ -270,7 +312,7 @@ RunResult Run(const Flags& f, const data::Dataset& train,
     // partial epoch when --max-steps stops mid-way).
     r.final_loss = loss_sum / std::max<int64_t>(epoch_steps, 1);
     const auto eval_start = Clock::now();
-    r.test_accuracy = Evaluate(model, test);
+    r.test_accuracy = Evaluate(model, test, amp_dtype);
     progress.Clear();
     if (!f.quiet) {
       std::fprintf(log,
@@ -289,6 +331,7 @@ RunResult Run(const Flags& f, const data::Dataset& train,
     r.ms_per_step = *mid;
     r.train_ms_per_step = 1e3 * train_s / r.steps;
   }
+  r.skipped_steps = compiled ? fast.stats().skipped_steps : (scaling ? scaler.skipped_steps() : 0);
   if (compiled && !f.quiet) {
     std::fprintf(log, "%s", fast.explain().c_str());
     std::fflush(log);
@@ -298,20 +341,22 @@ RunResult Run(const Flags& f, const data::Dataset& train,
 
 std::string Json(const RunResult& r) {
   return absl::StrFormat(
-      "{\"mode\":\"%s\",\"epochs\":%d,\"steps\":%d,\"ms_per_step\":%.4f,"
-      "\"train_ms_per_step\":%.4f,\"final_loss\":%.6f,\"test_accuracy\":%.4f}",
-      r.mode, r.epochs, r.steps, r.ms_per_step, r.train_ms_per_step,
-      r.final_loss, r.test_accuracy);
+      "{\"mode\":\"%s\",\"amp\":\"%s\",\"epochs\":%d,\"steps\":%d,\"ms_per_step\":%.4f,"
+      "\"train_ms_per_step\":%.4f,\"final_loss\":%.6f,\"test_accuracy\":%.4f,"
+      "\"skipped_steps\":%d}",
+      r.mode, r.amp, r.epochs, r.steps, r.ms_per_step, r.train_ms_per_step,
+      r.final_loss, r.test_accuracy, r.skipped_steps);
 }
 
 // One row per mode; speedup is relative to the first row's ms/step.
 void PrintSummary(const std::vector<RunResult>& rows) {
-  std::printf("%-9s %8s %8s %8s %14s %11s %9s\n", "mode", "ms/step", "steps/s",
-              "speedup", "train ms/step", "final loss", "test acc");
+  std::printf("%-14s %8s %8s %8s %14s %11s %9s %8s\n", "mode", "ms/step", "steps/s",
+              "speedup", "train ms/step", "final loss", "test acc", "skipped");
   for (const RunResult& r : rows) {
-    std::printf("%-9s %8.3f %8.1f %7.2fx %14.3f %11.4f %8.2f%%\n", r.mode.c_str(),
+    std::printf("%-14s %8.3f %8.1f %7.2fx %14.3f %11.4f %8.2f%% %8d\n", r.mode.c_str(),
                 r.ms_per_step, 1e3 / r.ms_per_step, rows[0].ms_per_step / r.ms_per_step,
-                r.train_ms_per_step, r.final_loss, 100 * r.test_accuracy);
+                r.train_ms_per_step, r.final_loss, 100 * r.test_accuracy,
+                static_cast<int>(r.skipped_steps));
   }
 }
 
@@ -338,11 +383,19 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
+  std::vector<DType> precisions = {f.amp};
+  if (f.compare_amp) {
+    precisions = {DType::kF32, f.amp == DType::kF32 ? DType::kBF16 : f.amp};
+  }
   std::vector<RunResult> rows;
-  if (f.mode != "compiled") rows.push_back(Run(f, *train, *test, false));
-  if (f.mode != "eager") rows.push_back(Run(f, *train, *test, true));
+  for (DType p : precisions) {
+    if (f.mode != "compiled") rows.push_back(Run(f, *train, *test, false, p));
+    if (f.mode != "eager") rows.push_back(Run(f, *train, *test, true, p));
+  }
   if (!f.json) {
     PrintSummary(rows);
+  } else if (rows.size() > 2) {
+    for (const RunResult& r : rows) std::printf("%s\n", Json(r).c_str());
   } else if (rows.size() == 2) {
     std::printf("{\"mode\":\"both\",\"eager\":%s,\"compiled\":%s,\"speedup\":%.4f}\n",
                 Json(rows[0]).c_str(), Json(rows[1]).c_str(),
