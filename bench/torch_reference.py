@@ -46,8 +46,11 @@ def skip(mode, why):
     print(f"skip: {mode}: {why}", file=sys.stderr, flush=True)
 
 
+AMP = "f32"  # --amp: "bf16" runs the torch modes' forward under CPU autocast
+
+
 def result(name, mode, ms, cold=0.0, warm=0.0):
-    return dict(workload=name, mode=mode, dtype="f32", ms_per_step=round(ms, 4),
+    return dict(workload=name, mode=mode, dtype=AMP, ms_per_step=round(ms, 4),
                 kernels_per_step=None, compile_ms_cold=round(cold, 3),
                 compile_ms_warm=round(warm, 3), peak_bytes=None)
 
@@ -89,7 +92,8 @@ def torch_setup(w):
 
     def step(x, y):
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=AMP == "bf16"):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
         return loss
@@ -211,9 +215,17 @@ def main():
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
     ap.add_argument("--modes", default=",".join(ALL_MODES),
                     help="comma-separated subset of " + ",".join(ALL_MODES))
+    ap.add_argument("--amp", choices=["f32", "bf16"], default="f32",
+                    help="bf16: torch modes run the forward under torch.autocast('cpu', "
+                         "bfloat16); jax_jit is skipped")
     ap.add_argument("--json", action="store_true",
                     help="JSON lines (the default output; accepted for symmetry)")
     args = ap.parse_args()
+    global AMP
+    AMP = args.amp
+    if AMP != "f32" and "jax_jit" in args.modes:
+        args.modes = ",".join(m for m in args.modes.split(",") if m != "jax_jit")
+        skip("jax_jit", f"--amp {AMP}: the JAX reference is f32 only")
     if args.steps < 1 or args.warmup < 0:
         ap.error("--steps must be >= 1 and --warmup >= 0")
     modes = [m for m in args.modes.split(",") if m]

@@ -52,6 +52,7 @@ std::string WorkloadNames() {
 struct WorkloadRun::State {
   nn::Sequential model;
   std::unique_ptr<optim::Optimizer> opt;
+  std::unique_ptr<amp::GradScaler> scaler;
   std::function<Tensor(const Tensor&, const Tensor&)> step;
   std::function<CompileStats()> stats;
   std::vector<std::pair<Tensor, Tensor>> pool;
@@ -70,11 +71,20 @@ WorkloadRun::WorkloadRun(const Workload& w, CompileOptions options)
     s.opt = std::make_unique<optim::AdamW>(s.model.parameters(), optim::AdamWOptions{.lr = w.lr});
   }
   State* raw = &s;
-  auto body = [raw](const Tensor& x, const Tensor& y) {
+  const DType amp_dtype = options.amp;
+  const bool eager_amp = options.mode == Mode::kEager && amp_dtype != DType::kF32;
+  s.scaler = std::make_unique<amp::GradScaler>(
+      amp::GradScalerOptions{.enabled = eager_amp && amp_dtype == DType::kF16});
+  auto body = [raw, eager_amp, amp_dtype](const Tensor& x, const Tensor& y) {
     raw->opt->zero_grad();
-    Tensor loss = cross_entropy(raw->model(x), y);
-    loss.backward();
-    raw->opt->step();
+    Tensor loss;
+    {
+      amp::Autocast autocast(amp_dtype == DType::kF16 ? DType::kF16 : DType::kBF16, eager_amp);
+      loss = cross_entropy(raw->model(x), y);
+    }
+    raw->scaler->scale(loss).backward();  // disabled: a pass-through
+    raw->scaler->step(*raw->opt);
+    raw->scaler->update();
     return loss;
   };
   s.warmup_steps = options.warmup_steps;

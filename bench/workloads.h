@@ -37,6 +37,9 @@ class WorkloadRun {
  public:
   static constexpr int kPoolSize = 16;
 
+  // options.amp (kBF16/kF16) selects mixed precision: the compiler's passes
+  // in compiled mode, amp::Autocast (+ amp::GradScaler for f16) written into
+  // the step in eager mode.
   WorkloadRun(const Workload& w, CompileOptions options);
   WorkloadRun(WorkloadRun&&) = default;
   ~WorkloadRun();

@@ -30,7 +30,7 @@ using Clock = std::chrono::steady_clock;
 constexpr char kUsage[] =
     R"(usage: stepjit-bench [flags]
 Times training steps (forward, cross-entropy, backward, optimizer) of MLP
-workloads, eager and through stepjit::compile, on the CPU in f32.
+workloads, eager and through stepjit::compile, on the CPU.
   --workload NAME   run only NAME (default: all), one of:
                       mlp784_adamw_b128     784-512-512-10, batch 128, AdamW lr 1e-3
                       mlp784_sgd_b128       the same with SGD lr 0.01 momentum 0.9
@@ -40,13 +40,19 @@ workloads, eager and through stepjit::compile, on the CPU in f32.
   --steps N         timed steps per workload and mode (default 50)
   --warmup N        untimed steps first (default 5; compiled runs at least
                     enough to warm up and trace)
+  --amp P           f32 (default), bf16, f16 or all: the training precision.
+                    Eager steps run under amp::Autocast (f16 with an
+                    amp::GradScaler); compiled steps compile the plain step
+                    with {.amp = P} (f16: the grad-scaler pass). "all" runs
+                    f32, bf16 and f16 one after the other.
   --json            one JSON object per line per workload and mode, keys:
                     workload, mode, dtype, ms_per_step, kernels_per_step,
                     compile_ms_cold, compile_ms_warm, peak_bytes
   --help            this text
 Flags take their value as "--flag V" or "--flag=V".
 
-Columns: ms/step is the median over the timed steps; batches rotate through a
+Columns: speedup is against the workload's f32 eager row; ms/step is the
+median over the timed steps; batches rotate through a
 pool of 16 random batches drawn with a fixed seed. kernels/step is, for eager,
 the ops the step dispatches (the compiled trace's ops_per_step) and, for
 compiled, kernel launches per replay. compile cold and warm are measured in
@@ -63,6 +69,7 @@ using bench::WorkloadRun;
 struct Flags {
   std::string workload;  // empty: all
   std::string compile_probe;  // internal: time one compile and print it
+  std::vector<DType> amp = {DType::kF32};
   int64_t steps = 50;
   int64_t warmup = 5;
   bool json = false;
@@ -71,6 +78,7 @@ struct Flags {
 struct Result {
   std::string workload;
   std::string mode;
+  std::string dtype = "f32";
   double ms_per_step = 0;
   int64_t kernels_per_step = 0;
   double compile_ms_cold = 0;
@@ -95,7 +103,7 @@ std::string ParseFlags(int argc, char** argv, Flags& f, bool& help) {
       continue;
     }
     if (arg != "--workload" && arg != "--steps" && arg != "--warmup" &&
-        arg != "--compile-probe") {
+        arg != "--compile-probe" && arg != "--amp") {
       return "unknown flag '" + std::string(argv[i]) + "'";
     }
     std::optional<std::string> v = inline_value;
@@ -107,6 +115,14 @@ std::string ParseFlags(int argc, char** argv, Flags& f, bool& help) {
                                bench::WorkloadNames());
       }
       (arg == "--workload" ? f.workload : f.compile_probe) = *v;
+      continue;
+    }
+    if (arg == "--amp") {
+      if (*v == "f32") f.amp = {DType::kF32};
+      else if (*v == "bf16") f.amp = {DType::kBF16};
+      else if (*v == "f16") f.amp = {DType::kF16};
+      else if (*v == "all") f.amp = {DType::kF32, DType::kBF16, DType::kF16};
+      else return "--amp: expected f32, bf16, f16 or all, got '" + *v + "'";
       continue;
     }
     int64_t& out = arg == "--steps" ? f.steps : f.warmup;
@@ -161,14 +177,15 @@ std::pair<double, double> ColdWarmCompileMs(const Workload& w, const char* self)
   return {cold, warm};
 }
 
-Result Run(const Workload& w, const Flags& f, bool compiled, const char* self) {
-  const CompileOptions copts{.mode = compiled ? Mode::kCompiled : Mode::kEager};
+Result Run(const Workload& w, const Flags& f, bool compiled, DType amp, const char* self) {
+  const CompileOptions copts{.mode = compiled ? Mode::kCompiled : Mode::kEager, .amp = amp};
   WorkloadRun run(w, copts);
   // Compiled: warmup_steps eager calls, then one traced call, then a replay.
   const int64_t warmup = compiled ? std::max<int64_t>(f.warmup, run.StepsToWarm()) : f.warmup;
   for (int64_t i = 0; i < warmup; ++i) run.Step();
 
-  Result r{.workload = w.name, .mode = compiled ? "compiled" : "eager"};
+  Result r{.workload = w.name, .mode = compiled ? "compiled" : "eager",
+           .dtype = std::string(ir::DTypeName(amp))};
   std::vector<double> ms;
   ms.reserve(f.steps);
   for (int64_t i = 0; i < f.steps; ++i) {
@@ -189,17 +206,17 @@ Result Run(const Workload& w, const Flags& f, bool compiled, const char* self) {
     const CompileStats s = run.stats();
     r.kernels_per_step = s.kernels_per_step;
     r.ops_per_step = s.ops_per_step;
-    std::tie(r.compile_ms_cold, r.compile_ms_warm) = ColdWarmCompileMs(w, self);
+    if (amp == DType::kF32) std::tie(r.compile_ms_cold, r.compile_ms_warm) = ColdWarmCompileMs(w, self);
   }
   return r;
 }
 
 std::string Json(const Result& r) {
   return absl::StrFormat(
-      "{\"workload\":\"%s\",\"mode\":\"%s\",\"dtype\":\"f32\","
+      "{\"workload\":\"%s\",\"mode\":\"%s\",\"dtype\":\"%s\","
       "\"ms_per_step\":%.4f,\"kernels_per_step\":%d,\"compile_ms_cold\":%.3f,"
       "\"compile_ms_warm\":%.3f,\"peak_bytes\":%d}",
-      r.workload, r.mode, r.ms_per_step, r.kernels_per_step, r.compile_ms_cold,
+      r.workload, r.mode, r.dtype, r.ms_per_step, r.kernels_per_step, r.compile_ms_cold,
       r.compile_ms_warm, r.peak_bytes);
 }
 
@@ -211,7 +228,7 @@ void PrintHeader() {
 
 void PrintRow(const Result& r, double eager_ms) {
   std::printf("%-22s %-9s %-5s %9.3f %7.2fx %13d %10.1fms %10.1fms %9.2f\n",
-              r.workload.c_str(), r.mode.c_str(), "f32", r.ms_per_step,
+              r.workload.c_str(), r.mode.c_str(), r.dtype.c_str(), r.ms_per_step,
               eager_ms / r.ms_per_step, static_cast<int>(r.kernels_per_step),
               r.compile_ms_cold, r.compile_ms_warm, r.peak_bytes / 1048576.0);
 }
@@ -233,16 +250,20 @@ int Main(int argc, char** argv) {
   if (!f.json) PrintHeader();
   for (const Workload& w : bench::Workloads()) {
     if (!f.workload.empty() && w.name != f.workload) continue;
-    Result eager = Run(w, f, false, self.c_str());
-    Result compiled = Run(w, f, true, self.c_str());
-    eager.kernels_per_step = compiled.ops_per_step;
-    for (const Result* r : {&eager, &compiled}) {
-      if (f.json) {
-        std::printf("%s\n", Json(*r).c_str());
-      } else {
-        PrintRow(*r, eager.ms_per_step);
+    double f32_eager_ms = 0;
+    for (DType amp : f.amp) {
+      Result eager = Run(w, f, false, amp, self.c_str());
+      Result compiled = Run(w, f, true, amp, self.c_str());
+      eager.kernels_per_step = compiled.ops_per_step;
+      if (f32_eager_ms == 0) f32_eager_ms = eager.ms_per_step;
+      for (const Result* r : {&eager, &compiled}) {
+        if (f.json) {
+          std::printf("%s\n", Json(*r).c_str());
+        } else {
+          PrintRow(*r, f32_eager_ms);
+        }
+        std::fflush(stdout);
       }
-      std::fflush(stdout);
     }
   }
   return 0;
