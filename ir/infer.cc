@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ir/status.h"
@@ -112,6 +113,50 @@ absl::StatusOr<TensorType> InferReduction(OpId op, const TensorType& x,
   return TensorType{dt, out};
 }
 
+// The `epilogue` attr of a matmul (see ir/ops.def): with two operands a mere
+// marking, with a third (bias) operand what the GEMM call computes.
+absl::Status CheckMatmulEpilogue(absl::Span<const TensorType> in,
+                                 const Attrs& attrs, int64_t n) {
+  const OpId op = OpId::kMatmul;
+  const std::string epilogue = attrs.GetString(AttrKey::kEpilogue);
+  const bool absorbed = in.size() == 3;
+  if (epilogue.empty() || epilogue == "bgrad") {
+    if (!absorbed) return absl::OkStatus();
+    return Invalid(op, in,
+                   absl::StrCat("a bias operand needs epilogue = "
+                                "\"bias[,relu|gelu|gelu_tanh]\", got '",
+                                epilogue, "'"));
+  }
+  const absl::string_view act = absl::StartsWith(epilogue, "bias,")
+                                    ? absl::string_view(epilogue).substr(5)
+                                    : "";
+  if (epilogue != "bias" &&
+      !(act == "relu" || act == "gelu" || act == "gelu_tanh")) {
+    return Invalid(op, in,
+                   absl::StrCat("unknown epilogue '", epilogue,
+                                "' (expected \"bias\" optionally followed by "
+                                "\",relu\", \",gelu\" or \",gelu_tanh\", or "
+                                "\"bgrad\")"));
+  }
+  if (!absorbed) return absl::OkStatus();
+  const TensorType& bias = in[2];
+  if (bias.shape.size() != 1) {
+    return Invalid(op, in, absl::StrCat("the bias must be 1-D [", n,
+                                        "], got rank ", bias.shape.size()));
+  }
+  if (bias.shape[0] != n) {
+    return Invalid(op, in,
+                   absl::StrCat("the bias has ", bias.shape[0],
+                                " elements but the output's last dim is ", n));
+  }
+  if (bias.dtype != in[0].dtype) {
+    return Invalid(op, in, absl::StrCat("the bias is ", DTypeName(bias.dtype),
+                                        " but the operands are ",
+                                        DTypeName(in[0].dtype)));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TensorType> InferMatmul(absl::Span<const TensorType> in,
                                        const Attrs& attrs) {
   const TensorType &a = in[0], &b = in[1];
@@ -140,6 +185,7 @@ absl::StatusOr<TensorType> InferMatmul(absl::Span<const TensorType> in,
   Shape out = *batch;
   out.push_back(m);
   out.push_back(n);
+  RETURN_IF_ERROR(CheckMatmulEpilogue(in, attrs, n));
   return TensorType{a.dtype, out};
 }
 

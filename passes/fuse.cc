@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
+#include "passes/gemm_epilogue.h"
 
 namespace stepjit::passes {
 
@@ -295,58 +296,19 @@ bool Fuser::Outline(FuseStats* stats) {
   return true;
 }
 
-int MarkEpilogues(ir::Graph& g) {
-  absl::flat_hash_map<const Value*, std::vector<Node*>> uses;
-  for (const auto& n : g.nodes()) {
-    for (const Value* v : n->inputs()) uses[v].push_back(n.get());
-  }
-  auto sole_use = [&](const Value* v) -> Node* {
-    auto it = uses.find(v);
-    return it != uses.end() && it->second.size() == 1 ? it->second[0] : nullptr;
-  };
-  int marked = 0;
-  for (const auto& n : g.nodes()) {
-    if (n->kind() != NodeKind::kOp || n->op() != OpId::kMatmul) continue;
-    std::string epilogue;
-    const Node* add = sole_use(n->output());
-    const int64_t cols = n->output()->type().shape.back();
-    if (add != nullptr && add->kind() == NodeKind::kOp && add->op() == OpId::kAdd) {
-      const Value* bias = add->inputs()[add->inputs()[0] == n->output() ? 1 : 0];
-      if (bias->type().shape == ir::Shape{cols}) {
-        epilogue = "bias";
-        const Node* act = sole_use(add->output());
-        if (act != nullptr && act->kind() == NodeKind::kOp &&
-            (act->op() == OpId::kRelu || act->op() == OpId::kGelu ||
-             act->op() == OpId::kGeluTanh)) {
-          epilogue += absl::StrCat(",", ir::OpName(act->op()));
-        }
-      }
-    }
-    if (epilogue.empty() && n->attrs().GetBool(ir::AttrKey::kTransposeA)) {
-      for (const Node* u : uses[n->inputs()[0]]) {
-        if (u->kind() == NodeKind::kOp && u->op() == OpId::kSum &&
-            u->attrs().GetInts(ir::AttrKey::kDims) == std::vector<int64_t>{0}) {
-          epilogue = "bgrad";
-        }
-      }
-    }
-    if (!epilogue.empty() && n->attrs().GetString(ir::AttrKey::kEpilogue) != epilogue) {
-      n->mutable_attrs().Set(ir::AttrKey::kEpilogue, epilogue);
-      ++marked;
-    }
-  }
-  return marked;
-}
-
 }  // namespace
 
 absl::StatusOr<bool> FuseGraph(ir::Graph& graph, FuseStats* stats) {
-  const int marked = MarkEpilogues(graph);
-  if (stats) stats->epilogues += marked;
+  const int marked = MarkGemmEpilogues(graph);
   Fuser fuser(graph);
   fuser.Group();
   const bool outlined = fuser.Outline(stats);
-  return outlined || marked > 0;
+  const int absorbed = AbsorbGemmEpilogues(graph);
+  if (stats) {
+    stats->epilogues += marked;
+    stats->absorbed += absorbed;
+  }
+  return outlined || marked > 0 || absorbed > 0;
 }
 
 absl::StatusOr<bool> Fuse(ir::Graph& graph, PassStats& stats) {
@@ -355,6 +317,7 @@ absl::StatusOr<bool> Fuse(ir::Graph& graph, PassStats& stats) {
   stats.Add("regions formed", f.regions);
   stats.Add("nodes fused", f.nodes_fused);
   stats.Add("gemm epilogues marked", f.epilogues);
+  stats.Add("gemm epilogues absorbed", f.absorbed);
   return changed;
 }
 

@@ -1,5 +1,5 @@
 // fuse: groups elementwise chains, reductions with their prologue/epilogue, and
-// optimizer updates into fusion regions; marks GEMM epilogues.
+// optimizer updates into fusion regions; absorbs GEMM epilogues.
 //
 // Legality rules (each has a "must not fuse" FileCheck case in tests/ir/fuse.ir):
 //  R1 Kinds. Only elementwise ops, in-place updates (values in SSA), the
@@ -20,10 +20,13 @@
 //  R6 State writes keep their order: assigns are never fused and stay after
 //     every region; in-place updates are ordinary SSA values here, and the
 //     memory planner decides later whether they may overwrite their input.
-// GEMM epilogues: a matmul whose only consumer adds a bias vector (then
-// optionally relu/gelu) gets `epilogue = "bias[,relu|gelu|gelu_tanh]"`; a
-// transposed-A matmul (a weight gradient) whose left operand is also summed
-// over dim 0 (the bias gradient) gets `epilogue = "bgrad"`.
+// GEMM epilogues (passes/gemm_epilogue.h): before grouping, a matmul whose
+// only consumer adds a bias vector (then optionally relu/gelu/gelu_tanh) is
+// marked `epilogue = "bias[,relu|gelu|gelu_tanh]"`, a weight-gradient matmul
+// beside a bias-gradient sum `epilogue = "bgrad"`; after outlining, a marked
+// matmul takes the bias as a third operand and the activation into its
+// `epilogue` (act(op(a) op(b) + bias), run by the GEMM library), and the add
+// and activation leave the region that consumed it.
 #ifndef STEPJIT_PASSES_FUSE_H_
 #define STEPJIT_PASSES_FUSE_H_
 
@@ -37,12 +40,13 @@ struct FuseStats {
   int regions = 0;        // fusion nodes created
   int nodes_fused = 0;    // ops moved into regions (constants excluded)
   int epilogues = 0;      // matmuls marked with an absorbable epilogue
+  int absorbed = 0;       // matmuls that took their bias (and activation) in
 };
 
 // Returns whether the graph changed.
 absl::StatusOr<bool> FuseGraph(ir::Graph& graph, FuseStats* stats);
 // The pipeline entry ("fuse"): counters "regions formed", "nodes fused",
-// "gemm epilogues marked".
+// "gemm epilogues marked", "gemm epilogues absorbed".
 absl::StatusOr<bool> Fuse(ir::Graph& graph, PassStats& stats);
 
 }  // namespace stepjit::passes

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <tuple>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "dnnl.hpp"
+#include "ir/host_math.h"
+#include "ir/scalar_def.h"
 #include "ir/status.h"
 
 namespace stepjit::runtime::cpu {
@@ -92,6 +95,66 @@ absl::Status Validate(const GemmArgs& g) {
   return absl::OkStatus();
 }
 
+// ---- Epilogue in one pass over C (OpenBLAS, and k == 0). ----
+
+// Computes in float (double for f64), rounds once, as the eager add and
+// activation kernels do on their own.
+template <typename T, typename Act>
+void EpilogueRows(const GemmArgs& g, Act act) {
+  using V = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const T* bias = static_cast<const T*>(g.bias);
+  for (int64_t i = 0; i < g.batch; ++i) {
+    for (int64_t r = 0; r < g.m; ++r) {
+      T* c = static_cast<T*>(g.c) + i * g.stride_c + r * g.ldc;
+      for (int64_t j = 0; j < g.n; ++j) {
+        V x = V(c[j]);
+        if (bias != nullptr) x += V(bias[j]);
+        c[j] = T(act(x));
+      }
+    }
+  }
+}
+
+template <typename T>
+void ApplyEpilogue(const GemmArgs& g) {
+  using V = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  using ir::OpId;
+  using ir::ScalarDef;
+  ir::HostMath<V> m;
+  switch (g.activation) {
+    case GemmActivation::kNone:
+      if (g.bias != nullptr) EpilogueRows<T>(g, [](V x) { return x; });
+      return;
+    case GemmActivation::kRelu:
+      EpilogueRows<T>(g,
+                      [&](V x) { return ScalarDef<OpId::kRelu>::Apply(m, x); });
+      return;
+    case GemmActivation::kGelu:
+      EpilogueRows<T>(g,
+                      [&](V x) { return ScalarDef<OpId::kGelu>::Apply(m, x); });
+      return;
+    case GemmActivation::kGeluTanh:
+      EpilogueRows<T>(
+          g, [&](V x) { return ScalarDef<OpId::kGeluTanh>::Apply(m, x); });
+      return;
+  }
+}
+
+void ApplyEpilogueAnyDType(const GemmArgs& g) {
+  switch (g.dtype) {
+    case DType::kF32:
+      return ApplyEpilogue<float>(g);
+    case DType::kF64:
+      return ApplyEpilogue<double>(g);
+    case DType::kF16:
+      return ApplyEpilogue<ir::Half>(g);
+    case DType::kBF16:
+      return ApplyEpilogue<ir::BFloat16>(g);
+    default:
+      return;  // Validate rejected the other dtypes
+  }
+}
+
 // ---- OpenBLAS (f32, f64). No batched cblas in 0.3.21, so loop. ----
 
 template <typename T>
@@ -111,6 +174,7 @@ absl::Status OpenBlasGemm(const GemmArgs& g) {
                   beta, c, g.ldc);
     }
   }
+  ApplyEpilogue<T>(g);
   return absl::OkStatus();
 }
 
@@ -132,10 +196,10 @@ DnnlContext& Dnnl() {
 // 1 so that unbatched calls share entries.
 auto KeyOf(const GemmArgs& g) {
   const bool batched = g.batch > 1;
-  return std::make_tuple(g.dtype, g.trans_a, g.trans_b, g.accumulate, g.m, g.n,
-                         g.k, g.lda, g.ldb, g.ldc, g.batch,
-                         batched ? g.stride_a : 0, batched ? g.stride_b : 0,
-                         batched ? g.stride_c : 0);
+  return std::make_tuple(g.dtype, g.trans_a, g.trans_b, g.accumulate,
+                         g.bias != nullptr, g.activation, g.m, g.n, g.k, g.lda,
+                         g.ldb, g.ldc, g.batch, batched ? g.stride_a : 0,
+                         batched ? g.stride_b : 0, batched ? g.stride_c : 0);
 }
 using PrimitiveKey = decltype(KeyOf(GemmArgs{}));
 
@@ -144,7 +208,7 @@ using PrimitiveKey = decltype(KeyOf(GemmArgs{}));
 struct CacheEntry {
   bool implemented = false;
   dnnl::matmul prim;
-  dnnl::memory::desc a_md, b_md, c_md;
+  dnnl::memory::desc a_md, b_md, c_md, bias_md;  // bias_md: zero when none
 };
 
 struct PrimitiveCache {
@@ -178,6 +242,29 @@ dnnl::memory::desc OperandDesc(DType t, int64_t batch, int64_t stride,
   return dnnl::memory::desc(dims, DnnlType(t), strides);
 }
 
+// The bias row, broadcast over the rows (and the batch) of C.
+dnnl::memory::desc BiasDesc(const GemmArgs& g) {
+  dnnl::memory::dims dims = {1, g.n};
+  if (g.batch > 1) dims.insert(dims.begin(), 1);
+  using tag = dnnl::memory::format_tag;
+  return dnnl::memory::desc(dims, DnnlType(g.dtype),
+                            g.batch > 1 ? tag::abc : tag::ab);
+}
+
+dnnl::algorithm DnnlActivation(GemmActivation a) {
+  switch (a) {
+    case GemmActivation::kRelu:
+      return dnnl::algorithm::eltwise_relu;
+    case GemmActivation::kGelu:
+      return dnnl::algorithm::eltwise_gelu_erf;
+    case GemmActivation::kGeluTanh:
+      return dnnl::algorithm::eltwise_gelu_tanh;
+    case GemmActivation::kNone:
+      break;
+  }
+  return dnnl::algorithm::undef;
+}
+
 absl::StatusOr<CacheEntry> GetPrimitive(const GemmArgs& g) {
   const PrimitiveKey key = KeyOf(g);
   PrimitiveCache& cache = Cache();
@@ -189,15 +276,21 @@ absl::StatusOr<CacheEntry> GetPrimitive(const GemmArgs& g) {
   e.b_md =
       OperandDesc(g.dtype, g.batch, g.stride_b, g.k, g.n, g.ldb, g.trans_b);
   e.c_md = OperandDesc(g.dtype, g.batch, g.stride_c, g.m, g.n, g.ldc, false);
+  if (g.bias != nullptr) e.bias_md = BiasDesc(g);
   try {
-    dnnl::primitive_attr attr;
-    if (g.accumulate) {
-      dnnl::post_ops ops;
-      ops.append_sum(1.0f);  // C = A*B + 1.0 * C
-      attr.set_post_ops(ops);
+    // Bias first (inside the product), then C = act(A*B + bias + 1.0 * C).
+    dnnl::post_ops ops;
+    if (g.accumulate) ops.append_sum(1.0f);
+    if (g.activation != GemmActivation::kNone) {
+      ops.append_eltwise(1.0f, DnnlActivation(g.activation), 0.0f, 0.0f);
     }
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a_md, e.b_md, e.c_md),
-                                    attr, Dnnl().engine);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(ops);
+    const dnnl::matmul::desc desc =
+        g.bias != nullptr
+            ? dnnl::matmul::desc(e.a_md, e.b_md, e.bias_md, e.c_md)
+            : dnnl::matmul::desc(e.a_md, e.b_md, e.c_md);
+    dnnl::matmul::primitive_desc pd(desc, attr, Dnnl().engine);
     e.prim = dnnl::matmul(pd);
     e.implemented = true;
   } catch (const dnnl::error& err) {
@@ -234,9 +327,13 @@ absl::Status OneDnnGemm(const GemmArgs& g) {
     dnnl::memory a(e.a_md, ctx.engine, const_cast<void*>(g.a));
     dnnl::memory b(e.b_md, ctx.engine, const_cast<void*>(g.b));
     dnnl::memory c(e.c_md, ctx.engine, g.c);
-    e.prim.execute(
-        ctx.stream,
-        {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
+    if (g.bias != nullptr) {
+      args.emplace(DNNL_ARG_BIAS, dnnl::memory(e.bias_md, ctx.engine,
+                                               const_cast<void*>(g.bias)));
+    }
+    e.prim.execute(ctx.stream, args);
     ctx.stream.wait();
   } catch (const dnnl::error& err) {
     return absl::InternalError(
@@ -269,7 +366,7 @@ bool HasNativeMatmul(DType t) {
 
 // Per-thread buffers reused across calls, so eager steps don't allocate.
 struct Scratch {
-  std::vector<float> a, b, c;
+  std::vector<float> a, b, c, bias;
 };
 
 // Copies `count` matrices of `e` (pitch ld, `stride` apart) densely into dst.
@@ -308,6 +405,12 @@ absl::Status ViaF32(const GemmArgs& g, GemmBackend backend) {
                  s.c.data(), ec.cols, ec.rows * ec.cols);
   }
   GemmArgs f = g;
+  if (g.bias != nullptr) {
+    s.bias.resize(g.n);
+    CopyMatrices(static_cast<const T*>(g.bias), 1, 0, Extent{1, g.n}, g.n,
+                 s.bias.data(), g.n, g.n);
+    f.bias = s.bias.data();
+  }
   f.dtype = DType::kF32;
   f.a = s.a.data();
   f.lda = ea.cols;
@@ -345,6 +448,20 @@ void ZeroC(const GemmArgs& g) {
 }
 
 }  // namespace
+
+absl::string_view GemmActivationName(GemmActivation a) {
+  switch (a) {
+    case GemmActivation::kNone:
+      return "none";
+    case GemmActivation::kRelu:
+      return "relu";
+    case GemmActivation::kGelu:
+      return "gelu";
+    case GemmActivation::kGeluTanh:
+      return "gelu_tanh";
+  }
+  return "?";
+}
 
 absl::string_view GemmBackendName(GemmBackend b) {
   switch (b) {
@@ -402,6 +519,7 @@ absl::Status Gemm(const GemmArgs& g) {
   if (g.batch == 0 || g.m == 0 || g.n == 0) return absl::OkStatus();
   if (g.k == 0) {
     if (!g.accumulate) ZeroC(g);
+    ApplyEpilogueAnyDType(g);
     return absl::OkStatus();
   }
   const GemmBackend backend =

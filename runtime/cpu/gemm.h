@@ -13,9 +13,16 @@ namespace stepjit::runtime::cpu {
 
 enum class GemmBackend { kAuto, kOpenBlas, kOneDnn };
 
-// C[m,n] = op(A)[m,k] * op(B)[k,n] (+ C when accumulating), all row-major.
-// op(X) is X or its transpose; lda/ldb/ldc are the row pitches of the matrices
-// as stored (so lda >= m when trans_a, lda >= k otherwise).
+// Applied to every element of C last, as the scalar definitions of the ops of
+// the same names (ir/scalar_def.h).
+enum class GemmActivation { kNone, kRelu, kGelu, kGeluTanh };
+
+// C[m,n] = act(op(A)[m,k] * op(B)[k,n] (+ C when accumulating) + bias[n]),
+// all row-major. op(X) is X or its transpose; lda/ldb/ldc are the row pitches
+// of the matrices as stored (so lda >= m when trans_a, lda >= k otherwise).
+// oneDNN adds the bias and applies the activation inside its matmul primitive
+// (DNNL_ARG_BIAS, an eltwise post-op); OpenBLAS does them in one pass over C
+// after the product.
 struct GemmArgs {
   ir::DType dtype;  // f32, f64, f16 or bf16; A, B and C all have this dtype
   bool trans_a = false, trans_b = false;
@@ -26,7 +33,9 @@ struct GemmArgs {
   int64_t ldb = 0;
   void* c = nullptr;
   int64_t ldc = 0;
-  bool accumulate = false;  // beta = 1 instead of 0
+  bool accumulate = false;     // beta = 1 instead of 0
+  const void* bias = nullptr;  // n elements of `dtype`, or none
+  GemmActivation activation = GemmActivation::kNone;
   // Batched: `batch` products; element strides between consecutive matrices.
   // A stride of 0 broadcasts one A or B to every product (never for C).
   int64_t batch = 1;
@@ -45,6 +54,8 @@ GemmBackend ChooseBackend(const GemmArgs& args);
 
 // "auto", "openblas" or "onednn".
 absl::string_view GemmBackendName(GemmBackend b);
+// "none", "relu", "gelu" or "gelu_tanh".
+absl::string_view GemmActivationName(GemmActivation a);
 
 }  // namespace stepjit::runtime::cpu
 

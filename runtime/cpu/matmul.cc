@@ -1,5 +1,8 @@
-// Eager CPU matmul: maps strided (batched) operands onto one GEMM library call.
+// Eager CPU matmul: maps strided (batched) operands, and an absorbed bias and
+// activation, onto one GEMM library call.
 #include "ir/infer.h"
+#include "ir/status.h"
+#include "runtime/autograd/grad_mode.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/loops.h"
@@ -57,8 +60,30 @@ Operand Prepare(const Tensor& x, bool trans, ShapeRef batch) {
   return {c, trans, cols, rows * cols};
 }
 
+// The activation of an absorbed epilogue ("bias[,act]"; type inference has
+// checked the spelling).
+GemmActivation ActivationOf(const std::string& epilogue) {
+  if (epilogue == "bias,relu") return GemmActivation::kRelu;
+  if (epilogue == "bias,gelu") return GemmActivation::kGelu;
+  if (epilogue == "bias,gelu_tanh") return GemmActivation::kGeluTanh;
+  return GemmActivation::kNone;
+}
+
 void MatmulKernel(const KernelArgs& k) {
   const Tensor &a = k.inputs[0], &b = k.inputs[1];
+  const bool absorbed = k.inputs.size() == 3;
+  // Only compiled graphs (replayed without grad) hold the 3-operand form, so
+  // it has no gradient rule; refuse before autograd would record one.
+  if (absorbed && GradMode::is_enabled()) {
+    for (size_t i = 0; i < k.inputs.size(); ++i) {
+      SJ_REQUIRE(!k.inputs[i].requires_grad(),
+                 "matmul with a bias operand (epilogue = \"",
+                 k.attrs.GetString(AttrKey::kEpilogue),
+                 "\") has no gradient, but input ", i,
+                 " requires grad; use matmul, add and the activation, or "
+                 "run it under NoGradGuard");
+    }
+  }
   const bool ta = k.attrs.GetBool(AttrKey::kTransposeA);
   const bool tb = k.attrs.GetBool(AttrKey::kTransposeB);
   Shape batch(k.out.shape().begin(), k.out.shape().end() - 2);
@@ -82,6 +107,12 @@ void MatmulKernel(const KernelArgs& k) {
   g.stride_a = pa.stride;
   g.stride_b = pb.stride;
   g.stride_c = m * n;
+  Tensor bias;
+  if (absorbed) {
+    bias = ContiguousCopyIfNeeded(k.inputs[2]);
+    g.bias = bias.data_ptr();
+    g.activation = ActivationOf(k.attrs.GetString(AttrKey::kEpilogue));
+  }
   if (g.batch == 0 || m == 0 || n == 0) return;
   // Degenerate pitches (a dim of size 1) must still satisfy GEMM's checks.
   g.lda = std::max(g.lda, pa.trans ? m : kk);
