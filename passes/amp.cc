@@ -229,8 +229,23 @@ absl::StatusOr<bool> InsertGradScaler(ir::Graph& g, PassStats& stats) {
       if (!grads.contains(out)) continue;
       ASSIGN_OR_RETURN(Value * g_unscaled, b.Op(OpId::kMul, {out, inv}));
       replace.Replace(out, g_unscaled);
+      // found_inf reads the scaled grad (finite exactly when the unscaled
+      // one is), so the optimizer's region, which absorbs the unscaling,
+      // does not feed the flag that predicates its own update: the
+      // where() then fuses into that region.
+      // A widening cast (autocast's f16 -> f32 grad) keeps finiteness: read
+      // its source, so that the check does not share a producer with (and
+      // fuse into) the optimizer's region.
+      Value* checked = out;
+      if (const Node* p = checked->producer(); p != nullptr && p->kind() == NodeKind::kOp &&
+                                                p->op() == OpId::kCast) {
+        const DType from = p->inputs()[0]->type().dtype, to = checked->type().dtype;
+        if ((from == DType::kF16 || from == DType::kBF16) && (to == DType::kF32 || to == DType::kF64)) {
+          checked = p->inputs()[0];
+        }
+      }
       ASSIGN_OR_RETURN(Value * zero, b.Const(0.0, DType::kF32));
-      ASSIGN_OR_RETURN(Value * times0, b.Op(OpId::kMul, {g_unscaled, zero}));
+      ASSIGN_OR_RETURN(Value * times0, b.Op(OpId::kMul, {checked, zero}));
       ASSIGN_OR_RETURN(Value * s, b.Op(OpId::kSum, {times0}, {{AttrKey::kDims, std::vector<int64_t>{}},
                                                            {AttrKey::kKeepdim, false}}));
       ASSIGN_OR_RETURN(Value * nan, b.Op(OpId::kNe, {s, s}));

@@ -14,7 +14,8 @@
 //     multiplied by the state param %amp_scale;
 //   - every returned value that depends on the seed is a gradient: it is
 //     multiplied by 1/scale (its uses, the optimizer's included, read the
-//     unscaled value) and found_inf = max over grads of isnan(sum(g * 0));
+//     unscaled value) and found_inf = max over grads of isnan(sum(g * 0)),
+//     read from the scaled grad (finite exactly when the unscaled one is);
 //   - every state write-back after the seed (the optimizer update, its step
 //     count) becomes where(found_inf, old, new): a skipped step changes
 //     nothing;
