@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/cpu/llvm_math.h"
 #include "codegen/kernel_cache.h"
+#include "codegen/region_plan.h"
 #include "codegen/sha256.h"
 #include "ir/printer.h"
 #include "ir/scalar_def.h"
@@ -43,9 +44,6 @@ constexpr char kLoweringVersion[] = "region-lowering-3";
 
 absl::Status Unsupported(absl::string_view why) { return absl::UnimplementedError(why); }
 
-bool IsHalf(DType t) { return t == DType::kF16 || t == DType::kBF16; }
-bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF64 || IsHalf(t); }
-
 // The register type a value of dtype `t` lives in (half types compute in f32).
 llvm::Type* RegType(llvm::LLVMContext& c, DType t) {
   switch (t) {
@@ -68,154 +66,6 @@ llvm::Type* MemType(llvm::LLVMContext& c, DType t) {
     case DType::kBool: return llvm::Type::getInt8Ty(c);
     default: return nullptr;
   }
-}
-
-int64_t Numel(const Value* v) { return ir::NumElements(v->type().shape); }
-
-enum class Domain : uint8_t { kScalar, kFull, kReduced };
-
-bool IsReduction(OpId op) { return op == OpId::kSum || op == OpId::kMean || op == OpId::kAmax; }
-
-bool IsOrderPreservingView(OpId op) {
-  return op == OpId::kReshape || op == OpId::kSqueeze || op == OpId::kUnsqueeze;
-}
-
-// Where every value of a body lives, and how F and R are shaped.
-struct Plan {
-  ir::Shape f_shape;
-  int64_t f_numel = 0;
-  std::vector<bool> f_reduced;  // per F dim: reduced by the region's reductions
-  int64_t r_numel = 0;          // 0: the region has no reductions
-  bool row_loop = false;        // broadcast operands or reductions
-  absl::flat_hash_map<const Value*, Domain> domain;
-};
-
-bool DTypeSupported(DType t) { return IsFloat(t) || t == DType::kBool; }
-
-absl::StatusOr<Plan> Analyze(const ir::Graph& body) {
-  Plan plan;
-  for (const Value* p : body.params()) {
-    if (!DTypeSupported(p->type().dtype)) {
-      return Unsupported(absl::StrCat("dtype ", ir::DTypeName(p->type().dtype)));
-    }
-  }
-  const Node* first_reduction = nullptr;
-  std::vector<int64_t> dims;
-  for (const auto& n : body.nodes()) {
-    if (n->kind() != ir::NodeKind::kOp) return Unsupported("nested region");
-    const OpId op = n->op();
-    const ir::OpKind kind = ir::GetOpInfo(op).kind;
-    if (!(kind == ir::OpKind::kElementwise || kind == ir::OpKind::kInplaceUpdate ||
-          op == OpId::kFull || op == OpId::kCast || op == OpId::kWhere ||
-          IsOrderPreservingView(op) || IsReduction(op))) {
-      return Unsupported(absl::StrCat("op ", ir::OpName(op)));
-    }
-    if (!DTypeSupported(n->output()->type().dtype)) {
-      return Unsupported(absl::StrCat("dtype ", ir::DTypeName(n->output()->type().dtype)));
-    }
-    if (!IsReduction(op)) continue;
-    const ir::TensorType& in = n->inputs()[0]->type();
-    if (!IsFloat(in.dtype) || !IsFloat(n->output()->type().dtype)) {
-      return Unsupported("a reduction of non-float values");
-    }
-    ASSIGN_OR_RETURN(std::vector<int64_t> d,
-                     ir::NormalizeDims(n->attrs().GetInts(AttrKey::kDims),
-                                       static_cast<int64_t>(in.shape.size())));
-    if (first_reduction == nullptr) {
-      first_reduction = n.get();
-      plan.f_shape = in.shape;
-      dims = d;
-    } else if (in.shape != plan.f_shape || d != dims) {
-      return Unsupported("reductions over different shapes or dims");
-    }
-  }
-  if (first_reduction != nullptr) {
-    plan.f_reduced.assign(plan.f_shape.size(), false);
-    plan.r_numel = 1;
-    for (int64_t d : dims) plan.f_reduced[d] = true;
-    for (size_t d = 0; d < plan.f_shape.size(); ++d) {
-      if (!plan.f_reduced[d]) plan.r_numel *= plan.f_shape[d];
-    }
-    plan.row_loop = true;
-  } else {
-    for (const auto& n : body.nodes()) {
-      if (Numel(n->output()) > ir::NumElements(plan.f_shape)) plan.f_shape = n->output()->type().shape;
-    }
-    plan.f_reduced.assign(plan.f_shape.size(), false);
-  }
-  plan.f_numel = ir::NumElements(plan.f_shape);
-  if (plan.f_numel <= 1) return Unsupported("a one-element region is not worth a kernel");
-
-  auto param_domain = [&](const Value* p) -> std::optional<Domain> {
-    const int64_t n = Numel(p);
-    if (n == 1) return Domain::kScalar;
-    if (n == plan.f_numel) return Domain::kFull;
-    if (plan.r_numel > 0 && n == plan.r_numel) return Domain::kReduced;
-    return std::nullopt;  // a broadcast operand of a full-size op
-  };
-  for (const Value* p : body.params()) {
-    if (auto d = param_domain(p)) plan.domain[p] = *d;
-  }
-  for (const auto& n : body.nodes()) {
-    const Value* out = n->output();
-    const int64_t numel = Numel(out);
-    bool any_full = false, any_reduced = false, all_scalar = true;
-    for (const Value* v : n->inputs()) {
-      auto it = plan.domain.find(v);
-      const std::optional<Domain> d =
-          it != plan.domain.end() ? std::optional<Domain>(it->second) : std::nullopt;
-      any_full |= !d || *d == Domain::kFull;
-      any_reduced |= d && *d == Domain::kReduced && body.IsParam(v) == false;
-      all_scalar &= d && *d == Domain::kScalar;
-    }
-    Domain d;
-    if (IsReduction(n->op())) {
-      const Value* in = n->inputs()[0];
-      auto it = plan.domain.find(in);
-      if (it == plan.domain.end() || it->second != Domain::kFull || in->type().shape != plan.f_shape) {
-        return Unsupported("a reduction whose input is not the region's full shape");
-      }
-      d = Domain::kReduced;
-    } else if (any_reduced) {
-      if (numel != plan.r_numel) return Unsupported("a reduced value broadcast back over the region");
-      d = Domain::kReduced;
-    } else if (all_scalar && numel == 1) {
-      d = Domain::kScalar;
-    } else if (numel == plan.f_numel) {
-      d = Domain::kFull;
-    } else if (plan.r_numel > 0 && numel == plan.r_numel) {
-      d = Domain::kReduced;
-    } else {
-      return Unsupported(absl::StrCat("a value of ", numel, " elements in a region over ",
-                                      plan.f_numel));
-    }
-    // Operands: full-size ops may broadcast params against F; reduced-domain
-    // ops read reduced-size or 0-d values only.
-    for (const Value* v : n->inputs()) {
-      auto it = plan.domain.find(v);
-      if (d == Domain::kScalar) continue;
-      if (d == Domain::kReduced) {
-        if (IsReduction(n->op())) continue;
-        if (it == plan.domain.end() || it->second == Domain::kFull) {
-          return Unsupported("a reduced-domain op reads a full-size value");
-        }
-        continue;
-      }
-      // A reduced-size param read by a full-size op is a broadcast operand.
-      if (it != plan.domain.end() && it->second != Domain::kReduced) continue;
-      if (out->type().shape != plan.f_shape ||
-          !ir::BroadcastShapes(v->type().shape, plan.f_shape).ok() ||
-          *ir::BroadcastShapes(v->type().shape, plan.f_shape) != plan.f_shape) {
-        return Unsupported("an operand that does not broadcast to the region's shape");
-      }
-      plan.row_loop = true;
-    }
-    plan.domain[out] = d;
-  }
-  for (const Value* r : body.returns()) {
-    if (!plan.domain.contains(r)) return Unsupported("a broadcast parameter is returned");
-  }
-  return plan;
 }
 
 // Emits the region's functions into one module.

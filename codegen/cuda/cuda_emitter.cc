@@ -1,0 +1,651 @@
+// Fusion region lowering to CUDA C: scalar kernel, main kernel over F (grid-
+// stride loop or reduction partials), reduced kernel over R.
+#include "codegen/cuda/cuda_emitter.h"
+
+#include <algorithm>
+
+#include "absl/algorithm/container.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "codegen/cuda/cuda_c.h"
+#include "codegen/cuda/cuda_layout.h"
+#include "codegen/cuda/cuda_math.h"
+#include "codegen/region_plan.h"
+#include "codegen/sha256.h"
+#include "ir/printer.h"
+#include "ir/scalar_def.h"
+#include "ir/status.h"
+
+namespace stepjit::codegen::cuda {
+
+using ir::AttrKey;
+using ir::DType;
+using ir::Node;
+using ir::OpId;
+using ir::Value;
+
+namespace {
+
+// Bumped whenever the emitted code changes for a given body (it is part of
+// the kernel names, hence of every cache key).
+constexpr char kLoweringVersion[] = "cuda-lowering-1";
+
+// Elements per thread and vector in pure elementwise regions.
+constexpr int kVector = 4;
+
+absl::Status Unsupported(absl::string_view why) {
+  return absl::UnimplementedError(why);
+}
+
+class Emitter {
+ public:
+  Emitter(const ir::Graph& body, const Plan& plan, const EmitOptions& options)
+      : body_(body), plan_(plan), options_(options) {}
+
+  absl::Status Run(const std::string& prefix, RegionSource& out);
+
+ private:
+  using Env = absl::flat_hash_map<const Value*, std::string>;
+
+  void Analyze(RegionSource& out);
+  absl::StatusOr<std::string> Expr(const Node& n, Env& env, CudaStatements& s);
+  // `suffix` names vector registers instead of pointers: p0v.v[lane].
+  absl::Status EmitPhase(Domain d, Env& env, CudaStatements& s,
+                         const std::string& index,
+                         const std::string& suffix = "");
+  bool UsedIn(Domain d, const Value* v) const;
+  void Prologue(Domain d, Env& env, CudaStatements& s);
+  void LoadParams(Domain d, Env& env, CudaStatements& s,
+                  const std::string& index, const std::string& suffix = "");
+  absl::Status EmitVectorLoop(CudaStatements& s, const Env& env);
+  std::string Signature(const std::string& name) const;
+  std::string Kernel(const std::string& name, const CudaStatements& s) const;
+  absl::Status EmitScalar(RegionSource& out);
+  absl::Status EmitMain(RegionSource& out);
+  absl::Status EmitReduced(RegionSource& out);
+
+  const ir::Graph& body_;
+  const Plan& plan_;
+  const EmitOptions& options_;
+  absl::flat_hash_map<const Value*, std::string> names_;
+  absl::flat_hash_map<const Value*, int> slots_;
+  absl::flat_hash_map<const Node*, int> acc_index_;
+  std::vector<const Node*> accs_;  // the reductions, by accumulator index
+  // The operands each node's code reads (fill_ and copy_ ignore `self`).
+  absl::flat_hash_map<const Node*, absl::flat_hash_set<const Value*>> reads_;
+  std::vector<const Value*> bcast_;  // broadcast operands, in first-use order
+  Layout layout_;
+  std::string text_;
+};
+
+void Emitter::Analyze(RegionSource& out) {
+  for (size_t k = 0; k < body_.params().size(); ++k)
+    names_[body_.params()[k]] = absl::StrCat("x", k);
+  for (size_t k = 0; k < body_.nodes().size(); ++k)
+    names_[body_.nodes()[k]->output()] = absl::StrCat("v", k);
+  for (const auto& n : body_.nodes()) {
+    absl::flat_hash_set<const Value*>& reads = reads_[n.get()];
+    Env probe;
+    for (size_t k = 0; k < n->inputs().size(); ++k)
+      probe[n->inputs()[k]] = absl::StrCat("sj_operand_", k, "_");
+    CudaStatements s;
+    absl::StatusOr<std::string> e = IsReduction(n->op())
+                                        ? absl::StatusOr<std::string>("")
+                                        : Expr(*n, probe, s);
+    for (const Value* v : n->inputs()) {
+      if (!e.ok() || IsReduction(n->op()) ||
+          absl::StrContains(*e + s.text, probe.at(v)))
+        reads.insert(v);
+    }
+  }
+  // 0-d values the other kernels read travel through scratch slots; 0-d
+  // constants are simply repeated where they are used.
+  for (const auto& n : body_.nodes()) {
+    if (plan_.domain.at(n->output()) == Domain::kScalar) continue;
+    for (const Value* v : n->inputs()) {
+      auto it = plan_.domain.find(v);
+      if (it == plan_.domain.end() || it->second != Domain::kScalar ||
+          slots_.contains(v))
+        continue;
+      if (v->producer() != nullptr && v->producer()->op() == OpId::kFull)
+        continue;
+      const int s = static_cast<int>(slots_.size());
+      slots_[v] = s;
+    }
+    if (IsReduction(n->op())) {
+      acc_index_[n.get()] = static_cast<int>(accs_.size());
+      accs_.push_back(n.get());
+      continue;
+    }
+    if (plan_.domain.at(n->output()) != Domain::kFull) continue;
+    for (const Value* v : n->inputs()) {
+      auto it = plan_.domain.find(v);
+      if (!body_.IsParam(v) || absl::c_linear_search(bcast_, v)) continue;
+      if (it != plan_.domain.end() &&
+          (it->second == Domain::kScalar || it->second == Domain::kFull))
+        continue;
+      bcast_.push_back(v);
+    }
+  }
+  layout_ = PlanLayout(plan_, bcast_, options_.block);
+  out.numel = plan_.f_numel;
+  out.reduced_numel = plan_.r_numel;
+  out.num_slots = static_cast<int>(slots_.size());
+  out.num_accumulators = static_cast<int>(accs_.size());
+  out.index64 = layout_.index64;
+  out.strategy = layout_.strategy;
+  out.chunks = layout_.chunks;
+  out.partials = plan_.r_numel * layout_.chunks;
+}
+
+absl::StatusOr<std::string> Emitter::Expr(const Node& n, Env& env,
+                                          CudaStatements& s) {
+  const OpId op = n.op();
+  const DType out = n.output()->type().dtype;
+  auto in = [&](size_t k, DType as) {
+    const Value* v = n.inputs()[k];
+    // Operands the definition ignores (fill_'s self) are never loaded; the
+    // name is undefined, so NVRTC would reject any use of it.
+    auto it = env.find(v);
+    return it == env.end() ? std::string("sj_unread")
+                           : Convert(it->second, v->type().dtype, as);
+  };
+  if (op == OpId::kFull) {
+    return Constant(n.attrs().GetDouble(AttrKey::kValue), out);
+  }
+  if (IsOrderPreservingView(op)) return env.at(n.inputs()[0]);
+  if (op == OpId::kCast) return in(0, out);
+  if (op == OpId::kWhere)
+    return absl::StrCat("(", in(0, DType::kBool), " ? ", in(1, out), " : ",
+                        in(2, out), ")");
+  // Operands are converted to the compute dtype first, as dispatch does.
+  DType compute = out;
+  if (out == DType::kBool) {
+    compute = n.inputs()[0]->type().dtype;
+    for (const Value* v : n.inputs()) {
+      compute = ir::ResultType(
+          std::vector<ir::TensorType>{{compute, {1}}, v->type()});
+    }
+  }
+  if (compute == DType::kBool) return Unsupported("bool arithmetic");
+  CudaMath m{s, compute == DType::kF64};
+  std::string result;
+  switch (op) {
+#define SJ_UNARY(e, expr)                                         \
+  case OpId::k##e:                                                \
+    result = ir::ScalarDef<OpId::k##e>::Apply(m, in(0, compute)); \
+    break;
+#define SJ_BINARY(e, expr)                                                   \
+  case OpId::k##e:                                                           \
+    result =                                                                 \
+        ir::ScalarDef<OpId::k##e>::Apply(m, in(0, compute), in(1, compute)); \
+    break;
+#define SJ_UPDATE(e, expr)                                   \
+  case OpId::k##e:                                           \
+    result = ir::ScalarDef<OpId::k##e>::Apply(               \
+        m, in(0, compute),                                   \
+        n.inputs().size() > 1 ? in(1, compute) : m.Const(0), \
+        n.inputs().size() > 2 ? in(2, compute) : m.Const(0), \
+        m.Const(n.attrs().GetDouble(AttrKey::kAlpha, 1.0)),  \
+        m.Const(n.attrs().GetDouble(AttrKey::kValue, 0.0))); \
+    break;
+    SJ_UNARY_SCALAR_DEFS(SJ_UNARY)
+    SJ_BINARY_SCALAR_DEFS(SJ_BINARY)
+    SJ_COMPARE_SCALAR_DEFS(SJ_BINARY)
+    SJ_UPDATE_SCALAR_DEFS(SJ_UPDATE)
+#undef SJ_UNARY
+#undef SJ_BINARY
+#undef SJ_UPDATE
+    default:
+      return Unsupported(absl::StrCat("op ", ir::OpName(op)));
+  }
+  return out == DType::kBool ? result : Round(result, out);
+}
+
+// The nodes of domain `d` (for kFull also the reductions' accumulation),
+// then the returns of `d` stored at `index`.
+absl::Status Emitter::EmitPhase(Domain d, Env& env, CudaStatements& s,
+                                const std::string& index,
+                                const std::string& suffix) {
+  for (const auto& n : body_.nodes()) {
+    const Value* v = n->output();
+    if (IsReduction(n->op())) {
+      const std::string a = absl::StrCat("a", acc_index_.at(n.get()));
+      if (d == Domain::kFull) {
+        const Value* src = n->inputs()[0];
+        const std::string x =
+            Convert(env.at(src), src->type().dtype, DType::kF64);
+        s.Line(n->op() == OpId::kAmax
+                   ? absl::StrCat(a, " = sj_amax(", a, ", ", x, ");")
+                   : absl::StrCat(a, " += ", x, ";"));
+      } else if (d == Domain::kReduced) {
+        std::string x = a;
+        if (n->op() == OpId::kMean)
+          x = absl::StrCat("(", a, " / ",
+                           CudaLiteral(static_cast<double>(layout_.q), true),
+                           ")");
+        env[v] = names_.at(v);
+        s.Line(absl::StrCat("const ", RegType(v->type().dtype), " ",
+                            names_.at(v), " = ",
+                            Convert(x, DType::kF64, v->type().dtype), ";"));
+      }
+      continue;
+    }
+    if (plan_.domain.at(v) != d) continue;
+    if (n->op() == OpId::kFull && d == Domain::kScalar && !UsedIn(d, v))
+      continue;
+    ASSIGN_OR_RETURN(std::string e, Expr(*n, env, s));
+    if (IsOrderPreservingView(n->op())) {
+      env[v] = e;
+      continue;
+    }
+    env[v] = names_.at(v);
+    s.Line(absl::StrCat("const ", RegType(v->type().dtype), " ", names_.at(v),
+                        " = ", e, ";"));
+  }
+  for (size_t k = 0; k < body_.returns().size(); ++k) {
+    const Value* r = body_.returns()[k];
+    if (plan_.domain.at(r) == d)
+      s.Line(Store(r->type().dtype, absl::StrCat("r", k, suffix), index,
+                   env.at(r)));
+  }
+  return absl::OkStatus();
+}
+
+// Whether a node of domain `d` reads `v` (the reductions read in kFull), or
+// `v` is a return or (for kScalar) a scratch slot stored there.
+bool Emitter::UsedIn(Domain d, const Value* v) const {
+  if (d == Domain::kScalar && slots_.contains(v)) return true;
+  for (const auto& n : body_.nodes()) {
+    const Domain nd =
+        IsReduction(n->op()) ? Domain::kFull : plan_.domain.at(n->output());
+    if (nd == d && reads_.at(n.get()).contains(v)) return true;
+  }
+  for (const Value* r : body_.returns()) {
+    if (r == v && plan_.domain.at(r) == d) return true;
+  }
+  return false;
+}
+
+// The index type, and the 0-d constants and scratch slots the kernel of
+// domain `d` reads.
+void Emitter::Prologue(Domain d, Env& env, CudaStatements& s) {
+  if (d == Domain::kScalar) return;
+  s.Line(absl::StrCat("typedef ", layout_.index64 ? "long long" : "int",
+                      " sj_index;"));
+  for (const auto& n : body_.nodes()) {
+    const Value* v = n->output();
+    if (n->op() != OpId::kFull || plan_.domain.at(v) != Domain::kScalar ||
+        !UsedIn(d, v))
+      continue;
+    env[v] = names_.at(v);
+    s.Line(absl::StrCat(
+        "const ", RegType(v->type().dtype), " ", names_.at(v), " = ",
+        Constant(n->attrs().GetDouble(AttrKey::kValue), v->type().dtype), ";"));
+  }
+  std::vector<std::pair<int, const Value*>> slots;
+  for (const auto& [v, k] : slots_) {
+    if (UsedIn(d, v)) slots.push_back({k, v});
+  }
+  std::sort(slots.begin(), slots.end());
+  for (const auto& [k, v] : slots) {
+    env[v] = names_.at(v);
+    const DType t = v->type().dtype;
+    s.Line(absl::StrCat(
+        "const ", RegType(t), " ", names_.at(v), " = ",
+        t == DType::kBool ? absl::StrCat("scratch[", k, "] != 0.0")
+                          : absl::StrCat("(", RegType(t), ")scratch[", k, "]"),
+        ";"));
+  }
+}
+
+void Emitter::LoadParams(Domain d, Env& env, CudaStatements& s,
+                         const std::string& index, const std::string& suffix) {
+  for (size_t k = 0; k < body_.params().size(); ++k) {
+    const Value* p = body_.params()[k];
+    auto it = plan_.domain.find(p);
+    std::string at;
+    if (!UsedIn(d, p)) continue;
+    if (it != plan_.domain.end() && it->second == d) {
+      at = index;
+    } else if (d == Domain::kFull && absl::c_linear_search(bcast_, p)) {
+      at = layout_.Offset(1 + (absl::c_find(bcast_, p) - bcast_.begin()));
+    } else {
+      continue;
+    }
+    env[p] = names_.at(p);
+    s.Line(absl::StrCat(
+        "const ", RegType(p->type().dtype), " ", names_.at(p), " = ",
+        Load(p->type().dtype, absl::StrCat("p", k, suffix), at), ";"));
+  }
+}
+
+std::string Emitter::Signature(const std::string& name) const {
+  std::vector<std::string> args;
+  for (size_t k = 0; k < body_.params().size(); ++k) {
+    args.push_back(absl::StrCat(
+        "const ", MemType(body_.params()[k]->type().dtype), "* p", k));
+  }
+  for (size_t k = 0; k < body_.returns().size(); ++k) {
+    args.push_back(
+        absl::StrCat(MemType(body_.returns()[k]->type().dtype), "* r", k));
+  }
+  args.push_back("double* scratch");
+  for (size_t a = 0; a < accs_.size(); ++a)
+    args.push_back(absl::StrCat("double* acc", a));
+  return absl::StrCat("extern \"C\" __global__ void ", name, "(",
+                      absl::StrJoin(args, ", "), ")");
+}
+
+std::string Emitter::Kernel(const std::string& name,
+                            const CudaStatements& s) const {
+  return absl::StrCat(Signature(name), " {\n", s.text, "}\n");
+}
+
+absl::Status Emitter::EmitScalar(RegionSource& out) {
+  CudaStatements s;
+  Env env;
+  Prologue(Domain::kScalar, env, s);
+  LoadParams(Domain::kScalar, env, s, "0");
+  RETURN_IF_ERROR(EmitPhase(Domain::kScalar, env, s, "0"));
+  std::vector<std::pair<int, const Value*>> slots;
+  for (const auto& [v, k] : slots_) slots.push_back({k, v});
+  std::sort(slots.begin(), slots.end());
+  for (const auto& [k, v] : slots)
+    s.Line(absl::StrCat("scratch[", k, "] = (double)", env.at(v), ";"));
+  const std::string name = absl::StrCat(out.name, "_scalar");
+  absl::StrAppend(&text_, Kernel(name, s));
+  out.kernels.push_back({name, 1, 1});
+  return absl::OkStatus();
+}
+
+// A pure elementwise region reads and writes kVector elements per thread as
+// one vector (16 bytes of f32) when every pointer is aligned for it: each
+// lane runs the scalar code in its own scope.
+absl::Status Emitter::EmitVectorLoop(CudaStatements& s, const Env& env) {
+  std::vector<std::string> aligned, loads, stores;
+  auto vec = [](DType t) {
+    return absl::StrCat("sj_vec<", MemType(t), ", ", kVector, ">");
+  };
+  auto check = [&](const std::string& ptr, DType t) {
+    aligned.push_back(absl::StrCat("(unsigned long long)", ptr, " % ",
+                                   kVector * ir::DTypeSize(t)));
+  };
+  for (size_t k = 0; k < body_.params().size(); ++k) {
+    const Value* p = body_.params()[k];
+    auto it = plan_.domain.find(p);
+    if (it == plan_.domain.end() || it->second != Domain::kFull ||
+        !UsedIn(Domain::kFull, p)) {
+      continue;
+    }
+    const DType t = p->type().dtype;
+    check(absl::StrCat("p", k), t);
+    loads.push_back(absl::StrCat("const ", vec(t), " p", k,
+                                 "v = reinterpret_cast<const ", vec(t), "*>(p",
+                                 k, ")[j];"));
+  }
+  std::vector<size_t> full_returns;
+  for (size_t k = 0; k < body_.returns().size(); ++k) {
+    const DType t = body_.returns()[k]->type().dtype;
+    if (plan_.domain.at(body_.returns()[k]) != Domain::kFull) continue;
+    check(absl::StrCat("r", k), t);
+    loads.push_back(absl::StrCat(vec(t), " r", k, "v;"));
+    stores.push_back(absl::StrCat("reinterpret_cast<", vec(t), "*>(r", k,
+                                  ")[j] = r", k, "v;"));
+  }
+  s.Line(absl::StrCat("const bool sj_aligned = (",
+                      absl::StrJoin(aligned, " | "), ") == 0;"));
+  s.Line("if (sj_aligned) {");
+  s.Line(absl::StrCat(
+      "  for (sj_index j = (sj_index)blockIdx.x * blockDim.x + threadIdx.x; "
+      "j < ",
+      plan_.f_numel / kVector, "; j += (sj_index)gridDim.x * blockDim.x) {"));
+  s.indent = "      ";
+  for (const std::string& l : loads) s.Line(l);
+  for (int lane = 0; lane < kVector; ++lane) {
+    s.Line("{");
+    s.indent = "        ";
+    Env inner = env;
+    const std::string at = absl::StrCat(lane);
+    LoadParams(Domain::kFull, inner, s, at, "v.v");
+    RETURN_IF_ERROR(EmitPhase(Domain::kFull, inner, s, at, "v.v"));
+    s.indent = "      ";
+    s.Line("}");
+  }
+  for (const std::string& l : stores) s.Line(l);
+  s.indent = "  ";
+  s.Line("  }");
+  s.Line("}");
+  return absl::OkStatus();
+}
+
+absl::Status Emitter::EmitMain(RegionSource& out) {
+  CudaStatements s;
+  Env env;
+  Prologue(Domain::kFull, env, s);
+  const std::string name = absl::StrCat(out.name, "_main");
+  const int block = options_.block;
+  auto init_accs = [&] {
+    for (size_t a = 0; a < accs_.size(); ++a) {
+      s.Line(absl::StrCat("double a", a, " = ",
+                          accs_[a]->op() == OpId::kAmax
+                              ? "-__longlong_as_double(0x7ff0000000000000LL)"
+                              : "0.0",
+                          ";"));
+    }
+  };
+  // The loop body at F's element i, given the d<j> it needs.
+  auto element = [&](CudaStatements& b) -> absl::Status {
+    Env inner = env;
+    LoadParams(Domain::kFull, inner, b, "i");
+    return EmitPhase(Domain::kFull, inner, b, "i");
+  };
+  int64_t grid = 0;
+  const bool vector = layout_.strategy == ReductionStrategy::kNone &&
+                      bcast_.empty() && plan_.f_numel >= kVector;
+  if (vector) {
+    RETURN_IF_ERROR(EmitVectorLoop(s, env));
+    out.helpers |= kHelperVector;
+  }
+  if (layout_.strategy == ReductionStrategy::kNone) {
+    // Without vectors, or when a pointer is not aligned for them, or for the
+    // elements after the last whole vector.
+    s.Line(absl::StrCat(
+        "for (sj_index i = ",
+        vector ? absl::StrCat("(sj_aligned ? ",
+                              plan_.f_numel / kVector * kVector, " : 0) + ")
+               : "",
+        "(sj_index)blockIdx.x * blockDim.x + threadIdx.x; i < ", plan_.f_numel,
+        "; i += (sj_index)gridDim.x * blockDim.x) {"));
+    s.indent = "    ";
+    // Only broadcast operands need the multi-index.
+    if (!bcast_.empty())
+      layout_.Unravel(false, "i", s, /*broadcast_only=*/true);
+    RETURN_IF_ERROR(element(s));
+    const int64_t threads = vector ? plan_.f_numel / kVector : plan_.f_numel;
+    grid = (threads + block - 1) / block;
+  } else if (layout_.strategy == ReductionStrategy::kBlockPerRow) {
+    s.Line(absl::StrCat("for (sj_index b = blockIdx.x; b < ", out.partials,
+                        "; b += gridDim.x) {"));
+    s.indent = "    ";
+    if (layout_.HasKeptDims())
+      s.Line(absl::StrCat(
+          "const sj_index r = b",
+          layout_.chunks == 1 ? "" : absl::StrCat(" / ", layout_.chunks), ";"));
+    if (layout_.chunks > 1)
+      s.Line(absl::StrCat("const sj_index c = b % ", layout_.chunks, ";"));
+    layout_.Unravel(false, "r", s);
+    layout_.ChunkBounds(s);
+    init_accs();
+    s.Line(
+        "for (sj_index q = q_begin + threadIdx.x; q < q_end; q += blockDim.x) "
+        "{");
+    s.indent = "      ";
+    layout_.Unravel(true, "q", s);
+    s.Line(absl::StrCat("const sj_index i = ", layout_.Offset(0), ";"));
+    RETURN_IF_ERROR(element(s));
+    s.indent = "    ";
+    s.Line("}");
+    for (size_t a = 0; a < accs_.size(); ++a) {
+      s.Line(absl::StrCat("a", a, " = sj_block_",
+                          accs_[a]->op() == OpId::kAmax ? "amax" : "sum", "(a",
+                          a, ");"));
+    }
+    std::vector<std::string> stores;
+    for (size_t a = 0; a < accs_.size(); ++a)
+      stores.push_back(absl::StrCat("acc", a, "[b] = a", a, ";"));
+    s.Line(absl::StrCat("if (threadIdx.x == 0) { ", absl::StrJoin(stores, " "),
+                        " }"));
+    grid = out.partials;
+  } else {
+    s.Line(absl::StrCat(
+        "for (sj_index t = (sj_index)blockIdx.x * blockDim.x + threadIdx.x; t "
+        "< ",
+        out.partials, "; t += (sj_index)gridDim.x * blockDim.x) {"));
+    s.indent = "    ";
+    if (layout_.HasKeptDims())
+      s.Line(absl::StrCat(
+          "const sj_index r = t",
+          layout_.chunks == 1 ? "" : absl::StrCat(" % ", plan_.r_numel), ";"));
+    if (layout_.chunks > 1)
+      s.Line(absl::StrCat("const sj_index c = t / ", plan_.r_numel, ";"));
+    layout_.Unravel(false, "r", s);
+    layout_.ChunkBounds(s);
+    init_accs();
+    s.Line("for (sj_index q = q_begin; q < q_end; ++q) {");
+    s.indent = "      ";
+    layout_.Unravel(true, "q", s);
+    s.Line(absl::StrCat("const sj_index i = ", layout_.Offset(0), ";"));
+    RETURN_IF_ERROR(element(s));
+    s.indent = "    ";
+    s.Line("}");
+    for (size_t a = 0; a < accs_.size(); ++a)
+      s.Line(absl::StrCat("acc", a, "[t] = a", a, ";"));
+    grid = (out.partials + block - 1) / block;
+  }
+  s.indent = "  ";
+  s.Line("}");
+  absl::StrAppend(&text_, Kernel(name, s));
+  out.kernels.push_back({name, std::min(grid, kMaxGrid), block});
+  return absl::OkStatus();
+}
+
+absl::Status Emitter::EmitReduced(RegionSource& out) {
+  CudaStatements s;
+  Env env;
+  Prologue(Domain::kReduced, env, s);
+  s.Line(absl::StrCat(
+      "for (sj_index r = (sj_index)blockIdx.x * blockDim.x + threadIdx.x; r < ",
+      plan_.r_numel, "; r += (sj_index)gridDim.x * blockDim.x) {"));
+  s.indent = "    ";
+  for (size_t a = 0; a < accs_.size(); ++a) {
+    const Node* node = accs_[a];
+    s.Line(absl::StrCat("double a", a, " = acc", a, "[",
+                        layout_.AccIndex("r", "0"), "];"));
+    if (layout_.chunks == 1) continue;
+    const std::string part =
+        absl::StrCat("acc", a, "[", layout_.AccIndex("r", "c"), "]");
+    s.Line(absl::StrCat(
+        "for (sj_index c = 1; c < ", layout_.chunks, "; ++c) ",
+        node->op() == OpId::kAmax
+            ? absl::StrCat("a", a, " = sj_amax(a", a, ", ", part, ");")
+            : absl::StrCat("a", a, " += ", part, ";")));
+  }
+  LoadParams(Domain::kReduced, env, s, "r");
+  RETURN_IF_ERROR(EmitPhase(Domain::kReduced, env, s, "r"));
+  s.indent = "  ";
+  s.Line("}");
+  const std::string name = absl::StrCat(out.name, "_reduced");
+  absl::StrAppend(&text_, Kernel(name, s));
+  out.kernels.push_back(
+      {name,
+       std::min((plan_.r_numel + options_.block - 1) / options_.block,
+                kMaxGrid),
+       options_.block});
+  return absl::OkStatus();
+}
+
+absl::Status Emitter::Run(const std::string& prefix, RegionSource& out) {
+  out.name = prefix;
+  Analyze(out);
+  bool scalar_work = !slots_.empty();
+  bool full_work = plan_.r_numel > 0;
+  for (const Value* r : body_.returns()) {
+    scalar_work |= plan_.domain.at(r) == Domain::kScalar;
+    full_work |= plan_.domain.at(r) != Domain::kScalar;
+  }
+  out.helpers = accs_.empty() ? 0u : static_cast<uint32_t>(kHelperReduce);
+  auto note = [&](DType t) {
+    if (t == DType::kF16) out.helpers |= kHelperF16;
+    if (t == DType::kBF16) out.helpers |= kHelperBF16;
+  };
+  for (const Value* p : body_.params()) note(p->type().dtype);
+  for (const auto& n : body_.nodes()) note(n->output()->type().dtype);
+  if (scalar_work) RETURN_IF_ERROR(EmitScalar(out));
+  if (full_work) RETURN_IF_ERROR(EmitMain(out));
+  if (plan_.r_numel > 0) RETURN_IF_ERROR(EmitReduced(out));
+  out.kernels_text = std::move(text_);
+  std::vector<std::string> names;
+  for (const KernelLaunch& k : out.kernels) names.push_back(k.name);
+  out.source = absl::StrCat("// stepjit fusion region ", body_.name(), ": ",
+                            absl::StrJoin(names, ", "), "\n",
+                            Preamble(out.helpers), out.kernels_text);
+  return absl::OkStatus();
+}
+
+// A C identifier from a graph name ([A-Za-z0-9_.]).
+std::string Identifier(absl::string_view name) {
+  std::string id(name);
+  for (char& c : id) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) c = '_';
+  }
+  return id.empty() || std::isdigit(static_cast<unsigned char>(id[0]))
+             ? "r_" + id
+             : id;
+}
+
+}  // namespace
+
+absl::StatusOr<RegionSource> EmitRegion(const ir::Graph& body,
+                                        const EmitOptions& options) {
+  if (options.block <= 0 || options.block % 32 != 0 || options.block > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block size ", options.block, " is not a multiple of 32 up to 1024"));
+  }
+  ASSIGN_OR_RETURN(Plan plan, Analyze(body, {.allow_one_element =
+                                                 options.allow_one_element}));
+  // Names derive from the body's text, so the same region gives the same
+  // source (and kernel cache key) in every process.
+  const std::string hash = ToHex(Sha256Of(absl::StrCat(
+      ir::Print(body), kLoweringVersion, ";block=", options.block)));
+  RegionSource out;
+  Emitter emitter(body, plan, options);
+  RETURN_IF_ERROR(emitter.Run(
+      absl::StrCat(Identifier(body.name()), "_", hash.substr(0, 12)), out));
+  return out;
+}
+
+std::string CombineSources(absl::Span<const RegionSource* const> regions) {
+  uint32_t helpers = 0;
+  std::vector<const RegionSource*>
+      unique;  // one copy of each (same name, same body)
+  for (const RegionSource* r : regions) {
+    if (absl::c_any_of(
+            unique, [&](const RegionSource* u) { return u->name == r->name; }))
+      continue;
+    helpers |= r->helpers;
+    unique.push_back(r);
+  }
+  std::vector<std::string> names;
+  for (const RegionSource* r : unique) names.push_back(r->name);
+  std::string s =
+      absl::StrCat("// stepjit regions: ", absl::StrJoin(names, ", "), "\n",
+                   Preamble(helpers));
+  for (const RegionSource* r : unique) absl::StrAppend(&s, r->kernels_text);
+  return s;
+}
+
+}  // namespace stepjit::codegen::cuda

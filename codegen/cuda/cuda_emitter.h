@@ -1,0 +1,94 @@
+// CUDA code generation for fusion regions: IR body -> CUDA C source text
+// (one translation unit of extern "C" __global__ kernels) for NVRTC.
+//
+// The region analysis is the CPU backend's (codegen/region_plan.h); a body is
+// lowered into up to three kernels, launched in this order on one stream:
+//   <name>_scalar   <<<1, 1>>>: the 0-d values (AdamW's step count and bias
+//                   corrections, constants) once; the ones the other kernels
+//                   read go to 8-byte scratch slots, 0-d returns are stored.
+//   <name>_main     elementwise and broadcast chains over the full shape F:
+//                   a grid-stride loop (without broadcast operands, 4
+//                   elements per thread as one vector load and store when
+//                   every pointer is aligned for it), or, with reductions,
+//                   partial results per (output, chunk) written to the
+//                   accumulator buffers:
+//                     kBlockPerRow      the innermost dim of F is reduced:
+//                                       a block walks a chunk of one output's
+//                                       elements and reduces with warp
+//                                       shuffles;
+//                     kThreadPerOutput  column reductions (and short rows): a
+//                                       thread walks a chunk for one output, so
+//                                       neighbouring threads read neighbouring
+//                                       columns.
+//   <name>_reduced  over the reduced shape R: combines the partials in a fixed
+//                   order (double, like the CPU backend), divides means, and
+//                   computes the epilogue (e.g. a bias gradient's momentum).
+// f16/bf16 values load and store as __half/__nv_bfloat16 and compute in
+// float, rounded after every op exactly as the eager kernels do. Indices are
+// 32-bit unless F has (nearly) 2^31 elements or more.
+#ifndef STEPJIT_CODEGEN_CUDA_CUDA_EMITTER_H_
+#define STEPJIT_CODEGEN_CUDA_CUDA_EMITTER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "codegen/cuda/cuda_c.h"
+#include "ir/graph.h"
+
+namespace stepjit::codegen::cuda {
+
+struct KernelLaunch {
+  std::string name;  // the extern "C" symbol
+  int64_t grid = 1;  // blocks (x); grid-stride loops cover the rest
+  int block = 1;     // threads per block
+};
+
+enum class ReductionStrategy : uint8_t {
+  kNone,
+  kBlockPerRow,
+  kThreadPerOutput
+};
+
+// Every kernel of a region takes the same arguments, in this order:
+//   one `const T*` per body parameter, one `T*` per body return (the
+//   parameter's pointer again where an in-place update writes it back),
+//   `double* scratch` (num_slots slots; may be null when 0), and one
+//   `double*` buffer of `partials` elements per reduction.
+// T is float, double, __half, __nv_bfloat16, or unsigned char for bool.
+struct RegionSource {
+  std::string name;                   // symbol prefix; also names dump files
+  std::string source;                 // the whole translation unit
+  std::string kernels_text;           // the kernel definitions alone
+  uint32_t helpers = 0;               // Helpers bits (cuda_c.h) the kernels use
+  std::vector<KernelLaunch> kernels;  // in launch order
+  int64_t numel = 0;                  // elements of F
+  int64_t reduced_numel = 0;          // elements of R (0: no reductions)
+  ReductionStrategy strategy = ReductionStrategy::kNone;
+  int64_t chunks = 1;    // partial results per reduced element
+  int64_t partials = 0;  // reduced_numel * chunks
+  int num_accumulators = 0;
+  int num_slots = 0;
+  bool index64 = false;  // 64-bit indexing (numel near or over 2^31)
+};
+
+struct EmitOptions {
+  int block = 256;  // threads per block, a multiple of 32
+  // Allow a region of one element (all scalar work); single-op kernels need it.
+  bool allow_one_element = false;
+};
+
+// Lowers `body`. Unimplemented, with the reason, when the body holds
+// something the region analysis refuses (as for the CPU backend).
+absl::StatusOr<RegionSource> EmitRegion(const ir::Graph& body,
+                                        const EmitOptions& options = {});
+
+// One translation unit holding every region's kernels (and each helper once);
+// a region given twice (same name) appears once.
+std::string CombineSources(absl::Span<const RegionSource* const> regions);
+
+}  // namespace stepjit::codegen::cuda
+
+#endif  // STEPJIT_CODEGEN_CUDA_CUDA_EMITTER_H_

@@ -1,0 +1,144 @@
+// Dim merging, reduction strategy and chunking, index arithmetic as C text.
+#include "codegen/cuda/cuda_layout.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/algorithm/container.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace stepjit::codegen::cuda {
+
+namespace {
+
+// Partial results aim at about this many threads in flight (H100/H200: 132
+// SMs x 2048), and no fewer elements per thread than below.
+constexpr int64_t kTargetThreads = 1 << 18;
+constexpr int64_t kMinPerThread = 4;
+constexpr int64_t kMinChunk = 32;
+// Rows shorter than this reduce one per thread rather than one per block.
+constexpr int64_t kMinBlockRow = 128;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Element strides of an operand of `shape` broadcast against `f`.
+std::vector<int64_t> BroadcastStrides(const ir::Shape& shape,
+                                      const ir::Shape& f) {
+  std::vector<int64_t> s(f.size(), 0);
+  int64_t stride = 1;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    const size_t d = f.size() - 1 - k, sd = shape.size() - 1 - k;
+    if (shape[sd] != 1) s[d] = stride;
+    stride *= shape[sd];
+  }
+  return s;
+}
+
+}  // namespace
+
+Layout PlanLayout(const Plan& plan,
+                  absl::Span<const ir::Value* const> broadcast, int block) {
+  Layout l;
+  const ir::Shape& f = plan.f_shape;
+  const ir::Shape f_strides = ir::ContiguousStrides(f);
+  std::vector<std::vector<int64_t>> op_strides;
+  for (const ir::Value* v : broadcast)
+    op_strides.push_back(BroadcastStrides(v->type().shape, f));
+  for (size_t d = 0; d < f.size(); ++d) {
+    if (f[d] == 1) continue;
+    Dim dim{f[d], plan.f_reduced[d], {f_strides[d]}};
+    for (const auto& s : op_strides) dim.strides.push_back(s[d]);
+    if (!l.dims.empty() && l.dims.back().reduced == dim.reduced) {
+      Dim& outer = l.dims.back();
+      bool mergeable = true;
+      for (size_t k = 0; k < dim.strides.size(); ++k)
+        mergeable &= outer.strides[k] == dim.strides[k] * dim.extent;
+      if (mergeable) {
+        outer.extent *= dim.extent;
+        outer.strides = dim.strides;
+        continue;
+      }
+    }
+    l.dims.push_back(std::move(dim));
+  }
+  // 32-bit indices need numel plus one grid's worth of threads below 2^31.
+  l.index64 =
+      plan.f_numel + kMaxGrid * block > std::numeric_limits<int32_t>::max();
+  l.r_numel = plan.r_numel;
+  if (plan.r_numel == 0) return l;
+  l.q = plan.f_numel / plan.r_numel;
+  if (!l.dims.empty() && l.dims.back().reduced && l.q >= kMinBlockRow) {
+    l.strategy = ReductionStrategy::kBlockPerRow;
+    l.chunks =
+        std::clamp(CeilDiv(kTargetThreads / block, l.r_numel), int64_t{1},
+                   std::max<int64_t>(1, l.q / (block * kMinPerThread)));
+  } else {
+    l.strategy = ReductionStrategy::kThreadPerOutput;
+    l.chunks = std::clamp(CeilDiv(kTargetThreads, l.r_numel), int64_t{1},
+                          std::max<int64_t>(1, l.q / kMinChunk));
+  }
+  l.chunk_len = CeilDiv(l.q, l.chunks);
+  l.chunks = CeilDiv(l.q, l.chunk_len);
+  return l;
+}
+
+bool Layout::HasKeptDims() const {
+  return absl::c_any_of(dims, [](const Dim& d) { return !d.reduced; });
+}
+
+void Layout::Unravel(bool reduced, const std::string& var, CudaStatements& s,
+                     bool broadcast_only) const {
+  std::vector<size_t> mine;
+  for (size_t j = 0; j < dims.size(); ++j) {
+    if (dims[j].reduced == reduced) mine.push_back(j);
+  }
+  int64_t inner = 1;
+  for (size_t k = mine.size(); k-- > 0;) {
+    const Dim& dim = dims[mine[k]];
+    if (broadcast_only &&
+        std::all_of(dim.strides.begin() + 1, dim.strides.end(),
+                    [](int64_t st) { return st == 0; })) {
+      inner *= dim.extent;
+      continue;
+    }
+    std::string e = inner == 1 ? var : absl::StrCat(var, " / ", inner);
+    if (k > 0)
+      e = inner == 1 ? absl::StrCat(var, " % ", dim.extent)
+                     : absl::StrCat("(", e, ") % ", dim.extent);
+    s.Line(absl::StrCat("const sj_index d", mine[k], " = ", e, ";"));
+    inner *= dim.extent;
+  }
+}
+
+std::string Layout::Offset(size_t operand) const {
+  std::vector<std::string> terms;
+  for (size_t j = 0; j < dims.size(); ++j) {
+    const int64_t st = dims[j].strides[operand];
+    if (st == 0) continue;
+    terms.push_back(st == 1 ? absl::StrCat("d", j)
+                            : absl::StrCat("d", j, " * ", st));
+  }
+  return terms.empty() ? "0" : absl::StrJoin(terms, " + ");
+}
+
+std::string Layout::AccIndex(const std::string& r, const std::string& c) const {
+  if (chunks == 1) return r;
+  if (strategy == ReductionStrategy::kBlockPerRow) {
+    return c == "0" ? absl::StrCat(r, " * ", chunks)
+                    : absl::StrCat(r, " * ", chunks, " + ", c);
+  }
+  return c == "0" ? r : absl::StrCat(c, " * ", r_numel, " + ", r);
+}
+
+void Layout::ChunkBounds(CudaStatements& s) const {
+  if (chunks == 1) {
+    s.Line(absl::StrCat("const sj_index q_begin = 0, q_end = ", q, ";"));
+    return;
+  }
+  s.Line(absl::StrCat("const sj_index q_begin = c * ", chunk_len, ";"));
+  s.Line(absl::StrCat("const sj_index q_end = q_begin + ", chunk_len, " < ", q,
+                      " ? q_begin + ", chunk_len, " : ", q, ";"));
+}
+
+}  // namespace stepjit::codegen::cuda

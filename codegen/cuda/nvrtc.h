@@ -1,0 +1,53 @@
+// NVRTC: generated CUDA C -> cubin (and PTX) for one GPU architecture,
+// through the kernel cache. Needs no GPU and no driver.
+#ifndef STEPJIT_CODEGEN_CUDA_NVRTC_H_
+#define STEPJIT_CODEGEN_CUDA_NVRTC_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "codegen/kernel_cache.h"
+
+namespace stepjit::codegen::cuda {
+
+// Whether this build links NVRTC (CMake found the CUDA Toolkit). Without it
+// CompileCuda returns Unimplemented and CUDA C is only generated.
+bool NvrtcAvailable();
+// "NVRTC 13.0", or "NVRTC unavailable": part of every cache key.
+std::string NvrtcCompilerId();
+// The real architectures this NVRTC compiles for, e.g. {"sm_75", ..., "sm_90"}.
+std::vector<std::string> NvrtcSupportedArchs();
+
+struct NvrtcOptions {
+  std::string arch = "sm_90";  // a real architecture: sm_80, sm_90, ...
+  bool want_ptx = false;       // also return the PTX (for STEPJIT_DUMP)
+  bool use_cache = true;
+  KernelCache* cache = nullptr;  // null: KernelCache::Global()
+};
+
+struct CompiledCuda {
+  std::string cubin;
+  std::string ptx;  // empty unless want_ptx
+  std::string log;  // NVRTC's warnings, if any (empty on a cache hit)
+  bool cache_hit = false;
+  double compile_ms = 0;  // NVRTC time, or the cache lookup
+};
+
+// The flags every compile for `arch` uses (and keys the cache with). IEEE
+// arithmetic as on the CPU: no --use_fast_math, and --fmad=false so that
+// a * b + c is never contracted into one differently rounded FMA.
+std::vector<std::string> NvrtcFlags(absl::string_view arch);
+
+// Compiles one translation unit; `name` names it in NVRTC's messages.
+// InvalidArgument with NVRTC's log when the source does not compile (or the
+// arch is not one NVRTC knows), Unimplemented without NVRTC, Internal for
+// other NVRTC failures. Never aborts.
+absl::StatusOr<CompiledCuda> CompileCuda(absl::string_view source,
+                                         absl::string_view name,
+                                         const NvrtcOptions& options = {});
+
+}  // namespace stepjit::codegen::cuda
+
+#endif  // STEPJIT_CODEGEN_CUDA_NVRTC_H_

@@ -1,0 +1,169 @@
+// Fusion-region analysis: assigns each value of a body to the scalar, full
+// or reduced phase, and checks that the body is one the generators lower.
+#include "codegen/region_plan.h"
+
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "ir/status.h"
+
+namespace stepjit::codegen {
+
+using ir::AttrKey;
+using ir::DType;
+using ir::Node;
+using ir::OpId;
+using ir::Value;
+
+namespace {
+
+absl::Status Unsupported(absl::string_view why) {
+  return absl::UnimplementedError(why);
+}
+
+bool DTypeSupported(DType t) { return IsFloat(t) || t == DType::kBool; }
+
+}  // namespace
+
+absl::StatusOr<Plan> Analyze(const ir::Graph& body,
+                             const AnalyzeOptions& options) {
+  Plan plan;
+  for (const Value* p : body.params()) {
+    if (!DTypeSupported(p->type().dtype)) {
+      return Unsupported(
+          absl::StrCat("dtype ", ir::DTypeName(p->type().dtype)));
+    }
+  }
+  const Node* first_reduction = nullptr;
+  std::vector<int64_t> dims;
+  for (const auto& n : body.nodes()) {
+    if (n->kind() != ir::NodeKind::kOp) return Unsupported("nested region");
+    const OpId op = n->op();
+    const ir::OpKind kind = ir::GetOpInfo(op).kind;
+    if (!(kind == ir::OpKind::kElementwise ||
+          kind == ir::OpKind::kInplaceUpdate || op == OpId::kFull ||
+          op == OpId::kCast || op == OpId::kWhere ||
+          IsOrderPreservingView(op) || IsReduction(op))) {
+      return Unsupported(absl::StrCat("op ", ir::OpName(op)));
+    }
+    if (!DTypeSupported(n->output()->type().dtype)) {
+      return Unsupported(
+          absl::StrCat("dtype ", ir::DTypeName(n->output()->type().dtype)));
+    }
+    if (!IsReduction(op)) continue;
+    const ir::TensorType& in = n->inputs()[0]->type();
+    if (!IsFloat(in.dtype) || !IsFloat(n->output()->type().dtype)) {
+      return Unsupported("a reduction of non-float values");
+    }
+    ASSIGN_OR_RETURN(std::vector<int64_t> d,
+                     ir::NormalizeDims(n->attrs().GetInts(AttrKey::kDims),
+                                       static_cast<int64_t>(in.shape.size())));
+    if (first_reduction == nullptr) {
+      first_reduction = n.get();
+      plan.f_shape = in.shape;
+      dims = d;
+    } else if (in.shape != plan.f_shape || d != dims) {
+      return Unsupported("reductions over different shapes or dims");
+    }
+  }
+  if (first_reduction != nullptr) {
+    plan.f_reduced.assign(plan.f_shape.size(), false);
+    plan.r_numel = 1;
+    for (int64_t d : dims) plan.f_reduced[d] = true;
+    for (size_t d = 0; d < plan.f_shape.size(); ++d) {
+      if (!plan.f_reduced[d]) plan.r_numel *= plan.f_shape[d];
+    }
+    plan.row_loop = true;
+  } else {
+    for (const auto& n : body.nodes()) {
+      if (Numel(n->output()) > ir::NumElements(plan.f_shape))
+        plan.f_shape = n->output()->type().shape;
+    }
+    plan.f_reduced.assign(plan.f_shape.size(), false);
+  }
+  plan.f_numel = ir::NumElements(plan.f_shape);
+  if (plan.f_numel == 0)
+    return Unsupported("an empty region has nothing to compute");
+  if (plan.f_numel == 1 && !options.allow_one_element) {
+    return Unsupported("a one-element region is not worth a kernel");
+  }
+
+  auto param_domain = [&](const Value* p) -> std::optional<Domain> {
+    const int64_t n = Numel(p);
+    if (n == 1) return Domain::kScalar;
+    if (n == plan.f_numel) return Domain::kFull;
+    if (plan.r_numel > 0 && n == plan.r_numel) return Domain::kReduced;
+    return std::nullopt;  // a broadcast operand of a full-size op
+  };
+  for (const Value* p : body.params()) {
+    if (auto d = param_domain(p)) plan.domain[p] = *d;
+  }
+  for (const auto& n : body.nodes()) {
+    const Value* out = n->output();
+    const int64_t numel = Numel(out);
+    bool any_full = false, any_reduced = false, all_scalar = true;
+    for (const Value* v : n->inputs()) {
+      auto it = plan.domain.find(v);
+      const std::optional<Domain> d = it != plan.domain.end()
+                                          ? std::optional<Domain>(it->second)
+                                          : std::nullopt;
+      any_full |= !d || *d == Domain::kFull;
+      any_reduced |= d && *d == Domain::kReduced && body.IsParam(v) == false;
+      all_scalar &= d && *d == Domain::kScalar;
+    }
+    Domain d;
+    if (IsReduction(n->op())) {
+      const Value* in = n->inputs()[0];
+      auto it = plan.domain.find(in);
+      if (it == plan.domain.end() || it->second != Domain::kFull ||
+          in->type().shape != plan.f_shape) {
+        return Unsupported(
+            "a reduction whose input is not the region's full shape");
+      }
+      d = Domain::kReduced;
+    } else if (any_reduced) {
+      if (numel != plan.r_numel)
+        return Unsupported("a reduced value broadcast back over the region");
+      d = Domain::kReduced;
+    } else if (all_scalar && numel == 1) {
+      d = Domain::kScalar;
+    } else if (numel == plan.f_numel) {
+      d = Domain::kFull;
+    } else if (plan.r_numel > 0 && numel == plan.r_numel) {
+      d = Domain::kReduced;
+    } else {
+      return Unsupported(absl::StrCat(
+          "a value of ", numel, " elements in a region over ", plan.f_numel));
+    }
+    // Operands: full-size ops may broadcast params against F; reduced-domain
+    // ops read reduced-size or 0-d values only.
+    for (const Value* v : n->inputs()) {
+      auto it = plan.domain.find(v);
+      if (d == Domain::kScalar) continue;
+      if (d == Domain::kReduced) {
+        if (IsReduction(n->op())) continue;
+        if (it == plan.domain.end() || it->second == Domain::kFull) {
+          return Unsupported("a reduced-domain op reads a full-size value");
+        }
+        continue;
+      }
+      // A reduced-size param read by a full-size op is a broadcast operand.
+      if (it != plan.domain.end() && it->second != Domain::kReduced) continue;
+      if (out->type().shape != plan.f_shape ||
+          !ir::BroadcastShapes(v->type().shape, plan.f_shape).ok() ||
+          *ir::BroadcastShapes(v->type().shape, plan.f_shape) != plan.f_shape) {
+        return Unsupported(
+            "an operand that does not broadcast to the region's shape");
+      }
+      plan.row_loop = true;
+    }
+    plan.domain[out] = d;
+  }
+  for (const Value* r : body.returns()) {
+    if (!plan.domain.contains(r))
+      return Unsupported("a broadcast parameter is returned");
+  }
+  return plan;
+}
+
+}  // namespace stepjit::codegen

@@ -1,0 +1,487 @@
+// The generated CUDA C computes the right numbers, checked without a GPU:
+// the kernels are compiled as host C++ against a small emulation of the CUDA
+// built-ins they use (one std::thread per CUDA thread, std::barrier for
+// __syncthreads and for warp shuffles, host libm for the math functions,
+// _Float16 and bfloat16 bit tricks for the half types) and launched with a
+// deliberately small grid so every grid-stride and chunk loop wraps. Results
+// match the eager kernels bit for bit (the same scalar definitions and libm)
+// and the CPU backend's kernels within the rounding of a reordered sum.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/cpu/region_kernel.h"
+#include "codegen/cuda/cuda_emitter.h"
+#include "codegen/cuda/single_op.h"
+#include "gtest/gtest.h"
+#include "ir/parser.h"
+#include "runtime/dispatch.h"
+#include "runtime/executor.h"
+#include "runtime/ops.h"
+
+namespace stepjit::codegen::cuda {
+namespace {
+
+namespace fs = std::filesystem;
+using ir::AttrKey;
+using ir::DType;
+using ir::OpId;
+using ir::TensorType;
+
+// Everything the generated kernels use from CUDA, for the host.
+constexpr char kEmulation[] = R"(#pragma once
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <barrier>
+#include <memory>
+#include <thread>
+#include <utility>
+#include <vector>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static  // blocks run one after another
+struct sj_dim3 { unsigned x = 0; };
+inline thread_local sj_dim3 threadIdx, blockIdx;
+inline sj_dim3 blockDim, gridDim;
+inline std::barrier<>* sj_block_barrier;
+inline void __syncthreads() { sj_block_barrier->arrive_and_wait(); }
+struct SjWarp { std::barrier<> bar{32}; double slot[32]; };
+inline std::vector<std::unique_ptr<SjWarp>>* sj_warps;
+inline double __shfl_down_sync(unsigned, double v, unsigned delta) {
+  SjWarp& w = *(*sj_warps)[threadIdx.x / 32];
+  const unsigned lane = threadIdx.x % 32;
+  w.slot[lane] = v;
+  w.bar.arrive_and_wait();
+  const double r = lane + delta < 32 ? w.slot[lane + delta] : v;
+  w.bar.arrive_and_wait();
+  return r;
+}
+inline double __longlong_as_double(long long x) { double d; memcpy(&d, &x, 8); return d; }
+inline float __int_as_float(int x) { float f; memcpy(&f, &x, 4); return f; }
+struct __half { _Float16 v; };
+inline float __half2float(__half h) { return (float)h.v; }
+inline __half __float2half_rn(float f) { return __half{(_Float16)f}; }
+struct __nv_bfloat16 { uint16_t bits; };
+inline float __bfloat162float(__nv_bfloat16 b) {
+  uint32_t u = (uint32_t)b.bits << 16; float f; memcpy(&f, &u, 4); return f;
+}
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  uint32_t u; memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return __nv_bfloat16{(uint16_t)((u >> 16) | 0x40)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return __nv_bfloat16{(uint16_t)(u >> 16)};
+}
+template <class... A, size_t... I>
+void sj_invoke(void (*f)(A...), void** a, std::index_sequence<I...>) { f(static_cast<A>(a[I])...); }
+template <class... A>
+void sj_invoke(void (*f)(A...), void** a) { sj_invoke(f, a, std::index_sequence_for<A...>{}); }
+extern "C" void sj_launch(void (*call)(void**), void** args, unsigned grid, unsigned block) {
+  gridDim.x = grid;
+  blockDim.x = block;
+  for (unsigned b = 0; b < grid; ++b) {
+    std::barrier<> bar(block);
+    std::vector<std::unique_ptr<SjWarp>> warps;
+    for (unsigned w = 0; w < (block + 31) / 32; ++w) warps.push_back(std::make_unique<SjWarp>());
+    sj_block_barrier = &bar;
+    sj_warps = &warps;
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < block; ++t) {
+      threads.emplace_back([=] { threadIdx.x = t; blockIdx.x = b; call(args); });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+}
+)";
+
+// Launches use at most this many blocks, so grid-stride loops go round.
+constexpr int64_t kEmulatedGrid = 3;
+constexpr int kEmulatedBlock = 64;  // two warps: the cross-warp step runs too
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& tag)
+      : path(fs::temp_directory_path() /
+             absl::StrCat("stepjit_", tag, "_", getpid())) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::string HostCompiler() {
+  for (const char* c : {"/usr/bin/c++", "/usr/bin/g++", "/usr/bin/clang++"}) {
+    if (fs::exists(c)) return c;
+  }
+  return "";
+}
+
+// The regions compiled into one host shared object.
+class EmulatedModule {
+ public:
+  static std::unique_ptr<EmulatedModule> Build(
+      const std::vector<const RegionSource*>& regions, const fs::path& dir,
+      const std::string& name) {
+    std::string source = CombineSources(regions);
+    for (const RegionSource* r : regions) {
+      for (const KernelLaunch& k : r->kernels) {
+        if (source.find("sj_call_" + k.name + "(") != std::string::npos)
+          continue;
+        absl::StrAppend(&source, "extern \"C\" void sj_call_", k.name,
+                        "(void** a) { sj_invoke(", k.name, ", a); }\n");
+      }
+    }
+    std::ofstream(dir / "sj_emu.h") << kEmulation;
+    std::ofstream(dir / "cuda_fp16.h") << "";
+    std::ofstream(dir / "cuda_bf16.h") << "";
+    std::ofstream(dir / (name + ".cu")) << source;
+    const fs::path lib = dir / (name + ".so");
+    const std::string cmd = absl::StrCat(
+        HostCompiler(),
+        " -std=c++20 -O1 -fPIC -shared -pthread -ffp-contract=off -w -I'",
+        dir.string(), "' -include sj_emu.h -x c++ '",
+        (dir / (name + ".cu")).string(), "' -o '", lib.string(), "' 2>'",
+        (dir / (name + ".log")).string(), "'");
+    if (std::system(cmd.c_str()) != 0) {
+      std::ifstream log(dir / (name + ".log"));
+      std::stringstream s;
+      s << log.rdbuf();
+      ADD_FAILURE() << "host compile of " << name << " failed:\n"
+                    << s.str().substr(0, 4000);
+      return nullptr;
+    }
+    void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      ADD_FAILURE() << dlerror();
+      return nullptr;
+    }
+    return std::unique_ptr<EmulatedModule>(new EmulatedModule(handle));
+  }
+  ~EmulatedModule() { dlclose(handle_); }
+
+  // Runs the region's kernels in order; returns its outputs.
+  // With `misalign`, every buffer starts one element past an aligned
+  // address, so no vector path may run.
+  std::vector<Tensor> Run(const RegionSource& src, const ir::Graph& body,
+                          const std::vector<Tensor>& args,
+                          bool misalign = false) {
+    std::vector<Tensor> outs, buffers;
+    std::vector<void*> ptrs;
+    auto place = [&](const Tensor& t) {
+      if (!misalign) return t.data_ptr();
+      buffers.push_back(empty({t.numel() + 1}, {.dtype = t.dtype()}));
+      char* p =
+          static_cast<char*>(buffers.back().data_ptr()) + t.element_size();
+      std::memcpy(p, t.data_ptr(), t.numel() * t.element_size());
+      return static_cast<void*>(p);
+    };
+    for (const Tensor& a : args) ptrs.push_back(place(a));
+    for (const ir::Value* r : body.returns()) {
+      outs.push_back(
+          full(r->type().shape, std::nan(""), {.dtype = r->type().dtype}));
+      ptrs.push_back(place(outs.back()));
+    }
+    std::vector<double> scratch(static_cast<size_t>(src.num_slots) + 1,
+                                std::nan(""));
+    ptrs.push_back(scratch.data());
+    std::vector<std::vector<double>> accs(
+        static_cast<size_t>(src.num_accumulators),
+        std::vector<double>(static_cast<size_t>(src.partials), std::nan("")));
+    for (auto& a : accs) ptrs.push_back(a.data());
+    for (const KernelLaunch& k : src.kernels) {
+      auto call = reinterpret_cast<void (*)(void**)>(
+          dlsym(handle_, ("sj_call_" + k.name).c_str()));
+      EXPECT_NE(call, nullptr) << k.name;
+      if (call == nullptr) return outs;
+      launch_(call, ptrs.data(),
+              static_cast<unsigned>(std::min(k.grid, kEmulatedGrid)),
+              static_cast<unsigned>(k.block));
+    }
+    for (size_t r = 0; misalign && r < outs.size(); ++r) {
+      std::memcpy(outs[r].data_ptr(), ptrs[args.size() + r],
+                  outs[r].numel() * outs[r].element_size());
+    }
+    return outs;
+  }
+
+ private:
+  explicit EmulatedModule(void* handle)
+      : handle_(handle),
+        launch_(
+            reinterpret_cast<void (*)(void (*)(void**), void**, unsigned,
+                                      unsigned)>(dlsym(handle, "sj_launch"))) {}
+  void* handle_;
+  void (*launch_)(void (*)(void**), void**, unsigned, unsigned);
+};
+
+// Bit-equal (any NaN equals any NaN), else the worst difference relative to
+// `tol * (1 + |expected|)`; 0 when equal.
+double Mismatch(const Tensor& got, const Tensor& expect, double tol) {
+  if (got.dtype() != expect.dtype() || got.shape() != expect.shape())
+    return INFINITY;
+  std::vector<double> x = got.to(DType::kF64).to_vector<double>();
+  std::vector<double> y =
+      expect.contiguous().to(DType::kF64).to_vector<double>();
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) || std::isnan(y[i])) {
+      if (std::isnan(x[i]) != std::isnan(y[i])) return INFINITY;
+      continue;
+    }
+    if (x[i] == y[i]) continue;
+    worst = std::max(
+        worst, tol == 0 ? INFINITY
+                        : std::abs(x[i] - y[i]) / (tol * (1 + std::abs(y[i]))));
+  }
+  return worst;
+}
+
+Tensor RandomInput(const TensorType& t, Generator& gen, bool positive) {
+  if (t.dtype == DType::kBool)
+    return gt(randn(t.shape, {}, &gen), scalar_tensor(0.0));
+  Tensor x =
+      positive ? rand(t.shape, {}, &gen) + 0.5 : randn(t.shape, {}, &gen) * 2.0;
+  return x.to(t.dtype);
+}
+
+struct SingleOp {
+  OpId op;
+  std::vector<TensorType> in;
+  ir::Attrs attrs;
+  std::unique_ptr<ir::Graph> body;
+  RegionSource src;
+};
+
+// Every elementwise and in-place op of the op table in one dtype: full,
+// 0-d, broadcast and one-element operands, casts, where and reductions; each
+// against the eager kernel.
+class EmulatedSingleOps : public testing::TestWithParam<DType> {};
+
+TEST_P(EmulatedSingleOps, MatchEagerBitForBit) {
+  if (HostCompiler().empty())
+    GTEST_SKIP() << "no host C++ compiler to build the emulation";
+  const DType dt = GetParam();
+  std::vector<SingleOp> ops;
+  auto add = [&](OpId op, std::vector<TensorType> in, ir::Attrs attrs = {}) {
+    absl::StatusOr<std::unique_ptr<ir::Graph>> body =
+        SingleOpBody(op, in, attrs);
+    ASSERT_TRUE(body.ok()) << ir::OpName(op) << ": " << body.status();
+    absl::StatusOr<RegionSource> src = EmitRegion(
+        **body, {.block = kEmulatedBlock, .allow_one_element = true});
+    ASSERT_TRUE(src.ok()) << ir::OpName(op) << ": " << src.status();
+    ops.push_back({op, std::move(in), std::move(attrs), *std::move(body),
+                   *std::move(src)});
+  };
+  const TensorType v{dt, {301}}, s{dt, {}}, one{dt, {1}}, row{dt, {75}},
+      mat{dt, {4, 75}};
+  for (int i = 0; i < ir::kNumOps; ++i) {
+    const OpId op = static_cast<OpId>(i);
+    const ir::OpInfo& info = ir::GetOpInfo(op);
+    if (info.kind != ir::OpKind::kElementwise &&
+        info.kind != ir::OpKind::kInplaceUpdate)
+      continue;
+    if (op == OpId::kCast) {
+      for (DType to : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16,
+                       DType::kBool}) {
+        if (to != dt) add(op, {v}, {{AttrKey::kDTypeAttr, to}});
+      }
+      add(op, {{DType::kBool, {301}}}, {{AttrKey::kDTypeAttr, dt}});
+    } else if (op == OpId::kWhere) {
+      add(op, {{DType::kBool, {4, 75}}, mat, row});
+      add(op, {{DType::kBool, {301}}, v, s});
+    } else if (info.kind == ir::OpKind::kInplaceUpdate) {
+      add(op, std::vector<TensorType>(info.max_arity, v),
+          {{AttrKey::kAlpha, 0.5},
+           {AttrKey::kValue, -0.25},
+           {AttrKey::kInPlace, true}});
+    } else if (info.min_arity == 1) {
+      add(op, {v});
+      add(op, {one});
+    } else {
+      add(op, {v, v});
+      add(op, {v, s});
+      add(op, {mat, row});
+    }
+  }
+  for (OpId op : {OpId::kSum, OpId::kMean, OpId::kAmax}) {
+    for (const std::vector<int64_t>& dims :
+         {std::vector<int64_t>{1}, {0}, {}}) {
+      add(op, {{dt, {20, 150}}},
+          {{AttrKey::kDims, dims}, {AttrKey::kKeepdim, false}});
+    }
+  }
+  std::vector<const RegionSource*> all;
+  for (const SingleOp& o : ops) all.push_back(&o.src);
+  TempDir tmp(absl::StrCat("cuda_emu_", ir::DTypeName(dt)));
+  std::unique_ptr<EmulatedModule> module =
+      EmulatedModule::Build(all, tmp.path, "single_ops");
+  ASSERT_NE(module, nullptr);
+  Generator gen(21);
+  for (const SingleOp& o : ops) {
+    std::vector<Tensor> args;
+    for (size_t k = 0; k < o.in.size(); ++k)
+      args.push_back(RandomInput(o.in[k], gen, k > 0));
+    std::vector<Tensor> eager_args;
+    for (const Tensor& a : args) eager_args.push_back(a.clone());
+    const Tensor expect = runtime::Dispatch(o.op, eager_args, o.attrs);
+    // 301 elements: 75 vectors and a tail; then the unaligned fallback.
+    const Tensor got = module->Run(o.src, *o.body, args)[0];
+    const Tensor unaligned = module->Run(o.src, *o.body, args, true)[0];
+    // Eager reductions accumulate in another order: the last bit may differ.
+    const double tol =
+        ir::IsFloating(dt) && ir::GetOpInfo(o.op).kind == ir::OpKind::kReduction
+            ? (dt == DType::kF64 ? 1e-14 : 1e-6)
+            : 0;
+    EXPECT_LE(Mismatch(got, expect, tol), 1.0)
+        << o.src.name << " (" << ir::OpName(o.op) << ")";
+    EXPECT_LE(Mismatch(unaligned, expect, tol), 1.0)
+        << o.src.name << " (" << ir::OpName(o.op) << ", unaligned)";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(FloatDTypes, EmulatedSingleOps,
+                         testing::Values(DType::kF32, DType::kF64, DType::kF16,
+                                         DType::kBF16),
+                         [](const testing::TestParamInfo<DType>& p) {
+                           return std::string(ir::DTypeName(p.param));
+                         });
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The golden fused regions and reductions of every layout, against the CPU
+// backend's kernels for the same bodies.
+TEST(CudaEmulationTest, FusedRegionsMatchTheCpuBackend) {
+  if (HostCompiler().empty())
+    GTEST_SKIP() << "no host C++ compiler to build the emulation";
+  std::vector<std::string> texts;
+  for (const auto& e : fs::directory_iterator(fs::path(__FILE__).parent_path() /
+                                              "cuda_golden")) {
+    if (e.path().extension() == ".ir" && e.path().stem() != "huge_index64")
+      texts.push_back(ReadFile(e.path()));
+  }
+  texts.push_back(R"(graph @mixed(%p0: f16[6,50,40] input, %p1: f32[50] input) {
+  %0 = cast %p0 {dtype = f32} : f32[6,50,40]
+  %1 = mul %0, %0 : f32[6,50,40]
+  %2 = sum %1 {dims = [0, 2], keepdim = false} : f32[50]
+  %3 = amax %0 {dims = [0, 2], keepdim = false} : f32[50]
+  %4 = full {shape = [], value = 0.9, dtype = f32} : f32[]
+  %5 = lerp_ %p1, %2, %4 {in_place = true} : f32[50]
+  %6 = sqrt %5 : f32[50]
+  %7 = maximum %6, %3 : f32[50]
+  return %7, %5, %1
+})");
+  texts.push_back(
+      R"(graph @middle(%p0: f32[6,50,40] input, %p1: f64[6,1,40] input) {
+  %0 = sub %p0, %p1 : f32[6,50,40]
+  %1 = mean %0 {dims = [1], keepdim = true} : f32[6,1,40]
+  %2 = mul %1, %1 : f32[6,1,40]
+  return %0, %2
+})");
+  // Many chunks per row (a full reduction) and per column (few columns).
+  texts.push_back(R"(graph @norm(%p0: bf16[64,256] input) {
+  %0 = cast %p0 {dtype = f32} : f32[64,256]
+  %1 = mul %0, %0 : f32[64,256]
+  %2 = sum %1 {dims = [], keepdim = false} : f32[]
+  %3 = sqrt %2 : f32[]
+  return %3
+})");
+  texts.push_back(R"(graph @cols(%p0: f32[5000,3] input, %p1: f32[] input) {
+  %0 = mul %p0, %p1 : f32[5000,3]
+  %1 = amax %0 {dims = [0], keepdim = false} : f32[3]
+  %2 = sum %0 {dims = [0], keepdim = true} : f32[1,3]
+  %3 = reshape %2 {shape = [3]} : f32[3]
+  %4 = sub %3, %1 : f32[3]
+  return %4, %1
+})");
+  texts.push_back(
+      R"(graph @scaler(%p0: f32[] input, %p1: f16[300,7] input, %p2: bool[] input, %p3: f32[7] input) {
+  %0 = full {shape = [], value = 1.0, dtype = f32} : f32[]
+  %1 = div %0, %p0 : f32[]
+  %2 = cast %p1 {dtype = f32} : f32[300,7]
+  %3 = mul %2, %1 : f32[300,7]
+  %4 = ne %3, %3 : bool[300,7]
+  %5 = where %p2, %3, %2 : f32[300,7]
+  %6 = add %5, %p3 : f32[300,7]
+  %7 = cast %6 {dtype = f16} : f16[300,7]
+  return %7, %4, %1
+})");
+  // Vectors of mixed widths (f32, bf16, bool, f64) and a tail of 1001 % 4.
+  texts.push_back(
+      R"(graph @mixed_vectors(%p0: f32[7,143] input, %p1: bf16[7,143] input, %p2: f64[] input) {
+  %0 = cast %p1 {dtype = f32} : f32[7,143]
+  %1 = mul %p0, %0 : f32[7,143]
+  %2 = cast %p2 {dtype = f32} : f32[]
+  %3 = gt %1, %2 : bool[7,143]
+  %4 = cast %1 {dtype = f64} : f64[7,143]
+  %5 = tanh %4 : f64[7,143]
+  return %3, %5, %1
+})");
+  std::vector<std::unique_ptr<ir::Graph>> bodies;
+  std::vector<RegionSource> regions;
+  for (const std::string& text : texts) {
+    absl::StatusOr<std::unique_ptr<ir::Graph>> g = ir::ParseGraph(text);
+    ASSERT_TRUE(g.ok()) << g.status() << "\n" << text;
+    absl::StatusOr<RegionSource> r = EmitRegion(**g, {.block = kEmulatedBlock});
+    ASSERT_TRUE(r.ok()) << r.status() << "\n" << text;
+    bodies.push_back(*std::move(g));
+    regions.push_back(*std::move(r));
+  }
+  std::vector<const RegionSource*> all;
+  for (const RegionSource& r : regions) all.push_back(&r);
+  TempDir tmp("cuda_emu_fused");
+  std::unique_ptr<EmulatedModule> module =
+      EmulatedModule::Build(all, tmp.path, "fused");
+  ASSERT_NE(module, nullptr);
+  Generator gen(5);
+  for (size_t k = 0; k < regions.size(); ++k) {
+    const ir::Graph& body = *bodies[k];
+    absl::StatusOr<cpu::RegionKernel> cpu =
+        cpu::CompileRegion(body, {.use_cache = false});
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    std::vector<Tensor> args;
+    for (const ir::Value* p : body.params())
+      args.push_back(RandomInput(p->type(), gen, p->type().shape.empty()));
+    std::vector<void*> ptrs;
+    std::vector<Tensor> expect;
+    for (const Tensor& a : args) ptrs.push_back(a.data_ptr());
+    for (const ir::Value* r : body.returns()) {
+      expect.push_back(empty(r->type().shape, {.dtype = r->type().dtype}));
+      ptrs.push_back(expect.back().data_ptr());
+    }
+    runtime::RunRegionKernel(*cpu, ptrs);
+    const bool reduces = regions[k].reduced_numel > 0;
+    // Only elementwise regions have a vector path to avoid.
+    for (bool misalign : {false, true}) {
+      if (misalign && reduces) continue;
+      std::vector<Tensor> got = module->Run(regions[k], body, args, misalign);
+      for (size_t r = 0; r < expect.size(); ++r) {
+        // Sums run in another order than the CPU's: equal to the rounding of
+        // the result.
+        const bool exact = !reduces || body.returns()[r]->type().shape ==
+                                           body.params()[0]->type().shape;
+        EXPECT_LE(Mismatch(got[r], expect[r], exact ? 0 : 1e-6), 1.0)
+            << body.name() << " return " << r << " (" << regions[k].name
+            << (misalign ? ", unaligned)" : ")");
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace stepjit::codegen::cuda

@@ -1,0 +1,341 @@
+// Generated CUDA C compiles with NVRTC to cubin for sm_80 and sm_90, without
+// a GPU: every elementwise op of the op table as a single-op kernel in every
+// float dtype, the fused golden regions, compile errors with NVRTC's log,
+// and the kernel cache. Skipped (with the reason) in a build without NVRTC.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "codegen/cuda/cuda_emitter.h"
+#include "codegen/cuda/nvrtc.h"
+#include "codegen/cuda/single_op.h"
+#include "codegen/kernel_cache.h"
+#include "gtest/gtest.h"
+#include "ir/parser.h"
+
+namespace stepjit::codegen::cuda {
+namespace {
+
+namespace fs = std::filesystem;
+using ir::AttrKey;
+using ir::DType;
+using ir::OpId;
+using ir::TensorType;
+
+constexpr const char* kArchs[] = {"sm_80", "sm_90"};
+
+#define SKIP_WITHOUT_NVRTC()                                              \
+  if (!NvrtcAvailable()) {                                                \
+    EXPECT_TRUE(absl::IsUnimplemented(CompileCuda("", "x").status()));    \
+    GTEST_SKIP() << "this build has no NVRTC (CUDA Toolkit not found at " \
+                    "configure time)";                                    \
+  }
+
+// Compiles `source` for each arch, uncached, and checks the cubin is an ELF
+// image (and the PTX targets that arch); returns the compile times.
+std::vector<double> CompileForAllArchs(const std::string& source,
+                                       const std::string& name) {
+  std::vector<double> ms;
+  for (const char* arch : kArchs) {
+    absl::StatusOr<CompiledCuda> c = CompileCuda(
+        source, name, {.arch = arch, .want_ptx = true, .use_cache = false});
+    EXPECT_TRUE(c.ok()) << name << " for " << arch << ": " << c.status();
+    if (!c.ok()) continue;
+    EXPECT_TRUE(absl::StartsWith(c->cubin,
+                                 "\x7f"
+                                 "ELF"))
+        << name << " " << arch;
+    EXPECT_TRUE(absl::StrContains(c->ptx, absl::StrCat(".target ", arch)))
+        << name << " " << arch;
+    EXPECT_FALSE(c->cache_hit);
+    EXPECT_EQ(c->log, "") << name << " " << arch
+                          << ": generated code compiles without warnings";
+    ms.push_back(c->compile_ms);
+  }
+  return ms;
+}
+
+// Single-op kernels for every elementwise and in-place update op of the op
+// table in `dt`: full-size operands, a 0-d operand, a broadcast operand, a
+// one-element tensor; plus casts to and from every other dtype, where, and
+// the reductions by rows, by columns and to 0-d.
+std::vector<RegionSource> SingleOpKernels(DType dt,
+                                          std::vector<std::string>& failures) {
+  std::vector<RegionSource> out;
+  auto add = [&](OpId op, std::vector<TensorType> in, ir::Attrs attrs = {}) {
+    absl::StatusOr<RegionSource> k = EmitSingleOp(op, in, attrs);
+    if (k.ok()) {
+      out.push_back(*std::move(k));
+    } else {
+      failures.push_back(absl::StrCat(ir::OpName(op), " ", ir::DTypeName(dt),
+                                      ": ", k.status().ToString()));
+    }
+  };
+  const TensorType full{dt, {1000}}, scalar{dt, {}}, one{dt, {1}},
+      row{dt, {125}}, mat{dt, {8, 125}};
+  for (int i = 0; i < ir::kNumOps; ++i) {
+    const OpId op = static_cast<OpId>(i);
+    const ir::OpInfo& info = ir::GetOpInfo(op);
+    if (info.kind != ir::OpKind::kElementwise &&
+        info.kind != ir::OpKind::kInplaceUpdate)
+      continue;
+    if (op == OpId::kCast) {
+      for (DType to : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16,
+                       DType::kBool}) {
+        if (to != dt) add(op, {full}, {{AttrKey::kDTypeAttr, to}});
+      }
+      add(op, {{DType::kBool, {1000}}}, {{AttrKey::kDTypeAttr, dt}});
+      continue;
+    }
+    if (op == OpId::kWhere) {
+      add(op, {{DType::kBool, {1000}}, full, scalar});
+      add(op, {{DType::kBool, {8, 125}}, mat, row});
+      continue;
+    }
+    if (info.kind == ir::OpKind::kInplaceUpdate) {
+      const ir::Attrs attrs = {{AttrKey::kAlpha, 0.5},
+                               {AttrKey::kValue, -0.25},
+                               {AttrKey::kInPlace, true}};
+      add(op, std::vector<TensorType>(info.max_arity, full), attrs);
+      if (info.max_arity > 1) {
+        std::vector<TensorType> with_scalar(info.max_arity, full);
+        with_scalar.back() = scalar;
+        add(op, with_scalar, attrs);
+      }
+      continue;
+    }
+    if (info.min_arity == 1) {
+      add(op, {full});
+      add(op, {one});
+    } else if (info.min_arity == 2) {
+      add(op, {full, full});
+      add(op, {full, scalar});
+      add(op, {mat, row});
+      add(op, {one, one});
+    } else {
+      failures.push_back(absl::StrCat(ir::OpName(op), ": arity ",
+                                      info.min_arity, " has no test shapes"));
+    }
+  }
+  for (OpId op : {OpId::kSum, OpId::kMean, OpId::kAmax}) {
+    for (const std::vector<int64_t>& dims :
+         {std::vector<int64_t>{1}, {0}, {}}) {
+      add(op, {{dt, {64, 300}}},
+          {{AttrKey::kDims, dims}, {AttrKey::kKeepdim, false}});
+    }
+  }
+  return out;
+}
+
+class EveryOpCompiles : public testing::TestWithParam<DType> {};
+
+TEST_P(EveryOpCompiles, ForSm80AndSm90) {
+  SKIP_WITHOUT_NVRTC();
+  const DType dt = GetParam();
+  std::vector<std::string> failures;
+  std::vector<RegionSource> kernels = SingleOpKernels(dt, failures);
+  for (const std::string& f : failures) ADD_FAILURE() << "not emitted: " << f;
+  ASSERT_GE(kernels.size(), 100u);
+  std::vector<const RegionSource*> all;
+  size_t functions = 0;
+  for (const RegionSource& k : kernels) {
+    all.push_back(&k);
+    functions += k.kernels.size();
+  }
+  const std::string source = CombineSources(all);
+  const std::string name = absl::StrCat("single_ops_", ir::DTypeName(dt));
+  const std::vector<double> ms = CompileForAllArchs(source, name);
+  ASSERT_EQ(ms.size(), 2u);
+  std::printf(
+      "NVRTC %s: %zu single-op regions (%zu kernels, %zu KiB of CUDA C): sm_80 "
+      "%.0f ms, sm_90 %.0f ms\n",
+      name.c_str(), kernels.size(), functions, source.size() / 1024, ms[0],
+      ms[1]);
+}
+
+INSTANTIATE_TEST_SUITE_P(FloatDTypes, EveryOpCompiles,
+                         testing::Values(DType::kF32, DType::kF64, DType::kF16,
+                                         DType::kBF16),
+                         [](const testing::TestParamInfo<DType>& p) {
+                           return std::string(ir::DTypeName(p.param));
+                         });
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The golden fused regions and a few more shapes, in one translation unit.
+TEST(CudaNvrtcTest, FusedRegionsCompileForSm80AndSm90) {
+  SKIP_WITHOUT_NVRTC();
+  std::vector<std::string> texts;
+  for (const auto& e : fs::directory_iterator(fs::path(__FILE__).parent_path() /
+                                              "cuda_golden")) {
+    if (e.path().extension() == ".ir") texts.push_back(ReadFile(e.path()));
+  }
+  // Reduced dims around a kept one (a block per output, 2-d unravel of q),
+  // and a kept dim around a reduced one (a thread per output).
+  texts.push_back(R"(graph @mixed(%p0: f16[6,50,40] input, %p1: f32[50] input) {
+  %0 = cast %p0 {dtype = f32} : f32[6,50,40]
+  %1 = mul %0, %0 : f32[6,50,40]
+  %2 = sum %1 {dims = [0, 2], keepdim = false} : f32[50]
+  %3 = amax %0 {dims = [0, 2], keepdim = false} : f32[50]
+  %4 = full {shape = [], value = 0.9, dtype = f32} : f32[]
+  %5 = lerp_ %p1, %2, %4 {in_place = true} : f32[50]
+  %6 = sqrt %5 : f32[50]
+  %7 = maximum %6, %3 : f32[50]
+  return %7, %5
+})");
+  texts.push_back(
+      R"(graph @middle(%p0: f32[6,50,40] input, %p1: f64[6,1,40] input) {
+  %0 = sub %p0, %p1 : f32[6,50,40]
+  %1 = mean %0 {dims = [1], keepdim = true} : f32[6,1,40]
+  %2 = mul %1, %1 : f32[6,1,40]
+  return %0, %2
+})");
+  texts.push_back(R"(graph @norm(%p0: bf16[2048,4096] input) {
+  %0 = cast %p0 {dtype = f32} : f32[2048,4096]
+  %1 = mul %0, %0 : f32[2048,4096]
+  %2 = sum %1 {dims = [], keepdim = false} : f32[]
+  %3 = sqrt %2 : f32[]
+  return %3
+})");
+  texts.push_back(
+      R"(graph @found_inf(%p0: f32[] input, %p1: f16[300,7] input, %p2: bool[] input) {
+  %0 = full {shape = [], value = 1.0, dtype = f32} : f32[]
+  %1 = div %0, %p0 : f32[]
+  %2 = cast %p1 {dtype = f32} : f32[300,7]
+  %3 = mul %2, %1 : f32[300,7]
+  %4 = ne %3, %3 : bool[300,7]
+  %5 = where %p2, %3, %2 : f32[300,7]
+  %6 = cast %5 {dtype = f16} : f16[300,7]
+  return %6, %4
+})");
+  std::vector<RegionSource> regions;
+  for (const std::string& text : texts) {
+    absl::StatusOr<std::unique_ptr<ir::Graph>> g = ir::ParseGraph(text);
+    ASSERT_TRUE(g.ok()) << g.status() << "\n" << text;
+    absl::StatusOr<RegionSource> r = EmitRegion(**g);
+    ASSERT_TRUE(r.ok()) << r.status() << "\n" << text;
+    regions.push_back(*std::move(r));
+  }
+  EXPECT_EQ(regions[regions.size() - 4].strategy,
+            ReductionStrategy::kBlockPerRow);
+  EXPECT_EQ(regions[regions.size() - 3].strategy,
+            ReductionStrategy::kThreadPerOutput);
+  std::vector<const RegionSource*> all;
+  for (const RegionSource& r : regions) all.push_back(&r);
+  const std::vector<double> ms =
+      CompileForAllArchs(CombineSources(all), "fused_regions");
+  ASSERT_EQ(ms.size(), 2u);
+  std::printf(
+      "NVRTC fused_regions: %zu regions: sm_80 %.0f ms, sm_90 %.0f ms\n",
+      regions.size(), ms[0], ms[1]);
+  // Each region alone compiles too (its own includes and helpers suffice).
+  for (const RegionSource& r : regions) {
+    absl::StatusOr<CompiledCuda> c =
+        CompileCuda(r.source, r.name, {.arch = "sm_90", .use_cache = false});
+    EXPECT_TRUE(c.ok()) << r.name << ": " << c.status();
+  }
+}
+
+TEST(CudaNvrtcTest, BrokenSourceReportsTheNvrtcLog) {
+  SKIP_WITHOUT_NVRTC();
+  const std::string broken =
+      "extern \"C\" __global__ void k(float* x) {\n  x[0] = undefined_thing + "
+      "1.0f;\n}\n";
+  absl::StatusOr<CompiledCuda> c =
+      CompileCuda(broken, "broken", {.arch = "sm_90", .use_cache = false});
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(c.status())) << c.status();
+  const std::string msg(c.status().message());
+  EXPECT_TRUE(absl::StrContains(msg, "broken.cu(2)")) << msg;
+  EXPECT_TRUE(absl::StrContains(msg, "undefined_thing")) << msg;
+  EXPECT_TRUE(absl::StrContains(msg, "error")) << msg;
+  EXPECT_TRUE(absl::StrContains(msg, "sm_90")) << msg;
+  // Not a real architecture: refused before NVRTC sees it.
+  for (const char* arch : {"sm90", "compute_90", "sm_90 -G", "", "sm_"}) {
+    absl::StatusOr<CompiledCuda> bad =
+        CompileCuda("", "x", {.arch = arch, .use_cache = false});
+    EXPECT_TRUE(absl::IsInvalidArgument(bad.status()))
+        << arch << ": " << bad.status();
+  }
+  // A well-formed arch NVRTC does not know: its own complaint, still no crash.
+  absl::StatusOr<CompiledCuda> old = CompileCuda(
+      "__global__ void k() {}", "old", {.arch = "sm_10", .use_cache = false});
+  EXPECT_TRUE(absl::IsInvalidArgument(old.status())) << old.status();
+}
+
+TEST(CudaNvrtcTest, SecondCompileHitsTheKernelCache) {
+  SKIP_WITHOUT_NVRTC();
+  const fs::path dir = fs::temp_directory_path() /
+                       absl::StrCat("stepjit_nvrtc_cache_", getpid());
+  fs::remove_all(dir);
+  absl::StatusOr<RegionSource> src =
+      EmitSingleOp(OpId::kGelu, {{DType::kBF16, {4096}}});
+  ASSERT_TRUE(src.ok()) << src.status();
+  std::string cubin;
+  {
+    KernelCache cache({.disk_dir = dir.string()});
+    const NvrtcOptions options{
+        .arch = "sm_90", .want_ptx = true, .cache = &cache};
+    absl::StatusOr<CompiledCuda> cold =
+        CompileCuda(src->source, src->name, options);
+    ASSERT_TRUE(cold.ok()) << cold.status();
+    EXPECT_FALSE(cold->cache_hit);
+    absl::StatusOr<CompiledCuda> warm =
+        CompileCuda(src->source, src->name, options);
+    ASSERT_TRUE(warm.ok()) << warm.status();
+    EXPECT_TRUE(warm->cache_hit);
+    EXPECT_EQ(warm->cubin, cold->cubin);
+    EXPECT_EQ(warm->ptx, cold->ptx);
+    EXPECT_EQ(cache.stats().memory_hits, 2);  // cubin and PTX
+    EXPECT_EQ(cache.stats().stores, 2);
+    std::printf("NVRTC gelu bf16 sm_90: cold %.1f ms, cached %.3f ms\n",
+                cold->compile_ms, warm->compile_ms);
+    // Another arch is another kernel.
+    absl::StatusOr<CompiledCuda> sm80 =
+        CompileCuda(src->source, src->name, {.arch = "sm_80", .cache = &cache});
+    ASSERT_TRUE(sm80.ok()) << sm80.status();
+    EXPECT_FALSE(sm80->cache_hit);
+    cubin = cold->cubin;
+  }
+  // A later process (a fresh cache on the same directory) loads from disk.
+  KernelCache again({.disk_dir = dir.string()});
+  absl::StatusOr<CompiledCuda> disk =
+      CompileCuda(src->source, src->name, {.arch = "sm_90", .cache = &again});
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  EXPECT_TRUE(disk->cache_hit);
+  EXPECT_EQ(disk->cubin, cubin);
+  EXPECT_EQ(again.stats().disk_hits, 1);
+  fs::remove_all(dir);
+}
+
+TEST(CudaNvrtcTest, CompilerIdAndFlags) {
+  SKIP_WITHOUT_NVRTC();
+  EXPECT_TRUE(absl::StartsWith(NvrtcCompilerId(), "NVRTC 1"))
+      << NvrtcCompilerId();
+  const std::vector<std::string> archs = NvrtcSupportedArchs();
+  for (const char* arch : kArchs) {
+    EXPECT_NE(std::find(archs.begin(), archs.end(), arch), archs.end()) << arch;
+  }
+  const std::vector<std::string> flags = NvrtcFlags("sm_90");
+  EXPECT_NE(std::find(flags.begin(), flags.end(), "--fmad=false"), flags.end());
+  EXPECT_NE(std::find(flags.begin(), flags.end(), "--gpu-architecture=sm_90"),
+            flags.end());
+  for (const std::string& f : flags)
+    EXPECT_FALSE(absl::StrContains(f, "fast_math")) << f;
+}
+
+}  // namespace
+}  // namespace stepjit::codegen::cuda
