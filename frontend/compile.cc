@@ -300,6 +300,17 @@ std::string StepCompiler::explain() const {
   std::ostringstream os;
   os << "stepjit: step '" << m.options.name << "' — " << m.stats << "\n";
   if (m.options.mode == Mode::kEager) os << "compilation is off (mode = eager)\n";
+  if (m.options.amp != DType::kF32 || m.loss_scaling) {
+    os << "mixed precision: "
+       << (m.options.amp == DType::kF32 ? std::string("off")
+                                        : absl::StrCat("autocast-", ir::DTypeName(m.options.amp), " pass"));
+    if (m.loss_scaling) {
+      const CompileStats s = stats();
+      os << ", loss scaling (grad-scaler pass): scale " << s.loss_scale << ", " << s.skipped_steps
+         << " steps skipped for inf/NaN grads";
+    }
+    os << "\n";
+  }
   for (size_t i = 0; i < m.specs.size(); ++i) {
     const Specialization& s = *m.specs[i];
     os << "specialization " << i << ": " << DescribeSignature(s.signature) << ": "

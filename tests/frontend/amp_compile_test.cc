@@ -158,7 +158,9 @@ void CheckCompilerAmpMatchesHandWritten(DType low, bool scaling) {
   EXPECT_GE(s.replays, 9) << s;
   EXPECT_NE(s.passes.find(low == DType::kBF16 ? "autocast-bf16" : "autocast-f16"), std::string::npos)
       << s.passes;
+  EXPECT_NE(fast.explain().find("mixed precision: autocast-"), std::string::npos) << fast.explain();
   if (scaling) {
+    EXPECT_NE(fast.explain().find("1 steps skipped"), std::string::npos) << fast.explain();
     EXPECT_EQ(s.loss_scale, scaler.get_scale());
     EXPECT_EQ(s.skipped_steps, 1);
     EXPECT_EQ(scaler.skipped_steps(), 1);
