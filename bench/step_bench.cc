@@ -1,8 +1,8 @@
 // Training-step benchmarks: each workload of bench/workloads.h, eager and
 // compiled, plus one fused elementwise region against its eager op chain.
 //
-//   stepjit_benchmarks --benchmark_filter=Step --benchmark_repetitions=5 \
-//       --benchmark_report_aggregates_only=true
+//   stepjit_benchmarks --benchmark_filter=Step --benchmark_repetitions=5
+//       --benchmark_report_aggregates_only=true   (one command line)
 // Counters of compiled runs: kernels per replay, ops_traced (the ops the
 // eager step dispatches) and compile_ms (trace, passes and code generation).
 #include <benchmark/benchmark.h>

@@ -35,9 +35,9 @@ struct CompileOptions {
   DType amp = DType::kF32;
   // Dynamic loss scaling by the grad-scaler pass: by default on for kF16
   // and off otherwise (bf16 has f32's range), as in PyTorch practice.
-  std::optional<bool> loss_scaling;
+  std::optional<bool> loss_scaling = std::nullopt;
   // The scaler's constants (enabled is ignored: see loss_scaling).
-  amp::GradScalerOptions scaler;
+  amp::GradScalerOptions scaler = {};
 };
 
 struct CompileStats {

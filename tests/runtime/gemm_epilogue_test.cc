@@ -185,7 +185,9 @@ void RunCase(DType dtype, GemmBackend backend, GemmActivation act,
     }
   }
   for (int64_t i = 0; i < c.batch * sc; ++i) {
-    if (!written[i]) ASSERT_EQ(out.Get(i), before.Get(i)) << "padding " << i;
+    if (!written[i]) {
+      ASSERT_EQ(out.Get(i), before.Get(i)) << "padding " << i;
+    }
   }
 }
 
