@@ -18,8 +18,9 @@ namespace stepjit::runtime {
 // bit-identical to the traced eager step; generated kernels for fusion
 // regions plug in here later.
 struct ProgramOptions {
-  // Compile elementwise fusion regions to native code (LLVM ORC); other
-  // regions, and calls with non-contiguous operands, are interpreted.
+  // Compile fusion regions to native code (LLVM ORC) where the CPU backend
+  // lowers them; other regions are interpreted. Non-contiguous operands are
+  // copied to contiguous buffers before a generated kernel runs.
   bool codegen = true;
   // When set, each generated kernel's LLVM IR is written there as
   // <kernel>.ll (as lowered) and <kernel>.opt.ll (after -O2).
