@@ -5,28 +5,18 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <mutex>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "codegen/cpu/jit.h"
 #include "codegen/cpu/llvm_math.h"
-#include "codegen/kernel_cache.h"
 #include "codegen/region_plan.h"
 #include "codegen/sha256.h"
 #include "ir/printer.h"
 #include "ir/scalar_def.h"
 #include "ir/status.h"
-#include "llvm/Config/llvm-config.h"
-#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
-#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
-#include "llvm/ExecutionEngine/Orc/LLJIT.h"
-#include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Verifier.h"
-#include "llvm/Passes/PassBuilder.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
-#include "llvm/Target/TargetMachine.h"
 
 namespace stepjit::codegen::cpu {
 
@@ -122,10 +112,7 @@ class Lowering {
     return absl::OkStatus();
   }
 
-  struct Symbols {
-    std::string scalar, main, reduced;
-  };
-  const Symbols& symbols() const { return symbols_; }
+  const JitSymbols& symbols() const { return symbols_; }
 
  private:
   using Env = absl::flat_hash_map<const Value*, llvm::Value*>;
@@ -584,160 +571,18 @@ class Lowering {
   int scratch_index_ = 0;
   absl::flat_hash_map<const Value*, int> slots_;
   absl::flat_hash_map<const Node*, int> acc_index_;
-  Symbols symbols_;
+  JitSymbols symbols_;
 };
 
 double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-struct LoadedFns {
-  uint64_t scalar = 0, main = 0, reduced = 0;
-};
-
-// One process-wide JIT for the host CPU (its features drive vectorization).
-// Modules are optimized and compiled to object code here, so the object can
-// be cached; each object is linked into its own JITDylib.
-class Jit {
- public:
-  static absl::StatusOr<Jit*> Get() {
-    static std::once_flag once;
-    static Jit* jit = nullptr;
-    static std::string error;
-    std::call_once(once, [] {
-      llvm::InitializeNativeTarget();
-      llvm::InitializeNativeTargetAsmPrinter();
-      auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
-      if (!jtmb) {
-        error = llvm::toString(jtmb.takeError());
-        return;
-      }
-      jtmb->setCodeGenOptLevel(llvm::CodeGenOpt::Default);
-      auto tm = jtmb->createTargetMachine();
-      if (!tm) {
-        error = llvm::toString(tm.takeError());
-        return;
-      }
-      auto lljit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(*jtmb).create();
-      if (!lljit) {
-        error = llvm::toString(lljit.takeError());
-        return;
-      }
-      jit = new Jit(std::move(*lljit), std::move(*tm));
-    });
-    if (jit == nullptr) return absl::InternalError(absl::StrCat("LLVM JIT unavailable: ", error));
-    return jit;
-  }
-
-  std::string TargetId() const {
-    return absl::StrCat(tm_->getTargetTriple().str(), ";", tm_->getTargetCPU().str(), ";",
-                        tm_->getTargetFeatureString().str());
-  }
-
-  absl::StatusOr<LoadedFns> Load(llvm::Module& m,
-                                 const Lowering::Symbols& symbols,
-                                 const RegionCompileOptions& options, RegionKernel& k) {
-    std::lock_guard<std::mutex> lock(mu_);
-    llvm::Module* module = &m;
-    module->setDataLayout(tm_->createDataLayout());
-    module->setTargetTriple(tm_->getTargetTriple().str());
-    {
-      llvm::raw_string_ostream os(k.llvm_ir_raw);
-      module->print(os, nullptr);
-    }
-    const CacheKey key{k.llvm_ir_raw, JitCompilerId(), TargetId(),
-                       absl::StrCat("O2;", kLoweringVersion)};
-    const std::string digest = key.Digest();
-    std::optional<std::string> object;
-    if (options.use_cache) {
-      if (auto it = loaded_.find(digest); it != loaded_.end()) {
-        k.cache_hit = true;
-        if (options.want_optimized_ir) Optimize(*module, &k.llvm_ir);
-        return it->second;
-      }
-      object = KernelCache::Global().Lookup(key);
-    }
-    if (!object || options.want_optimized_ir) Optimize(*module, &k.llvm_ir);
-    if (object) {
-      k.cache_hit = true;
-    } else {
-      ASSIGN_OR_RETURN(object, EmitObject(*module));
-      if (options.use_cache) KernelCache::Global().Store(key, *object);
-    }
-    auto jd = jit_->createJITDylib(absl::StrCat("sj.", digest.substr(0, 16), ".", next_dylib_++));
-    if (!jd) return absl::InternalError(llvm::toString(jd.takeError()));
-    auto gen = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
-        jit_->getDataLayout().getGlobalPrefix());
-    if (!gen) return absl::InternalError(llvm::toString(gen.takeError()));
-    jd->addGenerator(std::move(*gen));
-    if (auto err = jit_->addObjectFile(*jd, llvm::MemoryBuffer::getMemBufferCopy(*object, k.name))) {
-      return absl::InternalError(llvm::toString(std::move(err)));
-    }
-    LoadedFns fns;
-    for (auto [name, out] : {std::pair{&symbols.scalar, &fns.scalar}, std::pair{&symbols.main, &fns.main},
-                             std::pair{&symbols.reduced, &fns.reduced}}) {
-      if (name->empty()) continue;
-      auto sym = jit_->lookup(*jd, *name);
-      if (!sym) return absl::InternalError(llvm::toString(sym.takeError()));
-      *out = sym->getAddress();
-    }
-    if (options.use_cache) loaded_[digest] = fns;
-    return fns;
-  }
-
- private:
-  Jit(std::unique_ptr<llvm::orc::LLJIT> jit, std::unique_ptr<llvm::TargetMachine> tm)
-      : jit_(std::move(jit)), tm_(std::move(tm)) {}
-
-  // The -O2 pipeline with the host's features.
-  void Optimize(llvm::Module& module, std::string* text) {
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(tm_.get());
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(module, mam);
-    text->clear();
-    llvm::raw_string_ostream os(*text);
-    module.print(os, nullptr);
-  }
-
-  absl::StatusOr<std::string> EmitObject(llvm::Module& module) {
-    llvm::SmallVector<char, 0> buffer;
-    llvm::raw_svector_ostream os(buffer);
-    llvm::legacy::PassManager pm;
-    if (tm_->addPassesToEmitFile(pm, os, nullptr, llvm::CGFT_ObjectFile)) {
-      return absl::InternalError("the LLVM target cannot emit object files");
-    }
-    pm.run(module);
-    return std::string(buffer.begin(), buffer.end());
-  }
-
-  std::mutex mu_;
-  std::unique_ptr<llvm::orc::LLJIT> jit_;
-  std::unique_ptr<llvm::TargetMachine> tm_;
-  absl::flat_hash_map<std::string, LoadedFns> loaded_;  // by cache key digest
-  int next_dylib_ = 0;
-};
-
 }  // namespace
-
-std::string JitCompilerId() { return "LLVM " LLVM_VERSION_STRING; }
-
-std::string JitTargetId() {
-  absl::StatusOr<Jit*> jit = Jit::Get();
-  return jit.ok() ? (*jit)->TargetId() : "unavailable";
-}
 
 absl::StatusOr<RegionKernel> CompileRegion(const ir::Graph& body, const RegionCompileOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(Plan plan, Analyze(body));
-  ASSIGN_OR_RETURN(Jit * jit, Jit::Get());
   auto ctx = std::make_unique<llvm::LLVMContext>();
   auto module = std::make_unique<llvm::Module>("stepjit", *ctx);
   // Symbols derive from the body's text, so a later process emits the same
@@ -753,11 +598,17 @@ absl::StatusOr<RegionKernel> CompileRegion(const ir::Graph& body, const RegionCo
   if (llvm::verifyModule(*module, &vos)) {
     return absl::InternalError(absl::StrCat("generated LLVM IR for ", body.name(), " is invalid: ", vos.str()));
   }
-  const Lowering::Symbols symbols = lowering.symbols();
-  ASSIGN_OR_RETURN(LoadedFns fns, jit->Load(*module, symbols, options, k));
-  k.scalar = reinterpret_cast<ScalarFn>(fns.scalar);
-  k.main = reinterpret_cast<LoopFn>(fns.main);
-  k.reduced = reinterpret_cast<LoopFn>(fns.reduced);
+  ASSIGN_OR_RETURN(JitLoadResult loaded,
+                   JitLoad(*module, lowering.symbols(),
+                           {.want_optimized_ir = options.want_optimized_ir,
+                            .use_cache = options.use_cache,
+                            .cache_tag = kLoweringVersion}));
+  k.scalar = reinterpret_cast<ScalarFn>(loaded.fns.scalar);
+  k.main = reinterpret_cast<LoopFn>(loaded.fns.main);
+  k.reduced = reinterpret_cast<LoopFn>(loaded.fns.reduced);
+  k.llvm_ir_raw = std::move(loaded.llvm_ir_raw);
+  k.llvm_ir = std::move(loaded.llvm_ir);
+  k.cache_hit = loaded.cache_hit;
   k.compile_ms = MsSince(t0);
   return k;
 }

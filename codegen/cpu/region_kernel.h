@@ -74,9 +74,6 @@ struct RegionCompileOptions {
 absl::StatusOr<RegionKernel> CompileRegion(const ir::Graph& body,
                                            const RegionCompileOptions& options = {});
 
-// "LLVM 14.0.6" and the host CPU name and features: part of every cache key.
-std::string JitCompilerId();
-std::string JitTargetId();
 
 }  // namespace stepjit::codegen::cpu
 
