@@ -163,8 +163,14 @@ struct StepCompiler::Impl {
     } else {
       // The guards cover the state the compiler added too.
       spec->state_guards = MakeStateGuards(spec->trace);
-      auto program = runtime::Program::Build(
-          *spec->trace.graph, {.dump_dir = DumpDir(static_cast<size_t>(stats.traces))});
+      runtime::ProgramOptions popts{.dump_dir = DumpDir(static_cast<size_t>(stats.traces))};
+      if (const char* cuda = std::getenv("STEPJIT_DUMP_CUDA"); cuda != nullptr && *cuda != '\0') {
+        // cu | ptx | ptx:sm_XX
+        const std::string v = cuda;
+        popts.dump_cuda = v != "0";
+        if (v.rfind("ptx", 0) == 0) popts.cuda_ptx_arch = v.size() > 4 ? v.substr(4) : "sm_90";
+      }
+      auto program = runtime::Program::Build(*spec->trace.graph, popts);
       if (!program.ok()) {
         spec->eager_only = true;
         spec->reason = absl::StrCat("building the program failed: ", program.status().message());

@@ -5,10 +5,12 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
+#include "codegen/cuda/dump.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/dispatch.h"
 #include "runtime/generator.h"
@@ -241,8 +243,30 @@ void DumpKernel(const codegen::cpu::RegionKernel& k, const std::string& dir) {
 }
 }  // namespace
 
+// The CUDA C (and PTX) of every region the CUDA backend lowers; a region it
+// does not lower, or a failed write or compile, is reported on stderr and
+// does not stop the CPU program.
+void DumpCuda(const ir::Graph& graph, const ProgramOptions& options) {
+  codegen::cuda::NvrtcOptions nvrtc{.arch = options.cuda_ptx_arch, .want_ptx = true};
+  for (const auto& n : graph.nodes()) {
+    if (n->kind() != NodeKind::kFusion) continue;
+    absl::StatusOr<codegen::cuda::RegionSource> region = codegen::cuda::EmitRegion(*n->body());
+    if (!region.ok()) {
+      if (!absl::IsUnimplemented(region.status())) {
+        std::cerr << "stepjit: STEPJIT_DUMP_CUDA: " << n->body()->name() << ": "
+                  << region.status().message() << "\n";
+      }
+      continue;
+    }
+    absl::Status st = codegen::cuda::DumpRegion(options.dump_dir, *region,
+                                                options.cuda_ptx_arch.empty() ? nullptr : &nvrtc);
+    if (!st.ok()) std::cerr << "stepjit: STEPJIT_DUMP_CUDA: " << st.message() << "\n";
+  }
+}
+
 absl::StatusOr<Program> Program::Build(const ir::Graph& graph, ProgramOptions options) {
   Program p(&graph);
+  if (options.dump_cuda && !options.dump_dir.empty()) DumpCuda(graph, options);
   p.kernels_per_run_ = CountKernels(graph);
   CollectLastUses(graph, p.last_uses_);
   if (options.codegen) {

@@ -26,6 +26,12 @@ struct ProgramOptions {
   // <kernel>.ll (as lowered) and <kernel>.opt.ll (after -O2).
   // Kernels come from the process-wide kernel cache unless use_cache=false.
   std::string dump_dir;
+  // With dump_dir: also write the CUDA C the CUDA backend emits for each
+  // region it lowers (<region>.cu) and, with cuda_ptx_arch ("sm_90"), its
+  // PTX from NVRTC (<region>.ptx). STEPJIT_DUMP_CUDA=cu|ptx[:sm_XX] sets
+  // these from the environment (the frontend reads it).
+  bool dump_cuda = false;
+  std::string cuda_ptx_arch;
   bool use_cache = true;
 };
 

@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "codegen/cuda/nvrtc.h"
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
 #include "ir/parser.h"
@@ -422,6 +423,7 @@ TEST(CompileTest, DumpWritesTraceEveryPassAndKernelIr) {
   const std::string dir = "/tmp/stepjit_dump_test";
   std::filesystem::remove_all(dir);
   setenv("STEPJIT_DUMP", dir.c_str(), 1);
+  setenv("STEPJIT_DUMP_CUDA", "ptx:sm_80", 1);
   MlpStep step(true);
   auto fast = compile([&](const Tensor& x, const Tensor& y) { return step(x, y); });
   Generator gen(9);
@@ -429,18 +431,24 @@ TEST(CompileTest, DumpWritesTraceEveryPassAndKernelIr) {
   Tensor y = randint(0, 10, {16}, {.dtype = DType::kI64}, &gen);
   for (int i = 0; i < 3; ++i) fast(x, y);
   unsetenv("STEPJIT_DUMP");
+  unsetenv("STEPJIT_DUMP_CUDA");
   for (const char* f : {"000-trace.ir", "004-fuse.ir", "006-memory-plan.ir"}) {
     EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(dir) / f)) << f;
   }
-  int raw = 0, opt = 0;
+  int raw = 0, opt = 0, cu = 0, ptx = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (name.ends_with(".opt.ll")) ++opt;
     else if (name.ends_with(".ll")) ++raw;
+    else if (name.ends_with(".cu")) ++cu;
+    else if (name.ends_with(".ptx")) ++ptx;
   }
   EXPECT_EQ(raw, fast.stats().native_regions);
   EXPECT_EQ(opt, fast.stats().native_regions);
   EXPECT_GT(opt, 0);
+  // STEPJIT_DUMP_CUDA: the CUDA backend lowers the same regions as the CPU one.
+  EXPECT_EQ(cu, fast.stats().native_regions);
+  if (codegen::cuda::NvrtcAvailable()) EXPECT_EQ(ptx, cu);
   std::filesystem::remove_all(dir);
 }
 
