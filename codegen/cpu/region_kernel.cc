@@ -11,9 +11,9 @@
 #include "codegen/cpu/jit.h"
 #include "codegen/cpu/llvm_math.h"
 #include "codegen/region_plan.h"
+#include "codegen/scalar_op.h"
 #include "codegen/sha256.h"
 #include "ir/printer.h"
-#include "ir/scalar_def.h"
 #include "ir/status.h"
 #include "llvm/IR/Verifier.h"
 #include "llvm/Support/raw_ostream.h"
@@ -87,9 +87,9 @@ class Lowering {
     k.num_slots = static_cast<int>(slots_.size());
     for (const auto& n : body_.nodes()) {
       if (!IsReduction(n->op())) continue;
-      acc_index_[n.get()] = static_cast<int>(k.accumulators.size());
-      k.accumulators.push_back(
-          {n->op() == OpId::kAmax ? -std::numeric_limits<double>::infinity() : 0.0});
+      acc_index_[n.get()] = static_cast<int>(acc_nodes_.size());
+      acc_nodes_.push_back(n.get());
+      k.accumulators.push_back({AccumulatorInit(n->op())});
     }
     // Reductions over the last dim alone split cleanly at row boundaries;
     // ones that also reduce outer dims accumulate across rows.
@@ -209,46 +209,13 @@ class Lowering {
     if (op == OpId::kCast) return in(0, out);
     if (op == OpId::kWhere) return b_.CreateSelect(in(0, DType::kBool), in(1, out), in(2, out));
     // Operands are converted to the compute dtype first, as dispatch does.
-    DType compute = out;
-    if (out == DType::kBool) {
-      compute = n.inputs()[0]->type().dtype;
-      for (const Value* v : n.inputs()) {
-        compute = ir::ResultType(std::vector<ir::TensorType>{{compute, {1}}, v->type()});
-      }
-    }
+    const DType compute = ComputeDType(n);
     if (compute == DType::kBool) return Unsupported("bool arithmetic");
     LlvmMath m{b_, m_, RegType(ctx_, compute)};
-    llvm::Value* result = nullptr;
-    switch (op) {
-#define SJ_UNARY(e, expr)                                                \
-  case OpId::k##e:                                                       \
-    result = ir::ScalarDef<OpId::k##e>::Apply(m, in(0, compute));        \
-    break;
-#define SJ_BINARY(e, expr)                                                              \
-  case OpId::k##e:                                                                      \
-    result = ir::ScalarDef<OpId::k##e>::Apply(m, in(0, compute), in(1, compute));       \
-    break;
-#define SJ_UPDATE(e, expr)                                                               \
-  case OpId::k##e: {                                                                     \
-    llvm::Value* zero = m.Const(0);                                                      \
-    result = ir::ScalarDef<OpId::k##e>::Apply(                                           \
-        m, in(0, compute), n.inputs().size() > 1 ? in(1, compute) : zero,                \
-        n.inputs().size() > 2 ? in(2, compute) : zero,                                   \
-        m.Const(n.attrs().GetDouble(AttrKey::kAlpha, 1.0)),                              \
-        m.Const(n.attrs().GetDouble(AttrKey::kValue, 0.0)));                             \
-    break;                                                                               \
-  }
-      SJ_UNARY_SCALAR_DEFS(SJ_UNARY)
-      SJ_BINARY_SCALAR_DEFS(SJ_BINARY)
-      SJ_COMPARE_SCALAR_DEFS(SJ_BINARY)
-      SJ_UPDATE_SCALAR_DEFS(SJ_UPDATE)
-#undef SJ_UNARY
-#undef SJ_BINARY
-#undef SJ_UPDATE
-      default:
-        return Unsupported(absl::StrCat("op ", ir::OpName(op)));
-    }
-    return out == DType::kBool ? result : Round(result, out);
+    std::optional<llvm::Value*> result =
+        ApplyScalarDef(m, n, [&](size_t k) { return in(k, compute); });
+    if (!result) return Unsupported(absl::StrCat("op ", ir::OpName(op)));
+    return out == DType::kBool ? *result : Round(*result, out);
   }
 
   // The 0-d values of the current function, read from scratch slots.
@@ -340,11 +307,7 @@ class Lowering {
     Env env;
     LoadSlots(ptrs, env);
     const std::vector<llvm::Value*> bases = Bases(ptrs);
-    std::vector<llvm::Value*> accs;
-    for (size_t a = 0; a < acc_index_.size(); ++a) {
-      accs.push_back(b_.CreateBitCast(Base(ptrs, scratch_index_ + 1 + static_cast<int>(a)),
-                                      b_.getDoubleTy()->getPointerTo()));
-    }
+    const std::vector<llvm::Value*> accs = Accumulators(ptrs);
     llvm::Value* row_c = b_.getInt64(row);
     llvm::Value* r0 = b_.CreateSDiv(begin, row_c);
     llvm::Value* r_end = b_.CreateSDiv(b_.CreateAdd(end, b_.getInt64(row - 1)), row_c);
@@ -424,7 +387,7 @@ class Lowering {
     if (last_reduced) {
       for (size_t a = 0; a < accs.size(); ++a) {
         llvm::PHINode* p = b_.CreatePHI(b_.getDoubleTy(), 2);
-        p->addIncoming(llvm::ConstantFP::get(b_.getDoubleTy(), AccInit(a)), rows);
+        p->addIncoming(llvm::ConstantFP::get(b_.getDoubleTy(), AccumulatorInit(acc_nodes_[a]->op())), rows);
         reg_acc.push_back(p);
       }
     }
@@ -449,11 +412,11 @@ class Lowering {
         const Value* src = n->inputs()[0];
         llvm::Value* x = Convert(inner_env.at(src), src->type().dtype, DType::kF64);
         if (last_reduced) {
-          reg_next[a] = Accumulate(n->op(), reg_next[a], x);
+          reg_next[a] = Accumulate(n->op(), reg_next[a], x, /*reassociable=*/true);
         } else {
           llvm::Value* addr = Address(b_.getDoubleTy(), accs[a], b_.CreateAdd(acc_row, j));
           llvm::Value* old = Tag(b_.CreateLoad(b_.getDoubleTy(), addr));
-          Tag(b_.CreateStore(Accumulate(n->op(), old, x), addr));
+          Tag(b_.CreateStore(Accumulate(n->op(), old, x, /*reassociable=*/true), addr));
         }
         continue;
       }
@@ -473,9 +436,10 @@ class Lowering {
 
     b_.SetInsertPoint(row_end);
     for (size_t a = 0; a < reg_acc.size(); ++a) {
-      const Node* node = NodeOfAcc(static_cast<int>(a));
       llvm::Value* addr = Address(b_.getDoubleTy(), accs[a], acc_row);
-      b_.CreateStore(Combine(node->op(), b_.CreateLoad(b_.getDoubleTy(), addr), reg_next[a]), addr);
+      b_.CreateStore(Accumulate(acc_nodes_[a]->op(), b_.CreateLoad(b_.getDoubleTy(), addr), reg_next[a],
+                                /*reassociable=*/false),
+                     addr);
     }
     llvm::Value* r_next = b_.CreateAdd(r, b_.getInt64(1));
     r->addIncoming(r_next, row_end);
@@ -485,32 +449,31 @@ class Lowering {
     return absl::OkStatus();
   }
 
-  double AccInit(size_t a) const {
-    return NodeOfAcc(static_cast<int>(a))->op() == OpId::kAmax ? -std::numeric_limits<double>::infinity()
-                                                               : 0.0;
+  static double AccumulatorInit(OpId op) {
+    return op == OpId::kAmax ? -std::numeric_limits<double>::infinity() : 0.0;
   }
-  const Node* NodeOfAcc(int a) const {
-    for (const auto& [node, k] : acc_index_) {
-      if (k == a) return node;
-    }
-    return nullptr;
-  }
-  // acc (+) x in double; sums may be reassociated (blocked by the vectorizer).
-  llvm::Value* Accumulate(OpId op, llvm::Value* acc, llvm::Value* x) {
+  // acc (+) x in double (amax propagates NaN, as eager's does). Sums inside
+  // a row loop may be reassociated, so the vectorizer blocks them.
+  llvm::Value* Accumulate(OpId op, llvm::Value* acc, llvm::Value* x, bool reassociable) {
     if (op == OpId::kAmax) {
       return b_.CreateSelect(b_.CreateOr(b_.CreateFCmpUNO(x, x), b_.CreateFCmpOGT(x, acc)), x, acc);
     }
     llvm::Value* sum = b_.CreateFAdd(acc, x);
-    llvm::FastMathFlags fmf;
-    fmf.setAllowReassoc();
-    llvm::cast<llvm::Instruction>(sum)->setFastMathFlags(fmf);
+    if (reassociable) {
+      llvm::FastMathFlags fmf;
+      fmf.setAllowReassoc();
+      llvm::cast<llvm::Instruction>(sum)->setFastMathFlags(fmf);
+    }
     return sum;
   }
-  llvm::Value* Combine(OpId op, llvm::Value* acc, llvm::Value* part) {
-    if (op == OpId::kAmax) {
-      return b_.CreateSelect(b_.CreateOr(b_.CreateFCmpUNO(part, part), b_.CreateFCmpOGT(part, acc)), part, acc);
+  // The accumulator buffers (f64), after the scratch slots in `ptrs`.
+  std::vector<llvm::Value*> Accumulators(llvm::Value* ptrs) {
+    std::vector<llvm::Value*> accs;
+    for (size_t a = 0; a < acc_nodes_.size(); ++a) {
+      accs.push_back(b_.CreateBitCast(Base(ptrs, scratch_index_ + 1 + static_cast<int>(a)),
+                                      b_.getDoubleTy()->getPointerTo()));
     }
-    return b_.CreateFAdd(acc, part);
+    return accs;
   }
 
   absl::Status EmitReduced(const std::string& name) {
@@ -526,11 +489,7 @@ class Lowering {
     Env env;
     LoadSlots(ptrs, env);
     const std::vector<llvm::Value*> bases = Bases(ptrs);
-    std::vector<llvm::Value*> accs;
-    for (size_t a = 0; a < acc_index_.size(); ++a) {
-      accs.push_back(b_.CreateBitCast(Base(ptrs, scratch_index_ + 1 + static_cast<int>(a)),
-                                      b_.getDoubleTy()->getPointerTo()));
-    }
+    const std::vector<llvm::Value*> accs = Accumulators(ptrs);
     b_.CreateCondBr(b_.CreateICmpSLT(begin, end), loop, exit);
     b_.SetInsertPoint(loop);
     group_ = llvm::MDNode::getDistinct(ctx_, {});
@@ -571,6 +530,7 @@ class Lowering {
   int scratch_index_ = 0;
   absl::flat_hash_map<const Value*, int> slots_;
   absl::flat_hash_map<const Node*, int> acc_index_;
+  std::vector<const Node*> acc_nodes_;  // by accumulator index
   JitSymbols symbols_;
 };
 

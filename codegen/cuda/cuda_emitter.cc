@@ -16,7 +16,7 @@
 #include "codegen/region_plan.h"
 #include "codegen/sha256.h"
 #include "ir/printer.h"
-#include "ir/scalar_def.h"
+#include "codegen/scalar_op.h"
 #include "ir/status.h"
 
 namespace stepjit::codegen::cuda {
@@ -162,47 +162,13 @@ absl::StatusOr<std::string> Emitter::Expr(const Node& n, Env& env,
     return absl::StrCat("(", in(0, DType::kBool), " ? ", in(1, out), " : ",
                         in(2, out), ")");
   // Operands are converted to the compute dtype first, as dispatch does.
-  DType compute = out;
-  if (out == DType::kBool) {
-    compute = n.inputs()[0]->type().dtype;
-    for (const Value* v : n.inputs()) {
-      compute = ir::ResultType(
-          std::vector<ir::TensorType>{{compute, {1}}, v->type()});
-    }
-  }
+  const DType compute = ComputeDType(n);
   if (compute == DType::kBool) return Unsupported("bool arithmetic");
   CudaMath m{s, compute == DType::kF64};
-  std::string result;
-  switch (op) {
-#define SJ_UNARY(e, expr)                                         \
-  case OpId::k##e:                                                \
-    result = ir::ScalarDef<OpId::k##e>::Apply(m, in(0, compute)); \
-    break;
-#define SJ_BINARY(e, expr)                                                   \
-  case OpId::k##e:                                                           \
-    result =                                                                 \
-        ir::ScalarDef<OpId::k##e>::Apply(m, in(0, compute), in(1, compute)); \
-    break;
-#define SJ_UPDATE(e, expr)                                   \
-  case OpId::k##e:                                           \
-    result = ir::ScalarDef<OpId::k##e>::Apply(               \
-        m, in(0, compute),                                   \
-        n.inputs().size() > 1 ? in(1, compute) : m.Const(0), \
-        n.inputs().size() > 2 ? in(2, compute) : m.Const(0), \
-        m.Const(n.attrs().GetDouble(AttrKey::kAlpha, 1.0)),  \
-        m.Const(n.attrs().GetDouble(AttrKey::kValue, 0.0))); \
-    break;
-    SJ_UNARY_SCALAR_DEFS(SJ_UNARY)
-    SJ_BINARY_SCALAR_DEFS(SJ_BINARY)
-    SJ_COMPARE_SCALAR_DEFS(SJ_BINARY)
-    SJ_UPDATE_SCALAR_DEFS(SJ_UPDATE)
-#undef SJ_UNARY
-#undef SJ_BINARY
-#undef SJ_UPDATE
-    default:
-      return Unsupported(absl::StrCat("op ", ir::OpName(op)));
-  }
-  return out == DType::kBool ? result : Round(result, out);
+  std::optional<std::string> result =
+      ApplyScalarDef(m, n, [&](size_t k) { return in(k, compute); });
+  if (!result) return Unsupported(absl::StrCat("op ", ir::OpName(op)));
+  return out == DType::kBool ? *result : Round(*result, out);
 }
 
 // The nodes of domain `d` (for kFull also the reductions' accumulation),
