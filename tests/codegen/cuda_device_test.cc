@@ -17,6 +17,7 @@
 #include "codegen/cuda/cuda_emitter.h"
 #include "codegen/cuda/nvrtc.h"
 #include "gtest/gtest.h"
+#include "tests/codegen/cuda_test_util.h"
 #include "ir/parser.h"
 #include "runtime/cuda/device.h"
 #include "runtime/executor.h"
@@ -26,6 +27,7 @@ namespace stepjit::runtime::cuda {
 namespace {
 
 namespace fs = std::filesystem;
+using codegen::cuda::test::ReadFile;
 using ir::DType;
 
 TEST(CudaDeviceTest, AvailabilityIsReportedWithAReason) {
@@ -59,13 +61,6 @@ TEST(CudaDeviceTest, AvailabilityIsReportedWithAReason) {
   EXPECT_TRUE(absl::IsUnavailable(Module::Load("not a cubin").status()));
   EXPECT_TRUE(absl::IsUnavailable(Launch({}, 1, 32, nullptr)));
   EXPECT_TRUE(absl::IsUnavailable(Synchronize()));
-}
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // Random values for a parameter (bool: a random mask; 0-d: near 1, as a
@@ -153,12 +148,9 @@ TEST(CudaDeviceTest, GeneratedRegionsMatchTheCpuBackend) {
   }
   ASSERT_TRUE(SetDevice(0).ok());
   Generator gen(7);
-  for (const auto& e : fs::directory_iterator(fs::path(__FILE__).parent_path() /
-                                              "cuda_golden")) {
-    if (e.path().extension() != ".ir" || e.path().stem() == "huge_index64")
-      continue;
+  for (const fs::path& file : codegen::cuda::test::GoldenFiles(/*skip_huge=*/true)) {
     absl::StatusOr<std::unique_ptr<ir::Graph>> g =
-        ir::ParseGraph(ReadFile(e.path()));
+        ir::ParseGraph(ReadFile(file));
     ASSERT_TRUE(g.ok()) << g.status();
     const ir::Graph& body = **g;
     absl::StatusOr<codegen::cuda::RegionSource> src =
@@ -185,7 +177,7 @@ TEST(CudaDeviceTest, GeneratedRegionsMatchTheCpuBackend) {
     runtime::RunRegionKernel(*cpu, ptrs);
     absl::StatusOr<std::vector<Tensor>> got =
         RunOnDevice(*src, bin->cubin, body, args);
-    ASSERT_TRUE(got.ok()) << e.path().filename() << ": " << got.status();
+    ASSERT_TRUE(got.ok()) << file.filename() << ": " << got.status();
     // A value rounded to bf16 or f16 on the way may land one ulp of that
     // type apart, and later f32 values inherit the difference.
     double ulp = 1e-6;
@@ -202,13 +194,13 @@ TEST(CudaDeviceTest, GeneratedRegionsMatchTheCpuBackend) {
       for (size_t i = 0; i < x.size(); ++i) {
         if (std::isnan(x[i]) || std::isnan(y[i])) {
           EXPECT_EQ(std::isnan(x[i]), std::isnan(y[i]))
-              << e.path().filename() << " return " << r << " at " << i;
+              << file.filename() << " return " << r << " at " << i;
           continue;
         }
         worst = std::max(
             worst, std::abs(x[i] - y[i]) / (4 * ulp * (1 + std::abs(y[i]))));
       }
-      EXPECT_LE(worst, 1.0) << e.path().filename() << " return " << r << " ("
+      EXPECT_LE(worst, 1.0) << file.filename() << " return " << r << " ("
                             << ir::DTypeName(dt) << ")";
     }
   }

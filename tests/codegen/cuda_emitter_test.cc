@@ -20,6 +20,7 @@
 #include "codegen/cuda/single_op.h"
 #include "codegen/kernel_cache.h"
 #include "gtest/gtest.h"
+#include "tests/codegen/cuda_test_util.h"
 #include "ir/parser.h"
 #include "ir/scalar_def.h"
 
@@ -27,17 +28,11 @@ namespace stepjit::codegen::cuda {
 namespace {
 
 namespace fs = std::filesystem;
+using test::ReadFile;
 using ir::DType;
 using ir::OpId;
 
-const fs::path kGoldenDir = fs::path(__FILE__).parent_path() / "cuda_golden";
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+const fs::path& kGoldenDir = test::GoldenDir();
 
 std::unique_ptr<ir::Graph> Parse(const std::string& text) {
   auto g = ir::ParseGraph(text);
@@ -78,23 +73,22 @@ TEST(CudaEmitterTest, GoldenRegionsPassFileCheck) {
     GTEST_SKIP() << "LLVM FileCheck (llvm-14-tools) is not installed";
   TempDir tmp("cuda_golden");
   int files = 0;
-  for (const auto& e : fs::directory_iterator(kGoldenDir)) {
-    if (e.path().extension() != ".ir") continue;
+  for (const fs::path& file : test::GoldenFiles(/*skip_huge=*/false)) {
     ++files;
-    const std::string text = ReadFile(e.path());
+    const std::string text = ReadFile(file);
     ASSERT_TRUE(absl::StrContains(text, "// CHECK"))
-        << e.path() << " has no CHECK lines";
+        << file << " has no CHECK lines";
     auto g = Parse(text);
-    ASSERT_NE(g, nullptr) << e.path();
+    ASSERT_NE(g, nullptr) << file;
     absl::StatusOr<RegionSource> src = EmitRegion(*g);
-    ASSERT_TRUE(src.ok()) << e.path() << ": " << src.status();
-    const fs::path out = tmp.path / (e.path().stem().string() + ".cu");
+    ASSERT_TRUE(src.ok()) << file << ": " << src.status();
+    const fs::path out = tmp.path / (file.stem().string() + ".cu");
     std::ofstream(out) << src->source;
     const std::string cmd =
-        absl::StrCat(filecheck, " '", e.path().string(), "' --input-file='",
+        absl::StrCat(filecheck, " '", file.string(), "' --input-file='",
                      out.string(), "' 2>'", out.string(), ".log'");
     const int rc = std::system(cmd.c_str());
-    EXPECT_EQ(rc, 0) << e.path().filename() << ":\n"
+    EXPECT_EQ(rc, 0) << file.filename() << ":\n"
                      << ReadFile(out.string() + ".log") << "\n--- generated:\n"
                      << src->source;
   }

@@ -24,6 +24,7 @@
 #include "codegen/cuda/cuda_emitter.h"
 #include "codegen/cuda/single_op.h"
 #include "gtest/gtest.h"
+#include "tests/codegen/cuda_test_util.h"
 #include "ir/parser.h"
 #include "runtime/dispatch.h"
 #include "runtime/executor.h"
@@ -33,6 +34,7 @@ namespace stepjit::codegen::cuda {
 namespace {
 
 namespace fs = std::filesystem;
+using test::ReadFile;
 using ir::AttrKey;
 using ir::DType;
 using ir::OpId;
@@ -353,16 +355,7 @@ TEST_P(EmulatedSingleOps, MatchEagerBitForBit) {
 INSTANTIATE_TEST_SUITE_P(FloatDTypes, EmulatedSingleOps,
                          testing::Values(DType::kF32, DType::kF64, DType::kF16,
                                          DType::kBF16),
-                         [](const testing::TestParamInfo<DType>& p) {
-                           return std::string(ir::DTypeName(p.param));
-                         });
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+                         test::DTypeParamName);
 
 // The golden fused regions and reductions of every layout, against the CPU
 // backend's kernels for the same bodies.
@@ -370,10 +363,8 @@ TEST(CudaEmulationTest, FusedRegionsMatchTheCpuBackend) {
   if (HostCompiler().empty())
     GTEST_SKIP() << "no host C++ compiler to build the emulation";
   std::vector<std::string> texts;
-  for (const auto& e : fs::directory_iterator(fs::path(__FILE__).parent_path() /
-                                              "cuda_golden")) {
-    if (e.path().extension() == ".ir" && e.path().stem() != "huge_index64")
-      texts.push_back(ReadFile(e.path()));
+  for (const fs::path& file : test::GoldenFiles(/*skip_huge=*/true)) {
+    texts.push_back(ReadFile(file));
   }
   texts.push_back(R"(graph @mixed(%p0: f16[6,50,40] input, %p1: f32[50] input) {
   %0 = cast %p0 {dtype = f32} : f32[6,50,40]

@@ -19,12 +19,14 @@
 #include "codegen/cuda/single_op.h"
 #include "codegen/kernel_cache.h"
 #include "gtest/gtest.h"
+#include "tests/codegen/cuda_test_util.h"
 #include "ir/parser.h"
 
 namespace stepjit::codegen::cuda {
 namespace {
 
 namespace fs = std::filesystem;
+using test::ReadFile;
 using ir::AttrKey;
 using ir::DType;
 using ir::OpId;
@@ -164,24 +166,14 @@ TEST_P(EveryOpCompiles, ForSm80AndSm90) {
 INSTANTIATE_TEST_SUITE_P(FloatDTypes, EveryOpCompiles,
                          testing::Values(DType::kF32, DType::kF64, DType::kF16,
                                          DType::kBF16),
-                         [](const testing::TestParamInfo<DType>& p) {
-                           return std::string(ir::DTypeName(p.param));
-                         });
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+                         test::DTypeParamName);
 
 // The golden fused regions and a few more shapes, in one translation unit.
 TEST(CudaNvrtcTest, FusedRegionsCompileForSm80AndSm90) {
   SKIP_WITHOUT_NVRTC();
   std::vector<std::string> texts;
-  for (const auto& e : fs::directory_iterator(fs::path(__FILE__).parent_path() /
-                                              "cuda_golden")) {
-    if (e.path().extension() == ".ir") texts.push_back(ReadFile(e.path()));
+  for (const fs::path& file : test::GoldenFiles(/*skip_huge=*/false)) {
+    texts.push_back(ReadFile(file));
   }
   // Reduced dims around a kept one (a block per output, 2-d unravel of q),
   // and a kept dim around a reduced one (a thread per output).
