@@ -8,6 +8,7 @@
 
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
+#include "tests/amp_task.h"
 #include "ir/printer.h"
 
 namespace stepjit {
@@ -21,7 +22,7 @@ struct AmpRun {
   std::unique_ptr<amp::GradScaler> scaler;
 };
 
-AmpRun Make(DType low) {
+AmpRun Make() {
   manual_seed(7);
   AmpRun r;
   r.model.push_back(nn::Linear(24, 32));
@@ -30,7 +31,6 @@ AmpRun Make(DType low) {
   r.opt = std::make_unique<optim::AdamW>(r.model.parameters(), optim::AdamWOptions{.lr = 1e-2});
   r.scaler = std::make_unique<amp::GradScaler>(
       amp::GradScalerOptions{.init_scale = 1024.0, .growth_interval = 4});
-  (void)low;
   return r;
 }
 
@@ -52,7 +52,7 @@ std::vector<std::pair<Tensor, Tensor>> Batches(int n, const std::vector<int>& po
 
 TEST(AmpCompileTest, CompiledScalerMatchesEagerIncludingSkippedSteps) {
   for (DType low : {DType::kBF16, DType::kF16}) {
-    AmpRun eager = Make(low), comp = Make(low);
+    AmpRun eager = Make(), comp = Make();
     auto step_for = [low](AmpRun& r) {
       return [&r, low](const Tensor& x, const Tensor& y) {
         r.opt->zero_grad();
@@ -114,7 +114,7 @@ namespace {
 // options). The compiled step's first two calls (warmup and trace) run in
 // f32 as written, so the reference runs those two in f32 too.
 void CheckCompilerAmpMatchesHandWritten(DType low, bool scaling) {
-  AmpRun ref = Make(low), comp = Make(low);
+  AmpRun ref = Make(), comp = Make();
   const amp::GradScalerOptions sopts{.init_scale = 1024.0, .growth_interval = 4};
   auto plain = [&comp](const Tensor& x, const Tensor& y) {
     comp.opt->zero_grad();
@@ -194,7 +194,7 @@ TEST(AmpCompileTest, CompilerF16InsertsTheScalerAndMatchesHandWrittenScaler) {
 }
 
 TEST(AmpCompileTest, AutocastStateIsGuarded) {
-  AmpRun r = Make(DType::kBF16);
+  AmpRun r = Make();
   auto step = [&r](const Tensor& x, const Tensor& y) {
     r.opt->zero_grad();
     Tensor loss = cross_entropy(r.model(x), y);
@@ -226,22 +226,12 @@ namespace {
 // step compiled in f32: mean loss over the last 50 steps within 0.05 and
 // validation accuracy (evaluated under autocast) within 3 points.
 TEST(AmpCompileTest, CompiledBf16TrainingTracksF32) {
-  Generator data(77);
-  const int64_t n = 512, d = 20, classes = 4;
-  Tensor centers = randn({classes, d}, {}, &data) * 0.5;
-  auto make = [&](int64_t count) {
-    Tensor y = randint(0, classes, {count}, {.dtype = DType::kI64}, &data);
-    Tensor x = randn({count, d}, {}, &data) + matmul(one_hot(y, classes), centers);
-    return std::pair{x, y};
-  };
-  auto [x_train, y_train] = make(n);
-  auto [x_val, y_val] = make(256);
+  const testing_task::ClassificationTask task = testing_task::OverlappingClasses();
+  const int64_t n = testing_task::ClassificationTask::kTrain;
+  const Tensor &x_train = task.x_train, &y_train = task.y_train;
+  const Tensor &x_val = task.x_val, &y_val = task.y_val;
   auto train = [&](DType amp_dtype) {
-    manual_seed(5);
-    nn::Sequential model;
-    model.push_back(nn::Linear(d, 64));
-    model.push_back(nn::ReLU());
-    model.push_back(nn::Linear(64, classes));
+    nn::Sequential model = testing_task::TaskMlp();
     optim::AdamW opt(model.parameters(), {.lr = 3e-3});
     auto fast = compile(
         [&](const Tensor& x, const Tensor& y) {

@@ -8,6 +8,7 @@
 
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
+#include "tests/amp_task.h"
 
 namespace stepjit {
 namespace {
@@ -258,22 +259,12 @@ TEST(ClipGradNormTest, MatchesAFloat64Reference) {
 // close to the f32 run: mean loss over the last 50 steps within 0.05 and
 // validation accuracy within 3 points.
 TEST(AutocastTest, Bf16TrainingTracksF32) {
-  Generator data(77);
-  const int64_t n = 512, d = 20, classes = 4;
-  Tensor centers = randn({classes, d}, {}, &data) * 0.5;
-  auto make = [&](int64_t count, Generator* g) {
-    Tensor y = randint(0, classes, {count}, {.dtype = DType::kI64}, g);
-    Tensor x = randn({count, d}, {}, g) + matmul(one_hot(y, classes), centers);
-    return std::pair{x, y};
-  };
-  auto [x_train, y_train] = make(n, &data);
-  auto [x_val, y_val] = make(256, &data);
+  const testing_task::ClassificationTask task = testing_task::OverlappingClasses();
+  const int64_t n = testing_task::ClassificationTask::kTrain;
+  const Tensor &x_train = task.x_train, &y_train = task.y_train;
+  const Tensor &x_val = task.x_val, &y_val = task.y_val;
   auto train = [&](bool bf16) {
-    manual_seed(5);
-    nn::Sequential model;
-    model.push_back(nn::Linear(d, 64));
-    model.push_back(nn::ReLU());
-    model.push_back(nn::Linear(64, classes));
+    nn::Sequential model = testing_task::TaskMlp();
     optim::AdamW opt(model.parameters(), {.lr = 3e-3});
     std::vector<double> losses;
     for (int step = 0; step < 200; ++step) {
