@@ -22,25 +22,38 @@ struct Workload {
   int64_t batch;
   OptKind opt;
   double lr;
+  // The precision the workload is defined in (stepjit-bench's --amp
+  // overrides it): kF32, or kBF16 for autocast.
+  DType amp = DType::kF32;
 };
 
 // (a) mlp784_adamw_b128, (b) mlp784_sgd_b128, (c) tiny_mlp_adamw_b32,
-// (d) mlp1024x3_adamw_b512.
+// (d) mlp1024x3_adamw_b512: sized for the CPU.
 const std::vector<Workload>& Workloads();
-// nullptr when no workload has that name.
+// Sized for a GPU, far too slow on a CPU: mlp4096x4_adamw_b4096_bf16.
+const std::vector<Workload>& CudaWorkloads();
+// Either list's workload; nullptr when none has that name.
 const Workload* FindWorkload(const std::string& name);
-// "a, b, c": the names, for error messages.
+// "a, b, c": the names of both lists, for error messages.
 std::string WorkloadNames();
 
-// A fresh model (fixed init seed), optimizer, step function and batch pool.
+// Waits until the work queued on `device` has run (the CPU runs
+// synchronously); throws stepjit::Error when the device reports an error.
+void Synchronize(Device device);
+
+// A fresh model (fixed init seed), optimizer, step function and batch pool,
+// all on one device.
 class WorkloadRun {
  public:
   static constexpr int kPoolSize = 16;
 
   // options.amp (kBF16/kF16) selects mixed precision: the compiler's passes
   // in compiled mode, amp::Autocast (+ amp::GradScaler for f16) written into
-  // the step in eager mode.
-  WorkloadRun(const Workload& w, CompileOptions options);
+  // the step in eager mode. The model is built on the CPU and moved to
+  // `device`, then the optimizer is made; the pool is drawn on the CPU and
+  // copied, so every device starts from the same values.
+  WorkloadRun(const Workload& w, CompileOptions options,
+              Device device = Device::cpu());
   WorkloadRun(WorkloadRun&&) = default;
   ~WorkloadRun();
 

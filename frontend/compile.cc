@@ -43,6 +43,17 @@ bool LogGuards() {
   return on;
 }
 
+// Where a traced step runs: the device of its CUDA inputs or state, if any.
+Device StepDevice(const Trace& trace, const std::vector<Tensor>& inputs) {
+  for (const Tensor& t : inputs) {
+    if (t.defined() && t.device().is_cuda()) return t.device();
+  }
+  for (const Tensor& t : trace.state) {
+    if (t.defined() && t.device().is_cuda()) return t.device();
+  }
+  return Device::cpu();
+}
+
 struct Specialization {
   Signature signature;
   Trace trace;  // empty graph when eager_only
@@ -98,7 +109,11 @@ struct StepCompiler::Impl {
 
   // State params added by passes (grad-scaler's %amp_*) are bound to the
   // compiler's own tensors, after the traced state.
-  absl::Status BindCompilerState(Trace& trace) {
+  absl::Status BindCompilerState(Trace& trace, Device device) {
+    // The compiler's own state lives where the step runs.
+    for (auto& [name, t] : compiler_state) {
+      if (t.device() != device) t = t.to(device);
+    }
     std::vector<const ir::Value*> state_params;
     for (const ir::Value* p : trace.graph->params()) {
       if (trace.graph->param_kind(p) == ir::ParamKind::kState) state_params.push_back(p);
@@ -157,13 +172,16 @@ struct StepCompiler::Impl {
                !st.ok()) {
       spec->eager_only = true;
       spec->reason = absl::StrCat("the pass pipeline failed: ", st.message());
-    } else if (absl::Status st = BindCompilerState(spec->trace); !st.ok()) {
+    } else if (absl::Status st = BindCompilerState(spec->trace, StepDevice(spec->trace, inputs));
+               !st.ok()) {
       spec->eager_only = true;
       spec->reason = std::string(st.message());
     } else {
       // The guards cover the state the compiler added too.
       spec->state_guards = MakeStateGuards(spec->trace);
-      runtime::ProgramOptions popts{.dump_dir = DumpDir(static_cast<size_t>(stats.traces))};
+      runtime::ProgramOptions popts{.dump_dir = DumpDir(static_cast<size_t>(stats.traces)),
+                                    .device = StepDevice(spec->trace, inputs),
+                                    .cuda_graphs = options.cuda_graphs};
       if (const char* cuda = std::getenv("STEPJIT_DUMP_CUDA"); cuda != nullptr && *cuda != '\0') {
         // cu | ptx | ptx:sm_XX
         const std::string v = cuda;
@@ -321,6 +339,14 @@ std::string StepCompiler::explain() const {
     const Specialization& s = *m.specs[i];
     os << "specialization " << i << ": " << DescribeSignature(s.signature) << ": "
        << (s.eager_only ? "eager-only (" + s.reason + ")" : "compiled") << "\n";
+    if (s.program && s.program->device().is_cuda()) {
+      os << "  on " << s.program->device().str() << ": "
+         << (s.program->uses_cuda_graph()
+                 ? absl::StrCat("replayed as a CUDA graph (", s.program->cuda_graph_replays(),
+                                " graph launches)")
+                 : absl::StrCat("no CUDA graph: ", s.program->cuda_graph_reason()))
+         << "\n";
+    }
   }
   if (!m.stats.passes.empty()) os << "passes (last trace):\n" << m.stats.passes;
   if (m.events.empty()) {

@@ -38,6 +38,10 @@ struct CompileOptions {
   std::optional<bool> loss_scaling = std::nullopt;
   // The scaler's constants (enabled is ignored: see loss_scaling).
   amp::GradScalerOptions scaler = {};
+  // A step on CUDA tensors is captured into a CUDA graph on its second
+  // replay and relaunched as one graph after, where every node can be
+  // captured (explain() says why not otherwise).
+  bool cuda_graphs = true;
 };
 
 struct CompileStats {

@@ -11,6 +11,7 @@
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/cpu/kernels.h"
+#include "runtime/cuda/ops.h"
 
 namespace stepjit::runtime {
 
@@ -21,6 +22,7 @@ using ir::OpKind;
 namespace {
 
 thread_local DispatchObserver* t_observer = nullptr;
+thread_local Device t_factory_device = Device::cpu();
 
 const cpu::KernelTable& CpuKernels() {
   static cpu::KernelTable table = {};
@@ -148,7 +150,40 @@ bool AliasesDifferently(const Tensor& a, const Tensor& b) {
            a.strides() == b.strides());
 }
 
+// The device every operand must be on; CPU scalars and copy_'s source may
+// come from elsewhere and are moved.
+Device CommonDevice(OpId op, absl::Span<const Tensor> inputs) {
+  if (inputs.empty()) return t_factory_device;
+  Device device = inputs[0].device();
+  if (op != OpId::kCopyInplace) {
+    for (const Tensor& t : inputs) {
+      if (t.defined() && t.device().is_cuda()) {
+        device = t.device();
+        break;
+      }
+    }
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined() || t.device() == device) continue;
+    const bool movable = (op == OpId::kCopyInplace && i == 1) ||
+                         (t.device().is_cpu() && t.dim() == 0);
+    SJ_REQUIRE(movable, ir::OpName(op), ": input ", i, " is on ", t.device().str(),
+               " but input 0 is on ", inputs[0].device().str(),
+               "; expected every operand on one device (move it with .to(device))");
+  }
+  return device;
+}
+
 }  // namespace
+
+CpuKernel GetCpuKernel(OpId op) { return CpuKernels()[static_cast<int>(op)]; }
+
+Device FactoryDevice() { return t_factory_device; }
+FactoryDeviceGuard::FactoryDeviceGuard(Device device) : previous_(t_factory_device) {
+  t_factory_device = device;
+}
+FactoryDeviceGuard::~FactoryDeviceGuard() { t_factory_device = previous_; }
 
 DispatchObserver* SetDispatchObserver(DispatchObserver* observer) {
   DispatchObserver* prev = t_observer;
@@ -176,10 +211,9 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
   absl::InlinedVector<ir::TensorType, 4> types;
   for (size_t i = 0; i < inputs.size(); ++i) {
     SJ_REQUIRE(inputs[i].defined(), ir::OpName(op), ": input ", i, " is an undefined tensor");
-    SJ_REQUIRE(inputs[i].device().is_cpu(), ir::OpName(op), ": input ", i, " is on ",
-               inputs[i].device().str(), "; this build runs ops on cpu only");
     types.push_back({inputs[i].dtype(), inputs[i].shape()});
   }
+  const Device device = CommonDevice(op, inputs);
   ir::TensorType out_type = ValueOrThrow(ir::InferType(op, types, attrs));
   const ir::OpInfo& info = ir::GetOpInfo(op);
   const bool grad_on = GradMode::is_enabled();
@@ -189,6 +223,9 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
     out = MakeView(op, inputs[0], attrs, out_type);
   } else {
     absl::InlinedVector<Tensor, 4> converted(inputs.begin(), inputs.end());
+    for (Tensor& t : converted) {
+      if (t.device() != device) t = cuda::ToDevice(t, device);
+    }
     for (size_t i = 0; i < converted.size(); ++i) {
       ir::DType want = OperandDType(op, static_cast<int>(i), inputs[i], types, out_type);
       // An in-place op reading another view of its target (x.copy_(x.t()))
@@ -196,8 +233,12 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
       const bool overlaps = ir::IsInplace(op) && i > 0 &&
                             AliasesDifferently(inputs[i], inputs[0]);
       if (want != inputs[i].dtype() || overlaps) {
-        Tensor c = empty(inputs[i].shape(), {.dtype = want});
-        cpu::CopyInto(c, inputs[i]);
+        Tensor c = empty(inputs[i].shape(), {.dtype = want, .device = device});
+        if (device.is_cuda()) {
+          cuda::CopyInto(c, converted[i]);
+        } else {
+          cpu::CopyInto(c, converted[i]);
+        }
         converted[i] = c;
       }
     }
@@ -208,11 +249,15 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
                  "grad mode is on; wrap the update in NoGradGuard");
       out = self;
     } else {
-      out = empty(out_type.shape, {.dtype = out_type.dtype});
+      out = empty(out_type.shape, {.dtype = out_type.dtype, .device = device});
     }
-    CpuKernel kernel = CpuKernels()[static_cast<int>(op)];
-    SJ_CHECK(kernel != nullptr, "no cpu kernel for ", ir::OpName(op));
-    kernel(KernelArgs{op, converted, attrs, out});
+    if (device.is_cuda()) {
+      cuda::RunKernel(KernelArgs{op, converted, attrs, out});
+    } else {
+      CpuKernel kernel = CpuKernels()[static_cast<int>(op)];
+      SJ_CHECK(kernel != nullptr, "no cpu kernel for ", ir::OpName(op));
+      kernel(KernelArgs{op, converted, attrs, out});
+    }
     if (ir::IsInplace(op)) out.storage()->BumpVersion();
   }
 

@@ -12,6 +12,8 @@ namespace stepjit::runtime {
 // Infers the output type from the op table, converts operands to the compute
 // dtype, runs the device kernel (views just restride), records autograd, and
 // reports the op to the observer. Throws stepjit::Error on user errors.
+// Operands must share one device; with CUDA operands, 0-d CPU tensors are
+// copied over (as PyTorch takes CPU scalars), and copy_ reads any device.
 Tensor Dispatch(ir::OpId op, absl::Span<const Tensor> inputs,
                 const ir::Attrs& attrs = {});
 
@@ -45,6 +47,23 @@ struct KernelArgs {
   const Tensor& out;
 };
 using CpuKernel = void (*)(const KernelArgs&);
+// The CPU kernel of `op` (null for views, which have none).
+CpuKernel GetCpuKernel(ir::OpId op);
+
+// The device ops without tensor operands (full, arange, rand, ...) create
+// their result on: the CPU unless a FactoryDeviceGuard on this thread says
+// otherwise. Compiled programs set it to the device they replay on.
+Device FactoryDevice();
+class FactoryDeviceGuard {
+ public:
+  explicit FactoryDeviceGuard(Device device);
+  ~FactoryDeviceGuard();
+  FactoryDeviceGuard(const FactoryDeviceGuard&) = delete;
+  FactoryDeviceGuard& operator=(const FactoryDeviceGuard&) = delete;
+
+ private:
+  Device previous_;
+};
 
 }  // namespace stepjit::runtime
 

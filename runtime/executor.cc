@@ -10,8 +10,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
+#include "codegen/cuda/cuda_emitter.h"
 #include "codegen/cuda/dump.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/cuda/backend.h"
+#include "runtime/cuda/ops.h"
 #include "runtime/dispatch.h"
 #include "runtime/generator.h"
 #include "runtime/profiler.h"
@@ -76,6 +79,16 @@ class RandomRemap {
 
 using LastUseMap = absl::flat_hash_map<const ir::Graph*, std::vector<std::vector<int>>>;
 
+struct RunContext {
+  RandomRemap random;
+  const LastUseMap* last_uses = nullptr;
+  const RegionMap* regions = nullptr;
+  const CudaRegionMap* cuda_regions = nullptr;
+  // During CUDA-graph capture: every value the run creates, so that the
+  // graph's buffers stay with it.
+  std::vector<Tensor>* keep_alive = nullptr;
+};
+
 // Which body parameter's buffer each return of an elementwise region may be
 // written into: the return comes from an update chain that memory planning
 // allowed to overwrite that (donated) parameter. -1: a fresh buffer.
@@ -132,12 +145,45 @@ std::optional<std::vector<Tensor>> RunCompiled(const CompiledRegion& k, const ir
   return out;
 }
 
+// A generated CUDA region over contiguous device buffers, queued on the
+// current stream; nullopt when the operands differ from the compiled types.
+std::optional<std::vector<Tensor>> RunCompiledCuda(const CudaRegion& k, const ir::Graph& body,
+                                                   std::vector<Tensor>& in) {
+  std::vector<void*> ptrs;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const ir::TensorType& t = body.params()[i]->type();
+    if (in[i].dtype() != t.dtype || in[i].shape() != t.shape || !in[i].device().is_cuda()) {
+      return std::nullopt;
+    }
+    if (!in[i].is_contiguous()) in[i] = in[i].contiguous();
+    ptrs.push_back(in[i].data_ptr());
+  }
+  std::vector<Tensor> out;
+  for (size_t r = 0; r < body.returns().size(); ++r) {
+    const ir::TensorType& t = body.returns()[r]->type();
+    const int alias = k.return_alias[r];
+    out.push_back(alias >= 0 && in[alias].shape() == t.shape
+                      ? in[alias]
+                      : empty(t.shape, {.dtype = t.dtype, .device = in.empty()
+                                                                    ? Device::cuda()
+                                                                    : in[0].device()}));
+    ptrs.push_back(out.back().data_ptr());
+  }
+  ThrowIfError(cuda::LaunchRegion(*k.region, ptrs, cuda::CurrentStream()));
+  for (size_t r = 0; r < out.size(); ++r) {
+    if (k.return_alias[r] >= 0 && out[r].is_same(in[k.return_alias[r]])) out[r].storage()->BumpVersion();
+  }
+  return out;
+}
+
 // "matmul [128, 512]" or "<kernel> [..]" (interpreted regions say so).
-std::string ProfileLabel(const ir::Node& node, const RegionMap& regions) {
+std::string ProfileLabel(const ir::Node& node, const RunContext& ctx) {
   if (node.kind() == NodeKind::kFusion) {
-    auto it = regions.find(&node);
-    return absl::StrCat(it != regions.end() ? it->second.kernel.name
-                                            : absl::StrCat(node.body()->name(), "(interpreted)"),
+    auto it = ctx.regions->find(&node);
+    const bool cuda = ctx.cuda_regions->contains(&node);
+    return absl::StrCat(it != ctx.regions->end() ? it->second.kernel.name
+                        : cuda                   ? absl::StrCat(node.body()->name(), "(cuda)")
+                                                 : absl::StrCat(node.body()->name(), "(interpreted)"),
                         " ", ir::ShapeToString(node.outputs()[0]->type().shape));
   }
   return absl::StrCat(ir::OpName(node.op()), " ", ir::ShapeToString(node.output()->type().shape));
@@ -150,9 +196,8 @@ void CollectLastUses(const ir::Graph& g, LastUseMap& out) {
   }
 }
 
-void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random,
-              const LastUseMap& last_use_map, const RegionMap& regions) {
-  const std::vector<std::vector<int>>& last_uses = last_use_map.at(&g);
+void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
+  const std::vector<std::vector<int>>& last_uses = ctx.last_uses->at(&g);
   const bool profiling = ProfilingEnabled();
   for (size_t pos = 0; pos < g.nodes().size(); ++pos) {
     const ir::Node* node = g.nodes()[pos].get();
@@ -168,23 +213,35 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random,
           in[0] = in[0].clone();
         }
         if (ir::GetOpInfo(node->op()).kind == ir::OpKind::kRandom) {
-          env[node->output()->id()] = Dispatch(node->op(), in, random.Apply(*node, in));
+          env[node->output()->id()] = Dispatch(node->op(), in, ctx.random.Apply(*node, in));
         } else {
           env[node->output()->id()] = Dispatch(node->op(), in, node->attrs());
+        }
+        if (ctx.keep_alive != nullptr) {
+          ctx.keep_alive->push_back(in[0]);
+          ctx.keep_alive->push_back(env[node->output()->id()]);
         }
         break;
       }
       case NodeKind::kFusion: {
         const ir::Graph& body = *node->body();
-        if (auto k = regions.find(node); k != regions.end()) {
-          if (auto out = RunCompiled(k->second, body, in)) {
-            for (size_t i = 0; i < out->size(); ++i) env[node->outputs()[i]->id()] = (*out)[i];
-            break;
+        std::optional<std::vector<Tensor>> out;
+        if (auto k = ctx.regions->find(node); k != ctx.regions->end()) {
+          out = RunCompiled(k->second, body, in);
+        } else if (auto c = ctx.cuda_regions->find(node); c != ctx.cuda_regions->end()) {
+          out = RunCompiledCuda(c->second, body, in);
+        }
+        if (out) {
+          for (size_t i = 0; i < out->size(); ++i) env[node->outputs()[i]->id()] = (*out)[i];
+          if (ctx.keep_alive != nullptr) {
+            ctx.keep_alive->insert(ctx.keep_alive->end(), in.begin(), in.end());
+            ctx.keep_alive->insert(ctx.keep_alive->end(), out->begin(), out->end());
           }
+          break;
         }
         std::vector<Tensor> inner(body.num_values());
         for (size_t i = 0; i < body.params().size(); ++i) inner[body.params()[i]->id()] = in[i];
-        RunGraph(body, inner, random, last_use_map, regions);
+        RunGraph(body, inner, ctx);
         for (size_t i = 0; i < node->outputs().size(); ++i) {
           env[node->outputs()[i]->id()] = inner[body.returns()[i]->id()];
         }
@@ -203,7 +260,7 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RandomRemap& random,
     }
     for (int id : last_uses[pos]) env[id] = Tensor();
     if (profiling && node->kind() != NodeKind::kAssign) {
-      RecordProfile(ProfileLabel(*node, regions),
+      RecordProfile(ProfileLabel(*node, ctx),
                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
   }
@@ -264,11 +321,87 @@ void DumpCuda(const ir::Graph& graph, const ProgramOptions& options) {
   }
 }
 
+namespace {
+
+// Why a CUDA run of `g` cannot be captured into a CUDA graph ("" when it can):
+// random ops take new offsets every replay, and host round trips
+// synchronize, which capture forbids.
+std::string NotCapturable(const ir::Graph& g, const CudaRegionMap& compiled) {
+  for (const auto& n : g.nodes()) {
+    if (n->kind() == NodeKind::kFusion) {
+      if (compiled.contains(n.get())) continue;
+      std::string why = NotCapturable(*n->body(), compiled);
+      if (!why.empty()) return why;
+    } else if (n->kind() == NodeKind::kOp) {
+      if (ir::GetOpInfo(n->op()).kind == ir::OpKind::kRandom) {
+        return absl::StrCat("random op ", ir::OpName(n->op()),
+                            " draws a new Philox offset on every replay");
+      }
+      if (!cuda::RunsOnDevice(n->op())) {
+        return absl::StrCat(ir::OpName(n->op()), " has no CUDA kernel and runs on the host");
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+struct CudaGraphReplay {
+  cuda::GraphHandle graph = 0;
+  std::vector<Tensor> static_inputs;
+  std::vector<const void*> state_ptrs;
+  std::vector<Tensor> outputs;      // the captured run's returns
+  std::vector<Tensor> keep_alive;   // every value of the captured run
+  std::vector<void*> held;          // temporaries freed during capture
+  int64_t replays = 0;
+
+  ~CudaGraphReplay() {
+    if (cuda::Backend* b = cuda::GetBackend()) {
+      (void)b->SynchronizeDevice();
+      if (graph != 0) b->DestroyGraph(graph);
+      for (void* p : held) (void)cuda::DeviceAllocator().Free(p);
+    }
+  }
+};
+
+Program::Program(const ir::Graph* graph) : graph_(graph) {}
+Program::Program(Program&&) noexcept = default;
+Program& Program::operator=(Program&&) noexcept = default;
+Program::~Program() = default;
+
+int64_t Program::cuda_graph_replays() const {
+  return cuda_graph_ != nullptr ? cuda_graph_->replays : 0;
+}
+
 absl::StatusOr<Program> Program::Build(const ir::Graph& graph, ProgramOptions options) {
   Program p(&graph);
+  p.options_ = options;
   if (options.dump_cuda && !options.dump_dir.empty()) DumpCuda(graph, options);
   p.kernels_per_run_ = CountKernels(graph);
   CollectLastUses(graph, p.last_uses_);
+  if (options.device.is_cuda()) {
+    ASSIGN_OR_RETURN(cuda::Backend * backend, cuda::RequireBackend());
+    const auto start = std::chrono::steady_clock::now();
+    for (const auto& n : graph.nodes()) {
+      if (!options.codegen || n->kind() != NodeKind::kFusion) continue;
+      absl::StatusOr<codegen::cuda::RegionSource> src = codegen::cuda::EmitRegion(
+          *n->body(), {.block = backend->Limits().preferred_block});
+      if (!src.ok()) {
+        if (absl::IsUnimplemented(src.status())) continue;  // interpreted
+        return src.status();
+      }
+      // A compile failure stops the build: the caller runs the step eagerly.
+      ASSIGN_OR_RETURN(std::shared_ptr<const cuda::LoadedRegion> region, cuda::LoadRegion(*src));
+      p.cuda_regions_[n.get()] = CudaRegion{std::move(region), ReturnAliases(*n->body())};
+    }
+    p.codegen_ms_ = std::chrono::duration<double, std::milli>(
+                        std::chrono::steady_clock::now() - start).count();
+    p.graph_reason_ = options.cuda_graphs ? NotCapturable(graph, p.cuda_regions_)
+                                          : "turned off (cuda_graphs = false)";
+    p.graphable_ = p.graph_reason_.empty();
+    return p;
+  }
   if (options.codegen) {
     const codegen::cpu::RegionCompileOptions copts{.want_optimized_ir = !options.dump_dir.empty(),
                                                    .use_cache = options.use_cache};
@@ -290,6 +423,112 @@ absl::StatusOr<Program> Program::Build(const ir::Graph& graph, ProgramOptions op
 
 std::vector<Tensor> Program::Run(absl::Span<const Tensor> inputs,
                                  absl::Span<const Tensor> state) const {
+  if (options_.device.is_cuda()) return RunCuda(inputs, state);
+  return RunOnce(inputs, state, nullptr);
+}
+
+std::vector<Tensor> Program::RunCuda(absl::Span<const Tensor> inputs,
+                                     absl::Span<const Tensor> state) const {
+  cuda::Backend& b = *ValueOrThrow(cuda::RequireBackend());
+  auto check = [](const absl::Status& st, const char* what) {
+    SJ_REQUIRE(st.ok(), "compiled step on CUDA: ", what, ": ", st.message());
+  };
+  if (stream_ == 0) stream_ = ValueOrThrow(b.CreateStream());
+  // The program's stream starts after the caller's queued work (which made
+  // the inputs) and the caller's stream continues after the program's.
+  const cuda::Stream caller = cuda::CurrentStream();
+  auto join = [&](cuda::Stream waiter, cuda::Stream on) {
+    const cuda::Event e = ValueOrThrow(b.CreateEvent());
+    check(b.RecordEvent(e, on), "recording an event");
+    check(b.StreamWaitEvent(waiter, e), "ordering streams");
+    b.DestroyEvent(e);
+  };
+  join(stream_, caller);
+  std::vector<Tensor> out;
+  {
+    cuda::StreamGuard on_stream(stream_);
+    FactoryDeviceGuard factories(options_.device);
+    ++runs_;
+    bool same_state = cuda_graph_ != nullptr && cuda_graph_->state_ptrs.size() == state.size();
+    for (size_t i = 0; same_state && i < state.size(); ++i) {
+      same_state = state[i].data_ptr() == cuda_graph_->state_ptrs[i];
+    }
+    bool inputs_on_device = true;
+    for (const Tensor& t : inputs) inputs_on_device &= t.device() == options_.device;
+    if (!graphable_ || runs_ == 1 || !inputs_on_device) {
+      out = RunOnce(inputs, state, nullptr);
+    } else {
+      if (!same_state) Capture(inputs, state);
+      if (cuda_graph_ == nullptr) {
+        out = RunOnce(inputs, state, nullptr);  // capture failed: graph_reason_ says why
+      } else {
+        CudaGraphReplay& g = *cuda_graph_;
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          if (!inputs[i].is_same(g.static_inputs[i])) cuda::CopyInto(g.static_inputs[i], inputs[i]);
+        }
+        check(b.LaunchGraph(g.graph, stream_), "launching the CUDA graph");
+        ++g.replays;
+        // The captured buffers are overwritten by the next replay: hand out
+        // copies, except of state, which is the caller's own.
+        for (const Tensor& o : g.outputs) {
+          bool is_state = false;
+          for (const Tensor& s : state) is_state |= o.storage() == s.storage();
+          if (is_state) {
+            out.push_back(o);
+          } else {
+            Tensor c = empty(o.shape(), {.dtype = o.dtype(), .device = o.device()});
+            cuda::CopyInto(c, o);
+            out.push_back(c);
+          }
+        }
+      }
+    }
+  }
+  join(caller, stream_);
+  return out;
+}
+
+void Program::Capture(absl::Span<const Tensor> inputs, absl::Span<const Tensor> state) const {
+  cuda::Backend& b = *ValueOrThrow(cuda::RequireBackend());
+  cuda_graph_.reset();
+  auto g = std::make_unique<CudaGraphReplay>();
+  for (const Tensor& t : inputs) {
+    Tensor s = empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+    cuda::CopyInto(s, t);
+    g->static_inputs.push_back(s);
+  }
+  for (const Tensor& t : state) g->state_ptrs.push_back(t.data_ptr());
+  {
+    cuda::FreeHold hold;
+    absl::Status st = b.BeginCapture(stream_);
+    if (!st.ok()) {
+      graphable_ = false;
+      graph_reason_ = absl::StrCat("capture failed to start: ", st.message());
+      return;
+    }
+    std::string failure;
+    try {
+      g->outputs = RunOnce(g->static_inputs, state, &g->keep_alive);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    absl::StatusOr<cuda::GraphHandle> graph = b.EndCapture(stream_);
+    if (failure.empty() && !graph.ok()) failure = std::string(graph.status().message());
+    if (!failure.empty()) {
+      if (graph.ok()) b.DestroyGraph(*graph);
+      graphable_ = false;
+      graph_reason_ = absl::StrCat("capture failed: ", failure);
+      return;  // `hold` frees what the recorded work would have used
+    }
+    g->graph = *graph;
+    g->held = hold.Take();
+  }
+  cuda_graph_ = std::move(g);
+}
+
+std::vector<Tensor> Program::RunOnce(absl::Span<const Tensor> inputs,
+                                     absl::Span<const Tensor> state,
+                                     std::vector<Tensor>* keep_alive) const {
   NoGradGuard no_grad;
   std::vector<Tensor> env(graph_->num_values());
   size_t next_input = 0, next_state = 0;
@@ -305,8 +544,9 @@ std::vector<Tensor> Program::Run(absl::Span<const Tensor> inputs,
   SJ_CHECK(next_input == inputs.size() && next_state == state.size(),
            "bound ", inputs.size(), " inputs and ", state.size(), " state tensors to a graph with ",
            next_input, " and ", next_state);
-  RandomRemap random;
-  RunGraph(*graph_, env, random, last_uses_, regions_);
+  RunContext ctx{.last_uses = &last_uses_, .regions = &regions_,
+                 .cuda_regions = &cuda_regions_, .keep_alive = keep_alive};
+  RunGraph(*graph_, env, ctx);
   std::vector<Tensor> out;
   for (const ir::Value* v : graph_->returns()) out.push_back(env[v->id()]);
   return out;

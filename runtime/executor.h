@@ -33,6 +33,15 @@ struct ProgramOptions {
   bool dump_cuda = false;
   std::string cuda_ptx_arch;
   bool use_cache = true;
+  // Where the program runs: the device of the tensors it is bound to. On
+  // CUDA every fusion region the CUDA emitter lowers becomes one NVRTC
+  // kernel (loaded on the backend at Build), other nodes run as eager CUDA
+  // ops, and the whole run is queued on the program's own stream.
+  Device device = Device::cpu();
+  // On CUDA: capture the second run into a CUDA graph and replay it after
+  // (inputs copied into the captured buffers, outputs copied out), when
+  // every node can be captured (no random ops, no host round trips).
+  bool cuda_graphs = true;
 };
 
 struct CompiledRegion {
@@ -41,10 +50,23 @@ struct CompiledRegion {
 };
 using RegionMap = absl::flat_hash_map<const ir::Node*, CompiledRegion>;
 
+namespace cuda {
+struct LoadedRegion;
+}
+struct CudaRegion {
+  std::shared_ptr<const cuda::LoadedRegion> region;
+  std::vector<int> return_alias;
+};
+using CudaRegionMap = absl::flat_hash_map<const ir::Node*, CudaRegion>;
+struct CudaGraphReplay;
+
 class Program {
  public:
   // The graph must outlive the program and must have passed ir::Verify.
   static absl::StatusOr<Program> Build(const ir::Graph& graph, ProgramOptions options = {});
+  Program(Program&&) noexcept;
+  Program& operator=(Program&&) noexcept;
+  ~Program();
 
   // Binds `inputs` and `state` to the graph's input and state params (each
   // in param order), runs every node, and returns the graph's returns.
@@ -54,15 +76,37 @@ class Program {
   // Kernel launches one Run makes (views and no-op write-backs excluded).
   int kernels_per_run() const { return kernels_per_run_; }
   // Fusion regions running as generated code.
-  int compiled_regions() const { return static_cast<int>(regions_.size()); }
+  int compiled_regions() const {
+    return static_cast<int>(regions_.size() + cuda_regions_.size());
+  }
+  Device device() const { return options_.device; }
+  // CUDA: whether runs replay a captured CUDA graph (after the first two),
+  // why not otherwise, and how many replays ran.
+  bool uses_cuda_graph() const { return graphable_; }
+  const std::string& cuda_graph_reason() const { return graph_reason_; }
+  int64_t cuda_graph_replays() const;
   // Of those, the ones whose object code came from the kernel cache.
   int cached_regions() const { return cached_regions_; }
   // Time spent lowering, optimizing and compiling (or loading) kernels.
   double codegen_ms() const { return codegen_ms_; }
 
  private:
-  explicit Program(const ir::Graph* graph) : graph_(graph) {}
+  explicit Program(const ir::Graph* graph);
+  std::vector<Tensor> RunOnce(absl::Span<const Tensor> inputs, absl::Span<const Tensor> state,
+                              std::vector<Tensor>* keep_alive) const;
+  std::vector<Tensor> RunCuda(absl::Span<const Tensor> inputs,
+                              absl::Span<const Tensor> state) const;
+  // Records a run on the program's stream into cuda_graph_ (or clears
+  // graphable_ and says why in graph_reason_).
+  void Capture(absl::Span<const Tensor> inputs, absl::Span<const Tensor> state) const;
   const ir::Graph* graph_;
+  ProgramOptions options_;
+  CudaRegionMap cuda_regions_;
+  mutable bool graphable_ = false;
+  mutable std::string graph_reason_;
+  mutable uintptr_t stream_ = 0;  // the program's CUDA stream, made at first run
+  mutable int64_t runs_ = 0;
+  mutable std::unique_ptr<CudaGraphReplay> cuda_graph_;
   int kernels_per_run_ = 0;
   // Per graph (the top level and each fusion body): for each node position,
   // the value ids read there for the last time.

@@ -64,7 +64,7 @@ Tensor wrap_scalar(double value, const Tensor& like) {
     t = (value == static_cast<double>(static_cast<int64_t>(value))) ? DType::kI64
                                                                     : DType::kF32;
   }
-  return scalar_tensor(value, {.dtype = t});
+  return scalar_tensor(value, {.dtype = t, .device = like.device()});
 }
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
@@ -213,6 +213,7 @@ Tensor Random(OpId op, ShapeRef shape, TensorOptions options, Generator* gen,
   attrs.Set(AttrKey::kDTypeAttr, options.dtype);
   attrs.Set(AttrKey::kSeed, static_cast<int64_t>(g.seed()));
   attrs.Set(AttrKey::kOffset, static_cast<int64_t>(g.Reserve(n)));
+  runtime::FactoryDeviceGuard device(options.device);
   Tensor t = Dispatch(op, {}, attrs);
   if (options.requires_grad) t.set_requires_grad(true);
   return t;

@@ -1,10 +1,12 @@
-// Aligned host allocation with live/peak accounting.
+// Host allocation with live/peak accounting; CUDA storage through the
+// backend's caching allocator on the current stream.
 #include "runtime/storage.h"
 
 #include <cstdlib>
 #include <new>
 
 #include "ir/status.h"
+#include "runtime/cuda/backend.h"
 
 namespace stepjit {
 namespace {
@@ -12,14 +14,42 @@ std::atomic<int64_t> g_allocated{0};
 std::atomic<int64_t> g_peak{0};
 std::atomic<int64_t> g_num_allocs{0};
 constexpr int64_t kAlignment = 64;
+
+runtime::cuda::Backend& CudaBackendFor(Device device, const char* what) {
+  absl::StatusOr<runtime::cuda::Backend*> b = runtime::cuda::RequireBackend();
+  SJ_REQUIRE(b.ok(), what, " on ", device.str(), ": ", b.status().message());
+  SJ_REQUIRE(device.index >= 0 && device.index < (*b)->DeviceCount(), what, " on ",
+             device.str(), ": there are ", (*b)->DeviceCount(),
+             " CUDA device(s) (", (*b)->Describe(), ")");
+  return **b;
+}
 }  // namespace
 
-Storage::Storage(int64_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
-  SJ_REQUIRE(device.is_cpu(), "tensor storage on ", device.str(),
-             " is not available: this build supports only the cpu device");
+Storage::Storage(int64_t nbytes, Device device, bool pinned)
+    : nbytes_(nbytes), device_(device), pinned_(pinned) {
+  SJ_REQUIRE(!(pinned && device.is_cuda()), "pinned memory is host memory; ",
+             device.str(), " storage cannot be pinned");
+  if (device.is_cuda()) {
+    CudaBackendFor(device, "tensor storage");
+    absl::StatusOr<void*> p = runtime::cuda::DeviceAllocator().Allocate(
+        static_cast<size_t>(nbytes), runtime::cuda::CurrentStream());
+    SJ_REQUIRE(p.ok(), "allocating ", nbytes, " bytes on ", device.str(), ": ",
+               p.status().message());
+    data_ = *p;
+    return;
+  }
   int64_t rounded = ((nbytes + kAlignment - 1) / kAlignment) * kAlignment;
   if (rounded == 0) rounded = kAlignment;
-  data_ = std::aligned_alloc(kAlignment, rounded);
+  if (pinned) {
+    absl::StatusOr<void*> p =
+        CudaBackendFor(Device::cuda(0), "pinned host memory")
+            .HostAllocPinned(static_cast<size_t>(rounded));
+    SJ_REQUIRE(p.ok(), "allocating ", nbytes, " bytes of pinned host memory: ",
+               p.status().message());
+    data_ = *p;
+  } else {
+    data_ = std::aligned_alloc(kAlignment, rounded);
+  }
   if (data_ == nullptr) throw std::bad_alloc();
   int64_t now = g_allocated.fetch_add(nbytes) + nbytes;
   int64_t peak = g_peak.load();
@@ -29,7 +59,19 @@ Storage::Storage(int64_t nbytes, Device device) : nbytes_(nbytes), device_(devic
 }
 
 Storage::~Storage() {
-  std::free(data_);
+  if (device_.is_cuda()) {
+    // The block may still be in use by queued work on the stream it was
+    // allocated on; the allocator reuses it in that stream's order.
+    if (!runtime::cuda::HoldFree(data_)) (void)runtime::cuda::DeviceAllocator().Free(data_);
+    return;
+  }
+  if (pinned_) {
+    if (runtime::cuda::Backend* b = runtime::cuda::GetBackend()) {
+      (void)b->HostFreePinned(data_);
+    }
+  } else {
+    std::free(data_);
+  }
   g_allocated.fetch_sub(nbytes_);
 }
 

@@ -1,4 +1,6 @@
-// Storage: a reference-counted, 64-byte aligned buffer with a version counter.
+// Storage: a reference-counted buffer with a version counter: 64-byte aligned
+// host memory (optionally page-locked), or device memory from the CUDA
+// backend's caching allocator.
 #ifndef STEPJIT_RUNTIME_STORAGE_H_
 #define STEPJIT_RUNTIME_STORAGE_H_
 
@@ -12,8 +14,10 @@ namespace stepjit {
 
 class Storage {
  public:
-  // Allocates `nbytes` (uninitialized) on `device`.
-  Storage(int64_t nbytes, Device device);
+  // Allocates `nbytes` (uninitialized) on `device`. `pinned` asks for
+  // page-locked host memory (CPU only; needs a CUDA backend), so that copies
+  // to and from a GPU can run asynchronously.
+  Storage(int64_t nbytes, Device device, bool pinned = false);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -21,6 +25,7 @@ class Storage {
   void* data() const { return data_; }
   int64_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  bool pinned() const { return pinned_; }
 
   // Bumped by every in-place write; autograd checks it for saved tensors.
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
@@ -30,6 +35,7 @@ class Storage {
   void* data_ = nullptr;
   int64_t nbytes_ = 0;
   Device device_;
+  bool pinned_ = false;
   std::atomic<uint64_t> version_{0};
 };
 

@@ -11,6 +11,8 @@
 #include "ir/status.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cuda/ops.h"
 #include "runtime/dispatch.h"
 #include "runtime/ops.h"
 
@@ -119,23 +121,45 @@ Tensor Tensor::clone() const { return Dispatch(OpId::kContiguous, {*this}); }
 Tensor Tensor::to(DType dtype) const {
   return dtype == this->dtype() ? *this : cast(*this, dtype);
 }
-Tensor Tensor::to(Device device) const {
-  SJ_REQUIRE(device.is_cpu(), "to(", device.str(),
-             "): CUDA is not available in this build; expected device cpu");
-  return *this;
+Tensor Tensor::to(Device device, bool non_blocking) const {
+  if (device == this->device()) return *this;
+  // Copies between devices are not ops of the graph: a traced step breaks
+  // there (and runs eagerly) rather than replaying a stale copy.
+  if (auto* obs = runtime::GetDispatchObserver()) {
+    obs->OnHostRead(*this, device.is_cuda() ? "to(cuda)" : "to(cpu)");
+  }
+  return runtime::cuda::ToDevice(*this, device, non_blocking);
 }
+
+Tensor Tensor::pin_memory() const {
+  SJ_REQUIRE(device().is_cpu(), "pin_memory(): the tensor is on ", device().str(),
+             "; only CPU tensors can be pinned");
+  if (is_pinned()) return *this;
+  auto storage = std::make_shared<Storage>(numel() * element_size(), Device::cpu(),
+                                           /*pinned=*/true);
+  Tensor out = MakeTensor(storage, shape(), ir::ContiguousStrides(shape()), 0, dtype());
+  runtime::cpu::CopyInto(out, *this);
+  return out;
+}
+
+namespace {
+// `t` readable by the host (CUDA tensors are copied over).
+Tensor HostReadable(const Tensor& t) {
+  return t.device().is_cpu() ? t : runtime::cuda::ToDevice(t, Device::cpu());
+}
+}  // namespace
 
 double Tensor::item() const {
   SJ_REQUIRE(numel() == 1, "item() needs a tensor with one element, got shape ",
              ir::ShapeToString(shape()));
   if (auto* obs = runtime::GetDispatchObserver()) obs->OnHostRead(*this, "item()");
-  return ReadAsDouble(data_ptr(), dtype());
+  return ReadAsDouble(HostReadable(*this).data_ptr(), dtype());
 }
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
   if (auto* obs = runtime::GetDispatchObserver()) obs->OnHostRead(*this, "to_vector()");
-  Tensor c = contiguous();
+  Tensor c = HostReadable(*this).contiguous();
   const T* p = c.data<T>();
   SJ_REQUIRE(sizeof(T) == static_cast<size_t>(element_size()),
              "to_vector: element type size ", sizeof(T), " does not match dtype ",
@@ -184,8 +208,10 @@ std::string Tensor::ToString() const {
   std::ostringstream os;
   os.precision(6);
   os << "tensor(";
-  PrintDim(os, *this, 0, offset());
+  const Tensor host = HostReadable(*this);
+  PrintDim(os, host, 0, host.offset());
   os << ", dtype=" << ir::DTypeName(dtype()) << ", shape=" << ir::ShapeToString(shape());
+  if (device().is_cuda()) os << ", device=" << device().str();
   if (requires_grad()) os << ", requires_grad";
   os << ")";
   return os.str();
@@ -297,6 +323,7 @@ Tensor empty(ShapeRef shape, TensorOptions options) {
 }
 
 Tensor full(ShapeRef shape, double value, TensorOptions options) {
+  runtime::FactoryDeviceGuard device(options.device);
   Tensor t = Dispatch(OpId::kFull, {},
                       {{AttrKey::kShape, Vec(shape)}, {AttrKey::kValue, value},
                        {AttrKey::kDTypeAttr, options.dtype}});
@@ -306,15 +333,22 @@ Tensor full(ShapeRef shape, double value, TensorOptions options) {
 Tensor zeros(ShapeRef shape, TensorOptions options) { return full(shape, 0.0, options); }
 Tensor ones(ShapeRef shape, TensorOptions options) { return full(shape, 1.0, options); }
 Tensor scalar_tensor(double value, TensorOptions options) { return full({}, value, options); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), {.dtype = t.dtype()}); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), {.dtype = t.dtype()}); }
-Tensor empty_like(const Tensor& t) { return empty(t.shape(), {.dtype = t.dtype()}); }
+Tensor zeros_like(const Tensor& t) {
+  return zeros(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+}
+Tensor ones_like(const Tensor& t) {
+  return ones(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+}
+Tensor empty_like(const Tensor& t) {
+  return empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+}
 
 Tensor arange(double end, TensorOptions options) { return arange(0, end, 1, options); }
 Tensor arange(double start, double end, double step, TensorOptions options) {
   SJ_REQUIRE(step != 0, "arange: step must be non-zero");
   const double count = std::ceil((end - start) / step);
   const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
+  runtime::FactoryDeviceGuard device(options.device);
   return Dispatch(OpId::kArange, {},
                   {{AttrKey::kShape, std::vector<int64_t>{n}}, {AttrKey::kStart, start},
                    {AttrKey::kStep, step}, {AttrKey::kDTypeAttr, options.dtype}});
@@ -330,6 +364,7 @@ Tensor FromHost(const std::vector<T>& values, ShapeRef shape, TensorOptions opti
   Tensor t = empty(shape, {.dtype = host_dtype});
   std::copy(values.begin(), values.end(), t.data<T>());
   if (options.dtype != host_dtype) t = t.to(options.dtype);
+  if (!options.device.is_cpu()) t = runtime::cuda::ToDevice(t, options.device);
   if (options.requires_grad) t.set_requires_grad(true);
   return t;
 }

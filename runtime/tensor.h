@@ -95,9 +95,17 @@ class Tensor {
   Tensor contiguous() const;
   Tensor clone() const;
   Tensor to(DType dtype) const;
-  Tensor to(Device device) const;
+  // A copy on `device` (this tensor when already there). With non_blocking
+  // the copy may still be running on return when the host side is pinned
+  // (a CUDA-to-CPU copy then returns pinned memory): synchronize the stream
+  // before reading it.
+  Tensor to(Device device, bool non_blocking = false) const;
+  // A copy in page-locked host memory (CPU tensors; needs a CUDA backend),
+  // from which copies to a GPU run asynchronously.
+  Tensor pin_memory() const;
+  bool is_pinned() const { return impl_->storage->pinned(); }
 
-  // Host reads.
+  // Host reads (CUDA tensors are copied to the host first).
   double item() const;
   template <typename T>
   std::vector<T> to_vector() const;  // T must match dtype's storage type

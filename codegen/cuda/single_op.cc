@@ -30,10 +30,11 @@ absl::StatusOr<std::unique_ptr<ir::Graph>> SingleOpBody(
 
 absl::StatusOr<RegionSource> EmitSingleOp(
     ir::OpId op, absl::Span<const ir::TensorType> inputs,
-    const ir::Attrs& attrs) {
+    const ir::Attrs& attrs, EmitOptions options) {
   ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> body,
                    SingleOpBody(op, inputs, attrs));
-  return EmitRegion(*body, {.allow_one_element = true});
+  options.allow_one_element = true;
+  return EmitRegion(*body, options);
 }
 
 }  // namespace stepjit::codegen::cuda

@@ -22,9 +22,10 @@ absl::StatusOr<std::unique_ptr<ir::Graph>> SingleOpBody(
 
 // One eager op as kernels (elementwise, in-place update, cast, where, or a
 // sum/mean/amax reduction), one-element tensors included (a scalar kernel).
+// `options.allow_one_element` is always set.
 absl::StatusOr<RegionSource> EmitSingleOp(
     ir::OpId op, absl::Span<const ir::TensorType> inputs,
-    const ir::Attrs& attrs = {});
+    const ir::Attrs& attrs = {}, EmitOptions options = {});
 
 }  // namespace stepjit::codegen::cuda
 

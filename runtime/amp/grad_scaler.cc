@@ -33,15 +33,16 @@ Tensor NonFinite(const Tensor& g) {
 }  // namespace
 
 GradScaler::GradScaler(GradScalerOptions options) : options_(Validated(options)) {
-  scale_ = scalar_tensor(options_.init_scale);
-  growth_tracker_ = scalar_tensor(0.0);
-  last_found_inf_ = scalar_tensor(0.0);
-  skipped_steps_ = scalar_tensor(0.0);
+  const TensorOptions on{.device = options_.device};
+  scale_ = scalar_tensor(options_.init_scale, on);
+  growth_tracker_ = scalar_tensor(0.0, on);
+  last_found_inf_ = scalar_tensor(0.0, on);
+  skipped_steps_ = scalar_tensor(0.0, on);
 }
 
 GradScaler::PerOptimizer& GradScaler::StateFor(const optim::Optimizer& opt) {
   PerOptimizer& s = per_opt_[&opt];
-  if (!s.found_inf.defined()) s.found_inf = scalar_tensor(0.0);
+  if (!s.found_inf.defined()) s.found_inf = scalar_tensor(0.0, {.device = options_.device});
   return s;
 }
 
@@ -95,7 +96,7 @@ void GradScaler::step(optim::Optimizer& opt) {
   const std::vector<Tensor> state_before = opt.state_tensors();
   for (const Tensor& t : state_before) saved.emplace_back(t, t.clone());
   opt.step();
-  const Tensor skip = gt(s.found_inf, scalar_tensor(0.0));
+  const Tensor skip = gt(s.found_inf, scalar_tensor(0.0, {.device = options_.device}));
   for (auto& [t, before] : saved) t.copy_(where(skip, before, t));
   // State created by this step (a first step) returns to zeros if skipped.
   for (Tensor t : opt.state_tensors()) {
@@ -117,10 +118,11 @@ void GradScaler::update() {
   per_opt_.clear();
   SJ_REQUIRE(found.defined(), "GradScaler::update: no unscale_() or step() ran since the last "
                               "update()");
-  const Tensor inf = gt(found, scalar_tensor(0.0));
-  const Tensor zero = scalar_tensor(0.0);
+  const Tensor inf = gt(found, scalar_tensor(0.0, {.device = options_.device}));
+  const Tensor zero = scalar_tensor(0.0, {.device = options_.device});
   const Tensor tracker = where(inf, zero, growth_tracker_ + 1.0);
-  const Tensor grow = ge(tracker, scalar_tensor(static_cast<double>(options_.growth_interval)));
+  const Tensor grow = ge(tracker, scalar_tensor(static_cast<double>(options_.growth_interval),
+                                                   {.device = options_.device}));
   const Tensor new_scale =
       where(inf, scale_ * options_.backoff_factor,
             where(grow, scale_ * options_.growth_factor, scale_));

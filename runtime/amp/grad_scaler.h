@@ -31,6 +31,8 @@ struct GradScalerOptions {
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
   bool enabled = true;
+  // Where the scale and the found-inf flags live: the gradients' device.
+  Device device = Device::cpu();
 };
 
 class GradScaler {

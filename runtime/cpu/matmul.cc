@@ -2,10 +2,9 @@
 // activation, onto one GEMM library call.
 #include "ir/infer.h"
 #include "ir/status.h"
-#include "runtime/autograd/grad_mode.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/kernels.h"
-#include "runtime/cpu/loops.h"
+#include "runtime/matmul_plan.h"
 
 namespace stepjit::runtime::cpu {
 
@@ -14,110 +13,9 @@ using ir::OpId;
 
 namespace {
 
-struct Operand {
-  Tensor t;        // possibly a copy with a GEMM-friendly layout
-  bool trans;      // op(X) = X^T
-  int64_t ld;      // row pitch of the stored matrix
-  int64_t stride;  // element stride between batch matrices (0 = broadcast)
-};
-
-// Expands `x` to batch shape `batch`, then finds a layout GEMM can read
-// directly: row-major or column-major last two dims and one uniform batch
-// stride. Anything else is copied to contiguous first.
-Operand Prepare(const Tensor& x, bool trans, ShapeRef batch) {
-  Shape shape(batch.begin(), batch.end());
-  const int64_t r = x.dim();
-  shape.push_back(x.shape()[r - 2]);
-  shape.push_back(x.shape()[r - 1]);
-  Shape strides = BroadcastByteStrides(x, shape);
-  for (auto& s : strides) s /= x.element_size();
-  const int64_t rows = shape[shape.size() - 2], cols = shape.back();
-  const int64_t rs = strides[strides.size() - 2], cs = strides.back();
-  // A batch stride is uniform when the batch dims collapse to one.
-  int64_t bstride = 0;
-  bool uniform = true;
-  int64_t expect = -1;
-  for (int64_t d = static_cast<int64_t>(batch.size()) - 1; d >= 0; --d) {
-    if (batch[d] == 1) continue;
-    if (expect < 0) {
-      bstride = strides[d];
-      expect = strides[d] * batch[d];
-    } else {
-      uniform &= strides[d] == expect;
-      expect = strides[d] * batch[d];
-    }
-  }
-  if (uniform) {
-    if ((cs == 1 || cols == 1) && rs >= std::max<int64_t>(cols, 1)) {
-      return {MakeTensor(x.storage(), shape, strides, x.offset(), x.dtype()), trans, rs, bstride};
-    }
-    if ((rs == 1 || rows == 1) && cs >= std::max<int64_t>(rows, 1)) {
-      return {MakeTensor(x.storage(), shape, strides, x.offset(), x.dtype()), !trans, cs, bstride};
-    }
-  }
-  Tensor c = empty(shape, {.dtype = x.dtype()});
-  CopyInto(c, MakeTensor(x.storage(), shape, strides, x.offset(), x.dtype()));
-  return {c, trans, cols, rows * cols};
-}
-
-// The activation of an absorbed epilogue ("bias[,act]"; type inference has
-// checked the spelling).
-GemmActivation ActivationOf(const std::string& epilogue) {
-  if (epilogue == "bias,relu") return GemmActivation::kRelu;
-  if (epilogue == "bias,gelu") return GemmActivation::kGelu;
-  if (epilogue == "bias,gelu_tanh") return GemmActivation::kGeluTanh;
-  return GemmActivation::kNone;
-}
-
 void MatmulKernel(const KernelArgs& k) {
-  const Tensor &a = k.inputs[0], &b = k.inputs[1];
-  const bool absorbed = k.inputs.size() == 3;
-  // Only compiled graphs (replayed without grad) hold the 3-operand form, so
-  // it has no gradient rule; refuse before autograd would record one.
-  if (absorbed && GradMode::is_enabled()) {
-    for (size_t i = 0; i < k.inputs.size(); ++i) {
-      SJ_REQUIRE(!k.inputs[i].requires_grad(),
-                 "matmul with a bias operand (epilogue = \"",
-                 k.attrs.GetString(AttrKey::kEpilogue),
-                 "\") has no gradient, but input ", i,
-                 " requires grad; use matmul, add and the activation, or "
-                 "run it under NoGradGuard");
-    }
-  }
-  const bool ta = k.attrs.GetBool(AttrKey::kTransposeA);
-  const bool tb = k.attrs.GetBool(AttrKey::kTransposeB);
-  Shape batch(k.out.shape().begin(), k.out.shape().end() - 2);
-  Operand pa = Prepare(a, ta, batch), pb = Prepare(b, tb, batch);
-  const int64_t m = k.out.shape()[k.out.dim() - 2], n = k.out.shape().back();
-  const int64_t kk = ta ? a.shape()[a.dim() - 2] : a.shape().back();
-  GemmArgs g;
-  g.dtype = a.dtype();
-  g.trans_a = pa.trans;
-  g.trans_b = pb.trans;
-  g.m = m;
-  g.n = n;
-  g.k = kk;
-  g.a = pa.t.data_ptr();
-  g.lda = std::max<int64_t>(pa.ld, 1);
-  g.b = pb.t.data_ptr();
-  g.ldb = std::max<int64_t>(pb.ld, 1);
-  g.c = k.out.data_ptr();
-  g.ldc = std::max<int64_t>(n, 1);
-  g.batch = ir::NumElements(batch);
-  g.stride_a = pa.stride;
-  g.stride_b = pb.stride;
-  g.stride_c = m * n;
-  Tensor bias;
-  if (absorbed) {
-    bias = ContiguousCopyIfNeeded(k.inputs[2]);
-    g.bias = bias.data_ptr();
-    g.activation = ActivationOf(k.attrs.GetString(AttrKey::kEpilogue));
-  }
-  if (g.batch == 0 || m == 0 || n == 0) return;
-  // Degenerate pitches (a dim of size 1) must still satisfy GEMM's checks.
-  g.lda = std::max(g.lda, pa.trans ? m : kk);
-  g.ldb = std::max(g.ldb, pb.trans ? kk : n);
-  ThrowIfError(Gemm(g));
+  MatmulPlan plan = PlanMatmul(k, &CopyInto);
+  if (!plan.empty) ThrowIfError(Gemm(plan.gemm));
 }
 
 }  // namespace

@@ -1,14 +1,11 @@
-// The caching allocator's pools, splitting, merging and stream bookkeeping,
-// and the driver backend over runtime/cuda/device.h.
+// The caching allocator's pools, splitting, merging and stream bookkeeping.
 #include "runtime/cuda/caching_allocator.h"
 
 #include <algorithm>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ir/status.h"
-#include "runtime/cuda/device.h"
 
 namespace stepjit::runtime::cuda {
 
@@ -20,31 +17,6 @@ size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 constexpr size_t kMaxRequest = std::numeric_limits<size_t>::max() / 2;
 
 }  // namespace
-
-absl::StatusOr<void*> DriverBackend::Allocate(size_t bytes) {
-  absl::StatusOr<DevicePtr> p = Malloc(bytes);
-  if (!p.ok()) {
-    // device.h reports driver failures as Internal with the error's name.
-    if (absl::StrContains(p.status().message(), "CUDA_ERROR_OUT_OF_MEMORY"))
-      return absl::ResourceExhaustedError(p.status().message());
-    return p.status();
-  }
-  return reinterpret_cast<void*>(static_cast<uintptr_t>(*p));
-}
-
-absl::Status DriverBackend::Free(void* ptr) {
-  return cuda::Free(static_cast<DevicePtr>(reinterpret_cast<uintptr_t>(ptr)));
-}
-
-absl::StatusOr<Event> DriverBackend::RecordEvent(Stream stream) {
-  return absl::UnavailableError(
-      "the CUDA driver table (runtime/cuda/device.h) has no cuEventRecord");
-}
-
-absl::StatusOr<bool> DriverBackend::QueryEvent(Event event) {
-  return absl::UnavailableError(
-      "the CUDA driver table (runtime/cuda/device.h) has no cuEventQuery");
-}
 
 bool CachingAllocator::BlockLess::operator()(const Block* a,
                                              const Block* b) const {

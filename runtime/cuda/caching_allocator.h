@@ -57,19 +57,6 @@ class DeviceMemoryBackend {
   virtual void DestroyEvent(Event event) = 0;
 };
 
-// Device memory through the dlopen'ed driver (runtime/cuda/device.h): the
-// current device's primary context. device.h exposes no streams or events,
-// so RecordEvent and QueryEvent return Unavailable; all work runs on the
-// default stream there, and blocks then never move between streams.
-class DriverBackend : public DeviceMemoryBackend {
- public:
-  absl::StatusOr<void*> Allocate(size_t bytes) override;
-  absl::Status Free(void* ptr) override;
-  absl::StatusOr<Event> RecordEvent(Stream stream) override;
-  absl::StatusOr<bool> QueryEvent(Event event) override;
-  void DestroyEvent(Event event) override {}
-};
-
 struct MemoryStats {
   size_t allocated_bytes = 0;  // in live blocks (rounded sizes)
   size_t reserved_bytes = 0;   // in segments held from the backend

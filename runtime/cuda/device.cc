@@ -1,6 +1,6 @@
 // The CUDA driver API through dlopen: detection, contexts, memory, modules
-// and launches. The few driver types and entry points are declared here, so
-// the build needs no driver and the binary links none.
+// and launches. The few driver types and entry points are declared in
+// device.h, so the build needs no driver and the binary links none.
 #include "runtime/cuda/device.h"
 
 #include <dlfcn.h>
@@ -13,45 +13,17 @@ namespace stepjit::runtime::cuda {
 
 namespace {
 
-// The driver ABI (cuda.h): handles are pointers, CUresult and CUdevice ints.
-using CUresult = int;
-using CUdevice = int;
-using CUcontext = void*;
-using CUmodule = void*;
-using CUfunction = void*;
-using CUstream = void*;
-using CUdeviceptr = unsigned long long;
-constexpr CUresult kSuccess = 0;
-constexpr int kAttrComputeCapabilityMajor = 75;
-constexpr int kAttrComputeCapabilityMinor = 76;
-
-struct Driver {
-  CUresult (*Init)(unsigned) = nullptr;
-  CUresult (*DriverGetVersion)(int*) = nullptr;
-  CUresult (*GetErrorName)(CUresult, const char**) = nullptr;
-  CUresult (*GetErrorString)(CUresult, const char**) = nullptr;
-  CUresult (*DeviceGetCount)(int*) = nullptr;
-  CUresult (*DeviceGet)(CUdevice*, int) = nullptr;
-  CUresult (*DeviceGetName)(char*, int, CUdevice) = nullptr;
-  CUresult (*DeviceGetAttribute)(int*, int, CUdevice) = nullptr;
-  CUresult (*DevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
-  CUresult (*CtxSetCurrent)(CUcontext) = nullptr;
-  CUresult (*CtxSynchronize)() = nullptr;
-  CUresult (*MemAlloc)(CUdeviceptr*, size_t) = nullptr;
-  CUresult (*MemFree)(CUdeviceptr) = nullptr;
-  CUresult (*MemcpyHtoD)(CUdeviceptr, const void*, size_t) = nullptr;
-  CUresult (*MemcpyDtoH)(void*, CUdeviceptr, size_t) = nullptr;
-  CUresult (*ModuleLoadData)(CUmodule*, const void*) = nullptr;
-  CUresult (*ModuleUnload)(CUmodule) = nullptr;
-  CUresult (*ModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
-  CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
-                           unsigned, unsigned, unsigned, CUstream, void**,
-                           void**) = nullptr;
-};
+using driver::CUcontext;
+using driver::CUdevice;
+using driver::CUdeviceptr;
+using driver::CUfunction;
+using driver::CUmodule;
+using driver::CUresult;
+using driver::kSuccess;
 
 struct State {
   CudaAvailability info;
-  Driver driver;
+  driver::Api driver;
   std::mutex mu;                    // guards contexts
   std::vector<CUcontext> contexts;  // retained primary contexts, by ordinal
 };
@@ -62,7 +34,7 @@ bool Resolve(void* lib, const char* name, Fn& fn) {
   return fn != nullptr;
 }
 
-std::string ErrorText(const Driver& d, CUresult r) {
+std::string ErrorText(const driver::Api& d, CUresult r) {
   const char* name = nullptr;
   const char* text = nullptr;
   if (d.GetErrorName == nullptr || d.GetErrorName(r, &name) != kSuccess ||
@@ -76,6 +48,35 @@ std::string ErrorText(const Driver& d, CUresult r) {
   return name;
 }
 
+absl::StatusCode CodeFor(CUresult r) {
+  switch (r) {
+    case driver::kErrorOutOfMemory:
+      return absl::StatusCode::kResourceExhausted;
+    case 1:    // CUDA_ERROR_INVALID_VALUE
+    case 200:  // CUDA_ERROR_INVALID_IMAGE
+    case 209:  // CUDA_ERROR_NO_BINARY_FOR_GPU
+    case 218:  // CUDA_ERROR_INVALID_PTX
+    case 222:  // CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+    case 400:  // CUDA_ERROR_INVALID_HANDLE
+      return absl::StatusCode::kInvalidArgument;
+    case driver::kErrorNotFound:
+      return absl::StatusCode::kNotFound;
+    case 3:    // CUDA_ERROR_NOT_INITIALIZED
+    case 4:    // CUDA_ERROR_DEINITIALIZED
+    case 34:   // CUDA_ERROR_STUB_LIBRARY
+    case 35:   // CUDA_ERROR_INSUFFICIENT_DRIVER
+    case 46:   // CUDA_ERROR_DEVICE_UNAVAILABLE
+    case 100:  // CUDA_ERROR_NO_DEVICE
+    case 101:  // CUDA_ERROR_INVALID_DEVICE
+      return absl::StatusCode::kUnavailable;
+    default:
+      // CUDA_ERROR_STREAM_CAPTURE_* and CUDA_ERROR_CAPTURED_EVENT: a call
+      // that a stream capture in progress forbids.
+      if (r >= 900 && r <= 908) return absl::StatusCode::kFailedPrecondition;
+      return absl::StatusCode::kInternal;
+  }
+}
+
 State* Probe() {
   auto* s = new State;
   CudaAvailability& info = s->info;
@@ -87,7 +88,11 @@ State* Probe() {
                                err ? err : "not found", ")");
     return s;
   }
-  Driver& d = s->driver;
+  driver::Api& d = s->driver;
+  // cuEventElapsedTime_v2 (CUDA 12.8) is the current ABI name; older
+  // drivers have only the first version, with the same signature.
+  if (!Resolve(lib, "cuEventElapsedTime_v2", d.EventElapsedTime))
+    Resolve(lib, "cuEventElapsedTime", d.EventElapsedTime);
   const std::pair<const char*, bool> symbols[] = {
       {"cuInit", Resolve(lib, "cuInit", d.Init)},
       {"cuDriverGetVersion",
@@ -101,17 +106,54 @@ State* Probe() {
        Resolve(lib, "cuDeviceGetAttribute", d.DeviceGetAttribute)},
       {"cuDevicePrimaryCtxRetain",
        Resolve(lib, "cuDevicePrimaryCtxRetain", d.DevicePrimaryCtxRetain)},
+      {"cuCtxGetCurrent", Resolve(lib, "cuCtxGetCurrent", d.CtxGetCurrent)},
       {"cuCtxSetCurrent", Resolve(lib, "cuCtxSetCurrent", d.CtxSetCurrent)},
       {"cuCtxSynchronize", Resolve(lib, "cuCtxSynchronize", d.CtxSynchronize)},
       {"cuMemAlloc_v2", Resolve(lib, "cuMemAlloc_v2", d.MemAlloc)},
       {"cuMemFree_v2", Resolve(lib, "cuMemFree_v2", d.MemFree)},
+      {"cuMemHostAlloc", Resolve(lib, "cuMemHostAlloc", d.MemHostAlloc)},
+      {"cuMemFreeHost", Resolve(lib, "cuMemFreeHost", d.MemFreeHost)},
       {"cuMemcpyHtoD_v2", Resolve(lib, "cuMemcpyHtoD_v2", d.MemcpyHtoD)},
       {"cuMemcpyDtoH_v2", Resolve(lib, "cuMemcpyDtoH_v2", d.MemcpyDtoH)},
+      {"cuMemcpyHtoDAsync_v2",
+       Resolve(lib, "cuMemcpyHtoDAsync_v2", d.MemcpyHtoDAsync)},
+      {"cuMemcpyDtoHAsync_v2",
+       Resolve(lib, "cuMemcpyDtoHAsync_v2", d.MemcpyDtoHAsync)},
+      {"cuMemcpyDtoDAsync_v2",
+       Resolve(lib, "cuMemcpyDtoDAsync_v2", d.MemcpyDtoDAsync)},
+      {"cuMemsetD8Async", Resolve(lib, "cuMemsetD8Async", d.MemsetD8Async)},
+      {"cuStreamCreate", Resolve(lib, "cuStreamCreate", d.StreamCreate)},
+      {"cuStreamDestroy_v2",
+       Resolve(lib, "cuStreamDestroy_v2", d.StreamDestroy)},
+      {"cuStreamSynchronize",
+       Resolve(lib, "cuStreamSynchronize", d.StreamSynchronize)},
+      {"cuStreamWaitEvent",
+       Resolve(lib, "cuStreamWaitEvent", d.StreamWaitEvent)},
+      {"cuEventCreate", Resolve(lib, "cuEventCreate", d.EventCreate)},
+      {"cuEventRecord", Resolve(lib, "cuEventRecord", d.EventRecord)},
+      {"cuEventQuery", Resolve(lib, "cuEventQuery", d.EventQuery)},
+      {"cuEventSynchronize",
+       Resolve(lib, "cuEventSynchronize", d.EventSynchronize)},
+      {"cuEventElapsedTime", d.EventElapsedTime != nullptr},
+      {"cuEventDestroy_v2", Resolve(lib, "cuEventDestroy_v2", d.EventDestroy)},
       {"cuModuleLoadData", Resolve(lib, "cuModuleLoadData", d.ModuleLoadData)},
       {"cuModuleUnload", Resolve(lib, "cuModuleUnload", d.ModuleUnload)},
       {"cuModuleGetFunction",
        Resolve(lib, "cuModuleGetFunction", d.ModuleGetFunction)},
       {"cuLaunchKernel", Resolve(lib, "cuLaunchKernel", d.LaunchKernel)},
+      {"cuStreamBeginCapture_v2",
+       Resolve(lib, "cuStreamBeginCapture_v2", d.StreamBeginCapture)},
+      {"cuStreamEndCapture",
+       Resolve(lib, "cuStreamEndCapture", d.StreamEndCapture)},
+      {"cuThreadExchangeStreamCaptureMode",
+       Resolve(lib, "cuThreadExchangeStreamCaptureMode",
+               d.ThreadExchangeStreamCaptureMode)},
+      {"cuGraphInstantiateWithFlags",
+       Resolve(lib, "cuGraphInstantiateWithFlags", d.GraphInstantiate)},
+      {"cuGraphLaunch", Resolve(lib, "cuGraphLaunch", d.GraphLaunch)},
+      {"cuGraphExecDestroy",
+       Resolve(lib, "cuGraphExecDestroy", d.GraphExecDestroy)},
+      {"cuGraphDestroy", Resolve(lib, "cuGraphDestroy", d.GraphDestroy)},
   };
   for (const auto& [name, found] : symbols) {
     if (!found) {
@@ -146,8 +188,8 @@ State* Probe() {
     if (d.DeviceGet(&dev, i) != kSuccess) continue;
     if (d.DeviceGetName(name, sizeof(name) - 1, dev) == kSuccess)
       di.name = name;
-    d.DeviceGetAttribute(&di.major, kAttrComputeCapabilityMajor, dev);
-    d.DeviceGetAttribute(&di.minor, kAttrComputeCapabilityMinor, dev);
+    d.DeviceGetAttribute(&di.major, driver::kAttrComputeCapabilityMajor, dev);
+    d.DeviceGetAttribute(&di.minor, driver::kAttrComputeCapabilityMinor, dev);
     info.devices.push_back(std::move(di));
   }
   s->contexts.assign(info.devices.size(), nullptr);
@@ -162,26 +204,14 @@ State& GetState() {
   return *state;
 }
 
-// The driver, or Unavailable with the reason there is none.
-absl::StatusOr<const Driver*> Ready() {
-  State& s = GetState();
-  if (!s.info.available) return absl::UnavailableError(s.info.reason);
-  return &s.driver;
-}
-
-absl::Status Check(const Driver& d, CUresult r, absl::string_view what) {
-  if (r == kSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, " failed: ", ErrorText(d, r)));
-}
-
-thread_local int current_device = -1;
+// The device SetDevice chose on this thread, for the calls below.
+thread_local int current_device = 0;
 
 // Makes the current device's primary context current on this thread.
-absl::StatusOr<const Driver*> Current() {
-  if (current_device < 0) {
-    if (absl::Status st = SetDevice(0); !st.ok()) return st;
-  }
-  return Ready();
+absl::StatusOr<const driver::Api*> Current() {
+  absl::StatusOr<driver::CUcontext> ctx = UsePrimaryContext(current_device);
+  if (!ctx.ok()) return ctx.status();
+  return &GetState().driver;
 }
 
 }  // namespace
@@ -192,10 +222,23 @@ std::string DeviceInfo::arch() const {
 
 const CudaAvailability& Availability() { return GetState().info; }
 
-absl::Status RequireDevice() { return Ready().status(); }
+absl::Status RequireDevice() { return DriverApi().status(); }
 
-absl::Status SetDevice(int ordinal) {
-  absl::StatusOr<const Driver*> d = Ready();
+absl::StatusOr<const driver::Api*> DriverApi() {
+  State& s = GetState();
+  if (!s.info.available) return absl::UnavailableError(s.info.reason);
+  return &s.driver;
+}
+
+absl::Status DriverStatus(CUresult result, absl::string_view call) {
+  if (result == kSuccess) return absl::OkStatus();
+  return absl::Status(CodeFor(result),
+                      absl::StrCat(call, ": ", ErrorText(GetState().driver,
+                                                         result)));
+}
+
+absl::StatusOr<CUcontext> UsePrimaryContext(int ordinal) {
+  absl::StatusOr<const driver::Api*> d = DriverApi();
   if (!d.ok()) return d.status();
   State& s = GetState();
   if (ordinal < 0 || ordinal >= static_cast<int>(s.info.devices.size())) {
@@ -208,32 +251,46 @@ absl::Status SetDevice(int ordinal) {
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.contexts[ordinal] == nullptr) {
       CUdevice dev = 0;
-      absl::Status st =
-          Check(**d, (*d)->DeviceGet(&dev, ordinal), "cuDeviceGet");
+      absl::Status st = DriverStatus((*d)->DeviceGet(&dev, ordinal),
+                                     absl::StrCat("cuDeviceGet(", ordinal, ")"));
       if (st.ok())
-        st = Check(**d, (*d)->DevicePrimaryCtxRetain(&s.contexts[ordinal], dev),
-                   "cuDevicePrimaryCtxRetain");
+        st = DriverStatus((*d)->DevicePrimaryCtxRetain(&s.contexts[ordinal], dev),
+                          "cuDevicePrimaryCtxRetain");
       if (!st.ok()) return st;
     }
     ctx = s.contexts[ordinal];
   }
-  absl::Status st = Check(**d, (*d)->CtxSetCurrent(ctx), "cuCtxSetCurrent");
-  if (st.ok()) current_device = ordinal;
-  return st;
+  // Cheap when already current; other code (cuBLASLt, another backend) may
+  // have changed this thread's context since.
+  CUcontext now = nullptr;
+  if ((*d)->CtxGetCurrent(&now) == kSuccess && now == ctx) return ctx;
+  if (absl::Status st = DriverStatus((*d)->CtxSetCurrent(ctx), "cuCtxSetCurrent");
+      !st.ok()) {
+    return st;
+  }
+  return ctx;
+}
+
+absl::Status SetDevice(int ordinal) {
+  absl::StatusOr<CUcontext> ctx = UsePrimaryContext(ordinal);
+  if (!ctx.ok()) return ctx.status();
+  current_device = ordinal;
+  return absl::OkStatus();
 }
 
 absl::Status Synchronize() {
-  absl::StatusOr<const Driver*> d = Current();
+  absl::StatusOr<const driver::Api*> d = Current();
   if (!d.ok()) return d.status();
-  return Check(**d, (*d)->CtxSynchronize(), "cuCtxSynchronize");
+  return DriverStatus((*d)->CtxSynchronize(), "cuCtxSynchronize");
 }
 
 absl::StatusOr<DevicePtr> Malloc(size_t bytes) {
-  absl::StatusOr<const Driver*> d = Current();
+  absl::StatusOr<const driver::Api*> d = Current();
   if (!d.ok()) return d.status();
   CUdeviceptr p = 0;
-  if (absl::Status st = Check(**d, (*d)->MemAlloc(&p, bytes),
-                              absl::StrCat("cuMemAlloc(", bytes, ")"));
+  if (absl::Status st = DriverStatus((*d)->MemAlloc(&p, bytes),
+                                     absl::StrCat("cuMemAlloc(", bytes,
+                                                  " bytes)"));
       !st.ok()) {
     return st;
   }
@@ -241,29 +298,31 @@ absl::StatusOr<DevicePtr> Malloc(size_t bytes) {
 }
 
 absl::Status Free(DevicePtr ptr) {
-  absl::StatusOr<const Driver*> d = Current();
+  absl::StatusOr<const driver::Api*> d = Current();
   if (!d.ok()) return d.status();
-  return Check(**d, (*d)->MemFree(ptr), "cuMemFree");
+  return DriverStatus((*d)->MemFree(ptr), "cuMemFree");
 }
 
 absl::Status CopyToDevice(DevicePtr dst, const void* src, size_t bytes) {
-  absl::StatusOr<const Driver*> d = Current();
+  absl::StatusOr<const driver::Api*> d = Current();
   if (!d.ok()) return d.status();
-  return Check(**d, (*d)->MemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD");
+  return DriverStatus((*d)->MemcpyHtoD(dst, src, bytes),
+                      absl::StrCat("cuMemcpyHtoD(", bytes, " bytes)"));
 }
 
 absl::Status CopyToHost(void* dst, DevicePtr src, size_t bytes) {
-  absl::StatusOr<const Driver*> d = Current();
+  absl::StatusOr<const driver::Api*> d = Current();
   if (!d.ok()) return d.status();
-  return Check(**d, (*d)->MemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH");
+  return DriverStatus((*d)->MemcpyDtoH(dst, src, bytes),
+                      absl::StrCat("cuMemcpyDtoH(", bytes, " bytes)"));
 }
 
 absl::StatusOr<Module> Module::Load(const std::string& cubin) {
-  absl::StatusOr<const Driver*> d = Current();
+  absl::StatusOr<const driver::Api*> d = Current();
   if (!d.ok()) return d.status();
   CUmodule m = nullptr;
-  if (absl::Status st = Check(**d, (*d)->ModuleLoadData(&m, cubin.data()),
-                              "cuModuleLoadData");
+  if (absl::Status st =
+          DriverStatus((*d)->ModuleLoadData(&m, cubin.data()), "cuModuleLoadData");
       !st.ok()) {
     return st;
   }
@@ -284,13 +343,13 @@ Module::~Module() {
 }
 
 absl::StatusOr<Function> Module::GetFunction(absl::string_view name) const {
-  absl::StatusOr<const Driver*> d = Current();
+  absl::StatusOr<const driver::Api*> d = Current();
   if (!d.ok()) return d.status();
   CUfunction f = nullptr;
   const std::string n(name);
   if (absl::Status st =
-          Check(**d, (*d)->ModuleGetFunction(&f, handle_, n.c_str()),
-                absl::StrCat("cuModuleGetFunction(", n, ")"));
+          DriverStatus((*d)->ModuleGetFunction(&f, handle_, n.c_str()),
+                       absl::StrCat("cuModuleGetFunction(", n, ")"));
       !st.ok()) {
     return st;
   }
@@ -298,17 +357,17 @@ absl::StatusOr<Function> Module::GetFunction(absl::string_view name) const {
 }
 
 absl::Status Launch(Function f, int64_t grid, int block, void** args) {
-  absl::StatusOr<const Driver*> d = Current();
+  absl::StatusOr<const driver::Api*> d = Current();
   if (!d.ok()) return d.status();
   if (grid <= 0 || grid > 0x7fffffff || block <= 0 || block > 1024) {
     return absl::InvalidArgumentError(
         absl::StrCat("bad launch shape ", grid, " x ", block));
   }
-  return Check(**d,
-               (*d)->LaunchKernel(f.handle, static_cast<unsigned>(grid), 1, 1,
-                                  static_cast<unsigned>(block), 1, 1, 0,
-                                  nullptr, args, nullptr),
-               "cuLaunchKernel");
+  return DriverStatus(
+      (*d)->LaunchKernel(f.handle, static_cast<unsigned>(grid), 1, 1,
+                         static_cast<unsigned>(block), 1, 1, 0, nullptr, args,
+                         nullptr),
+      "cuLaunchKernel");
 }
 
 }  // namespace stepjit::runtime::cuda

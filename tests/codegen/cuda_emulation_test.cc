@@ -1,27 +1,21 @@
 // The generated CUDA C computes the right numbers, checked without a GPU:
-// the kernels are compiled as host C++ against a small emulation of the CUDA
-// built-ins they use (one std::thread per CUDA thread, std::barrier for
-// __syncthreads and for warp shuffles, host libm for the math functions,
-// _Float16 and bfloat16 bit tricks for the half types) and launched with a
-// deliberately small grid so every grid-stride and chunk loop wraps. Results
+// the kernels are compiled as host C++ against the emulation of the CUDA
+// built-ins (codegen/cuda/host_emulation.h: each block's threads as fibers,
+// host libm for the math functions, _Float16 and bfloat16 bit tricks for the
+// half types) and launched with a deliberately small grid so every
+// grid-stride and chunk loop wraps. Results
 // match the eager kernels bit for bit (the same scalar definitions and libm)
 // and the CPU backend's kernels within the rounding of a reordered sum.
-#include <dlfcn.h>
-#include <unistd.h>
-
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "codegen/cpu/region_kernel.h"
 #include "codegen/cuda/cuda_emitter.h"
+#include "codegen/cuda/host_emulation.h"
 #include "codegen/cuda/single_op.h"
 #include "gtest/gtest.h"
 #include "tests/codegen/cuda_test_util.h"
@@ -40,137 +34,29 @@ using ir::DType;
 using ir::OpId;
 using ir::TensorType;
 
-// Everything the generated kernels use from CUDA, for the host.
-constexpr char kEmulation[] = R"(#pragma once
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-#include <barrier>
-#include <memory>
-#include <thread>
-#include <utility>
-#include <vector>
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __shared__ static  // blocks run one after another
-struct sj_dim3 { unsigned x = 0; };
-inline thread_local sj_dim3 threadIdx, blockIdx;
-inline sj_dim3 blockDim, gridDim;
-inline std::barrier<>* sj_block_barrier;
-inline void __syncthreads() { sj_block_barrier->arrive_and_wait(); }
-struct SjWarp { std::barrier<> bar{32}; double slot[32]; };
-inline std::vector<std::unique_ptr<SjWarp>>* sj_warps;
-inline double __shfl_down_sync(unsigned, double v, unsigned delta) {
-  SjWarp& w = *(*sj_warps)[threadIdx.x / 32];
-  const unsigned lane = threadIdx.x % 32;
-  w.slot[lane] = v;
-  w.bar.arrive_and_wait();
-  const double r = lane + delta < 32 ? w.slot[lane + delta] : v;
-  w.bar.arrive_and_wait();
-  return r;
-}
-inline double __longlong_as_double(long long x) { double d; memcpy(&d, &x, 8); return d; }
-inline float __int_as_float(int x) { float f; memcpy(&f, &x, 4); return f; }
-struct __half { _Float16 v; };
-inline float __half2float(__half h) { return (float)h.v; }
-inline __half __float2half_rn(float f) { return __half{(_Float16)f}; }
-struct __nv_bfloat16 { uint16_t bits; };
-inline float __bfloat162float(__nv_bfloat16 b) {
-  uint32_t u = (uint32_t)b.bits << 16; float f; memcpy(&f, &u, 4); return f;
-}
-inline __nv_bfloat16 __float2bfloat16_rn(float f) {
-  uint32_t u; memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return __nv_bfloat16{(uint16_t)((u >> 16) | 0x40)};
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return __nv_bfloat16{(uint16_t)(u >> 16)};
-}
-template <class... A, size_t... I>
-void sj_invoke(void (*f)(A...), void** a, std::index_sequence<I...>) { f(static_cast<A>(a[I])...); }
-template <class... A>
-void sj_invoke(void (*f)(A...), void** a) { sj_invoke(f, a, std::index_sequence_for<A...>{}); }
-extern "C" void sj_launch(void (*call)(void**), void** args, unsigned grid, unsigned block) {
-  gridDim.x = grid;
-  blockDim.x = block;
-  for (unsigned b = 0; b < grid; ++b) {
-    std::barrier<> bar(block);
-    std::vector<std::unique_ptr<SjWarp>> warps;
-    for (unsigned w = 0; w < (block + 31) / 32; ++w) warps.push_back(std::make_unique<SjWarp>());
-    sj_block_barrier = &bar;
-    sj_warps = &warps;
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < block; ++t) {
-      threads.emplace_back([=] { threadIdx.x = t; blockIdx.x = b; call(args); });
-    }
-    for (std::thread& t : threads) t.join();
-  }
-}
-)";
-
 // Launches use at most this many blocks, so grid-stride loops go round.
 constexpr int64_t kEmulatedGrid = 3;
 constexpr int kEmulatedBlock = 64;  // two warps: the cross-warp step runs too
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag)
-      : path(fs::temp_directory_path() /
-             absl::StrCat("stepjit_", tag, "_", getpid())) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
-std::string HostCompiler() {
-  for (const char* c : {"/usr/bin/c++", "/usr/bin/g++", "/usr/bin/clang++"}) {
-    if (fs::exists(c)) return c;
-  }
-  return "";
-}
-
-// The regions compiled into one host shared object.
+// The regions compiled into one host module.
 class EmulatedModule {
  public:
   static std::unique_ptr<EmulatedModule> Build(
-      const std::vector<const RegionSource*>& regions, const fs::path& dir,
+      const std::vector<const RegionSource*>& regions,
       const std::string& name) {
-    std::string source = CombineSources(regions);
+    std::vector<std::string> kernels;
     for (const RegionSource* r : regions) {
-      for (const KernelLaunch& k : r->kernels) {
-        if (source.find("sj_call_" + k.name + "(") != std::string::npos)
-          continue;
-        absl::StrAppend(&source, "extern \"C\" void sj_call_", k.name,
-                        "(void** a) { sj_invoke(", k.name, ", a); }\n");
-      }
+      for (const KernelLaunch& k : r->kernels) kernels.push_back(k.name);
     }
-    std::ofstream(dir / "sj_emu.h") << kEmulation;
-    std::ofstream(dir / "cuda_fp16.h") << "";
-    std::ofstream(dir / "cuda_bf16.h") << "";
-    std::ofstream(dir / (name + ".cu")) << source;
-    const fs::path lib = dir / (name + ".so");
-    const std::string cmd = absl::StrCat(
-        HostCompiler(),
-        " -std=c++20 -O1 -fPIC -shared -pthread -ffp-contract=off -w -I'",
-        dir.string(), "' -include sj_emu.h -x c++ '",
-        (dir / (name + ".cu")).string(), "' -o '", lib.string(), "' 2>'",
-        (dir / (name + ".log")).string(), "'");
-    if (std::system(cmd.c_str()) != 0) {
-      std::ifstream log(dir / (name + ".log"));
-      std::stringstream s;
-      s << log.rdbuf();
-      ADD_FAILURE() << "host compile of " << name << " failed:\n"
-                    << s.str().substr(0, 4000);
+    absl::StatusOr<HostModule> module =
+        CompileForHost(CombineSources(regions), name, kernels);
+    if (!module.ok()) {
+      ADD_FAILURE() << module.status();
       return nullptr;
     }
-    void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) {
-      ADD_FAILURE() << dlerror();
-      return nullptr;
-    }
-    return std::unique_ptr<EmulatedModule>(new EmulatedModule(handle));
+    return std::unique_ptr<EmulatedModule>(
+        new EmulatedModule(*std::move(module)));
   }
-  ~EmulatedModule() { dlclose(handle_); }
 
   // Runs the region's kernels in order; returns its outputs.
   // With `misalign`, every buffer starts one element past an aligned
@@ -201,14 +87,16 @@ class EmulatedModule {
         static_cast<size_t>(src.num_accumulators),
         std::vector<double>(static_cast<size_t>(src.partials), std::nan("")));
     for (auto& a : accs) ptrs.push_back(a.data());
+    // cuLaunchKernel's convention: each argument by the address of its value.
+    std::vector<void*> arg_addresses;
+    for (void*& p : ptrs) arg_addresses.push_back(&p);
     for (const KernelLaunch& k : src.kernels) {
-      auto call = reinterpret_cast<void (*)(void**)>(
-          dlsym(handle_, ("sj_call_" + k.name).c_str()));
-      EXPECT_NE(call, nullptr) << k.name;
-      if (call == nullptr) return outs;
-      launch_(call, ptrs.data(),
-              static_cast<unsigned>(std::min(k.grid, kEmulatedGrid)),
-              static_cast<unsigned>(k.block));
+      absl::StatusOr<HostKernel> kernel = module_.Kernel(k.name);
+      EXPECT_TRUE(kernel.ok()) << kernel.status();
+      if (!kernel.ok()) return outs;
+      const absl::Status run = kernel->Launch(
+          arg_addresses.data(), std::min(k.grid, kEmulatedGrid), k.block);
+      EXPECT_TRUE(run.ok()) << run;
     }
     for (size_t r = 0; misalign && r < outs.size(); ++r) {
       std::memcpy(outs[r].data_ptr(), ptrs[args.size() + r],
@@ -218,13 +106,8 @@ class EmulatedModule {
   }
 
  private:
-  explicit EmulatedModule(void* handle)
-      : handle_(handle),
-        launch_(
-            reinterpret_cast<void (*)(void (*)(void**), void**, unsigned,
-                                      unsigned)>(dlsym(handle, "sj_launch"))) {}
-  void* handle_;
-  void (*launch_)(void (*)(void**), void**, unsigned, unsigned);
+  explicit EmulatedModule(HostModule module) : module_(std::move(module)) {}
+  HostModule module_;
 };
 
 // Bit-equal (any NaN equals any NaN), else the worst difference relative to
@@ -325,9 +208,8 @@ TEST_P(EmulatedSingleOps, MatchEagerBitForBit) {
   }
   std::vector<const RegionSource*> all;
   for (const SingleOp& o : ops) all.push_back(&o.src);
-  TempDir tmp(absl::StrCat("cuda_emu_", ir::DTypeName(dt)));
-  std::unique_ptr<EmulatedModule> module =
-      EmulatedModule::Build(all, tmp.path, "single_ops");
+  std::unique_ptr<EmulatedModule> module = EmulatedModule::Build(
+      all, absl::StrCat("single_ops_", ir::DTypeName(dt)));
   ASSERT_NE(module, nullptr);
   Generator gen(21);
   for (const SingleOp& o : ops) {
@@ -435,9 +317,7 @@ TEST(CudaEmulationTest, FusedRegionsMatchTheCpuBackend) {
   }
   std::vector<const RegionSource*> all;
   for (const RegionSource& r : regions) all.push_back(&r);
-  TempDir tmp("cuda_emu_fused");
-  std::unique_ptr<EmulatedModule> module =
-      EmulatedModule::Build(all, tmp.path, "fused");
+  std::unique_ptr<EmulatedModule> module = EmulatedModule::Build(all, "fused");
   ASSERT_NE(module, nullptr);
   Generator gen(5);
   for (size_t k = 0; k < regions.size(); ++k) {

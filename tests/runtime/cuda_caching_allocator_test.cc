@@ -12,8 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/cuda/backend.h"
 #include "runtime/cuda/caching_allocator.h"
 #include "runtime/cuda/device.h"
+#include "runtime/cuda/driver_backend.h"
 
 namespace stepjit::runtime::cuda {
 namespace {
@@ -414,15 +416,37 @@ TEST(CachingAllocatorTest, ManyThreadsLeaveNothingBehind) {
   EXPECT_EQ(f.backend->live_events(), 0u);
 }
 
-TEST(CachingAllocatorDriverTest, EventsAreUnavailableThroughDeviceH) {
-  DriverBackend backend;
-  EXPECT_TRUE(absl::IsUnavailable(backend.RecordEvent(0).status()));
-  EXPECT_TRUE(absl::IsUnavailable(backend.QueryEvent(1).status()));
-}
+// The allocator's backend over the driver backend's memory and events.
+class DriverMemory : public DeviceMemoryBackend {
+ public:
+  explicit DriverMemory(Backend* backend) : backend_(backend) {}
+  absl::StatusOr<void*> Allocate(size_t bytes) override {
+    return backend_->DeviceAlloc(bytes);
+  }
+  absl::Status Free(void* ptr) override { return backend_->DeviceFree(ptr); }
+  absl::StatusOr<Event> RecordEvent(Stream stream) override {
+    absl::StatusOr<Event> e = backend_->CreateEvent();
+    if (!e.ok()) return e.status();
+    if (absl::Status st = backend_->RecordEvent(*e, stream); !st.ok()) {
+      backend_->DestroyEvent(*e);
+      return st;
+    }
+    return *e;
+  }
+  absl::StatusOr<bool> QueryEvent(Event event) override {
+    return backend_->QueryEvent(event);
+  }
+  void DestroyEvent(Event event) override { backend_->DestroyEvent(event); }
+
+ private:
+  Backend* backend_;
+};
 
 TEST(CachingAllocatorDriverTest, CachesDeviceMemory) {
   if (!Availability().available) GTEST_SKIP() << Availability().reason;
-  CachingAllocator allocator(std::make_unique<DriverBackend>());
+  absl::StatusOr<std::unique_ptr<Backend>> backend = MakeDriverBackend();
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  CachingAllocator allocator(std::make_unique<DriverMemory>(backend->get()));
   absl::StatusOr<void*> p = allocator.Allocate(kMiB);
   ASSERT_TRUE(p.ok()) << p.status();
   std::vector<char> in(kMiB), out(kMiB);
@@ -436,7 +460,17 @@ TEST(CachingAllocatorDriverTest, CachesDeviceMemory) {
   ASSERT_TRUE(q.ok()) << q.status();
   EXPECT_EQ(*q, *p);
   EXPECT_EQ(allocator.memory_stats().num_cache_hits, 1);
-  // Far more than any GPU: the driver's out-of-memory is recognized.
+  // Blocks move between streams through events on the driver's streams.
+  absl::StatusOr<Stream> other = (*backend)->CreateStream();
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_TRUE(allocator.Free(*q).ok());
+  ASSERT_TRUE((*backend)->SynchronizeDevice().ok());
+  absl::StatusOr<void*> r = allocator.Allocate(kMiB, *other);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(allocator.Free(*r).ok());
+  ASSERT_TRUE((*backend)->DestroyStream(*other).ok());
+  q = allocator.Allocate(kMiB);
+  ASSERT_TRUE(q.ok()) << q.status();
   absl::StatusOr<void*> huge = allocator.Allocate(size_t{1} << 44);
   EXPECT_TRUE(absl::IsResourceExhausted(huge.status())) << huge.status();
   ASSERT_TRUE(allocator.Free(*q).ok());

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# The GPU proof, for one device call on the GPU machine, from the repo root:
+# unpacks the bundle from scripts/bundle-gpu, runs cuda_tests on the real
+# driver, then times stepjit eager and compiled, PyTorch eager, torch.compile
+# and torch.compile(mode="reduce-overhead") on the same workloads and the
+# copy / fused-elementwise bandwidth, and prints one table (bench/gpu/README.md).
+#
+#   bash bench/gpu/check.sh [dist/stepjit-gpu.tar.xz]
+#
+# Each phase runs under `timeout`, capped by what is left of a total budget
+# ($STEPJIT_CHECK_BUDGET seconds, default 360), and a failing phase is
+# reported and skipped past. Results go to $OUT when set (else a temporary
+# folder), at most 8 files: check.log (everything), table.txt, env.txt,
+# stepjit.jsonl, torch.jsonl, cuda_tests.xml.
+# Knobs: STEPJIT_CHECK_STEPS (timed steps, default 50), STEPJIT_CHECK_NUMEL
+# (bandwidth elements, default 2^28: 1 GiB of f32, far past the 60 MB L2),
+# STEPJIT_GPU_DIR (where to unpack), STEPJIT_BENCH_PYTHON (default python3).
+set -euo pipefail
+
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$repo"
+tarball="${1:-dist/stepjit-gpu.tar.xz}"
+budget="${STEPJIT_CHECK_BUDGET:-360}"
+steps="${STEPJIT_CHECK_STEPS:-50}"
+numel="${STEPJIT_CHECK_NUMEL:-268435456}"
+python="${STEPJIT_BENCH_PYTHON:-python3}"
+unpack_dir="${STEPJIT_GPU_DIR:-/tmp/stepjit-gpu-check}"
+out="${OUT:-$(mktemp -d /tmp/stepjit-check-out.XXXXXX)}"
+work="$(mktemp -d /tmp/stepjit-check-work.XXXXXX)"
+mkdir -p "$out"
+log="$out/check.log"
+: >"$log"
+failures=()
+# Seconds kept back from the budget for the table at the end.
+reserve=10
+
+say() { echo "$*" | tee -a "$log"; }
+
+# phase NAME LIMIT CMD...: runs CMD with its output in $work/NAME.log,
+# stopped after LIMIT seconds or when the budget runs out; a failure is
+# recorded and shown, never fatal.
+phase() {
+  local name="$1" limit="$2"
+  shift 2
+  local left=$((budget - SECONDS - reserve))
+  if ((left < 5)); then
+    say "== $name: skipped, the ${budget}s budget is spent"
+    failures+=("$name: skipped (budget spent)")
+    return 0
+  fi
+  ((limit > left)) && limit=$left
+  say "== $name (limit ${limit}s)"
+  local t0=$SECONDS rc=0
+  timeout --kill-after=5 "$limit" "$@" >"$work/$name.log" 2>&1 || rc=$?
+  cat "$work/$name.log" >>"$log"
+  if ((rc != 0)); then
+    local why="exit $rc"
+    ((rc == 124 || rc == 137)) && why="timed out after ${limit}s"
+    failures+=("$name: $why")
+    say "-- $name FAILED ($why) after $((SECONDS - t0))s; last lines:"
+    tail -n 15 "$work/$name.log" | sed 's/^/   /'
+  else
+    say "-- $name ok in $((SECONDS - t0))s"
+  fi
+}
+
+environment() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem,temperature.gpu,power.draw \
+    --format=csv
+  nvidia-smi -L
+  echo "kernel: $(uname -r); $(ldd --version | head -n 1)"
+  grep PRETTY_NAME /etc/os-release || true
+  "$python" -c 'import sys, torch; print("python", sys.version.split()[0], "torch",
+torch.__version__, "cuda", torch.version.cuda)'
+}
+
+unpack() {
+  rm -rf "$unpack_dir"
+  mkdir -p "$unpack_dir"
+  tar -xJf "$tarball" -C "$unpack_dir"
+  cat "$unpack_dir/stepjit-gpu/MANIFEST"
+}
+
+# Lists what the binaries cannot find; adds a libnvrtc found outside the
+# rpath's CUDA folders (the CUDA Python wheels) to LD_LIBRARY_PATH.
+dependencies() {
+  local bin="$unpack_dir/stepjit-gpu/bin"
+  if ldd "$bin"/* | grep -q 'libnvrtc.*not found'; then
+    local nvrtc
+    nvrtc="$(find /usr/local /opt /usr/lib -name 'libnvrtc.so.13*' -not -name '*alt*' \
+             2>/dev/null | head -n 1)"
+    if [[ -n "$nvrtc" ]]; then
+      echo "libnvrtc not on the rpath; using $nvrtc"
+      echo "$(dirname "$nvrtc")" >"$work/extra_lib_path"
+    fi
+  fi
+  local extra=""
+  [[ -s "$work/extra_lib_path" ]] && extra="$(cat "$work/extra_lib_path")"
+  LD_LIBRARY_PATH="$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$bin"/* |
+    tee "$work/ldd.txt"
+  ! grep -q 'not found' "$work/ldd.txt"
+}
+
+# `timeout` runs programs, so the functions above run in a child bash.
+export -f environment unpack dependencies
+export python unpack_dir tarball work
+phase env 30 bash -c environment
+cp "$work/env.log" "$out/env.txt" 2>/dev/null || true
+if [[ ! -f "$tarball" ]]; then
+  say "== no bundle at $tarball (make it with scripts/bundle-gpu and carry dist)"
+  failures+=("unpack: no $tarball")
+else
+  phase unpack 60 bash -c unpack
+  phase dependencies 30 bash -c dependencies
+fi
+if [[ -s "$work/extra_lib_path" ]]; then
+  export LD_LIBRARY_PATH="$(cat "$work/extra_lib_path")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+bin="$unpack_dir/stepjit-gpu/bin"
+
+if [[ -x "$bin/cuda_tests" ]]; then
+  phase cuda_tests 90 env STEPJIT_TEST_CUDA_BACKEND=driver \
+    "$bin/cuda_tests" --gtest_brief=1 "--gtest_output=xml:$out/cuda_tests.xml"
+fi
+if [[ -x "$bin/stepjit-bench" ]]; then
+  phase stepjit_bench 100 "$bin/stepjit-bench" --device cuda --json --steps "$steps" --warmup 10
+  phase stepjit_bandwidth 40 "$bin/stepjit-bench" --device cuda --bandwidth --json \
+    --numel "$numel" --steps 30
+fi
+phase torch_bandwidth 45 "$python" bench/gpu/torch_gpu.py --bandwidth --numel "$numel" --steps 30
+# Last: torch.compile is the slowest phase and gets what the budget leaves.
+phase torch_bench 200 "$python" bench/gpu/torch_gpu.py --steps "$steps" --warmup 10
+
+# JSON lines only; skip lines and errors stay in check.log.
+for name in stepjit_bench stepjit_bandwidth; do
+  grep -h '^{' "$work/$name.log" 2>/dev/null || true
+done >"$out/stepjit.jsonl"
+for name in torch_bench torch_bandwidth; do
+  grep -h '^{' "$work/$name.log" 2>/dev/null || true
+done >"$out/torch.jsonl"
+grep -h '^skip: ' "$work"/torch_*.log 2>/dev/null >"$work/skips.txt" || true
+
+reserve=0
+printf '%s\n' "${failures[@]}" >"$work/failures.txt"
+phase table 10 "$python" bench/gpu/table.py --gpu "$(head -n 2 "$work/env.log" | tail -n 1)" \
+  --failures "$work/failures.txt" --skips "$work/skips.txt" "$out/stepjit.jsonl" "$out/torch.jsonl"
+cp "$work/table.log" "$out/table.txt" 2>/dev/null || true
+echo
+cat "$out/table.txt" 2>/dev/null || true
+echo "results in $out"
+rm -rf "$work"

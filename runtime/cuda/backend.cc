@@ -1,0 +1,173 @@
+// The process's CUDA backend: chosen once (STEPJIT_CUDA_BACKEND, else the
+// driver when a device is present), with its caching allocator and the
+// per-thread current stream.
+#include "runtime/cuda/backend.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "ir/status.h"
+#include "runtime/cuda/device.h"
+#include "runtime/cuda/driver_backend.h"
+#include "runtime/cuda/emulator_backend.h"
+
+namespace stepjit::runtime::cuda {
+namespace {
+
+// The caching allocator's raw memory and events, from a Backend.
+class AllocatorBackend : public DeviceMemoryBackend {
+ public:
+  explicit AllocatorBackend(Backend* backend) : backend_(backend) {}
+  absl::StatusOr<void*> Allocate(size_t bytes) override {
+    return backend_->DeviceAlloc(bytes);
+  }
+  absl::Status Free(void* ptr) override { return backend_->DeviceFree(ptr); }
+  absl::StatusOr<Event> RecordEvent(Stream stream) override {
+    absl::StatusOr<Event> e = backend_->CreateEvent();
+    if (!e.ok()) return e.status();
+    absl::Status s = backend_->RecordEvent(*e, stream);
+    if (!s.ok()) {
+      backend_->DestroyEvent(*e);
+      return s;
+    }
+    return *e;
+  }
+  absl::StatusOr<bool> QueryEvent(Event event) override {
+    return backend_->QueryEvent(event);
+  }
+  void DestroyEvent(Event event) override { backend_->DestroyEvent(event); }
+
+ private:
+  Backend* backend_;
+};
+
+struct Registry {
+  std::mutex mu;
+  bool detected = false;
+  std::string why_none;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<CachingAllocator> allocator;
+};
+
+Registry& GetRegistry() {
+  static Registry* r = new Registry;  // outlives static tensors
+  return *r;
+}
+
+void Install(Registry& r, std::unique_ptr<Backend> backend) {
+  r.allocator.reset();
+  r.backend = std::move(backend);
+  if (r.backend != nullptr) {
+    r.allocator = std::make_unique<CachingAllocator>(
+        std::make_unique<AllocatorBackend>(r.backend.get()));
+  }
+}
+
+void Detect(Registry& r) {
+  if (r.detected) return;
+  r.detected = true;
+  const char* env = std::getenv("STEPJIT_CUDA_BACKEND");
+  const std::string choice = env != nullptr ? env : "";
+  if (choice == "emulator") {
+    Install(r, MakeEmulatorBackend());
+    return;
+  }
+  if (!choice.empty() && choice != "driver" && choice != "auto") {
+    r.why_none = absl::StrCat("STEPJIT_CUDA_BACKEND=", choice,
+                              " is not a backend; expected driver, emulator or auto");
+    return;
+  }
+  if (!Availability().available) {
+    r.why_none = Availability().reason;
+    return;
+  }
+  absl::StatusOr<std::unique_ptr<Backend>> driver = MakeDriverBackend(0);
+  if (!driver.ok()) {
+    r.why_none = std::string(driver.status().message());
+    return;
+  }
+  Install(r, std::move(*driver));
+}
+
+thread_local Stream t_stream = 0;
+
+struct Held {
+  std::mutex mu;
+  bool active = false;
+  std::vector<void*> ptrs;
+};
+Held& GetHeld() {
+  static Held* h = new Held;
+  return *h;
+}
+
+}  // namespace
+
+Backend* GetBackend() {
+  Registry& r = GetRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  Detect(r);
+  return r.backend.get();
+}
+
+absl::StatusOr<Backend*> RequireBackend() {
+  Backend* b = GetBackend();
+  if (b != nullptr) return b;
+  Registry& r = GetRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return absl::FailedPreconditionError(absl::StrCat(
+      "CUDA is not available: ", r.why_none,
+      ". CPU tensors work; STEPJIT_CUDA_BACKEND=emulator runs CUDA code on "
+      "the host for testing"));
+}
+
+void SetBackend(std::unique_ptr<Backend> backend) {
+  Registry& r = GetRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  Install(r, std::move(backend));
+  r.detected = r.backend != nullptr;
+  r.why_none.clear();
+}
+
+CachingAllocator& DeviceAllocator() {
+  absl::StatusOr<Backend*> b = RequireBackend();
+  SJ_REQUIRE(b.ok(), b.status().message());
+  return *GetRegistry().allocator;
+}
+
+FreeHold::FreeHold() {
+  Held& h = GetHeld();
+  std::lock_guard<std::mutex> lock(h.mu);
+  SJ_CHECK(!h.active, "only one FreeHold may exist at a time");
+  h.active = true;
+}
+FreeHold::~FreeHold() {
+  std::vector<void*> left = Take();
+  {
+    Held& h = GetHeld();
+    std::lock_guard<std::mutex> lock(h.mu);
+    h.active = false;
+  }
+  for (void* p : left) (void)DeviceAllocator().Free(p);
+}
+std::vector<void*> FreeHold::Take() {
+  Held& h = GetHeld();
+  std::lock_guard<std::mutex> lock(h.mu);
+  return std::exchange(h.ptrs, {});
+}
+bool HoldFree(void* ptr) {
+  Held& h = GetHeld();
+  std::lock_guard<std::mutex> lock(h.mu);
+  if (!h.active) return false;
+  h.ptrs.push_back(ptr);
+  return true;
+}
+
+Stream CurrentStream() { return t_stream; }
+
+StreamGuard::StreamGuard(Stream stream) : previous_(t_stream) { t_stream = stream; }
+StreamGuard::~StreamGuard() { t_stream = previous_; }
+
+}  // namespace stepjit::runtime::cuda

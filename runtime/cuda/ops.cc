@@ -1,0 +1,449 @@
+// Eager CUDA ops: generated single-op kernels, fixed copy/fill kernels, GEMM,
+// and the host round trip for ops without a CUDA kernel.
+#include "runtime/cuda/ops.h"
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <variant>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "codegen/cuda/single_op.h"
+#include "ir/infer.h"
+#include "ir/status.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/loops.h"
+#include "runtime/matmul_plan.h"
+
+namespace stepjit::runtime::cuda {
+namespace {
+
+using ir::AttrKey;
+using ir::DType;
+using ir::OpId;
+using ir::OpKind;
+
+constexpr int kMaxRank = 8;
+
+// Layout copies and fills for any element size: element i of the
+// destination's shape sits at sj_offset(layout, i).
+constexpr char kFixedKernels[] = R"(struct SjLayout {
+  long long size[8];
+  long long stride[8];
+  int rank;
+};
+__device__ __forceinline__ long long sj_offset(const SjLayout& l, long long i) {
+  long long off = 0;
+  for (int d = l.rank - 1; d >= 0; --d) {
+    const long long q = i % l.size[d];
+    i /= l.size[d];
+    off += q * l.stride[d];
+  }
+  return off;
+}
+#define SJ_COPY_FILL(N, T)                                                   \
+  extern "C" __global__ void sj_copy_##N(const T* src, SjLayout ls, T* dst, \
+                                         SjLayout ld, long long n) {         \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;     \
+         i < n; i += (long long)gridDim.x * blockDim.x) {                    \
+      dst[sj_offset(ld, i)] = src[sj_offset(ls, i)];                         \
+    }                                                                        \
+  }                                                                          \
+  extern "C" __global__ void sj_fill_##N(T* dst, SjLayout ld, T v,          \
+                                         long long n) {                      \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;     \
+         i < n; i += (long long)gridDim.x * blockDim.x) {                    \
+      dst[sj_offset(ld, i)] = v;                                             \
+    }                                                                        \
+  }
+SJ_COPY_FILL(1, unsigned char)
+SJ_COPY_FILL(2, unsigned short)
+SJ_COPY_FILL(4, unsigned int)
+SJ_COPY_FILL(8, unsigned long long)
+)";
+
+struct SjLayout {
+  long long size[kMaxRank];
+  long long stride[kMaxRank];
+  int rank;
+};
+
+// What the caches below belong to: a new backend starts them afresh.
+struct Caches {
+  Backend* owner = nullptr;
+  std::shared_ptr<LoadedModule> fixed;
+  absl::flat_hash_map<std::string, std::shared_ptr<const LoadedRegion>> regions;
+  // (op, operand types, attrs) -> the emitted kernel, or why not.
+  absl::flat_hash_map<std::string, std::shared_ptr<const LoadedRegion>> ops;
+  absl::flat_hash_map<std::string, std::string> unsupported;
+  EagerStats stats;
+  std::map<std::string, int64_t> fallbacks;
+};
+
+std::mutex g_mu;
+Caches& GetCaches(Backend* b) {
+  static Caches* c = new Caches;
+  if (c->owner != b) {
+    *c = Caches();
+    c->owner = b;
+  }
+  return *c;
+}
+
+Backend& Require() {
+  absl::StatusOr<Backend*> b = RequireBackend();
+  SJ_REQUIRE(b.ok(), b.status().message());
+  return **b;
+}
+
+void Check(const absl::Status& s, absl::string_view what) {
+  SJ_REQUIRE(s.ok(), what, ": ", s.message());
+}
+
+KernelHandle FixedKernel(Backend& b, absl::string_view name) {
+  std::shared_ptr<LoadedModule> module;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    Caches& c = GetCaches(&b);
+    if (c.fixed == nullptr) {
+      std::vector<std::string> names;
+      for (const char* kind : {"copy", "fill"}) {
+        for (int n : {1, 2, 4, 8}) names.push_back(absl::StrCat("sj_", kind, "_", n));
+      }
+      absl::StatusOr<std::shared_ptr<LoadedModule>> m =
+          b.LoadSource(kFixedKernels, "sj_fixed", names);
+      Check(m.status(), "compiling the CUDA copy kernels");
+      c.fixed = *m;
+      ++c.stats.modules_loaded;
+    }
+    ++c.stats.copy_launches;
+    module = c.fixed;
+  }
+  absl::StatusOr<KernelHandle> k = module->Function(name);
+  Check(k.status(), name);
+  return *k;
+}
+
+// `t`'s layout over `shape` (broadcast dims get stride 0).
+SjLayout LayoutOf(const Tensor& t, ShapeRef shape) {
+  SJ_REQUIRE(static_cast<int>(shape.size()) <= kMaxRank, "CUDA copy of a ",
+             shape.size(), "-d tensor: at most ", kMaxRank, " dims are supported");
+  SjLayout l{};
+  l.rank = static_cast<int>(shape.size());
+  Shape strides = cpu::BroadcastByteStrides(t, shape);
+  for (int d = 0; d < l.rank; ++d) {
+    l.size[d] = shape[d];
+    l.stride[d] = strides[d] / t.element_size();
+  }
+  return l;
+}
+
+int64_t GridFor(const Backend& b, int64_t n, int block) {
+  return std::max<int64_t>(1, std::min<int64_t>((n + block - 1) / block,
+                                                b.Limits().max_grid));
+}
+
+// dst = src (same dtype), src broadcast to dst's shape, any strides.
+void CopySameDType(const Tensor& dst, const Tensor& src) {
+  Backend& b = Require();
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  if (dst.is_contiguous() && src.is_contiguous() && src.shape() == dst.shape()) {
+    Check(b.Copy(dst.data_ptr(), src.data_ptr(), n * dst.element_size(),
+                 CopyKind::kDeviceToDevice, CurrentStream()),
+          "CUDA device-to-device copy");
+    return;
+  }
+  KernelHandle k = FixedKernel(b, absl::StrCat("sj_copy_", dst.element_size()));
+  const void* sp = src.data_ptr();
+  void* dp = dst.data_ptr();
+  SjLayout ls = LayoutOf(src, dst.shape()), ld = LayoutOf(dst, dst.shape());
+  long long count = n;
+  void* args[] = {&sp, &ls, &dp, &ld, &count};
+  const int block = b.Limits().preferred_block;
+  Check(b.Launch(k, GridFor(b, n, block), block, args, CurrentStream()),
+        "launching sj_copy");
+}
+
+void Fill(const Tensor& dst, double value) {
+  Backend& b = Require();
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  // The element as the CPU kernel writes it, as raw bits.
+  Tensor one = empty({}, {.dtype = dst.dtype()});
+  cpu::FillWith(one, value);
+  uint64_t bits = 0;
+  std::memcpy(&bits, one.data_ptr(), dst.element_size());
+  KernelHandle k = FixedKernel(b, absl::StrCat("sj_fill_", dst.element_size()));
+  void* dp = dst.data_ptr();
+  SjLayout ld = LayoutOf(dst, dst.shape());
+  long long count = n;
+  void* args[] = {&dp, &ld, &bits, &count};
+  const int block = b.Limits().preferred_block;
+  Check(b.Launch(k, GridFor(b, n, block), block, args, CurrentStream()),
+        "launching sj_fill");
+}
+
+Tensor ContiguousOnDevice(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor c = empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+  CopySameDType(c, t);
+  return c;
+}
+
+std::string AttrText(const ir::AttrValue& v) {
+  return std::visit(
+      [](const auto& x) -> std::string {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          return absl::StrCat("[", absl::StrJoin(x, ","), "]");
+        } else if constexpr (std::is_same_v<T, DType>) {
+          return std::string(ir::DTypeName(x));
+        } else if constexpr (std::is_same_v<T, double>) {
+          return absl::StrFormat("%a", x);
+        } else {
+          return absl::StrCat(x);
+        }
+      },
+      v);
+}
+
+std::string OpKey(OpId op, absl::Span<const ir::TensorType> types,
+                  const ir::Attrs& attrs) {
+  std::string key(ir::OpName(op));
+  for (const ir::TensorType& t : types) {
+    absl::StrAppend(&key, " ", ir::DTypeName(t.dtype), ir::ShapeToString(t.shape));
+  }
+  for (const auto& [k, v] : attrs.items()) {
+    absl::StrAppend(&key, " ", static_cast<int>(k), "=", AttrText(v));
+  }
+  return key;
+}
+
+// The single-op kernel for these operand types, or null when the emitter
+// does not lower the op (the caller then runs it on the host).
+std::shared_ptr<const LoadedRegion> SingleOpKernel(Backend& b, OpId op,
+                                                   absl::Span<const ir::TensorType> types,
+                                                   const ir::Attrs& attrs) {
+  const std::string key = OpKey(op, types, attrs);
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    Caches& c = GetCaches(&b);
+    if (auto it = c.ops.find(key); it != c.ops.end()) return it->second;
+    if (c.unsupported.contains(key)) return nullptr;
+  }
+  absl::StatusOr<codegen::cuda::RegionSource> src = codegen::cuda::EmitSingleOp(
+      op, types, attrs, {.block = b.Limits().preferred_block});
+  if (!src.ok()) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    GetCaches(&b).unsupported[key] = std::string(src.status().message());
+    return nullptr;
+  }
+  absl::StatusOr<std::shared_ptr<const LoadedRegion>> region = LoadRegion(*src);
+  Check(region.status(), absl::StrCat("compiling the CUDA kernel for ", key));
+  std::lock_guard<std::mutex> lock(g_mu);
+  GetCaches(&b).ops[key] = *region;
+  return *region;
+}
+
+// An op through its generated kernel; false when there is none.
+bool RunGenerated(Backend& b, const KernelArgs& k) {
+  std::vector<Tensor> inputs(k.inputs.begin(), k.inputs.end());
+  std::vector<ir::TensorType> types;
+  for (const Tensor& t : inputs) types.push_back({t.dtype(), t.shape()});
+  std::shared_ptr<const LoadedRegion> region = SingleOpKernel(b, k.op, types, k.attrs);
+  if (region == nullptr) return false;
+  const bool inplace = ir::IsInplace(k.op);
+  // The kernels read and write contiguous buffers.
+  for (Tensor& t : inputs) t = ContiguousOnDevice(t);
+  Tensor out = inplace ? inputs[0] : k.out;
+  std::vector<void*> ptrs;
+  for (const Tensor& t : inputs) ptrs.push_back(t.data_ptr());
+  ptrs.push_back(out.data_ptr());
+  Check(LaunchRegion(*region, ptrs, CurrentStream()),
+        absl::StrCat("launching ", region->source.name));
+  if (inplace && !inputs[0].is_same(k.inputs[0])) CopySameDType(k.out, inputs[0]);
+  std::lock_guard<std::mutex> lock(g_mu);
+  ++GetCaches(&b).stats.generated_launches;
+  return true;
+}
+
+// Operands to the host, the CPU kernel, the result back.
+void RunOnHost(Backend& b, const KernelArgs& k) {
+  std::vector<Tensor> host;
+  for (const Tensor& t : k.inputs) host.push_back(ToDevice(t, Device::cpu()));
+  Tensor out = ir::IsInplace(k.op) ? host[0]
+                                   : empty(k.out.shape(), {.dtype = k.out.dtype()});
+  CpuKernel kernel = GetCpuKernel(k.op);
+  SJ_CHECK(kernel != nullptr, "no cpu kernel for ", ir::OpName(k.op));
+  kernel(KernelArgs{k.op, host, k.attrs, out});
+  CopySameDType(k.out, ToDevice(out, k.out.device()));
+  std::lock_guard<std::mutex> lock(g_mu);
+  Caches& c = GetCaches(&b);
+  ++c.stats.host_fallbacks;
+  ++c.fallbacks[std::string(ir::OpName(k.op))];
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const LoadedRegion>> LoadRegion(
+    const codegen::cuda::RegionSource& source) {
+  ASSIGN_OR_RETURN(Backend * b, RequireBackend());
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    Caches& c = GetCaches(b);
+    if (auto it = c.regions.find(source.source); it != c.regions.end()) {
+      return it->second;
+    }
+  }
+  auto region = std::make_shared<LoadedRegion>();
+  region->source = source;
+  std::vector<std::string> names;
+  for (const codegen::cuda::KernelLaunch& k : source.kernels) names.push_back(k.name);
+  ASSIGN_OR_RETURN(region->module, b->LoadSource(source.source, source.name, names));
+  for (const std::string& n : names) {
+    ASSIGN_OR_RETURN(KernelHandle h, region->module->Function(n));
+    region->kernels.push_back(h);
+  }
+  std::lock_guard<std::mutex> lock(g_mu);
+  Caches& c = GetCaches(b);
+  ++c.stats.modules_loaded;
+  c.regions[source.source] = region;
+  return std::shared_ptr<const LoadedRegion>(region);
+}
+
+absl::Status LaunchRegion(const LoadedRegion& region, absl::Span<void* const> ptrs,
+                          Stream stream) {
+  ASSIGN_OR_RETURN(Backend * b, RequireBackend());
+  const codegen::cuda::RegionSource& src = region.source;
+  // Scratch slots and per-reduction partials: temporaries on the stream, so
+  // their blocks are reused only after these launches in stream order.
+  StreamGuard guard(stream);
+  std::vector<Tensor> temps;
+  std::vector<void*> values(ptrs.begin(), ptrs.end());
+  if (src.num_slots > 0) {
+    temps.push_back(empty({src.num_slots}, {.dtype = DType::kF64, .device = Device::cuda()}));
+    values.push_back(temps.back().data_ptr());
+  } else {
+    values.push_back(nullptr);
+  }
+  for (int a = 0; a < src.num_accumulators; ++a) {
+    temps.push_back(empty({std::max<int64_t>(src.partials, 1)},
+                          {.dtype = DType::kF64, .device = Device::cuda()}));
+    values.push_back(temps.back().data_ptr());
+  }
+  std::vector<void*> args(values.size());
+  for (size_t i = 0; i < values.size(); ++i) args[i] = &values[i];
+  for (size_t i = 0; i < src.kernels.size(); ++i) {
+    const codegen::cuda::KernelLaunch& k = src.kernels[i];
+    RETURN_IF_ERROR(b->Launch(region.kernels[i], k.grid, k.block, args.data(), stream));
+  }
+  return absl::OkStatus();
+}
+
+void CopyInto(const Tensor& dst, const Tensor& src) {
+  if (src.dtype() == dst.dtype()) {
+    CopySameDType(dst, src);
+    return;
+  }
+  Backend& b = Require();
+  Tensor s = ContiguousOnDevice(src);
+  Tensor cast = empty(s.shape(), {.dtype = dst.dtype(), .device = s.device()});
+  const ir::Attrs attrs = {{AttrKey::kDTypeAttr, dst.dtype()}};
+  const Tensor in[] = {s};
+  SJ_REQUIRE(RunGenerated(b, KernelArgs{OpId::kCast, in, attrs, cast}),
+             "cast from ", ir::DTypeName(src.dtype()), " to ",
+             ir::DTypeName(dst.dtype()), " has no CUDA kernel");
+  CopySameDType(dst, cast);
+}
+
+Tensor ToDevice(const Tensor& t, Device device, bool non_blocking) {
+  if (t.device() == device) return t;
+  SJ_REQUIRE(t.device().is_cpu() || device.is_cpu(), "copy from ", t.device().str(),
+             " to ", device.str(), ": copies between CUDA devices are not supported");
+  Backend& b = Require();
+  const size_t bytes = static_cast<size_t>(t.numel() * t.element_size());
+  const Stream stream = CurrentStream();
+  if (device.is_cuda()) {
+    Tensor src = cpu::ContiguousCopyIfNeeded(t);
+    Tensor dst = empty(t.shape(), {.dtype = t.dtype(), .device = device});
+    if (bytes > 0) {
+      Check(b.Copy(dst.data_ptr(), src.data_ptr(), bytes, CopyKind::kHostToDevice, stream),
+            absl::StrCat("copy of ", bytes, " bytes to ", device.str()));
+      // A pinned source is read asynchronously: unless asked not to, wait,
+      // so that the caller may overwrite or free it.
+      if (src.storage()->pinned() && !non_blocking) {
+        Check(b.SynchronizeStream(stream), "synchronizing the copy");
+      }
+    }
+    return dst;
+  }
+  Tensor src = ContiguousOnDevice(t);
+  auto storage = std::make_shared<Storage>(static_cast<int64_t>(bytes), Device::cpu(),
+                                           /*pinned=*/non_blocking);
+  Tensor dst = MakeTensor(storage, t.shape(), ir::ContiguousStrides(t.shape()), 0, t.dtype());
+  if (bytes > 0) {
+    Check(b.Copy(dst.data_ptr(), src.data_ptr(), bytes, CopyKind::kDeviceToHost, stream),
+          absl::StrCat("copy of ", bytes, " bytes from ", t.device().str()));
+  }
+  return dst;
+}
+
+bool RunsOnDevice(OpId op) {
+  const OpKind kind = ir::GetOpInfo(op).kind;
+  return kind == OpKind::kElementwise || kind == OpKind::kInplaceUpdate ||
+         kind == OpKind::kView || op == OpId::kSum || op == OpId::kMean ||
+         op == OpId::kAmax || op == OpId::kMatmul || op == OpId::kContiguous ||
+         op == OpId::kFull;
+}
+
+void RunKernel(const KernelArgs& k) {
+  Backend& b = Require();
+  switch (k.op) {
+    case OpId::kContiguous:
+    case OpId::kCopyInplace:
+      CopyInto(k.out, k.inputs.back());
+      return;
+    case OpId::kFull:
+    case OpId::kFillInplace:
+      Fill(k.out, k.attrs.GetDouble(AttrKey::kValue));
+      return;
+    case OpId::kMatmul: {
+      MatmulPlan plan = PlanMatmul(k, &CopySameDType);
+      if (plan.empty) return;
+      Check(b.Gemm({.gemm = plan.gemm}, CurrentStream()), "CUDA matmul");
+      std::lock_guard<std::mutex> lock(g_mu);
+      ++GetCaches(&b).stats.gemms;
+      return;
+    }
+    default:
+      break;
+  }
+  const OpKind kind = ir::GetOpInfo(k.op).kind;
+  const bool generated_kind = kind == OpKind::kElementwise ||
+                              kind == OpKind::kInplaceUpdate ||
+                              k.op == OpId::kSum || k.op == OpId::kMean ||
+                              k.op == OpId::kAmax;
+  if (generated_kind && RunGenerated(b, k)) return;
+  RunOnHost(b, k);
+}
+
+EagerStats GetEagerStats() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  Backend* b = GetBackend();
+  return b == nullptr ? EagerStats() : GetCaches(b).stats;
+}
+
+std::string HostFallbackSummary() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  Backend* b = GetBackend();
+  if (b == nullptr) return "";
+  std::vector<std::string> parts;
+  for (const auto& [op, n] : GetCaches(b).fallbacks) parts.push_back(absl::StrCat(op, " x", n));
+  return absl::StrJoin(parts, ", ");
+}
+
+}  // namespace stepjit::runtime::cuda

@@ -1,0 +1,70 @@
+// Eager CUDA ops, queued on the current stream of the process's backend:
+// elementwise ops, casts, in-place updates and sum/mean/amax as single-op
+// kernels from the CUDA C emitter (the scalar definitions the CPU kernels
+// use), layout copies and fills as fixed kernels, matmul through the
+// backend's GEMM (cuBLASLt on a GPU). Ops with no CUDA kernel yet (softmax,
+// cross-entropy, layer norm, the random and index ops, ...) run on the host:
+// operands are copied to the CPU, the CPU kernel runs, and the result is
+// copied back; EagerStats counts these host round trips.
+#ifndef STEPJIT_RUNTIME_CUDA_OPS_H_
+#define STEPJIT_RUNTIME_CUDA_OPS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "codegen/cuda/cuda_emitter.h"
+#include "runtime/cuda/backend.h"
+#include "runtime/dispatch.h"
+
+namespace stepjit::runtime::cuda {
+
+// Whether `op` runs on the device (false: it makes a host round trip, which
+// a CUDA graph cannot capture).
+bool RunsOnDevice(ir::OpId op);
+
+// Runs `k.op` on CUDA tensors: `k.inputs` already in the op's compute dtype,
+// `k.out` allocated on the same device (inputs[0] for in-place ops).
+void RunKernel(const KernelArgs& k);
+
+// dst (any strides) = src converted to dst's dtype and broadcast to dst's
+// shape; both on the CUDA device.
+void CopyInto(const Tensor& dst, const Tensor& src);
+
+// `t` on `device` (t itself when already there). Host<->device copies are
+// queued on the current stream; with non_blocking the call may return
+// before the copy ran when the host side is pinned (a device-to-host copy
+// then lands in new pinned memory): synchronize before reading it.
+Tensor ToDevice(const Tensor& t, Device device, bool non_blocking = false);
+
+// A compiled region (or single op) loaded on the backend, with its kernels
+// resolved in launch order.
+struct LoadedRegion {
+  codegen::cuda::RegionSource source;
+  std::shared_ptr<LoadedModule> module;
+  std::vector<KernelHandle> kernels;
+};
+// Compiles and loads `source` once per backend (memoized by its text).
+absl::StatusOr<std::shared_ptr<const LoadedRegion>> LoadRegion(
+    const codegen::cuda::RegionSource& source);
+// Queues the region's kernels over `ptrs` (one device pointer per body
+// param, then per return), adding its scratch and accumulator buffers.
+absl::Status LaunchRegion(const LoadedRegion& region,
+                          absl::Span<void* const> ptrs, Stream stream);
+
+struct EagerStats {
+  int64_t generated_launches = 0;  // single-op kernels queued
+  int64_t copy_launches = 0;       // layout copies and fills
+  int64_t gemms = 0;
+  int64_t host_fallbacks = 0;      // ops run on the host (see above)
+  int64_t modules_loaded = 0;
+};
+EagerStats GetEagerStats();
+// The ops that ran on the host, with counts, for people ("softmax x3, ...").
+std::string HostFallbackSummary();
+
+}  // namespace stepjit::runtime::cuda
+
+#endif  // STEPJIT_RUNTIME_CUDA_OPS_H_

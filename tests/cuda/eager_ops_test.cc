@@ -1,0 +1,289 @@
+// Eager CUDA ops against the eager CPU path: every result is computed on both
+// devices from the same inputs. Generated elementwise kernels use the CPU
+// kernels' scalar definitions, so they must agree bit for bit; reductions
+// sum in a different order (tolerance 1e-6 relative); GEMMs on a GPU use
+// cuBLASLt (tolerances below). Runs on the host emulator unless
+// STEPJIT_TEST_CUDA_BACKEND=driver.
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "ir/status.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/cuda/ops.h"
+#include "runtime/generator.h"
+#include "runtime/nn/layers.h"
+#include "runtime/ops.h"
+#include "runtime/optim/adamw.h"
+#include "tests/cuda/cuda_test_backend.h"
+
+namespace stepjit {
+namespace {
+
+using test::CudaTest;
+
+const Device kCuda = Device::cuda(0);
+
+std::vector<double> Values(const Tensor& t) {
+  return t.to(Device::cpu()).to(DType::kF64).contiguous().to_vector<double>();
+}
+
+// Random values in [lo, hi) on the CPU, rounded to `dtype`.
+Tensor Random(ShapeRef shape, DType dtype, double lo = -2, double hi = 2) {
+  return (rand(shape) * (hi - lo) + lo).to(dtype);
+}
+
+void ExpectSame(const Tensor& cuda, const Tensor& cpu, const std::string& what) {
+  ASSERT_TRUE(cuda.device().is_cuda()) << what;
+  ASSERT_EQ(cuda.dtype(), cpu.dtype()) << what;
+  ASSERT_EQ(cuda.shape(), cpu.shape()) << what;
+  const std::vector<double> a = Values(cuda), b = Values(cpu);
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(b[i])) {
+      EXPECT_TRUE(std::isnan(a[i])) << what << " element " << i;
+    } else {
+      EXPECT_EQ(a[i], b[i]) << what << " element " << i;
+    }
+  }
+}
+
+void ExpectClose(const Tensor& cuda, const Tensor& cpu, double rel, double abs,
+                 const std::string& what) {
+  ASSERT_EQ(cuda.dtype(), cpu.dtype()) << what;
+  ASSERT_EQ(cuda.shape(), cpu.shape()) << what;
+  const std::vector<double> a = Values(cuda), b = Values(cpu);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i], b[i], abs + rel * std::abs(b[i])) << what << " element " << i;
+  }
+}
+
+TEST_F(CudaTest, CopiesRoundTripEveryDTypeSyncAndPinnedAsync) {
+  for (DType dt : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16, DType::kI64,
+                   DType::kI32, DType::kBool}) {
+    Tensor x = Random({5, 7}, DType::kF32, -50, 50).to(dt);
+    Tensor d = x.to(kCuda);
+    EXPECT_TRUE(d.device().is_cuda());
+    ExpectSame(d, x, absl::StrCat("round trip ", ir::DTypeName(dt)));
+    // Pinned source, asynchronous copy there and back.
+    Tensor pinned = x.pin_memory();
+    EXPECT_TRUE(pinned.is_pinned());
+    Tensor back = pinned.to(kCuda, /*non_blocking=*/true).to(Device::cpu(), true);
+    EXPECT_TRUE(back.is_pinned());
+    ASSERT_TRUE(runtime::cuda::GetBackend()->SynchronizeStream(0).ok());
+    EXPECT_EQ(Values(back), Values(x)) << ir::DTypeName(dt);
+  }
+  // A transposed view is copied in its logical order.
+  Tensor x = Random({4, 6}, DType::kF32);
+  ExpectSame(x.to(kCuda).t().contiguous(), x.t().contiguous(), "transpose");
+  ExpectSame(x.t().to(kCuda), x.t().contiguous(), "transposed source");
+}
+
+TEST_F(CudaTest, UnaryOpsMatchTheCpuBitForBit) {
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> ops = {
+      {"neg", [](const Tensor& x) { return neg(x); }},
+      {"abs", [](const Tensor& x) { return abs(x); }},
+      {"sign", [](const Tensor& x) { return sign(x); }},
+      {"exp", [](const Tensor& x) { return exp(x); }},
+      {"log", [](const Tensor& x) { return log(abs(x)); }},
+      {"sqrt", [](const Tensor& x) { return sqrt(abs(x)); }},
+      {"rsqrt", [](const Tensor& x) { return rsqrt(abs(x)); }},
+      {"reciprocal", [](const Tensor& x) { return reciprocal(x); }},
+      {"tanh", [](const Tensor& x) { return tanh(x); }},
+      {"erf", [](const Tensor& x) { return erf(x); }},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }},
+      {"relu", [](const Tensor& x) { return relu(x); }},
+      {"gelu", [](const Tensor& x) { return gelu(x); }},
+      {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }},
+      {"sin", [](const Tensor& x) { return sin(x); }},
+      {"cos", [](const Tensor& x) { return cos(x); }},
+  };
+  Tensor x = Random({3, 5}, DType::kF32);
+  Tensor dx = x.to(kCuda);
+  for (const auto& [name, fn] : ops) ExpectSame(fn(dx), fn(x), name);
+}
+
+TEST_F(CudaTest, BinaryOpsBroadcastAndPromoteLikeTheCpu) {
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&, const Tensor&)>>>
+      ops = {
+          {"add", [](const Tensor& a, const Tensor& b) { return a + b; }},
+          {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }},
+          {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }},
+          {"div", [](const Tensor& a, const Tensor& b) { return a / b; }},
+          {"pow", [](const Tensor& a, const Tensor& b) { return pow(abs(a), b); }},
+          {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }},
+          {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }},
+          {"lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }},
+          {"ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); }},
+          {"eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); }},
+          {"where", [](const Tensor& a, const Tensor& b) { return where(gt(a, b), a, b); }},
+      };
+  Tensor a = Random({3, 5}, DType::kF32), b = Random({5}, DType::kF32);
+  Tensor da = a.to(kCuda), db = b.to(kCuda);
+  for (const auto& [name, fn] : ops) ExpectSame(fn(da, db), fn(a, b), name);
+  // A CPU scalar joins a CUDA tensor (it is copied over), in both orders.
+  ExpectSame(da * 3.0, a * 3.0, "tensor * scalar");
+  ExpectSame(2.0 - da, 2.0 - a, "scalar - tensor");
+  // Half types compute in f32 and round per op; f64 stays f64; mixed dtypes
+  // promote.
+  for (DType dt : {DType::kF16, DType::kBF16, DType::kF64}) {
+    Tensor h = a.to(dt), g = b.to(dt);
+    ExpectSame(h.to(kCuda) * g.to(kCuda) + g.to(kCuda), h * g + g, std::string(ir::DTypeName(dt)));
+    ExpectSame(exp(h.to(kCuda)), exp(h), absl::StrCat("exp ", ir::DTypeName(dt)));
+  }
+  ExpectSame(a.to(DType::kBF16).to(kCuda) + db, a.to(DType::kBF16) + b, "bf16 + f32");
+}
+
+TEST_F(CudaTest, ReductionsMatchTheCpuWithinRounding) {
+  Tensor x = Random({6, 9}, DType::kF32);
+  Tensor dx = x.to(kCuda);
+  for (const std::vector<int64_t>& dims :
+       {std::vector<int64_t>{1}, std::vector<int64_t>{0}, std::vector<int64_t>{}}) {
+    const std::string d = absl::StrCat("dims [", absl::StrJoin(dims, ","), "]");
+    ExpectClose(sum(dx, dims), sum(x, dims), 1e-6, 1e-6, "sum " + d);
+    ExpectClose(mean(dx, dims, true), mean(x, dims, true), 1e-6, 1e-6, "mean " + d);
+    ExpectSame(amax(dx, dims), amax(x, dims), "amax " + d);
+  }
+  // Reductions over a non-contiguous view.
+  ExpectClose(sum(dx.t(), {1}), sum(x.t(), {1}), 1e-6, 1e-6, "sum of transpose");
+}
+
+TEST_F(CudaTest, InPlaceUpdatesViewsAndFills) {
+  Tensor p = Random({4, 8}, DType::kF32), g = Random({4, 8}, DType::kF32);
+  Tensor m = Random({4, 8}, DType::kF32, 0.5, 1);
+  Tensor dp = p.to(kCuda), dg = g.to(kCuda), dm = m.to(kCuda);
+  p.add_(g, -0.1);
+  dp.add_(dg, -0.1);
+  p.addcdiv_(g, m, 0.01);
+  dp.addcdiv_(dg, dm, 0.01);
+  p.addcmul_(g, g, 0.5);
+  dp.addcmul_(dg, dg, 0.5);
+  m.lerp_(g, 0.1);
+  dm.lerp_(dg, 0.1);
+  ExpectSame(dp, p, "add_/addcdiv_/addcmul_");
+  ExpectSame(dm, m, "lerp_");
+  // In place through a strided view writes the viewed elements only.
+  Tensor q = Random({4, 8}, DType::kF32);
+  Tensor dq = q.to(kCuda);
+  q.t().slice(0, 2, 6).mul_(3.0);
+  dq.t().slice(0, 2, 6).mul_(3.0);
+  ExpectSame(dq, q, "mul_ of a strided view");
+  q.slice(1, 1, 8, 2).fill_(-4.5);
+  dq.slice(1, 1, 8, 2).fill_(-4.5);
+  ExpectSame(dq, q, "fill_ of a strided view");
+  // copy_ across devices and dtypes.
+  Tensor h = Random({4, 8}, DType::kF32);
+  dq.copy_(h);
+  ExpectSame(dq, h, "copy_ from the CPU");
+  Tensor back = zeros({4, 8}, {.dtype = DType::kF64});
+  back.copy_(dq);
+  EXPECT_EQ(back.to_vector<double>(), Values(h));
+  ExpectSame(zeros({3}, {.device = kCuda}) + 1.0, ones({3}), "factories on cuda");
+}
+
+TEST_F(CudaTest, MatmulMatchesTheCpuGemm) {
+  // f32 through cuBLASLt (no TF32) or the emulator's host GEMM: rounding of a
+  // reordered dot product, 1e-5 relative.
+  Tensor a = Random({33, 17}, DType::kF32), b = Random({17, 9}, DType::kF32);
+  Tensor da = a.to(kCuda), db = b.to(kCuda);
+  ExpectClose(matmul(da, db), matmul(a, b), 1e-5, 1e-5, "matmul");
+  ExpectClose(matmul(da.t(), da, false, false), matmul(a.t(), a), 1e-5, 1e-5, "a^T a");
+  ExpectClose(matmul(db, db, true, false), matmul(b, b, true, false), 1e-5, 1e-5,
+              "transpose_a flag");
+  Tensor c = Random({3, 5, 4}, DType::kF32), e = Random({3, 4, 6}, DType::kF32);
+  ExpectClose(matmul(c.to(kCuda), e.to(kCuda)), matmul(c, e), 1e-5, 1e-5, "batched");
+  ExpectClose(matmul(c.to(kCuda), b.slice(0, 0, 4).to(kCuda)), matmul(c, b.slice(0, 0, 4)),
+              1e-5, 1e-5, "broadcast B");
+  // bf16 accumulates in f32 and rounds once: one bf16 ulp (2^-8) relative.
+  ExpectClose(matmul(da.to(DType::kBF16), db.to(DType::kBF16)),
+              matmul(a.to(DType::kBF16), b.to(DType::kBF16)), 1.0 / 128, 1e-2, "bf16");
+}
+
+TEST_F(CudaTest, OpsWithoutACudaKernelRunOnTheHostAndMatch) {
+  const int64_t before = runtime::cuda::GetEagerStats().host_fallbacks;
+  Tensor x = Random({4, 10}, DType::kF32);
+  Tensor dx = x.to(kCuda);
+  Tensor y = from_vector(std::vector<int64_t>{3, 0, 9, 4}, {4});
+  ExpectSame(softmax(dx, 1), softmax(x, 1), "softmax");
+  ExpectSame(log_softmax(dx, 1), log_softmax(x, 1), "log_softmax");
+  ExpectSame(cross_entropy(dx, y.to(kCuda)), cross_entropy(x, y), "cross_entropy");
+  ExpectSame(argmax(dx, 1), argmax(x, 1), "argmax");
+  ExpectSame(one_hot(y.to(kCuda), 10), one_hot(y, 10), "one_hot");
+  // The same Philox stream as the CPU: equal seeds draw equal values.
+  Generator g1(1234), g2(1234);
+  ExpectSame(rand({5, 3}, {.device = kCuda}, &g1), rand({5, 3}, {}, &g2), "rand");
+  ExpectSame(dropout(dx, 0.3, true, &g1), dropout(x, 0.3, true, &g2), "dropout");
+  EXPECT_GT(runtime::cuda::GetEagerStats().host_fallbacks, before);
+  EXPECT_NE(runtime::cuda::HostFallbackSummary().find("softmax"), std::string::npos);
+}
+
+TEST_F(CudaTest, MlpTrainingStepsMatchTheCpu) {
+  // The same model and batches on both devices; AdamW through five steps.
+  auto make = [] {
+    manual_seed(7);
+    return nn::Sequential(nn::Linear(12, 16), nn::ReLU(), nn::Linear(16, 4));
+  };
+  nn::Sequential cpu_model = make(), cuda_model = make();
+  cuda_model->to(kCuda);
+  optim::AdamW cpu_opt(cpu_model->parameters(), {.lr = 1e-2});
+  optim::AdamW cuda_opt(cuda_model->parameters(), {.lr = 1e-2});
+  Generator data(99);
+  for (int step = 0; step < 5; ++step) {
+    Tensor x = rand({8, 12}, {}, &data);
+    Tensor y = randint(0, 4, {8}, {.dtype = DType::kI64}, &data);
+    cpu_opt.zero_grad();
+    Tensor cpu_loss = cross_entropy(cpu_model(x), y);
+    cpu_loss.backward();
+    cpu_opt.step();
+    cuda_opt.zero_grad();
+    Tensor cuda_loss = cross_entropy(cuda_model(x.to(kCuda)), y.to(kCuda));
+    cuda_loss.backward();
+    cuda_opt.step();
+    // Bias gradients are column sums in a different order: 1e-5 relative.
+    ExpectClose(cuda_loss, cpu_loss, 1e-5, 1e-6, absl::StrCat("loss at step ", step));
+  }
+  auto cp = cpu_model->parameters(), dp = cuda_model->parameters();
+  ASSERT_EQ(cp.size(), dp.size());
+  for (size_t i = 0; i < cp.size(); ++i) {
+    EXPECT_TRUE(dp[i].device().is_cuda());
+    ExpectClose(dp[i], cp[i], 1e-4, 1e-5, absl::StrCat("parameter ", i));
+  }
+}
+
+TEST_F(CudaTest, MixingDevicesIsAClearError) {
+  Tensor a = ones({3}), b = ones({3}, {.device = kCuda});
+  try {
+    (void)(a + b);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected every operand on one device"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW((void)ones({3}, {.device = Device::cuda(7)}), Error);
+  EXPECT_THROW((void)b.pin_memory(), Error);
+}
+
+TEST_F(CudaTest, AllocatorStatsFollowLiveTensors) {
+  auto& alloc = runtime::cuda::DeviceAllocator();
+  ASSERT_TRUE(runtime::cuda::GetBackend()->SynchronizeDevice().ok());
+  const auto before = alloc.memory_stats();
+  {
+    Tensor big = empty({1 << 20}, {.device = kCuda});  // 4 MiB, large pool
+    const auto during = alloc.memory_stats();
+    EXPECT_GE(during.allocated_bytes, before.allocated_bytes + (4u << 20));
+    EXPECT_GE(during.reserved_bytes, during.allocated_bytes);
+    EXPECT_GE(during.peak_allocated_bytes, during.allocated_bytes);
+  }
+  const auto after = alloc.memory_stats();
+  EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);
+  // The freed segment stays cached: the next request of that size reuses it.
+  Tensor again = empty({1 << 20}, {.device = kCuda});
+  EXPECT_GT(alloc.memory_stats().num_cache_hits, after.num_cache_hits);
+}
+
+}  // namespace
+}  // namespace stepjit
