@@ -52,7 +52,7 @@ std::vector<std::vector<int>> LastUses(const ir::Graph& g) {
 }
 
 // Values the eager step would have drawn: each random node of a replay takes
-// a fresh slice of the default generator's stream. Nodes that shared an
+// a fresh slice of the default generator's stream, under its current seed. Nodes that shared an
 // offset when traced (dropout and its backward) share the new one.
 class RandomRemap {
  public:
@@ -70,6 +70,9 @@ class RandomRemap {
                .first;
     }
     attrs.Set(AttrKey::kOffset, it->second);
+    // And the generator's current seed: manual_seed between calls must
+    // change a replay's draws as it changes the eager step's.
+    attrs.Set(AttrKey::kSeed, static_cast<int64_t>(default_generator().seed()));
     return attrs;
   }
 
@@ -218,7 +221,7 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
           env[node->output()->id()] = Dispatch(node->op(), in, node->attrs());
         }
         if (ctx.keep_alive != nullptr) {
-          ctx.keep_alive->push_back(in[0]);
+          ctx.keep_alive->insert(ctx.keep_alive->end(), in.begin(), in.end());
           ctx.keep_alive->push_back(env[node->output()->id()]);
         }
         break;

@@ -81,23 +81,32 @@ unpack() {
   cat "$unpack_dir/stepjit-gpu/MANIFEST"
 }
 
-# Lists what the binaries cannot find; adds a libnvrtc found outside the
-# rpath's CUDA folders (the CUDA Python wheels) to LD_LIBRARY_PATH.
+# Finds the CUDA libraries the bundle leaves out (libnvrtc is linked,
+# libcublasLt opened at run time): in the rpath's CUDA folders or the loader
+# cache, else anywhere under /usr/local, /opt, /usr/lib (the CUDA Python
+# wheels), whose folder then goes to $work/extra_lib_path. Fails when ldd
+# still reports something missing, an older glibc included.
 dependencies() {
-  local bin="$unpack_dir/stepjit-gpu/bin"
-  if ldd "$bin"/* | grep -q 'libnvrtc.*not found'; then
-    local nvrtc
-    nvrtc="$(find /usr/local /opt /usr/lib -name 'libnvrtc.so.13*' -not -name '*alt*' \
-             2>/dev/null | head -n 1)"
-    if [[ -n "$nvrtc" ]]; then
-      echo "libnvrtc not on the rpath; using $nvrtc"
-      echo "$(dirname "$nvrtc")" >"$work/extra_lib_path"
+  local bin="$unpack_dir/stepjit-gpu/bin" extra="" lib found
+  for lib in libnvrtc.so.13 libcublasLt.so.13; do
+    if compgen -G "/usr/local/cuda/lib64/$lib" >/dev/null ||
+       compgen -G "/usr/local/cuda/targets/x86_64-linux/lib/$lib" >/dev/null ||
+       ldconfig -p | grep -q "$lib "; then
+      continue
     fi
+    found="$(find /usr/local /opt /usr/lib -name "$lib" 2>/dev/null | head -n 1)"
+    if [[ -n "$found" ]]; then
+      echo "$lib: not on the rpath; using $found"
+      extra="${extra:+$extra:}$(dirname "$found")"
+    else
+      echo "$lib: not found on this machine"
+    fi
+  done
+  if [[ -n "$extra" ]]; then
+    echo "$extra" >"$work/extra_lib_path"
+    export LD_LIBRARY_PATH="$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
-  local extra=""
-  [[ -s "$work/extra_lib_path" ]] && extra="$(cat "$work/extra_lib_path")"
-  LD_LIBRARY_PATH="$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$bin"/* |
-    tee "$work/ldd.txt"
+  ldd "$bin"/* 2>&1 | tee "$work/ldd.txt"
   ! grep -q 'not found' "$work/ldd.txt"
 }
 

@@ -49,21 +49,21 @@
 
 // The C interface between this file and a compiled module, written once:
 // compiled here and pasted as text into the emulation header.
-#define SJ_EMULATION_ABI                                                  \
-  struct sj_thread_ctx {                                                  \
-    unsigned thread, block, block_dim, grid_dim;                          \
-  };                                                                      \
-  struct sj_host_api {                                                    \
-    void* team;                                                           \
-    void (*sync_block)(void* team);                                       \
-    unsigned long long (*exchange)(void* team, unsigned long long value,  \
-                                   int src_lane);                         \
-  };                                                                      \
-  struct sj_kernel_desc {                                                 \
-    unsigned long long arg_bytes, arg_align;                              \
-    void (*pack)(void* const* args, void* out);                           \
-    void (*run)(const void* packed, const sj_thread_ctx* thread,          \
-                const sj_host_api* api);                                  \
+#define SJ_EMULATION_ABI                                                 \
+  struct sj_thread_ctx {                                                 \
+    unsigned thread, block, block_dim, grid_dim;                         \
+  };                                                                     \
+  struct sj_host_api {                                                   \
+    void* team;                                                          \
+    void (*sync_block)(void* team);                                      \
+    unsigned long long (*exchange)(void* team, unsigned long long value, \
+                                   int src_lane);                        \
+  };                                                                     \
+  struct sj_kernel_desc {                                                \
+    unsigned long long arg_bytes, arg_align;                             \
+    void (*pack)(void* const* args, void* out);                          \
+    void (*run)(const void* packed, const sj_thread_ctx* thread,         \
+                const sj_host_api* api);                                 \
   };
 #define SJ_TEXT(...) #__VA_ARGS__
 #define SJ_EXPANDED_TEXT(x) SJ_TEXT(x)
@@ -93,7 +93,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kHeaderStart[] = R"(// stepjit host emulation of the CUDA built-ins.
+constexpr char kHeaderStart[] =
+    R"(// stepjit host emulation of the CUDA built-ins.
 #pragma once
 #include <math.h>
 #include <stddef.h>
@@ -326,10 +327,10 @@ void BlockRunner::EnsureFibers(unsigned n) {
     auto f = std::make_unique<Fiber>();
     f->stack = mmap(nullptr, kFiberStackBytes, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    SJ_CHECK(f->stack != MAP_FAILED, "cannot map a fiber stack: ",
-             std::strerror(errno));
-    SJ_CHECK(mprotect(f->stack, static_cast<size_t>(getpagesize()),
-                      PROT_NONE) == 0);
+    SJ_CHECK(f->stack != MAP_FAILED,
+             "cannot map a fiber stack: ", std::strerror(errno));
+    SJ_CHECK(
+        mprotect(f->stack, static_cast<size_t>(getpagesize()), PROT_NONE) == 0);
 #ifdef SJ_FIBER_TSAN
     f->tsan_fiber = __tsan_create_fiber(0);
 #endif
@@ -494,7 +495,8 @@ bool IsIdentifier(absl::string_view s) {
 // Runs `argv` with stdout and stderr to `log`; the exit status, or -1.
 int RunCommand(const std::vector<std::string>& argv, const fs::path& log) {
   std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  for (const std::string& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
@@ -502,8 +504,8 @@ int RunCommand(const std::vector<std::string>& argv, const fs::path& log) {
                                    O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   pid_t pid = 0;
-  const int err = posix_spawn(&pid, args[0], &actions, nullptr, args.data(),
-                              environ);
+  const int err =
+      posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   if (err != 0) return -1;
   int status = 0;
@@ -550,9 +552,10 @@ const std::string& CompilerIdentity() {
 }
 
 std::vector<std::string> CompileFlags() {
-  std::vector<std::string> flags = {
-      "-std=c++20",        "-O1", "-fPIC", "-shared", "-pthread",
-      "-ffp-contract=off", "-w",  "-fvisibility=hidden"};
+  std::vector<std::string> flags = {"-std=c++20", "-O1",
+                                    "-fPIC",      "-shared",
+                                    "-pthread",   "-ffp-contract=off",
+                                    "-w",         "-fvisibility=hidden"};
   // GCC makes statics of inline functions process-wide unique symbols,
   // which would be shared between modules and keep them from unloading.
   if (CompilerIdentity().find("clang") == std::string::npos)
@@ -568,9 +571,8 @@ std::string Machine() {
 }  // namespace
 
 const std::string& HostEmulationHeader() {
-  static const std::string* header = new std::string(
-      absl::StrCat(kHeaderStart, SJ_EXPANDED_TEXT(SJ_EMULATION_ABI), "\n",
-                   kHeaderEnd));
+  static const std::string* header = new std::string(absl::StrCat(
+      kHeaderStart, SJ_EXPANDED_TEXT(SJ_EMULATION_ABI), "\n", kHeaderEnd));
   return *header;
 }
 
@@ -613,18 +615,17 @@ absl::Status HostKernel::Run(const void* packed_args, int64_t grid,
   }
   std::lock_guard<std::mutex> lock(ExecutionMutex());
   for (int64_t b = 0; b < grid; ++b) {
-    RETURN_IF_ERROR(Runner().RunBlock(*entry_, packed_args,
-                                      static_cast<unsigned>(b),
-                                      static_cast<unsigned>(grid),
-                                      static_cast<unsigned>(block)));
+    RETURN_IF_ERROR(Runner().RunBlock(
+        *entry_, packed_args, static_cast<unsigned>(b),
+        static_cast<unsigned>(grid), static_cast<unsigned>(block)));
   }
   return absl::OkStatus();
 }
 
 absl::Status HostKernel::Launch(void* const* args, int64_t grid,
                                 int block) const {
-  std::vector<std::max_align_t> packed(
-      arg_bytes() / sizeof(std::max_align_t) + 1);
+  std::vector<std::max_align_t> packed(arg_bytes() / sizeof(std::max_align_t) +
+                                       1);
   PackArgs(args, packed.data());
   return Run(packed.data(), grid, block);
 }
@@ -638,8 +639,8 @@ const std::string& HostModule::name() const { return state_->name; }
 absl::StatusOr<HostKernel> HostModule::Kernel(absl::string_view name) const {
   auto it = state_->kernels.find(name);
   if (it == state_->kernels.end()) {
-    return absl::NotFoundError(absl::StrCat("host module ", state_->name,
-                                            " has no kernel ", name));
+    return absl::NotFoundError(
+        absl::StrCat("host module ", state_->name, " has no kernel ", name));
   }
   return HostKernel(it->second.get());
 }
@@ -657,9 +658,8 @@ absl::StatusOr<HostModule> CompileForHost(
   std::string unit = absl::StrCat(source, "\n// host emulation entry points\n");
   for (const std::string& k : kernel_names) {
     if (!IsIdentifier(k)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("kernel name '", k, "' of ", name,
-                       " is not a C identifier"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "kernel name '", k, "' of ", name, " is not a C identifier"));
     }
     if (std::find(kernels.begin(), kernels.end(), k) != kernels.end()) continue;
     kernels.push_back(k);
@@ -668,15 +668,14 @@ absl::StatusOr<HostModule> CompileForHost(
                     ">::describe(d); }\n");
   }
   const std::vector<std::string> flags = CompileFlags();
-  const CacheKey key{absl::StrCat(HostEmulationHeader(), "\n", unit),
-                     CompilerIdentity(),
-                     absl::StrCat("host-emulation-", Machine()),
-                     absl::StrJoin(flags, " ")};
+  const CacheKey key{
+      absl::StrCat(HostEmulationHeader(), "\n", unit), CompilerIdentity(),
+      absl::StrCat("host-emulation-", Machine()), absl::StrJoin(flags, " ")};
   ScratchDir dir;
   if (dir.path.empty()) {
-    return absl::InternalError(absl::StrCat(
-        "cannot create a scratch directory under ",
-        fs::temp_directory_path().string(), " to build ", name));
+    return absl::InternalError(
+        absl::StrCat("cannot create a scratch directory under ",
+                     fs::temp_directory_path().string(), " to build ", name));
   }
   const fs::path lib = dir.path / "module.so";
   std::optional<std::string> blob = KernelCache::Global().Lookup(key);
@@ -696,10 +695,10 @@ absl::StatusOr<HostModule> CompileForHost(
     const int rc = RunCommand(argv, dir.path / "log");
     if (rc != 0) {
       const std::string log = ReadAll(dir.path / "log");
-      return absl::InvalidArgumentError(absl::StrCat(
-          "host compile of ", name, " failed (", HostCompiler(), ", exit ", rc,
-          "):\n", log.substr(0, kMaxLogChars),
-          log.size() > kMaxLogChars ? "\n[log truncated]" : ""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("host compile of ", name, " failed (", HostCompiler(),
+                       ", exit ", rc, "):\n", log.substr(0, kMaxLogChars),
+                       log.size() > kMaxLogChars ? "\n[log truncated]" : ""));
     }
     KernelCache::Global().Store(key, ReadAll(lib));
   }
@@ -707,16 +706,16 @@ absl::StatusOr<HostModule> CompileForHost(
   state->name = std::string(name);
   state->handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (state->handle == nullptr) {
-    return absl::InternalError(absl::StrCat("cannot load the host module ",
-                                            name, ": ", dlerror()));
+    return absl::InternalError(
+        absl::StrCat("cannot load the host module ", name, ": ", dlerror()));
   }
   for (const std::string& k : kernels) {
     using Describe = void (*)(abi::sj_kernel_desc*);
     auto describe = reinterpret_cast<Describe>(
         dlsym(state->handle, absl::StrCat("sj_describe_", k).c_str()));
     if (describe == nullptr) {
-      return absl::InternalError(absl::StrCat("host module ", name,
-                                              " lacks the entry of ", k));
+      return absl::InternalError(
+          absl::StrCat("host module ", name, " lacks the entry of ", k));
     }
     auto entry = std::make_unique<HostKernelEntry>();
     entry->name = k;

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <mutex>
 #include <tuple>
@@ -174,8 +175,8 @@ absl::Status ValidateGemm(const cpu::GemmArgs& g) {
         g.batch > 0 && g.m > 0 && g.n > 0 && (op.name[0] == 'C' || g.k > 0);
     if (op.ptr == nullptr && read) {
       return absl::InvalidArgumentError(
-          absl::StrCat("device Gemm: expected a non-null pointer for ",
-                       op.name, " (", op.rows, "x", op.cols, "), got null"));
+          absl::StrCat("device Gemm: expected a non-null pointer for ", op.name,
+                       " (", op.rows, "x", op.cols, "), got null"));
     }
   }
   return absl::OkStatus();
@@ -187,6 +188,13 @@ absl::StatusOr<LtPlan> PlanLtGemm(const DeviceGemmArgs& args,
                                   bool fuse_epilogue) {
   const cpu::GemmArgs& g = args.gemm;
   RETURN_IF_ERROR(ValidateGemm(g));
+  if (g.batch > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device Gemm: expected batch <= ", INT32_MAX,
+                     " (cuBLASLt counts it in "
+                     "32 bits), got ",
+                     g.batch));
+  }
   LtPlan p;
   p.batch = g.batch;
   p.no_work = g.batch == 0 || g.m == 0 || g.n == 0;
@@ -282,7 +290,8 @@ EpilogueKernelSource GemmEpilogueKernel(DType dtype,
   k.source = absl::StrCat(
       codegen::cuda::Preamble(helpers),
       "// C = act(C + bias) over a batch of row-major matrices, after a GEMM.\n"
-      "extern \"C\" __global__ void ", k.name, "(", mem, "* c, const ", mem,
+      "extern \"C\" __global__ void ",
+      k.name, "(", mem, "* c, const ", mem,
       "* bias, long long rows, long long cols, long long ldc,\n"
       "    long long stride_c, long long batch, int keep_c) {\n"
       "  const long long total = rows * cols * batch;\n"
@@ -293,9 +302,9 @@ EpilogueKernelSource GemmEpilogueKernel(DType dtype,
       "    const long long col = i % cols;\n"
       "    const long long row = (i / cols) % rows;\n"
       "    const long long at = i / cols / rows * stride_c + row * ldc + col;\n"
-      "    ", reg, " x = keep_c ? ", codegen::cuda::Load(dtype, "c", "at"),
-      " : ", m.Const(0), ";\n",
-      "    if (bias != nullptr) x = x + ",
+      "    ",
+      reg, " x = keep_c ? ", codegen::cuda::Load(dtype, "c", "at"), " : ",
+      m.Const(0), ";\n", "    if (bias != nullptr) x = x + ",
       codegen::cuda::Load(dtype, "bias", "col"), ";\n", body.text, "    ",
       codegen::cuda::Store(dtype, "c", "at", y), "\n  }\n}\n");
   return k;
@@ -322,13 +331,12 @@ struct CublasLtLibrary::Api {
   LtStatus (*MatmulPreferenceDestroy)(LtPreference) = nullptr;
   LtStatus (*MatmulPreferenceSetAttribute)(LtPreference, int, const void*,
                                            size_t) = nullptr;
-  LtStatus (*MatmulAlgoGetHeuristic)(LtHandle, LtMatmulDesc, LtLayout,
-                                     LtLayout, LtLayout, LtLayout,
-                                     LtPreference, int, LtHeuristicResult*,
-                                     int*) = nullptr;
-  LtStatus (*Matmul)(LtHandle, LtMatmulDesc, const void*, const void*,
-                     LtLayout, const void*, LtLayout, const void*, const void*,
-                     LtLayout, void*, LtLayout, const LtAlgo*, void*, size_t,
+  LtStatus (*MatmulAlgoGetHeuristic)(LtHandle, LtMatmulDesc, LtLayout, LtLayout,
+                                     LtLayout, LtLayout, LtPreference, int,
+                                     LtHeuristicResult*, int*) = nullptr;
+  LtStatus (*Matmul)(LtHandle, LtMatmulDesc, const void*, const void*, LtLayout,
+                     const void*, LtLayout, const void*, const void*, LtLayout,
+                     void*, LtLayout, const LtAlgo*, void*, size_t,
                      void*) = nullptr;
 };
 
@@ -376,9 +384,8 @@ absl::StatusOr<CublasLtLibrary*> OpenCublasLt() {
     failures.push_back(err != nullptr ? err : candidate);
   }
   if (lib == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("cuBLASLt not found: tried ",
-                     absl::StrJoin(failures, "; ")));
+    return absl::NotFoundError(absl::StrCat("cuBLASLt not found: tried ",
+                                            absl::StrJoin(failures, "; ")));
   }
   auto* api = new CublasLtLibrary::Api;
   const std::pair<const char*, bool> symbols[] = {
@@ -522,37 +529,36 @@ struct Descriptors {
 
 absl::Status MakeLayout(const Api& lt, const LtPlan& p, const LtMatrix& x,
                         LtLayout* out) {
-  RETURN_IF_ERROR(LtCheck(
-      lt,
-      lt.MatrixLayoutCreate(out, static_cast<int32_t>(p.data_type),
-                            static_cast<uint64_t>(x.rows),
-                            static_cast<uint64_t>(x.cols), x.ld),
-      absl::StrCat("cublasLtMatrixLayoutCreate(", x.rows, "x", x.cols,
-                   ", ld=", x.ld, ")")));
+  RETURN_IF_ERROR(
+      LtCheck(lt,
+              lt.MatrixLayoutCreate(out, static_cast<int32_t>(p.data_type),
+                                    static_cast<uint64_t>(x.rows),
+                                    static_cast<uint64_t>(x.cols), x.ld),
+              absl::StrCat("cublasLtMatrixLayoutCreate(", x.rows, "x", x.cols,
+                           ", ld=", x.ld, ")")));
   if (p.batch > 1) {
     const int32_t count = static_cast<int32_t>(p.batch);
-    RETURN_IF_ERROR(LtCheck(
-        lt,
-        lt.MatrixLayoutSetAttribute(*out, kLayoutBatchCount, &count,
-                                    sizeof(count)),
-        "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)"));
+    RETURN_IF_ERROR(LtCheck(lt,
+                            lt.MatrixLayoutSetAttribute(*out, kLayoutBatchCount,
+                                                        &count, sizeof(count)),
+                            "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)"));
     const int64_t stride = x.batch_stride;
-    RETURN_IF_ERROR(LtCheck(
-        lt,
-        lt.MatrixLayoutSetAttribute(*out, kLayoutStridedBatchOffset, &stride,
-                                    sizeof(stride)),
-        "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)"));
+    RETURN_IF_ERROR(
+        LtCheck(lt,
+                lt.MatrixLayoutSetAttribute(*out, kLayoutStridedBatchOffset,
+                                            &stride, sizeof(stride)),
+                "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)"));
   }
   return absl::OkStatus();
 }
 
 absl::Status MakeDescriptors(const Api& lt, const LtPlan& p, Descriptors& d) {
   d.lt = &lt;
-  RETURN_IF_ERROR(LtCheck(
-      lt,
-      lt.MatmulDescCreate(&d.op, static_cast<int32_t>(p.compute_type),
-                          static_cast<int32_t>(p.scale_type)),
-      "cublasLtMatmulDescCreate"));
+  RETURN_IF_ERROR(
+      LtCheck(lt,
+              lt.MatmulDescCreate(&d.op, static_cast<int32_t>(p.compute_type),
+                                  static_cast<int32_t>(p.scale_type)),
+              "cublasLtMatmulDescCreate"));
   const int32_t op_a = static_cast<int32_t>(p.op_a);
   const int32_t op_b = static_cast<int32_t>(p.op_b);
   const uint32_t epilogue = static_cast<uint32_t>(p.epilogue);
@@ -563,20 +569,21 @@ absl::Status MakeDescriptors(const Api& lt, const LtPlan& p, Descriptors& d) {
       lt, lt.MatmulDescSetAttribute(d.op, kDescTransB, &op_b, sizeof(op_b)),
       "cublasLtMatmulDescSetAttribute(TRANSB)"));
   RETURN_IF_ERROR(LtCheck(lt,
-                          lt.MatmulDescSetAttribute(d.op, kDescEpilogue,
-                                                    &epilogue, sizeof(epilogue)),
+                          lt.MatmulDescSetAttribute(
+                              d.op, kDescEpilogue, &epilogue, sizeof(epilogue)),
                           "cublasLtMatmulDescSetAttribute(EPILOGUE)"));
   if (p.bias != nullptr) {
     const void* bias = p.bias;
     const int32_t bias_type = static_cast<int32_t>(p.data_type);
     RETURN_IF_ERROR(LtCheck(
-        lt, lt.MatmulDescSetAttribute(d.op, kDescBiasPointer, &bias,
-                                      sizeof(bias)),
+        lt,
+        lt.MatmulDescSetAttribute(d.op, kDescBiasPointer, &bias, sizeof(bias)),
         "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"));
-    RETURN_IF_ERROR(LtCheck(
-        lt, lt.MatmulDescSetAttribute(d.op, kDescBiasDataType, &bias_type,
-                                      sizeof(bias_type)),
-        "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)"));
+    RETURN_IF_ERROR(
+        LtCheck(lt,
+                lt.MatmulDescSetAttribute(d.op, kDescBiasDataType, &bias_type,
+                                          sizeof(bias_type)),
+                "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)"));
   }
   RETURN_IF_ERROR(MakeLayout(lt, p, p.a, &d.a));
   RETURN_IF_ERROR(MakeLayout(lt, p, p.b, &d.b));
@@ -592,14 +599,15 @@ struct Algo {
 }  // namespace
 
 struct CublasLtGemm::Impl {
-  const CublasLtLibrary* library = nullptr;
   const Api* lt = nullptr;
   Backend* backend = nullptr;
   LtHandle handle = nullptr;
 
   std::mutex mu;
-  absl::flat_hash_map<AlgoKey, Algo> algos;         // guarded by mu
-  absl::flat_hash_map<Stream, void*> workspaces;    // guarded by mu
+  absl::flat_hash_map<AlgoKey, Algo> algos;  // guarded by mu
+  // By (stream, capture); see Run.
+  absl::flat_hash_map<std::pair<Stream, uint64_t>, void*>
+      workspaces;  // guarded by mu
   struct Kernel {
     std::shared_ptr<LoadedModule> module;
     KernelHandle fn;
@@ -608,7 +616,7 @@ struct CublasLtGemm::Impl {
       kernels;  // guarded by mu
 
   absl::StatusOr<Algo> FindAlgo(const LtPlan& p, const Descriptors& d);
-  absl::StatusOr<void*> Workspace(Stream stream);
+  absl::StatusOr<void*> Workspace(Stream stream, uint64_t capture);
   absl::StatusOr<KernelHandle> EpilogueKernel(DType dtype,
                                               GemmActivation activation);
   absl::Status RunPost(const LtPlan& p, const cpu::GemmArgs& g, Stream stream);
@@ -643,7 +651,8 @@ absl::StatusOr<Algo> CublasLtGemm::Impl::FindAlgo(const LtPlan& p,
   for (const auto& [attr, ptr] : aligned) {
     const uint32_t bytes = Alignment(ptr);
     RETURN_IF_ERROR(LtCheck(
-        *lt, lt->MatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)),
+        *lt,
+        lt->MatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes)),
         "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)"));
   }
   LtHeuristicResult result = {};
@@ -663,13 +672,14 @@ absl::StatusOr<Algo> CublasLtGemm::Impl::FindAlgo(const LtPlan& p,
   return algo;
 }
 
-absl::StatusOr<void*> CublasLtGemm::Impl::Workspace(Stream stream) {
+absl::StatusOr<void*> CublasLtGemm::Impl::Workspace(Stream stream,
+                                                    uint64_t capture) {
   std::lock_guard<std::mutex> lock(mu);
-  auto it = workspaces.find(stream);
+  auto it = workspaces.find({stream, capture});
   if (it != workspaces.end()) return it->second;
   // One per stream: GEMMs on different streams may run at once.
   ASSIGN_OR_RETURN(void* w, backend->DeviceAlloc(kWorkspaceBytes));
-  workspaces.emplace(stream, w);
+  workspaces.emplace(std::make_pair(stream, capture), w);
   return w;
 }
 
@@ -704,9 +714,9 @@ absl::Status CublasLtGemm::Impl::RunPost(const LtPlan& p,
   const BackendLimits limits = backend->Limits();
   const int block = std::min(limits.preferred_block, limits.max_block);
   const int64_t total = static_cast<int64_t>(rows) * cols * batch;
-  const int64_t grid = std::min<int64_t>((total + block - 1) / block,
-                                         std::min<int64_t>(limits.max_grid,
-                                                           int64_t{1} << 16));
+  const int64_t grid =
+      std::min<int64_t>((total + block - 1) / block,
+                        std::min<int64_t>(limits.max_grid, int64_t{1} << 16));
   return backend->Launch(fn, grid, block, params, stream);
 }
 
@@ -714,7 +724,7 @@ CublasLtGemm::CublasLtGemm(std::unique_ptr<Impl> impl)
     : impl_(std::move(impl)) {}
 
 CublasLtGemm::~CublasLtGemm() {
-  for (const auto& [stream, w] : impl_->workspaces)
+  for (const auto& [key, w] : impl_->workspaces)
     impl_->backend->DeviceFree(w).IgnoreError();
   impl_->lt->Destroy(impl_->handle);
 }
@@ -723,7 +733,7 @@ absl::Status CublasLtGemm::ReleaseStream(Stream stream) {
   void* w = nullptr;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    auto it = impl_->workspaces.find(stream);
+    auto it = impl_->workspaces.find({stream, uint64_t{0}});
     if (it == impl_->workspaces.end()) return absl::OkStatus();
     w = it->second;
     impl_->workspaces.erase(it);
@@ -735,7 +745,6 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(
     Backend* backend) {
   ASSIGN_OR_RETURN(const CublasLtLibrary* library, LoadCublasLt());
   auto impl = std::make_unique<Impl>();
-  impl->library = library;
   impl->lt = library->api;
   impl->backend = backend;
   RETURN_IF_ERROR(
@@ -743,7 +752,8 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(
   return std::unique_ptr<CublasLtGemm>(new CublasLtGemm(std::move(impl)));
 }
 
-absl::Status CublasLtGemm::Run(const DeviceGemmArgs& args, Stream stream) {
+absl::Status CublasLtGemm::Run(const DeviceGemmArgs& args, Stream stream,
+                               uint64_t capture) {
   Impl& s = *impl_;
   ASSIGN_OR_RETURN(LtPlan plan, PlanLtGemm(args));
   if (plan.no_work) return absl::OkStatus();
@@ -767,7 +777,7 @@ absl::Status CublasLtGemm::Run(const DeviceGemmArgs& args, Stream stream) {
     }
     void* workspace = nullptr;
     if (algo.workspace_bytes > 0) {
-      ASSIGN_OR_RETURN(workspace, s.Workspace(stream));
+      ASSIGN_OR_RETURN(workspace, s.Workspace(stream, capture));
     }
     const float alpha32 = static_cast<float>(plan.alpha);
     const float beta32 = static_cast<float>(plan.beta);

@@ -22,11 +22,7 @@ namespace stepjit::runtime::cuda {
 // against those headers when the build has the CUDA Toolkit).
 enum class LtOp : int32_t { kN = 0, kT = 1 };
 enum class LtDataType : int32_t { kF32 = 0, kF64 = 1, kF16 = 2, kBF16 = 14 };
-enum class LtComputeType : int32_t {
-  k32F = 68,
-  k32FFastTF32 = 77,
-  k64F = 70
-};
+enum class LtComputeType : int32_t { k32F = 68, k32FFastTF32 = 77, k64F = 70 };
 enum class LtEpilogue : int32_t {
   kDefault = 1,
   kRelu = 2,
@@ -60,7 +56,7 @@ struct LtPlan {
   int64_t batch = 1;
   double alpha = 1, beta = 0;
   LtEpilogue epilogue = LtEpilogue::kDefault;
-  const void* bias = nullptr;  // set when the epilogue adds one
+  const void* bias = nullptr;                // set when the epilogue adds one
   LtDataType data_type = LtDataType::kF32;   // A, B, C, D and the bias
   LtDataType scale_type = LtDataType::kF32;  // alpha and beta
   LtComputeType compute_type = LtComputeType::k32F;
@@ -99,9 +95,10 @@ struct CublasLtLibrary {
 absl::StatusOr<const CublasLtLibrary*> LoadCublasLt();
 
 // GEMMs through cuBLASLt on one device, queued on the caller's stream. The
-// backend allocates the workspaces (32 MiB per stream, kept) and loads the
-// kernels for epilogues cuBLASLt lacks (exact GELU); it must outlive this
-// object, and its device context must be current on the calling thread.
+// backend allocates the workspaces (32 MiB per stream and per capture) and
+// loads the kernels for epilogues cuBLASLt lacks (exact GELU); it must
+// outlive this object, and its device context must be current on the
+// calling thread.
 // Algorithms are chosen by cuBLASLt's heuristic once per shape, layout,
 // dtype, epilogue and pointer alignment.
 class CublasLtGemm {
@@ -111,9 +108,13 @@ class CublasLtGemm {
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
-  absl::Status Run(const DeviceGemmArgs& args, Stream stream);
-  // Frees `stream`'s workspace, for a stream about to be destroyed; its
-  // queued work must have finished.
+  // `capture` numbers the graph capture in progress on `stream` (0: none).
+  // A capture gets a workspace of its own, kept while this object lives:
+  // its graph may be replayed on any stream, after `stream` is gone.
+  absl::Status Run(const DeviceGemmArgs& args, Stream stream,
+                   uint64_t capture = 0);
+  // Frees `stream`'s workspace (not its captures'), for a stream about to be
+  // destroyed; its queued work must have finished.
   absl::Status ReleaseStream(Stream stream);
 
  private:

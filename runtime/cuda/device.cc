@@ -232,9 +232,9 @@ absl::StatusOr<const driver::Api*> DriverApi() {
 
 absl::Status DriverStatus(CUresult result, absl::string_view call) {
   if (result == kSuccess) return absl::OkStatus();
-  return absl::Status(CodeFor(result),
-                      absl::StrCat(call, ": ", ErrorText(GetState().driver,
-                                                         result)));
+  return absl::Status(
+      CodeFor(result),
+      absl::StrCat(call, ": ", ErrorText(GetState().driver, result)));
 }
 
 absl::StatusOr<CUcontext> UsePrimaryContext(int ordinal) {
@@ -251,11 +251,13 @@ absl::StatusOr<CUcontext> UsePrimaryContext(int ordinal) {
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.contexts[ordinal] == nullptr) {
       CUdevice dev = 0;
-      absl::Status st = DriverStatus((*d)->DeviceGet(&dev, ordinal),
-                                     absl::StrCat("cuDeviceGet(", ordinal, ")"));
+      absl::Status st =
+          DriverStatus((*d)->DeviceGet(&dev, ordinal),
+                       absl::StrCat("cuDeviceGet(", ordinal, ")"));
       if (st.ok())
-        st = DriverStatus((*d)->DevicePrimaryCtxRetain(&s.contexts[ordinal], dev),
-                          "cuDevicePrimaryCtxRetain");
+        st = DriverStatus(
+            (*d)->DevicePrimaryCtxRetain(&s.contexts[ordinal], dev),
+            "cuDevicePrimaryCtxRetain");
       if (!st.ok()) return st;
     }
     ctx = s.contexts[ordinal];
@@ -264,7 +266,8 @@ absl::StatusOr<CUcontext> UsePrimaryContext(int ordinal) {
   // have changed this thread's context since.
   CUcontext now = nullptr;
   if ((*d)->CtxGetCurrent(&now) == kSuccess && now == ctx) return ctx;
-  if (absl::Status st = DriverStatus((*d)->CtxSetCurrent(ctx), "cuCtxSetCurrent");
+  if (absl::Status st =
+          DriverStatus((*d)->CtxSetCurrent(ctx), "cuCtxSetCurrent");
       !st.ok()) {
     return st;
   }
@@ -288,9 +291,9 @@ absl::StatusOr<DevicePtr> Malloc(size_t bytes) {
   absl::StatusOr<const driver::Api*> d = Current();
   if (!d.ok()) return d.status();
   CUdeviceptr p = 0;
-  if (absl::Status st = DriverStatus((*d)->MemAlloc(&p, bytes),
-                                     absl::StrCat("cuMemAlloc(", bytes,
-                                                  " bytes)"));
+  if (absl::Status st =
+          DriverStatus((*d)->MemAlloc(&p, bytes),
+                       absl::StrCat("cuMemAlloc(", bytes, " bytes)"));
       !st.ok()) {
     return st;
   }
@@ -321,8 +324,8 @@ absl::StatusOr<Module> Module::Load(const std::string& cubin) {
   absl::StatusOr<const driver::Api*> d = Current();
   if (!d.ok()) return d.status();
   CUmodule m = nullptr;
-  if (absl::Status st =
-          DriverStatus((*d)->ModuleLoadData(&m, cubin.data()), "cuModuleLoadData");
+  if (absl::Status st = DriverStatus((*d)->ModuleLoadData(&m, cubin.data()),
+                                     "cuModuleLoadData");
       !st.ok()) {
     return st;
   }
@@ -363,11 +366,10 @@ absl::Status Launch(Function f, int64_t grid, int block, void** args) {
     return absl::InvalidArgumentError(
         absl::StrCat("bad launch shape ", grid, " x ", block));
   }
-  return DriverStatus(
-      (*d)->LaunchKernel(f.handle, static_cast<unsigned>(grid), 1, 1,
-                         static_cast<unsigned>(block), 1, 1, 0, nullptr, args,
-                         nullptr),
-      "cuLaunchKernel");
+  return DriverStatus((*d)->LaunchKernel(f.handle, static_cast<unsigned>(grid),
+                                         1, 1, static_cast<unsigned>(block), 1,
+                                         1, 0, nullptr, args, nullptr),
+                      "cuLaunchKernel");
 }
 
 }  // namespace stepjit::runtime::cuda

@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -84,8 +83,7 @@ class DriverModule final : public LoadedModule {
     if (Bind(*d_, ctx_).ok()) d_->ModuleUnload(module_);
   }
 
-  absl::StatusOr<KernelHandle> Function(
-      absl::string_view name) const override {
+  absl::StatusOr<KernelHandle> Function(absl::string_view name) const override {
     auto it = kernels_.find(name);
     if (it != kernels_.end()) return KernelHandle{it->second};
     RETURN_IF_ERROR(Bind(*d_, ctx_));
@@ -93,8 +91,8 @@ class DriverModule final : public LoadedModule {
     const std::string n(name);
     const CUresult r = d_->ModuleGetFunction(&f, module_, n.c_str());
     if (r == driver::kErrorNotFound) {
-      return absl::NotFoundError(absl::StrCat("CUDA module '", name_,
-                                              "' has no kernel '", n, "'"));
+      return absl::NotFoundError(
+          absl::StrCat("CUDA module '", name_, "' has no kernel '", n, "'"));
     }
     RETURN_IF_ERROR(
         DriverStatus(r, absl::StrCat("cuModuleGetFunction(", n, ")")));
@@ -128,8 +126,8 @@ class CudaDriverBackend final : public Backend {
 
   std::string Describe() const override {
     return absl::StrCat(info_.name.empty() ? "CUDA device" : info_.name, " (",
-                        info_.arch(), "), driver ", driver_version_ / 1000,
-                        ".", driver_version_ % 1000 / 10);
+                        info_.arch(), "), driver ", driver_version_ / 1000, ".",
+                        driver_version_ % 1000 / 10);
   }
   std::string Arch() const override { return arch_; }
   int DeviceCount() const override {
@@ -142,8 +140,8 @@ class CudaDriverBackend final : public Backend {
     RETURN_IF_ERROR(Bind(d_, ctx_));
     RelaxedCapture relaxed(d_);
     CUdeviceptr p = 0;
-    RETURN_IF_ERROR(DriverStatus(d_.MemAlloc(&p, bytes),
-                                 absl::StrCat("cuMemAlloc(", bytes, " bytes)")));
+    RETURN_IF_ERROR(DriverStatus(
+        d_.MemAlloc(&p, bytes), absl::StrCat("cuMemAlloc(", bytes, " bytes)")));
     return reinterpret_cast<void*>(static_cast<uintptr_t>(p));
   }
   absl::Status DeviceFree(void* ptr) override {
@@ -184,13 +182,13 @@ class CudaDriverBackend final : public Backend {
             d_.MemcpyDtoHAsync(dst, DevPtr(src), bytes, AsStream(stream)),
             absl::StrCat("cuMemcpyDtoHAsync(", bytes, " bytes)"));
       case CopyKind::kDeviceToDevice:
-        return DriverStatus(d_.MemcpyDtoDAsync(DevPtr(dst), DevPtr(src), bytes,
-                                               AsStream(stream)),
-                            absl::StrCat("cuMemcpyDtoDAsync(", bytes,
-                                         " bytes)"));
+        return DriverStatus(
+            d_.MemcpyDtoDAsync(DevPtr(dst), DevPtr(src), bytes,
+                               AsStream(stream)),
+            absl::StrCat("cuMemcpyDtoDAsync(", bytes, " bytes)"));
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Copy: unknown copy kind ", static_cast<int>(kind)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Copy: unknown copy kind ", static_cast<int>(kind)));
   }
   absl::Status Memset(void* dst, uint8_t value, size_t bytes,
                       Stream stream) override {
@@ -240,7 +238,7 @@ class CudaDriverBackend final : public Backend {
       std::lock_guard<std::mutex> lock(mu_);
       if (!capturing_.empty()) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "SynchronizeDevice: stream ", *capturing_.begin(),
+            "SynchronizeDevice: stream ", capturing_.begin()->first,
             " is being captured into a graph; end the capture first"));
       }
     }
@@ -251,8 +249,8 @@ class CudaDriverBackend final : public Backend {
   absl::StatusOr<Event> CreateEvent() override {
     RETURN_IF_ERROR(Bind(d_, ctx_));
     CUevent e = nullptr;
-    RETURN_IF_ERROR(
-        DriverStatus(d_.EventCreate(&e, driver::kEventDefault), "cuEventCreate"));
+    RETURN_IF_ERROR(DriverStatus(d_.EventCreate(&e, driver::kEventDefault),
+                                 "cuEventCreate"));
     return reinterpret_cast<Event>(e);
   }
   absl::Status RecordEvent(Event event, Stream stream) override {
@@ -280,9 +278,9 @@ class CudaDriverBackend final : public Backend {
   absl::StatusOr<float> ElapsedMs(Event start, Event end) override {
     RETURN_IF_ERROR(Bind(d_, ctx_));
     float ms = 0;
-    RETURN_IF_ERROR(DriverStatus(
-        d_.EventElapsedTime(&ms, AsEvent(start), AsEvent(end)),
-        "cuEventElapsedTime"));
+    RETURN_IF_ERROR(
+        DriverStatus(d_.EventElapsedTime(&ms, AsEvent(start), AsEvent(end)),
+                     "cuEventElapsedTime"));
     return ms;
   }
   void DestroyEvent(Event event) override {
@@ -300,9 +298,9 @@ class CudaDriverBackend final : public Backend {
     RETURN_IF_ERROR(Bind(d_, ctx_));
     RelaxedCapture relaxed(d_);
     CUmodule module = nullptr;
-    RETURN_IF_ERROR(
-        DriverStatus(d_.ModuleLoadData(&module, compiled.cubin.data()),
-                     absl::StrCat("cuModuleLoadData(", name, ", ", arch_, ")")));
+    RETURN_IF_ERROR(DriverStatus(
+        d_.ModuleLoadData(&module, compiled.cubin.data()),
+        absl::StrCat("cuModuleLoadData(", name, ", ", arch_, ")")));
     // Resolve the kernels now, so that a missing one is reported here and
     // launches look up a map.
     absl::flat_hash_map<std::string, CUfunction> functions;
@@ -315,7 +313,8 @@ class CudaDriverBackend final : public Backend {
           return absl::NotFoundError(absl::StrCat(
               "CUDA module '", name, "' has no kernel '", kernel, "'"));
         }
-        return DriverStatus(r, absl::StrCat("cuModuleGetFunction(", kernel, ")"));
+        return DriverStatus(r,
+                            absl::StrCat("cuModuleGetFunction(", kernel, ")"));
       }
       functions.emplace(kernel, f);
     }
@@ -323,14 +322,15 @@ class CudaDriverBackend final : public Backend {
         &d_, ctx_, module, name, std::move(functions)));
   }
 
-  absl::Status Launch(KernelHandle kernel, int64_t grid, int block,
-                      void** args, Stream stream) override {
+  absl::Status Launch(KernelHandle kernel, int64_t grid, int block, void** args,
+                      Stream stream) override {
     if (kernel.fn == nullptr || grid <= 0 || block <= 0 ||
         block > limits_.max_block) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Launch: expected a kernel, grid >= 1 and 1 <= block <= ",
-          limits_.max_block, ", got ", kernel.fn == nullptr ? "no kernel, " : "",
-          "grid ", grid, ", block ", block));
+          limits_.max_block, ", got ",
+          kernel.fn == nullptr ? "no kernel, " : "", "grid ", grid, ", block ",
+          block));
     }
     // Generated kernels loop over the grid, so fewer blocks still cover it.
     grid = std::min(grid, limits_.max_grid);
@@ -345,7 +345,13 @@ class CudaDriverBackend final : public Backend {
   absl::Status Gemm(const DeviceGemmArgs& args, Stream stream) override {
     RETURN_IF_ERROR(Bind(d_, ctx_));
     ASSIGN_OR_RETURN(CublasLtGemm * lt, GetLt());
-    return lt->Run(args, stream);
+    uint64_t capture = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = capturing_.find(stream);
+      if (it != capturing_.end()) capture = it->second;
+    }
+    return lt->Run(args, stream, capture);
   }
 
   absl::Status BeginCapture(Stream stream) override {
@@ -357,18 +363,17 @@ class CudaDriverBackend final : public Backend {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!capturing_.empty()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "BeginCapture: stream ", *capturing_.begin(),
-            " is already being captured; one capture at a time"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("BeginCapture: stream ", capturing_.begin()->first,
+                         " is already being captured; one capture at a time"));
       }
-      capturing_.insert(stream);
+      capturing_.emplace(stream, ++captures_);
     }
     absl::Status st = Bind(d_, ctx_);
     if (st.ok()) {
-      st = DriverStatus(
-          d_.StreamBeginCapture(AsStream(stream),
-                                driver::kCaptureModeThreadLocal),
-          "cuStreamBeginCapture");
+      st = DriverStatus(d_.StreamBeginCapture(AsStream(stream),
+                                              driver::kCaptureModeThreadLocal),
+                        "cuStreamBeginCapture");
     }
     if (!st.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -399,9 +404,9 @@ class CudaDriverBackend final : public Backend {
   }
   absl::Status LaunchGraph(GraphHandle graph, Stream stream) override {
     RETURN_IF_ERROR(Bind(d_, ctx_));
-    return DriverStatus(d_.GraphLaunch(reinterpret_cast<CUgraphExec>(graph),
-                                       AsStream(stream)),
-                        "cuGraphLaunch");
+    return DriverStatus(
+        d_.GraphLaunch(reinterpret_cast<CUgraphExec>(graph), AsStream(stream)),
+        "cuGraphLaunch");
   }
   void DestroyGraph(GraphHandle graph) override {
     if (graph == 0 || !Bind(d_, ctx_).ok()) return;
@@ -440,9 +445,11 @@ class CudaDriverBackend final : public Backend {
   const BackendLimits limits_;
 
   std::mutex mu_;
-  absl::flat_hash_set<Stream> capturing_;  // guarded by mu_
-  std::unique_ptr<CublasLtGemm> lt_;       // guarded by mu_
-  absl::Status lt_error_;                  // guarded by mu_
+  // Streams being captured, with the number of their capture.
+  absl::flat_hash_map<Stream, uint64_t> capturing_;  // guarded by mu_
+  uint64_t captures_ = 0;                            // guarded by mu_
+  std::unique_ptr<CublasLtGemm> lt_;                 // guarded by mu_
+  absl::Status lt_error_;                            // guarded by mu_
 };
 
 // "sm_86" -> {8, 6}; "sm_100" -> {10, 0}.
@@ -503,10 +510,10 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeDriverBackend(int ordinal) {
         codegen::cuda::NvrtcSupportedArchs();
     arch = PickKernelArch(info.arch(), supported);
     if (arch.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          codegen::cuda::NvrtcCompilerId(), " cannot compile for ",
-          info.name, " (", info.arch(), "); it supports ",
-          absl::StrJoin(supported, ", ")));
+      return absl::FailedPreconditionError(
+          absl::StrCat(codegen::cuda::NvrtcCompilerId(), " cannot compile for ",
+                       info.name, " (", info.arch(), "); it supports ",
+                       absl::StrJoin(supported, ", ")));
     }
   }
   return std::unique_ptr<Backend>(new CudaDriverBackend(

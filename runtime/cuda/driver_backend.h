@@ -22,7 +22,7 @@ namespace stepjit::runtime::cuda {
 // events time. Graph capture is thread-local: calls that would break it are
 // only refused on the capturing thread, and device and pinned allocations
 // made during a capture (by the caching allocator, say) are allowed and not
-// recorded. Copies with pageable host memory follow the driver's
+// recorded. Stream 0, the legacy default stream, cannot be captured. Copies with pageable host memory follow the driver's
 // cuMemcpy*Async rules, which are backend.h's: the call returns once the
 // host buffer may be reused.
 absl::StatusOr<std::unique_ptr<Backend>> MakeDriverBackend(int ordinal = 0);

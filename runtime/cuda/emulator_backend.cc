@@ -70,8 +70,8 @@ class EmulatedModule : public LoadedModule {
   absl::StatusOr<KernelHandle> Function(absl::string_view name) const override {
     auto it = kernels_.find(name);
     if (it == kernels_.end()) {
-      return absl::NotFoundError(absl::StrCat(
-          "module ", module_.name(), " has no kernel ", name));
+      return absl::NotFoundError(
+          absl::StrCat("module ", module_.name(), " has no kernel ", name));
     }
     return KernelHandle{it->second.get()};
   }
@@ -123,8 +123,8 @@ class EmulatorBackend final : public Backend {
   absl::StatusOr<std::shared_ptr<LoadedModule>> LoadSource(
       const std::string& source, const std::string& name,
       const std::vector<std::string>& kernels) override;
-  absl::Status Launch(KernelHandle kernel, int64_t grid, int block,
-                      void** args, Stream stream) override;
+  absl::Status Launch(KernelHandle kernel, int64_t grid, int block, void** args,
+                      Stream stream) override;
   absl::Status Gemm(const DeviceGemmArgs& args, Stream stream) override;
 
   absl::Status BeginCapture(Stream stream) override;
@@ -133,8 +133,8 @@ class EmulatorBackend final : public Backend {
   void DestroyGraph(GraphHandle graph) override;
 
   EmulatorStats stats() const {
-    return {launches_.load(),  graph_launches_.load(), copies_.load(),
-            bytes_copied_.load(), memsets_.load(),     gemms_.load()};
+    return {launches_.load(),     graph_launches_.load(), copies_.load(),
+            bytes_copied_.load(), memsets_.load(),        gemms_.load()};
   }
 
  private:
@@ -156,7 +156,7 @@ class EmulatorBackend final : public Backend {
   };
   // Work as queued, or as recorded into a graph.
   struct Task {
-    std::function<absl::Status()> run = nullptr;  // null: marker or wait
+    std::function<absl::Status()> run = nullptr;   // null: marker or wait
     std::shared_ptr<EventState> record = nullptr;  // RecordEvent's event
     std::vector<Dep> waits = {};  // StreamWaitEvent's dependency
   };
@@ -170,7 +170,7 @@ class EmulatorBackend final : public Backend {
     std::deque<Item> queue;
     uint64_t submitted = 0, completed = 0;
     bool stop = false;
-    std::condition_variable cv;  // work queued or stop
+    std::condition_variable cv;                  // work queued or stop
     std::unique_ptr<std::vector<Task>> capture;  // non-null while capturing
     std::thread worker;
   };
@@ -190,8 +190,8 @@ class EmulatorBackend final : public Backend {
   }
   absl::Status TakeError();
   absl::StatusOr<StreamPtr> FindStream(Stream stream, absl::string_view call);
-  absl::StatusOr<std::shared_ptr<EventState>> FindEvent(
-      Event event, absl::string_view call);
+  absl::StatusOr<std::shared_ptr<EventState>> FindEvent(Event event,
+                                                        absl::string_view call);
   // The allocation holding [p, p + bytes), or null.
   const Allocation* Holding(const void* p, size_t bytes) const;
   absl::Status CheckDevice(const void* p, size_t bytes, absl::string_view call,
@@ -219,8 +219,7 @@ class EmulatorBackend final : public Backend {
       bytes_copied_{0}, memsets_{0}, gemms_{0};
 };
 
-EmulatorBackend::EmulatorBackend(EmulatorOptions options)
-    : options_(options) {
+EmulatorBackend::EmulatorBackend(EmulatorOptions options) : options_(options) {
   std::lock_guard<std::mutex> lock(mu_);
   streams_[0] = NewStream(0);
 }
@@ -368,19 +367,19 @@ absl::StatusOr<void*> EmulatorBackend::DeviceAlloc(size_t bytes) {
   if (bytes == 0)
     return absl::InvalidArgumentError("DeviceAlloc: zero bytes requested");
   std::lock_guard<std::mutex> lock(mu_);
-  if (bytes > options_.memory_limit_bytes - std::min(device_bytes_,
-                                                     options_.memory_limit_bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "host emulator out of device memory: ", bytes, " bytes requested, ",
-        device_bytes_, " of the ", options_.memory_limit_bytes,
-        "-byte limit in use"));
+  if (bytes > options_.memory_limit_bytes -
+                  std::min(device_bytes_, options_.memory_limit_bytes)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("host emulator out of device memory: ", bytes,
+                     " bytes requested, ", device_bytes_, " of the ",
+                     options_.memory_limit_bytes, "-byte limit in use"));
   }
-  void* p = std::aligned_alloc(kAlignment,
-                               (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  void* p = std::aligned_alloc(
+      kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
   if (p == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "host emulator out of device memory: the host has no ", bytes,
-        " bytes"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("host emulator out of device memory: the host has no ",
+                     bytes, " bytes"));
   }
   allocations_[reinterpret_cast<uintptr_t>(p)] = {bytes, false};
   device_bytes_ += bytes;
@@ -390,8 +389,8 @@ absl::StatusOr<void*> EmulatorBackend::DeviceAlloc(size_t bytes) {
 absl::StatusOr<void*> EmulatorBackend::HostAllocPinned(size_t bytes) {
   if (bytes == 0)
     return absl::InvalidArgumentError("HostAllocPinned: zero bytes requested");
-  void* p = std::aligned_alloc(kAlignment,
-                               (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  void* p = std::aligned_alloc(
+      kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
   if (p == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("HostAllocPinned: the host has no ", bytes, " bytes"));
@@ -455,11 +454,11 @@ absl::Status EmulatorBackend::Copy(void* dst, const void* src, size_t bytes,
   }
   const bool pageable = host != nullptr && Holding(host, bytes) == nullptr;
   const uint64_t seq = Submit(s, {.run = [this, dst, src, bytes] {
-    std::memmove(dst, src, bytes);
-    ++copies_;
-    bytes_copied_ += static_cast<int64_t>(bytes);
-    return absl::OkStatus();
-  }});
+                                std::memmove(dst, src, bytes);
+                                ++copies_;
+                                bytes_copied_ += static_cast<int64_t>(bytes);
+                                return absl::OkStatus();
+                              }});
   // Pageable memory: the host buffer may be reused once the call returns.
   if (pageable && seq != 0) WaitFor(lock, {s, seq});
   return absl::OkStatus();
@@ -472,10 +471,10 @@ absl::Status EmulatorBackend::Memset(void* dst, uint8_t value, size_t bytes,
   if (bytes == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckDevice(dst, bytes, "Memset", "destination"));
   Submit(s, {.run = [this, dst, value, bytes] {
-    std::memset(dst, value, bytes);
-    ++memsets_;
-    return absl::OkStatus();
-  }});
+           std::memset(dst, value, bytes);
+           ++memsets_;
+           return absl::OkStatus();
+         }});
   return absl::OkStatus();
 }
 
@@ -493,11 +492,12 @@ absl::Status EmulatorBackend::DestroyStream(Stream stream) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (stream == 0)
-      return absl::InvalidArgumentError("DestroyStream: stream 0 is the default stream");
+      return absl::InvalidArgumentError(
+          "DestroyStream: stream 0 is the default stream");
     ASSIGN_OR_RETURN(s, FindStream(stream, "DestroyStream"));
     if (s->capture != nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "DestroyStream: stream ", stream, " is being captured"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("DestroyStream: stream ", stream, " is being captured"));
     }
     WaitFor(lock, {s, s->submitted});
     s->stop = true;
@@ -542,7 +542,8 @@ absl::StatusOr<Event> EmulatorBackend::CreateEvent() {
 
 absl::Status EmulatorBackend::RecordEvent(Event event, Stream stream) {
   std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(std::shared_ptr<EventState> e, FindEvent(event, "RecordEvent"));
+  ASSIGN_OR_RETURN(std::shared_ptr<EventState> e,
+                   FindEvent(event, "RecordEvent"));
   ASSIGN_OR_RETURN(StreamPtr s, FindStream(stream, "RecordEvent"));
   Submit(s, {.record = std::move(e)});
   return absl::OkStatus();
@@ -550,7 +551,8 @@ absl::Status EmulatorBackend::RecordEvent(Event event, Stream stream) {
 
 absl::StatusOr<bool> EmulatorBackend::QueryEvent(Event event) {
   std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(std::shared_ptr<EventState> e, FindEvent(event, "QueryEvent"));
+  ASSIGN_OR_RETURN(std::shared_ptr<EventState> e,
+                   FindEvent(event, "QueryEvent"));
   return e->latest == nullptr || Done({e->latest->stream, e->latest->seq});
 }
 
@@ -575,7 +577,8 @@ absl::Status EmulatorBackend::StreamWaitEvent(Stream stream, Event event) {
 
 absl::StatusOr<float> EmulatorBackend::ElapsedMs(Event start, Event end) {
   std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(std::shared_ptr<EventState> a, FindEvent(start, "ElapsedMs"));
+  ASSIGN_OR_RETURN(std::shared_ptr<EventState> a,
+                   FindEvent(start, "ElapsedMs"));
   ASSIGN_OR_RETURN(std::shared_ptr<EventState> b, FindEvent(end, "ElapsedMs"));
   for (const auto& e : {a, b}) {
     if (e->latest == nullptr) {
@@ -616,9 +619,9 @@ absl::Status EmulatorBackend::Launch(KernelHandle kernel, int64_t grid,
         "module");
   }
   if (grid < 1 || block < 1 || block > kMaxBlock) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Launch of ", k->kernel.name(), ": ", grid, " blocks of ", block,
-        " threads (1..", kMaxBlock, " per block)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Launch of ", k->kernel.name(), ": ", grid, " blocks of ",
+                     block, " threads (1..", kMaxBlock, " per block)"));
   }
   // The values, not the caller's pointers to them: those may be gone when
   // the launch runs.
@@ -630,9 +633,9 @@ absl::Status EmulatorBackend::Launch(KernelHandle kernel, int64_t grid,
   ASSIGN_OR_RETURN(StreamPtr s, FindStream(stream, "Launch"));
   Submit(s, {.run = [this, kernel = k->kernel, loaded = k->kernel.KeepLoaded(),
                      packed, blocks, block] {
-    ++launches_;
-    return kernel.Run(packed->data(), blocks, block);
-  }});
+           ++launches_;
+           return kernel.Run(packed->data(), blocks, block);
+         }});
   return absl::OkStatus();
 }
 
@@ -643,13 +646,14 @@ absl::Status EmulatorBackend::Gemm(const DeviceGemmArgs& args, Stream stream) {
   RETURN_IF_ERROR(CheckDevice(g.a, 1, "Gemm", "A"));
   RETURN_IF_ERROR(CheckDevice(g.b, 1, "Gemm", "B"));
   RETURN_IF_ERROR(CheckDevice(g.c, 1, "Gemm", "C"));
-  if (g.bias != nullptr) RETURN_IF_ERROR(CheckDevice(g.bias, 1, "Gemm", "bias"));
+  if (g.bias != nullptr)
+    RETURN_IF_ERROR(CheckDevice(g.bias, 1, "Gemm", "bias"));
   cpu::GemmArgs host = g;
   host.backend = cpu::GemmBackend::kAuto;
   Submit(s, {.run = [this, host] {
-    ++gemms_;
-    return cpu::Gemm(host);
-  }});
+           ++gemms_;
+           return cpu::Gemm(host);
+         }});
   return absl::OkStatus();
 }
 
@@ -691,9 +695,9 @@ absl::Status EmulatorBackend::LaunchGraph(GraphHandle graph, Stream stream) {
         "LaunchGraph: ", graph, " is not a graph of the host emulator"));
   }
   Submit(s, {.run = [this] {
-    ++graph_launches_;
-    return absl::OkStatus();
-  }});
+           ++graph_launches_;
+           return absl::OkStatus();
+         }});
   for (const Task& t : *it->second) Submit(s, t);
   return absl::OkStatus();
 }

@@ -16,6 +16,7 @@
 #include "ir/status.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/loops.h"
+#include "runtime/cuda/row_ops.h"
 #include "runtime/matmul_plan.h"
 
 namespace stepjit::runtime::cuda {
@@ -74,7 +75,7 @@ struct SjLayout {
 // What the caches below belong to: a new backend starts them afresh.
 struct Caches {
   Backend* owner = nullptr;
-  std::shared_ptr<LoadedModule> fixed;
+  absl::flat_hash_map<std::string, std::shared_ptr<LoadedModule>> fixed;
   absl::flat_hash_map<std::string, std::shared_ptr<const LoadedRegion>> regions;
   // (op, operand types, attrs) -> the emitted kernel, or why not.
   absl::flat_hash_map<std::string, std::shared_ptr<const LoadedRegion>> ops;
@@ -104,27 +105,14 @@ void Check(const absl::Status& s, absl::string_view what) {
 }
 
 KernelHandle FixedKernel(Backend& b, absl::string_view name) {
-  std::shared_ptr<LoadedModule> module;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    Caches& c = GetCaches(&b);
-    if (c.fixed == nullptr) {
-      std::vector<std::string> names;
-      for (const char* kind : {"copy", "fill"}) {
-        for (int n : {1, 2, 4, 8}) names.push_back(absl::StrCat("sj_", kind, "_", n));
-      }
-      absl::StatusOr<std::shared_ptr<LoadedModule>> m =
-          b.LoadSource(kFixedKernels, "sj_fixed", names);
-      Check(m.status(), "compiling the CUDA copy kernels");
-      c.fixed = *m;
-      ++c.stats.modules_loaded;
+  static const std::vector<std::string> kNames = [] {
+    std::vector<std::string> names;
+    for (const char* kind : {"copy", "fill"}) {
+      for (int n : {1, 2, 4, 8}) names.push_back(absl::StrCat("sj_", kind, "_", n));
     }
-    ++c.stats.copy_launches;
-    module = c.fixed;
-  }
-  absl::StatusOr<KernelHandle> k = module->Function(name);
-  Check(k.status(), name);
-  return *k;
+    return names;
+  }();
+  return FixedKernelIn(b, "sj_fixed", kFixedKernels, kNames, name);
 }
 
 // `t`'s layout over `shape` (broadcast dims get stride 0).
@@ -289,6 +277,27 @@ void RunOnHost(Backend& b, const KernelArgs& k) {
 
 }  // namespace
 
+KernelHandle FixedKernelIn(Backend& b, const std::string& module_name, const char* source,
+                           const std::vector<std::string>& kernels, absl::string_view name) {
+  std::shared_ptr<LoadedModule> module;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    Caches& c = GetCaches(&b);
+    std::shared_ptr<LoadedModule>& slot = c.fixed[module_name];
+    if (slot == nullptr) {
+      absl::StatusOr<std::shared_ptr<LoadedModule>> m = b.LoadSource(source, module_name, kernels);
+      Check(m.status(), absl::StrCat("compiling the CUDA kernels ", module_name));
+      slot = *m;
+      ++c.stats.modules_loaded;
+    }
+    ++c.stats.copy_launches;
+    module = slot;
+  }
+  absl::StatusOr<KernelHandle> k = module->Function(name);
+  Check(k.status(), name);
+  return *k;
+}
+
 absl::StatusOr<std::shared_ptr<const LoadedRegion>> LoadRegion(
     const codegen::cuda::RegionSource& source) {
   ASSIGN_OR_RETURN(Backend * b, RequireBackend());
@@ -397,7 +406,7 @@ bool RunsOnDevice(OpId op) {
   return kind == OpKind::kElementwise || kind == OpKind::kInplaceUpdate ||
          kind == OpKind::kView || op == OpId::kSum || op == OpId::kMean ||
          op == OpId::kAmax || op == OpId::kMatmul || op == OpId::kContiguous ||
-         op == OpId::kFull;
+         op == OpId::kFull || IsRowOp(op);
 }
 
 void RunKernel(const KernelArgs& k) {
@@ -428,8 +437,11 @@ void RunKernel(const KernelArgs& k) {
                               k.op == OpId::kSum || k.op == OpId::kMean ||
                               k.op == OpId::kAmax;
   if (generated_kind && RunGenerated(b, k)) return;
+  if (IsRowOp(k.op) && RunRowOp(b, k)) return;
   RunOnHost(b, k);
 }
+
+const char* CopyKernelSource() { return kFixedKernels; }
 
 EagerStats GetEagerStats() {
   std::lock_guard<std::mutex> lock(g_mu);

@@ -1,9 +1,11 @@
 // Eager CUDA ops, queued on the current stream of the process's backend:
 // elementwise ops, casts, in-place updates and sum/mean/amax as single-op
 // kernels from the CUDA C emitter (the scalar definitions the CPU kernels
-// use), layout copies and fills as fixed kernels, matmul through the
-// backend's GEMM (cuBLASLt on a GPU). Ops with no CUDA kernel yet (softmax,
-// cross-entropy, layer norm, the random and index ops, ...) run on the host:
+// use), layout copies and fills as fixed kernels, softmax/log_softmax/
+// cross_entropy/one_hot as hand-written row kernels (runtime/cuda/row_ops.h),
+// matmul through the backend's GEMM (cuBLASLt on a GPU). Ops with no CUDA
+// kernel yet (layer norm, var, argmax, mse_loss, embedding and its
+// backward, slice_backward, arange, the random ops) run on the host:
 // operands are copied to the CPU, the CPU kernel runs, and the result is
 // copied back; EagerStats counts these host round trips.
 #ifndef STEPJIT_RUNTIME_CUDA_OPS_H_
@@ -54,9 +56,19 @@ absl::StatusOr<std::shared_ptr<const LoadedRegion>> LoadRegion(
 absl::Status LaunchRegion(const LoadedRegion& region,
                           absl::Span<void* const> ptrs, Stream stream);
 
+// A kernel of a fixed (hand-written) module, compiled and loaded once per
+// backend under `module_name`; counted as a copy launch.
+KernelHandle FixedKernelIn(Backend& b, const std::string& module_name, const char* source,
+                           const std::vector<std::string>& kernels, absl::string_view name);
+
+// The hand-written modules' CUDA C (copies and fills; row ops), for tests
+// that compile every kernel with NVRTC.
+const char* CopyKernelSource();
+const char* RowKernelSource();
+
 struct EagerStats {
   int64_t generated_launches = 0;  // single-op kernels queued
-  int64_t copy_launches = 0;       // layout copies and fills
+  int64_t copy_launches = 0;       // hand-written kernels: copies, fills, row ops
   int64_t gemms = 0;
   int64_t host_fallbacks = 0;      // ops run on the host (see above)
   int64_t modules_loaded = 0;

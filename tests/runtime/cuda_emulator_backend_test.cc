@@ -2,8 +2,6 @@
 // provenance errors, out-of-memory with a limit, stream order, events, the
 // legacy default stream, kernels with barriers and warp shuffles, compile
 // errors, graph capture and replay, and GEMMs against a float64 loop.
-#include "runtime/cuda/emulator_backend.h"
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +13,7 @@
 #include "codegen/cuda/host_emulation.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/cuda/emulator_backend.h"
 
 namespace stepjit::runtime::cuda {
 namespace {
@@ -113,8 +112,8 @@ class EmulatorBackendTest : public testing::Test {
   std::unique_ptr<Backend> backend_;
 };
 
-#define SKIP_WITHOUT_COMPILER()                              \
-  if (codegen::cuda::HostCompiler().empty())                 \
+#define SKIP_WITHOUT_COMPILER()              \
+  if (codegen::cuda::HostCompiler().empty()) \
   GTEST_SKIP() << "no host C++ compiler for the emulation"
 
 constexpr int kSpin = 20'000'000;  // tens of milliseconds
@@ -134,9 +133,8 @@ TEST_F(EmulatorBackendTest, CopiesRoundTripAndCheckProvenance) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(d) % 64, 0u);
   std::vector<float> host(100);
   std::iota(host.begin(), host.end(), 1.0f);
-  ASSERT_TRUE(backend_
-                  ->Copy(d, host.data(), 400, CopyKind::kHostToDevice, 0)
-                  .ok());
+  ASSERT_TRUE(
+      backend_->Copy(d, host.data(), 400, CopyKind::kHostToDevice, 0).ok());
   EXPECT_EQ(Read(d, 100), host);
 
   // A host pointer as the device side, a device pointer as the host side,
@@ -154,9 +152,9 @@ TEST_F(EmulatorBackendTest, CopiesRoundTripAndCheckProvenance) {
   EXPECT_THAT(s.message(), HasSubstr("Copy (device to device): the source"));
   s = backend_->Memset(host.data(), 0, 4, 0);
   EXPECT_THAT(s.message(), HasSubstr("Memset"));
-  EXPECT_EQ(backend_->Copy(d, host.data(), 4, CopyKind::kHostToDevice, 77)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      backend_->Copy(d, host.data(), 4, CopyKind::kHostToDevice, 77).code(),
+      absl::StatusCode::kInvalidArgument);
 
   ASSERT_TRUE(backend_->Memset(d, 0, 400, 0).ok());
   EXPECT_EQ(Read(d, 100), std::vector<float>(100, 0.0f));
@@ -167,9 +165,9 @@ TEST_F(EmulatorBackendTest, CopiesRoundTripAndCheckProvenance) {
   s = backend_->DeviceFree(d);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("DeviceFree"));
-  EXPECT_EQ(backend_->Copy(host.data(), d, 4, CopyKind::kDeviceToHost, 0)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      backend_->Copy(host.data(), d, 4, CopyKind::kDeviceToHost, 0).code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(EmulatorBackendTest, OutOfMemoryAtTheLimit) {
@@ -200,13 +198,12 @@ TEST_F(EmulatorBackendTest, PinnedCopiesAreAsynchronous) {
   ASSERT_TRUE(
       backend_->Copy(d, pinned, n * 4, CopyKind::kHostToDevice, *s).ok());
   // Pinned memory is host memory, not a device-to-device destination.
-  EXPECT_EQ(backend_->Copy(pinned, d, n * 4, CopyKind::kDeviceToDevice, *s)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      backend_->Copy(pinned, d, n * 4, CopyKind::kDeviceToDevice, *s).code(),
+      absl::StatusCode::kInvalidArgument);
   std::vector<float> expect(pinned, pinned + n);
   auto* back = static_cast<float*>(*backend_->HostAllocPinned(n * 4));
-  ASSERT_TRUE(
-      backend_->Copy(back, d, n * 4, CopyKind::kDeviceToHost, *s).ok());
+  ASSERT_TRUE(backend_->Copy(back, d, n * 4, CopyKind::kDeviceToHost, *s).ok());
   ASSERT_TRUE(backend_->SynchronizeStream(*s).ok());
   EXPECT_EQ(std::vector<float>(back, back + n), expect);
   const EmulatorStats after = GetEmulatorStats(*backend_);
@@ -246,8 +243,7 @@ TEST_F(EmulatorBackendTest, StreamOrderEventsAndCrossStreamWaits) {
   ASSERT_TRUE(backend_->RecordEvent(*done, *s1).ok());
   EXPECT_EQ(*backend_->QueryEvent(*done), false);  // the kernel is still busy
   ASSERT_TRUE(backend_->StreamWaitEvent(*s2, *done).ok());
-  ASSERT_TRUE(
-      backend_->Copy(b, a, n * 4, CopyKind::kDeviceToDevice, *s2).ok());
+  ASSERT_TRUE(backend_->Copy(b, a, n * 4, CopyKind::kDeviceToDevice, *s2).ok());
   EXPECT_EQ(Read(b, n, *s2), std::vector<float>(n, 4.0f));
   ASSERT_TRUE(backend_->SynchronizeEvent(*done).ok());
   EXPECT_EQ(*backend_->QueryEvent(*done), true);
@@ -287,15 +283,12 @@ TEST_F(EmulatorBackendTest, LaunchCopiesArgumentValues) {
   }
   ASSERT_TRUE(backend_->SynchronizeStream(*s).ok());
   EXPECT_EQ(Read(a, n), std::vector<float>(n, 1.0f));
-  EXPECT_EQ(backend_
-                ->Launch(KernelHandle{}, 1, 1, nullptr, *s)
-                .code(),
+  EXPECT_EQ(backend_->Launch(KernelHandle{}, 1, 1, nullptr, *s).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(backend_->Launch(Function(*m, "add_one"), 1, 2000, nullptr, *s)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(m->Function("absent").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(
+      backend_->Launch(Function(*m, "add_one"), 1, 2000, nullptr, *s).code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m->Function("absent").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(EmulatorBackendTest, BarriersAndWarpShufflesReduce) {
@@ -315,8 +308,7 @@ TEST_F(EmulatorBackendTest, BarriersAndWarpShufflesReduce) {
     void* args[] = {&d_in, &d_out, &count};
     // 1000 blocks asked for: the grid is clamped and the loop wraps.
     ASSERT_TRUE(
-        backend_->Launch(Function(*m, "block_sum"), 1000, block, args, 0)
-            .ok());
+        backend_->Launch(Function(*m, "block_sum"), 1000, block, args, 0).ok());
     double sum = 0;
     ASSERT_TRUE(
         backend_->Copy(&sum, d_out, 8, CopyKind::kDeviceToHost, 0).ok());
@@ -383,8 +375,7 @@ TEST_F(EmulatorBackendTest, CapturedGraphRunsOnlyWhenLaunched) {
   ASSERT_TRUE(backend_->Launch(Function(*m, "add_one"), 64, 64, args, *s).ok());
   count = 1;  // the graph keeps the value it was captured with
   ASSERT_TRUE(backend_->Launch(Function(*m, "add_one"), 64, 64, args, *s).ok());
-  ASSERT_TRUE(
-      backend_->Copy(b, a, n * 4, CopyKind::kDeviceToDevice, *s).ok());
+  ASSERT_TRUE(backend_->Copy(b, a, n * 4, CopyKind::kDeviceToDevice, *s).ok());
   EXPECT_EQ(backend_->SynchronizeStream(*s).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(backend_->SynchronizeDevice().code(),
@@ -423,10 +414,9 @@ TEST_F(EmulatorBackendTest, GemmMatchesADoubleLoop) {
   for (int j = 0; j < n; ++j) bias[j] = 0.25f * j;
   auto upload = [&](const std::vector<float>& v) {
     auto* d = static_cast<float*>(Alloc(v.size() * 4));
-    EXPECT_TRUE(backend_
-                    ->Copy(d, v.data(), v.size() * 4,
-                           CopyKind::kHostToDevice, 0)
-                    .ok());
+    EXPECT_TRUE(
+        backend_->Copy(d, v.data(), v.size() * 4, CopyKind::kHostToDevice, 0)
+            .ok());
     return d;
   };
   float* da = upload(a);
@@ -434,9 +424,18 @@ TEST_F(EmulatorBackendTest, GemmMatchesADoubleLoop) {
   float* dbias = upload(bias);
   float* dc = upload(c);
   DeviceGemmArgs args;
-  args.gemm = {.dtype = ir::DType::kF32, .trans_b = true, .m = m, .n = n,
-               .k = k, .a = da, .lda = k, .b = db, .ldb = k, .c = dc,
-               .ldc = n, .bias = dbias};
+  args.gemm = {.dtype = ir::DType::kF32,
+               .trans_b = true,
+               .m = m,
+               .n = n,
+               .k = k,
+               .a = da,
+               .lda = k,
+               .b = db,
+               .ldb = k,
+               .c = dc,
+               .ldc = n,
+               .bias = dbias};
   ASSERT_TRUE(backend_->Gemm(args, 0).ok());
   std::vector<float> got = Read(dc, m * n);
   for (int i = 0; i < m; ++i) {
