@@ -16,6 +16,8 @@
 namespace stepjit::runtime::cuda {
 namespace {
 
+bool HoldActive();
+
 // The caching allocator's raw memory and events, from a Backend.
 class AllocatorBackend : public DeviceMemoryBackend {
  public:
@@ -25,6 +27,12 @@ class AllocatorBackend : public DeviceMemoryBackend {
   }
   absl::Status Free(void* ptr) override { return backend_->DeviceFree(ptr); }
   absl::StatusOr<Event> RecordEvent(Stream stream) override {
+    // While a CUDA graph is captured an event on the capturing stream would
+    // become part of the graph and could not be queried: blocks then stay
+    // with their stream (the allocator's answer to having no events).
+    if (HoldActive()) {
+      return absl::UnavailableError("no cross-stream reuse while a CUDA graph is captured");
+    }
     absl::StatusOr<Event> e = backend_->CreateEvent();
     if (!e.ok()) return e.status();
     absl::Status s = backend_->RecordEvent(*e, stream);
@@ -101,6 +109,12 @@ struct Held {
 Held& GetHeld() {
   static Held* h = new Held;
   return *h;
+}
+
+bool HoldActive() {
+  Held& h = GetHeld();
+  std::lock_guard<std::mutex> lock(h.mu);
+  return h.active;
 }
 
 }  // namespace

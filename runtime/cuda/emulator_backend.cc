@@ -605,6 +605,11 @@ void EmulatorBackend::DestroyEvent(Event event) {
 absl::StatusOr<std::shared_ptr<LoadedModule>> EmulatorBackend::LoadSource(
     const std::string& source, const std::string& name,
     const std::vector<std::string>& kernels) {
+  if (!options_.fail_loads_with_prefix.empty() &&
+      name.rfind(options_.fail_loads_with_prefix, 0) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": compile error (injected by EmulatorOptions.fail_loads_with_prefix)"));
+  }
   ASSIGN_OR_RETURN(HostModule module,
                    codegen::cuda::CompileForHost(source, name, kernels));
   return std::make_shared<EmulatedModule>(std::move(module), kernels);

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <string>
 
 #include "runtime/cuda/backend.h"
 
@@ -36,6 +37,9 @@ struct EmulatorOptions {
   int64_t max_grid = 4;
   // Limits().preferred_block.
   int preferred_block = 64;
+  // For tests of compile-failure handling: LoadSource of a module whose name
+  // starts with this (when not empty) fails as a compile error would.
+  std::string fail_loads_with_prefix;
 };
 
 // Work the emulator has run (counted when it ran, graph replays included).

@@ -157,5 +157,28 @@ TEST_F(CudaTest, NewInputsAreCopiedIntoTheGraphsBuffers) {
   }
 }
 
+TEST_F(CudaTest, AKernelThatFailsToCompileFallsBackToEagerAndSaysWhy) {
+  runtime::cuda::Backend* b = runtime::cuda::GetBackend();
+  if (!runtime::cuda::IsEmulatorBackend(*b)) GTEST_SKIP() << "injects failures into the emulator";
+  // A backend whose compiler rejects every fusion region's module.
+  runtime::cuda::SetBackend(runtime::cuda::MakeEmulatorBackend({.fail_loads_with_prefix = "fused_"}));
+  {
+    StepRun eager(kCuda, false), compiled(kCuda, false);
+    auto fast = compile([&](const Tensor& x, const Tensor& y) { return compiled.Step(x, y); });
+    const auto batches = Batches(4);
+    for (int i = 0; i < 4; ++i) {
+      const Tensor x = batches[i].x.to(kCuda), y = batches[i].y.to(kCuda);
+      const double le = eager.Step(x, y).item();
+      EXPECT_EQ(fast(x, y).item(), le) << "step " << i;  // both eager: identical
+    }
+    const std::string explain = fast.explain();
+    EXPECT_NE(explain.find("eager-only (building the program failed: fused_"), std::string::npos)
+        << explain;
+    EXPECT_NE(explain.find("compile error (injected"), std::string::npos) << explain;
+    EXPECT_EQ(fast.stats().replays, 0);
+  }
+  runtime::cuda::SetBackend(runtime::cuda::MakeEmulatorBackend());
+}
+
 }  // namespace
 }  // namespace stepjit

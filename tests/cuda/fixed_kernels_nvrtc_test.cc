@@ -1,0 +1,45 @@
+// The hand-written CUDA modules (copies and fills; softmax, cross-entropy and
+// one_hot rows) compile with NVRTC for every architecture the project
+// targets, with the flags generated kernels use, and export every kernel the
+// runtime asks for. No GPU is needed.
+#include <string>
+
+#include "codegen/cuda/nvrtc.h"
+#include "gtest/gtest.h"
+#include "runtime/cuda/ops.h"
+
+namespace stepjit {
+namespace {
+
+void ExpectCompiles(const char* source, const char* name,
+                    const std::vector<std::string>& kernels) {
+  if (!codegen::cuda::NvrtcAvailable()) GTEST_SKIP() << "this build has no NVRTC";
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    absl::StatusOr<codegen::cuda::CompiledCuda> c = codegen::cuda::CompileCuda(
+        source, name, {.arch = arch, .want_ptx = true, .use_cache = false});
+    ASSERT_TRUE(c.ok()) << arch << ": " << c.status();
+    EXPECT_FALSE(c->cubin.empty()) << arch;
+    for (const std::string& k : kernels) {
+      EXPECT_NE(c->ptx.find(".entry " + k + "("), std::string::npos) << arch << " lacks " << k;
+    }
+  }
+}
+
+TEST(FixedKernelsNvrtcTest, CopyAndFillKernelsCompileForSm80AndSm90) {
+  std::vector<std::string> kernels;
+  for (const char* kind : {"copy", "fill"}) {
+    for (int n : {1, 2, 4, 8}) kernels.push_back(std::string("sj_") + kind + "_" + std::to_string(n));
+  }
+  ExpectCompiles(runtime::cuda::CopyKernelSource(), "sj_fixed", kernels);
+}
+
+TEST(FixedKernelsNvrtcTest, RowKernelsCompileForSm80AndSm90) {
+  std::vector<std::string> kernels;
+  for (const char* k : {"softmax", "xent_rows", "xent_reduce", "one_hot"}) {
+    for (const char* t : {"f32", "f64"}) kernels.push_back(std::string("sj_") + k + "_" + t);
+  }
+  ExpectCompiles(runtime::cuda::RowKernelSource(), "sj_rows", kernels);
+}
+
+}  // namespace
+}  // namespace stepjit
