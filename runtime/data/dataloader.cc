@@ -7,11 +7,13 @@
 #include <exception>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <thread>
 #include <utility>
 
 #include "ir/status.h"
+#include "runtime/cuda/backend.h"
 
 namespace stepjit::data {
 namespace internal {
@@ -23,11 +25,12 @@ namespace internal {
 class Epoch {
  public:
   Epoch(const Dataset& dataset, std::vector<int64_t> order, int64_t batch_size,
-        int64_t num_batches, int num_workers, int prefetch)
+        int64_t num_batches, int num_workers, int prefetch, bool pin_memory)
       : dataset_(dataset),
         order_(std::move(order)),
         batch_size_(batch_size),
         num_batches_(num_batches),
+        pin_memory_(pin_memory),
         slots_(num_workers > 0 ? prefetch : 0) {
     workers_.reserve(num_workers);
     for (int i = 0; i < num_workers; ++i) {
@@ -79,8 +82,12 @@ class Epoch {
     const int64_t begin = k * batch_size_;
     const int64_t end = std::min<int64_t>(begin + batch_size_,
                                           static_cast<int64_t>(order_.size()));
-    return dataset_.Get(
-        absl::MakeConstSpan(order_.data() + begin, end - begin));
+    Batch b = dataset_.Get(absl::MakeConstSpan(order_.data() + begin, end - begin));
+    if (pin_memory_) {
+      b.x = b.x.pin_memory();
+      b.y = b.y.pin_memory();
+    }
+    return b;
   }
 
   void WorkerLoop() {
@@ -115,6 +122,7 @@ class Epoch {
   const std::vector<int64_t> order_;
   const int64_t batch_size_;
   const int64_t num_batches_;
+  const bool pin_memory_;
 
   std::mutex mu_;
   std::condition_variable work_cv_;   // workers: a batch may be claimed
@@ -124,6 +132,71 @@ class Epoch {
   bool stop_ = false;
   std::vector<Slot> slots_;
   std::vector<std::thread> workers_;  // last: started after the rest exists
+};
+
+// Copies host batches to a CUDA device one batch ahead, on its own stream.
+class DeviceStager {
+ public:
+  explicit DeviceStager(Device device) : device_(device) {
+    backend_ = ValueOrThrow(runtime::cuda::RequireBackend());
+    stream_ = ValueOrThrow(backend_->CreateStream());
+  }
+  ~DeviceStager() {
+    (void)backend_->SynchronizeStream(stream_);
+    if (staged_) backend_->DestroyEvent(staged_->done);
+    (void)backend_->DestroyStream(stream_);
+  }
+  DeviceStager(const DeviceStager&) = delete;
+  DeviceStager& operator=(const DeviceStager&) = delete;
+
+  // The device copy of the batch `epoch` delivers next; false at its end.
+  bool Next(Epoch& epoch, Batch& out) {
+    if (!staged_) {
+      Batch host;
+      if (!epoch.Next(host)) return false;
+      staged_ = Stage(std::move(host));
+    }
+    Staged current = std::move(*staged_);
+    staged_.reset();
+    Batch host;
+    if (epoch.Next(host)) staged_ = Stage(std::move(host));  // overlaps the caller's work
+    const runtime::cuda::Stream consumer = runtime::cuda::CurrentStream();
+    ThrowIfError(backend_->StreamWaitEvent(consumer, current.done));
+    backend_->DestroyEvent(current.done);
+    // The blocks were allocated on the copy stream: the allocator must not
+    // hand them out again before the caller's work on them is done.
+    for (const Tensor* t : {&current.device.x, &current.device.y}) {
+      ThrowIfError(runtime::cuda::DeviceAllocator().RecordStream(t->storage()->data(), consumer));
+    }
+    // The pinned source of the copy lives one more round, by when its copy
+    // has normally finished (freeing pinned memory waits for queued copies).
+    keep_ = std::move(current.host);
+    out = std::move(current.device);
+    return true;
+  }
+
+ private:
+  struct Staged {
+    Batch host, device;
+    runtime::cuda::Event done = 0;
+  };
+
+  Staged Stage(Batch host) {
+    runtime::cuda::StreamGuard on_copy_stream(stream_);
+    Staged s;
+    s.device.x = host.x.to(device_, /*non_blocking=*/true);
+    s.device.y = host.y.to(device_, /*non_blocking=*/true);
+    s.done = ValueOrThrow(backend_->CreateEvent());
+    ThrowIfError(backend_->RecordEvent(s.done, stream_));
+    s.host = std::move(host);
+    return s;
+  }
+
+  Device device_;
+  runtime::cuda::Backend* backend_ = nullptr;
+  runtime::cuda::Stream stream_ = 0;
+  std::optional<Staged> staged_;
+  Batch keep_;
 };
 
 }  // namespace internal
@@ -164,6 +237,12 @@ DataLoader::DataLoader(const Dataset& dataset, DataLoaderOptions options)
              options_.num_workers);
   SJ_REQUIRE(options_.prefetch >= 1, "DataLoader: prefetch must be >= 1, got ",
              options_.prefetch);
+  if (options_.pin_memory || options_.device.is_cuda()) {
+    absl::StatusOr<runtime::cuda::Backend*> b = runtime::cuda::RequireBackend();
+    SJ_REQUIRE(b.ok(), "DataLoader: ",
+               options_.pin_memory ? "pin_memory" : ("device " + options_.device.str()),
+               " needs a CUDA device: ", b.status().message());
+  }
 }
 
 int64_t DataLoader::num_batches() const {
@@ -189,14 +268,15 @@ DataLoader::Iterator DataLoader::begin() {
   const int64_t batches = num_batches();
   const int workers =
       static_cast<int>(std::min<int64_t>(options_.num_workers, batches));
-  return Iterator(std::make_unique<internal::Epoch>(
-      dataset_, EpochOrder(epoch), options_.batch_size, batches, workers,
-      options_.prefetch));
-}
-
-DataLoader::Iterator::Iterator(std::unique_ptr<internal::Epoch> epoch)
-    : epoch_(std::move(epoch)) {
-  ++*this;
+  Iterator it;
+  it.epoch_ = std::make_unique<internal::Epoch>(dataset_, EpochOrder(epoch), options_.batch_size,
+                                                batches, workers, options_.prefetch,
+                                                options_.pin_memory);
+  if (options_.device.is_cuda()) {
+    it.stager_ = std::make_unique<internal::DeviceStager>(options_.device);
+  }
+  ++it;
+  return it;
 }
 
 DataLoader::Iterator::Iterator() = default;
@@ -206,7 +286,10 @@ DataLoader::Iterator& DataLoader::Iterator::operator=(Iterator&&) noexcept =
 DataLoader::Iterator::~Iterator() = default;
 
 DataLoader::Iterator& DataLoader::Iterator::operator++() {
-  if (epoch_ != nullptr && !epoch_->Next(current_)) {
+  if (epoch_ == nullptr) return *this;
+  const bool more = stager_ != nullptr ? stager_->Next(*epoch_, current_) : epoch_->Next(current_);
+  if (!more) {
+    stager_.reset();
     epoch_.reset();
     current_ = Batch();
   }

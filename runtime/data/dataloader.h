@@ -31,10 +31,20 @@ struct DataLoaderOptions {
   // Most batches assembled or being assembled ahead of the consumer (all
   // workers together); ignored when num_workers is 0.
   int prefetch = 2;
+  // Assemble batches in page-locked host memory (needs a CUDA backend), so
+  // that their copies to a GPU can run asynchronously.
+  bool pin_memory = false;
+  // Where delivered batches live. On a CUDA device the loader copies each
+  // batch itself, on its own stream, one batch ahead: batch k+1's copy runs
+  // while the caller computes with batch k (with pin_memory the copy is
+  // truly asynchronous), and the caller's stream waits for a batch's copy
+  // before its first use.
+  Device device = Device::cpu();
 };
 
 namespace internal {
 class Epoch;
+class DeviceStager;
 }
 
 class DataLoader {
@@ -63,10 +73,10 @@ class DataLoader {
 
    private:
     friend class DataLoader;
-    explicit Iterator(std::unique_ptr<internal::Epoch> epoch);
     bool done() const { return epoch_ == nullptr; }
 
     std::unique_ptr<internal::Epoch> epoch_;
+    std::unique_ptr<internal::DeviceStager> stager_;  // device != cpu
     Batch current_;
   };
 
