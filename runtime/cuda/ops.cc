@@ -2,6 +2,7 @@
 // and the host round trip for ops without a CUDA kernel.
 #include "runtime/cuda/ops.h"
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -401,6 +402,12 @@ Tensor ToDevice(const Tensor& t, Device device, bool non_blocking) {
   return dst;
 }
 
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+}  // namespace
+void SetAllowTf32(bool allow) { g_allow_tf32.store(allow); }
+bool AllowTf32() { return g_allow_tf32.load(); }
+
 bool RunsOnDevice(OpId op) {
   const OpKind kind = ir::GetOpInfo(op).kind;
   return kind == OpKind::kElementwise || kind == OpKind::kInplaceUpdate ||
@@ -423,7 +430,8 @@ void RunKernel(const KernelArgs& k) {
     case OpId::kMatmul: {
       MatmulPlan plan = PlanMatmul(k, &CopySameDType);
       if (plan.empty) return;
-      Check(b.Gemm({.gemm = plan.gemm}, CurrentStream()), "CUDA matmul");
+      Check(b.Gemm({.gemm = plan.gemm, .allow_tf32 = AllowTf32()}, CurrentStream()),
+            "CUDA matmul");
       std::lock_guard<std::mutex> lock(g_mu);
       ++GetCaches(&b).stats.gemms;
       return;

@@ -27,6 +27,12 @@ namespace stepjit::runtime::cuda {
 // a CUDA graph cannot capture).
 bool RunsOnDevice(ir::OpId op);
 
+// Whether f32 matmuls on CUDA may use TF32 tensor cores (10-bit mantissa
+// products, f32 accumulation), like torch.backends.cuda.matmul.allow_tf32.
+// Off by default: f32 results then match the CPU within f32 rounding.
+void SetAllowTf32(bool allow);
+bool AllowTf32();
+
 // Runs `k.op` on CUDA tensors: `k.inputs` already in the op's compute dtype,
 // `k.out` allocated on the same device (inputs[0] for in-place ops).
 void RunKernel(const KernelArgs& k);

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/cuda/api.h"
 #include "runtime/cuda/ops.h"
 #include "runtime/generator.h"
 #include "runtime/nn/layers.h"
@@ -197,6 +198,11 @@ TEST_F(CudaTest, MatmulMatchesTheCpuGemm) {
   ExpectClose(matmul(c.to(kCuda), e.to(kCuda)), matmul(c, e), 1e-5, 1e-5, "batched");
   ExpectClose(matmul(c.to(kCuda), b.slice(0, 0, 4).to(kCuda)), matmul(c, b.slice(0, 0, 4)),
               1e-5, 1e-5, "broadcast B");
+  // TF32 products (a GPU's tensor cores; the emulator ignores the flag)
+  // keep 10 mantissa bits: 3e-3 relative.
+  runtime::cuda::SetAllowTf32(true);
+  ExpectClose(matmul(da, db), matmul(a, b), 3e-3, 3e-3, "matmul with TF32 allowed");
+  runtime::cuda::SetAllowTf32(false);
   // bf16 accumulates in f32 and rounds once: one bf16 ulp (2^-8) relative.
   ExpectClose(matmul(da.to(DType::kBF16), db.to(DType::kBF16)),
               matmul(a.to(DType::kBF16), b.to(DType::kBF16)), 1.0 / 128, 1e-2, "bf16");
@@ -294,21 +300,28 @@ TEST_F(CudaTest, MixingDevicesIsAClearError) {
 }
 
 TEST_F(CudaTest, AllocatorStatsFollowLiveTensors) {
-  auto& alloc = runtime::cuda::DeviceAllocator();
-  ASSERT_TRUE(runtime::cuda::GetBackend()->SynchronizeDevice().ok());
-  const auto before = alloc.memory_stats();
+  EXPECT_TRUE(cuda::is_available());
+  EXPECT_EQ(cuda::device_count(), 1);
+  EXPECT_FALSE(cuda::device_name().empty());
+  cuda::synchronize();
+  cuda::empty_cache();
+  const auto before = cuda::memory_stats();
   {
     Tensor big = empty({1 << 20}, {.device = kCuda});  // 4 MiB, large pool
-    const auto during = alloc.memory_stats();
+    const auto during = cuda::memory_stats();
     EXPECT_GE(during.allocated_bytes, before.allocated_bytes + (4u << 20));
     EXPECT_GE(during.reserved_bytes, during.allocated_bytes);
     EXPECT_GE(during.peak_allocated_bytes, during.allocated_bytes);
   }
-  const auto after = alloc.memory_stats();
+  const auto after = cuda::memory_stats();
   EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);
+  EXPECT_GE(after.reserved_bytes, before.reserved_bytes + (4u << 20));
   // The freed segment stays cached: the next request of that size reuses it.
   Tensor again = empty({1 << 20}, {.device = kCuda});
-  EXPECT_GT(alloc.memory_stats().num_cache_hits, after.num_cache_hits);
+  EXPECT_GT(cuda::memory_stats().num_cache_hits, after.num_cache_hits);
+  again = Tensor();
+  cuda::empty_cache();
+  EXPECT_EQ(cuda::memory_stats().reserved_bytes, before.reserved_bytes);
 }
 
 }  // namespace
