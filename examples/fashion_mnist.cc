@@ -21,6 +21,7 @@
 #include "runtime/amp/autocast.h"
 #include "runtime/amp/grad_scaler.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/cuda/api.h"
 #include "runtime/data/dataloader.h"
 #include "runtime/data/idx.h"
 #include "runtime/generator.h"
@@ -50,6 +51,9 @@ Trains a 784-512-512-10 ReLU MLP on Fashion-MNIST with AdamW.
                      (f16, or bf16 with --loss-scaling); compiled compiles the
                      plain f32 step with {.amp = P}, whose passes insert the
                      same casts and scaler ops. Evaluation runs under autocast.
+  --device D         cpu | cuda (default cpu): where the model and batches
+                     live; cuda needs a GPU (or STEPJIT_CUDA_BACKEND=emulator,
+                     slow) and copies batches from pinned memory one ahead
   --loss-scaling     use dynamic loss scaling with bf16 too (always on for f16)
   --compare-amp      run each mode in f32 and with --amp (default bf16) and
                      print them side by side, with the scaler's skipped steps
@@ -74,6 +78,7 @@ struct Flags {
   bool compare_amp = false;
   bool json = false;
   bool quiet = false;
+  Device device = Device::cpu();
 };
 
 // Returns an error message, or "" when all flags parsed.
@@ -149,6 +154,15 @@ std::string ParseFlags(int argc, char** argv, Flags& f, bool& help) {
       else if (*v == "bf16") f.amp = DType::kBF16;
       else if (*v == "f16") f.amp = DType::kF16;
       else return "--amp: expected none, bf16 or f16, got '" + *v + "'";
+    } else if (arg == "--device") {
+      std::optional<std::string> v = value();
+      if (!v) return arg + " needs a value";
+      if (*v == "cpu") f.device = Device::cpu();
+      else if (*v == "cuda") f.device = Device::cuda(0);
+      else return "--device: expected cpu or cuda, got '" + *v + "'";
+      if (f.device.is_cuda() && !cuda::is_available()) {
+        return "--device cuda: " + cuda::unavailable_reason();
+      }
     } else {
       return "unknown flag '" + std::string(argv[i]) + "'";
     }
@@ -226,12 +240,13 @@ struct RunResult {
 };
 
 template <typename Model>
-double Evaluate(Model& model, const data::Dataset& test, DType amp) {
+double Evaluate(Model& model, const data::Dataset& test, DType amp, Device device) {
   model.eval();
   NoGradGuard no_grad;
   amp::Autocast autocast(amp == DType::kF16 ? DType::kF16 : DType::kBF16, amp != DType::kF32);
   int64_t correct = 0;
-  data::DataLoader loader(test, {.batch_size = 1000});
+  data::DataLoader loader(test, {.batch_size = 1000, .pin_memory = device.is_cuda(),
+                                 .device = device});
   for (data::Batch& b : loader) {
     Tensor pred = argmax(model(b.x), 1);
     correct +=
@@ -248,12 +263,15 @@ RunResult Run(const Flags& f, const data::Dataset& train,
   manual_seed(f.seed);
   nn::Sequential model(nn::Linear(784, 512), nn::ReLU(), nn::Linear(512, 512),
                        nn::ReLU(), nn::Linear(512, 10));
+  model->to(f.device);
   optim::AdamW opt(model->parameters(), {.lr = f.lr});
   data::DataLoader loader(train, {.batch_size = f.batch_size,
                                   .shuffle = true,
                                   .seed = f.seed,
                                   .num_workers = static_cast<int>(f.workers),
-                                  .prefetch = 4});
+                                  .prefetch = 4,
+                                  .pin_memory = f.device.is_cuda(),
+                                  .device = f.device});
   int64_t total = f.epochs * loader.num_batches();
   if (f.max_steps > 0) total = std::min(total, f.max_steps);
   // Epoch lines go to stderr under --json so stdout holds one JSON line.
@@ -264,7 +282,7 @@ RunResult Run(const Flags& f, const data::Dataset& train,
   const bool use_amp = amp_dtype != DType::kF32;
   const bool scaling = use_amp && (amp_dtype == DType::kF16 || f.loss_scaling);
   const DType low = amp_dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
-  amp::GradScaler scaler({.enabled = scaling && !compiled});
+  amp::GradScaler scaler({.enabled = scaling && !compiled, .device = f.device});
   auto step = [&](const Tensor& x, const Tensor& y) {
     opt.zero_grad();
     Tensor loss;
@@ -296,8 +314,8 @@ RunResult Run(const Flags& f, const data::Dataset& train,
     for (data::Batch& b : loader) {
       const auto t0 = Clock::now();
       Tensor loss = fast(b.x, b.y);
+      const double l = loss.item();  // waits for a GPU step to finish
       step_ms.push_back(1e3 * Seconds(Clock::now() - t0));
-      const double l = loss.item();
       loss_sum += l;
       ++epoch_steps;
       ++r.steps;
@@ -312,7 +330,7 @@ RunResult Run(const Flags& f, const data::Dataset& train,
     // partial epoch when --max-steps stops mid-way).
     r.final_loss = loss_sum / std::max<int64_t>(epoch_steps, 1);
     const auto eval_start = Clock::now();
-    r.test_accuracy = Evaluate(model, test, amp_dtype);
+    r.test_accuracy = Evaluate(model, test, amp_dtype, f.device);
     progress.Clear();
     if (!f.quiet) {
       std::fprintf(log,

@@ -14,7 +14,9 @@
 # stepjit.jsonl, torch.jsonl, cuda_tests.xml.
 # Knobs: STEPJIT_CHECK_STEPS (timed steps, default 50), STEPJIT_CHECK_NUMEL
 # (bandwidth elements, default 2^28: 1 GiB of f32, far past the 60 MB L2),
-# STEPJIT_GPU_DIR (where to unpack), STEPJIT_BENCH_PYTHON (default python3).
+# STEPJIT_CHECK_CUDA_GRAPHS (on or off, stepjit-bench's --cuda-graphs,
+# default on), STEPJIT_GPU_DIR (where to unpack), STEPJIT_BENCH_PYTHON
+# (default python3).
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -23,6 +25,7 @@ tarball="${1:-dist/stepjit-gpu.tar.xz}"
 budget="${STEPJIT_CHECK_BUDGET:-360}"
 steps="${STEPJIT_CHECK_STEPS:-50}"
 numel="${STEPJIT_CHECK_NUMEL:-268435456}"
+cuda_graphs="${STEPJIT_CHECK_CUDA_GRAPHS:-on}"
 python="${STEPJIT_BENCH_PYTHON:-python3}"
 unpack_dir="${STEPJIT_GPU_DIR:-/tmp/stepjit-gpu-check}"
 out="${OUT:-$(mktemp -d /tmp/stepjit-check-out.XXXXXX)}"
@@ -110,9 +113,22 @@ dependencies() {
   ! grep -q 'not found' "$work/ldd.txt"
 }
 
+# stepjit-bench --device cuda, one process per workload (the list of
+# `stepjit-bench --help`), so that a crash costs one row, not the rest.
+stepjit_workloads() {
+  local w rc=0
+  for w in mlp784_adamw_b128 mlp784_sgd_b128 tiny_mlp_adamw_b32 mlp1024x3_adamw_b512 \
+           mlp4096x4_adamw_b4096_bf16; do
+    "$bin/stepjit-bench" --device cuda --cuda-graphs "$cuda_graphs" --json --steps "$steps" \
+      --warmup 10 --workload "$w" || { echo "stepjit-bench: $w failed (exit $?)"; rc=1; }
+  done
+  return $rc
+}
+
+bin="$unpack_dir/stepjit-gpu/bin"
 # `timeout` runs programs, so the functions above run in a child bash.
-export -f environment unpack dependencies
-export python unpack_dir tarball work
+export -f environment unpack dependencies stepjit_workloads
+export python unpack_dir tarball work bin steps cuda_graphs
 phase env 30 bash -c environment
 cp "$work/env.log" "$out/env.txt" 2>/dev/null || true
 if [[ ! -f "$tarball" ]]; then
@@ -125,16 +141,15 @@ fi
 if [[ -s "$work/extra_lib_path" ]]; then
   export LD_LIBRARY_PATH="$(cat "$work/extra_lib_path")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
-bin="$unpack_dir/stepjit-gpu/bin"
 
 if [[ -x "$bin/cuda_tests" ]]; then
   phase cuda_tests 90 env STEPJIT_TEST_CUDA_BACKEND=driver \
     "$bin/cuda_tests" --gtest_brief=1 "--gtest_output=xml:$out/cuda_tests.xml"
 fi
 if [[ -x "$bin/stepjit-bench" ]]; then
-  phase stepjit_bench 100 "$bin/stepjit-bench" --device cuda --json --steps "$steps" --warmup 10
-  phase stepjit_bandwidth 40 "$bin/stepjit-bench" --device cuda --bandwidth --json \
-    --numel "$numel" --steps 30
+  phase stepjit_bench 100 bash -c stepjit_workloads
+  phase stepjit_bandwidth 40 "$bin/stepjit-bench" --device cuda --cuda-graphs "$cuda_graphs" \
+    --bandwidth --json --numel "$numel" --steps 30
 fi
 phase torch_bandwidth 45 "$python" bench/gpu/torch_gpu.py --bandwidth --numel "$numel" --steps 30
 # Last: torch.compile is the slowest phase and gets what the budget leaves.
@@ -147,11 +162,13 @@ done >"$out/stepjit.jsonl"
 for name in torch_bench torch_bandwidth; do
   grep -h '^{' "$work/$name.log" 2>/dev/null || true
 done >"$out/torch.jsonl"
-grep -h '^skip: ' "$work"/torch_*.log 2>/dev/null >"$work/skips.txt" || true
+grep -h '^skip: ' "$work"/torch_*.log 2>/dev/null | sort -u >"$work/skips.txt" || true
+gpu="$(timeout 10 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null |
+       head -n 1)" || true
 
 reserve=0
 printf '%s\n' "${failures[@]}" >"$work/failures.txt"
-phase table 10 "$python" bench/gpu/table.py --gpu "$(head -n 2 "$work/env.log" | tail -n 1)" \
+phase table 10 "$python" bench/gpu/table.py --gpu "${gpu:-an unknown GPU}" \
   --failures "$work/failures.txt" --skips "$work/skips.txt" "$out/stepjit.jsonl" "$out/torch.jsonl"
 cp "$work/table.log" "$out/table.txt" 2>/dev/null || true
 echo
