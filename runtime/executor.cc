@@ -369,6 +369,13 @@ struct CudaGraphReplay {
 };
 
 Program::Program(const ir::Graph* graph) : graph_(graph) {}
+Program::OwnedStream::~OwnedStream() {
+  if (handle == 0) return;
+  if (cuda::Backend* b = cuda::GetBackend()) {
+    (void)b->SynchronizeStream(handle);
+    (void)b->DestroyStream(handle);
+  }
+}
 Program::Program(Program&&) noexcept = default;
 Program& Program::operator=(Program&&) noexcept = default;
 Program::~Program() = default;
@@ -436,7 +443,7 @@ std::vector<Tensor> Program::RunCuda(absl::Span<const Tensor> inputs,
   auto check = [](const absl::Status& st, const char* what) {
     SJ_REQUIRE(st.ok(), "compiled step on CUDA: ", what, ": ", st.message());
   };
-  if (stream_ == 0) stream_ = ValueOrThrow(b.CreateStream());
+  if (stream_.handle == 0) stream_.handle = ValueOrThrow(b.CreateStream());
   // The program's stream starts after the caller's queued work (which made
   // the inputs) and the caller's stream continues after the program's.
   const cuda::Stream caller = cuda::CurrentStream();
@@ -446,10 +453,10 @@ std::vector<Tensor> Program::RunCuda(absl::Span<const Tensor> inputs,
     check(b.StreamWaitEvent(waiter, e), "ordering streams");
     b.DestroyEvent(e);
   };
-  join(stream_, caller);
+  join(stream_.handle, caller);
   std::vector<Tensor> out;
   {
-    cuda::StreamGuard on_stream(stream_);
+    cuda::StreamGuard on_stream(stream_.handle);
     FactoryDeviceGuard factories(options_.device);
     ++runs_;
     bool same_state = cuda_graph_ != nullptr && cuda_graph_->state_ptrs.size() == state.size();
@@ -469,7 +476,7 @@ std::vector<Tensor> Program::RunCuda(absl::Span<const Tensor> inputs,
         for (size_t i = 0; i < inputs.size(); ++i) {
           if (!inputs[i].is_same(g.static_inputs[i])) cuda::CopyInto(g.static_inputs[i], inputs[i]);
         }
-        check(b.LaunchGraph(g.graph, stream_), "launching the CUDA graph");
+        check(b.LaunchGraph(g.graph, stream_.handle), "launching the CUDA graph");
         ++g.replays;
         // The captured buffers are overwritten by the next replay: hand out
         // copies, except of state, which is the caller's own.
@@ -487,7 +494,7 @@ std::vector<Tensor> Program::RunCuda(absl::Span<const Tensor> inputs,
       }
     }
   }
-  join(caller, stream_);
+  join(caller, stream_.handle);
   return out;
 }
 
@@ -503,7 +510,7 @@ void Program::Capture(absl::Span<const Tensor> inputs, absl::Span<const Tensor> 
   for (const Tensor& t : state) g->state_ptrs.push_back(t.data_ptr());
   {
     cuda::FreeHold hold;
-    absl::Status st = b.BeginCapture(stream_);
+    absl::Status st = b.BeginCapture(stream_.handle);
     if (!st.ok()) {
       graphable_ = false;
       graph_reason_ = absl::StrCat("capture failed to start: ", st.message());
@@ -515,7 +522,7 @@ void Program::Capture(absl::Span<const Tensor> inputs, absl::Span<const Tensor> 
     } catch (const std::exception& e) {
       failure = e.what();
     }
-    absl::StatusOr<cuda::GraphHandle> graph = b.EndCapture(stream_);
+    absl::StatusOr<cuda::GraphHandle> graph = b.EndCapture(stream_.handle);
     if (failure.empty() && !graph.ok()) failure = std::string(graph.status().message());
     if (!failure.empty()) {
       if (graph.ok()) b.DestroyGraph(*graph);

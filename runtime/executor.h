@@ -2,6 +2,7 @@
 #ifndef STEPJIT_RUNTIME_EXECUTOR_H_
 #define STEPJIT_RUNTIME_EXECUTOR_H_
 
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -104,7 +105,18 @@ class Program {
   CudaRegionMap cuda_regions_;
   mutable bool graphable_ = false;
   mutable std::string graph_reason_;
-  mutable uintptr_t stream_ = 0;  // the program's CUDA stream, made at first run
+  // The program's CUDA stream, made at the first run, destroyed with it.
+  struct OwnedStream {
+    uintptr_t handle = 0;
+    OwnedStream() = default;
+    OwnedStream(OwnedStream&& o) noexcept : handle(std::exchange(o.handle, 0)) {}
+    OwnedStream& operator=(OwnedStream&& o) noexcept {
+      std::swap(handle, o.handle);
+      return *this;
+    }
+    ~OwnedStream();
+  };
+  mutable OwnedStream stream_;
   mutable int64_t runs_ = 0;
   mutable std::unique_ptr<CudaGraphReplay> cuda_graph_;
   int kernels_per_run_ = 0;
