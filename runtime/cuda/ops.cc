@@ -17,6 +17,7 @@
 #include "ir/status.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/loops.h"
+#include "runtime/cuda/random_ops.h"
 #include "runtime/cuda/row_ops.h"
 #include "runtime/matmul_plan.h"
 
@@ -446,6 +447,7 @@ void RunKernel(const KernelArgs& k) {
                               k.op == OpId::kAmax;
   if (generated_kind && RunGenerated(b, k)) return;
   if (IsRowOp(k.op) && RunRowOp(b, k)) return;
+  if (kind == OpKind::kRandom && RunRandomOp(b, k)) return;
   RunOnHost(b, k);
 }
 

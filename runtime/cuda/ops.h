@@ -5,7 +5,8 @@
 // cross_entropy/one_hot as hand-written row kernels (runtime/cuda/row_ops.h),
 // matmul through the backend's GEMM (cuBLASLt on a GPU). Ops with no CUDA
 // kernel yet (layer norm, var, argmax, mse_loss, embedding and its
-// backward, slice_backward, arange, the random ops) run on the host:
+// backward, slice_backward, arange, randint, half-precision random draws)
+// run on the host (rand/randn/dropout: runtime/cuda/random_ops.h):
 // operands are copied to the CPU, the CPU kernel runs, and the result is
 // copied back; EagerStats counts these host round trips.
 #ifndef STEPJIT_RUNTIME_CUDA_OPS_H_

@@ -7,6 +7,7 @@
 #include "codegen/cuda/nvrtc.h"
 #include "gtest/gtest.h"
 #include "runtime/cuda/ops.h"
+#include "runtime/cuda/random_ops.h"
 
 namespace stepjit {
 namespace {
@@ -39,6 +40,14 @@ TEST(FixedKernelsNvrtcTest, RowKernelsCompileForSm80AndSm90) {
     for (const char* t : {"f32", "f64"}) kernels.push_back(std::string("sj_") + k + "_" + t);
   }
   ExpectCompiles(runtime::cuda::RowKernelSource(), "sj_rows", kernels);
+}
+
+TEST(FixedKernelsNvrtcTest, RandomKernelsCompileForSm80AndSm90) {
+  std::vector<std::string> kernels;
+  for (const char* k : {"rand", "randn", "dropout"}) {
+    for (const char* t : {"f32", "f64"}) kernels.push_back(std::string("sj_") + k + "_" + t);
+  }
+  ExpectCompiles(runtime::cuda::RandomKernelSource(), "sj_random", kernels);
 }
 
 }  // namespace

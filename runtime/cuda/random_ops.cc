@@ -1,0 +1,127 @@
+// Philox4x32-10 draws on the device: rand, randn and dropout.
+#include "runtime/cuda/random_ops.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "ir/status.h"
+#include "runtime/cuda/ops.h"
+
+namespace stepjit::runtime::cuda {
+namespace {
+
+using ir::AttrKey;
+using ir::DType;
+using ir::OpId;
+
+// The constants and rounds of runtime/generator.cc's Philox, word by word.
+constexpr char kRandomKernels[] = R"(
+__device__ __forceinline__ unsigned sj_philox_word(unsigned long long seed,
+                                                   unsigned long long index) {
+  const unsigned long long counter = index / 4;
+  unsigned c0 = (unsigned)counter, c1 = (unsigned)(counter >> 32), c2 = 0, c3 = 0;
+  unsigned k0 = (unsigned)seed, k1 = (unsigned)(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const unsigned long long p0 = 0xD2511F53ull * c0;
+    const unsigned long long p1 = 0xCD9E8D57ull * c2;
+    const unsigned n0 = (unsigned)(p1 >> 32) ^ c1 ^ k0;
+    const unsigned n1 = (unsigned)p1;
+    const unsigned n2 = (unsigned)(p0 >> 32) ^ c3 ^ k1;
+    const unsigned n3 = (unsigned)p0;
+    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  const unsigned w = (unsigned)(index % 4);
+  return w == 0 ? c0 : w == 1 ? c1 : w == 2 ? c2 : c3;
+}
+__device__ __forceinline__ float sj_uniform(unsigned bits) {
+  return (float)(bits >> 8) * (1.0f / 16777216.0f);
+}
+#define SJ_LOOP(i, n)                                                        \
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+       i += (long long)gridDim.x * blockDim.x)
+#define SJ_RANDOM_KERNELS(S, T)                                                \
+  extern "C" __global__ void sj_rand_##S(T* out, long long n,                  \
+                                         unsigned long long seed,              \
+                                         unsigned long long offset) {          \
+    SJ_LOOP(i, n) out[i] = (T)sj_uniform(sj_philox_word(seed, offset + i));   \
+  }                                                                            \
+  extern "C" __global__ void sj_randn_##S(T* out, long long n,                 \
+                                          unsigned long long seed,             \
+                                          unsigned long long offset) {         \
+    SJ_LOOP(i, n) {                                                            \
+      const double u1 = 1.0 - (double)sj_uniform(sj_philox_word(seed, offset + 2 * i)); \
+      const double u2 = (double)sj_uniform(sj_philox_word(seed, offset + 2 * i + 1));   \
+      out[i] = (T)(sqrt(-2.0 * log(u1)) * cos(2.0 * 3.141592653589793 * u2));   \
+    }                                                                          \
+  }                                                                            \
+  extern "C" __global__ void sj_dropout_##S(const T* x, T* out, long long n,   \
+                                            unsigned long long seed,           \
+                                            unsigned long long offset,         \
+                                            double p, double scale) {          \
+    SJ_LOOP(i, n) {                                                            \
+      const bool keep = sj_uniform(sj_philox_word(seed, offset + i)) >= p;      \
+      out[i] = keep ? (T)(x[i] * (T)scale) : (T)0;                             \
+    }                                                                          \
+  }
+SJ_RANDOM_KERNELS(f32, float)
+SJ_RANDOM_KERNELS(f64, double)
+)";
+
+const std::vector<std::string>& KernelNames() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const char* k : {"rand", "randn", "dropout"}) {
+      for (const char* s : {"f32", "f64"}) v.push_back(absl::StrCat("sj_", k, "_", s));
+    }
+    return v;
+  }();
+  return names;
+}
+
+}  // namespace
+
+const char* RandomKernelSource() { return kRandomKernels; }
+
+bool RunRandomOp(Backend& b, const KernelArgs& k) {
+  const DType t = k.out.dtype();
+  if (t != DType::kF32 && t != DType::kF64) return false;
+  if (k.op != OpId::kRand && k.op != OpId::kRandn && k.op != OpId::kDropout) return false;
+  if (k.op == OpId::kDropout && k.inputs[0].dtype() != t) return false;
+  long long n = k.out.numel();
+  if (n == 0) return true;
+  unsigned long long seed = static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kSeed));
+  unsigned long long offset = static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kOffset));
+  void* out = k.out.data_ptr();
+  Tensor x;
+  const void* xp = nullptr;
+  double p = 0, scale = 1;
+  std::vector<void*> args;
+  if (k.op == OpId::kDropout) {
+    x = k.inputs[0];
+    if (!x.is_contiguous()) {
+      Tensor c = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+      CopyInto(c, x);
+      x = c;
+    }
+    xp = x.data_ptr();
+    p = k.attrs.GetDouble(AttrKey::kP);
+    scale = 1.0 / (1.0 - p);
+    args = {&xp, &out, &n, &seed, &offset, &p, &scale};
+  } else {
+    args = {&out, &n, &seed, &offset};
+  }
+  const std::string name = absl::StrCat("sj_", ir::OpName(k.op), "_",
+                                        t == DType::kF32 ? "f32" : "f64");
+  const KernelHandle kernel = FixedKernelIn(b, "sj_random", kRandomKernels, KernelNames(), name);
+  const int block = b.Limits().preferred_block;
+  const int64_t grid =
+      std::max<int64_t>(1, std::min<int64_t>((n + block - 1) / block, b.Limits().max_grid));
+  const absl::Status st = b.Launch(kernel, grid, block, args.data(), CurrentStream());
+  SJ_REQUIRE(st.ok(), "launching ", name, ": ", st.message());
+  return true;
+}
+
+}  // namespace stepjit::runtime::cuda

@@ -1,0 +1,23 @@
+// The random ops on a CUDA device, drawing from the same counter-based
+// Philox4x32-10 stream as the CPU kernels (runtime/generator.h): element i
+// of a draw at offset o uses Philox word o + i under the generator's seed,
+// so a CUDA draw equals the CPU draw of the same seed and offset (rand and
+// dropout bit for bit; randn up to the device's log/cos rounding).
+// f32 and f64; other dtypes and randint make a host round trip.
+#ifndef STEPJIT_RUNTIME_CUDA_RANDOM_OPS_H_
+#define STEPJIT_RUNTIME_CUDA_RANDOM_OPS_H_
+
+#include "runtime/cuda/backend.h"
+#include "runtime/dispatch.h"
+
+namespace stepjit::runtime::cuda {
+
+// Runs `k` on the device and returns true, or false when not covered.
+bool RunRandomOp(Backend& b, const KernelArgs& k);
+
+// The module's CUDA C, for tests that compile every kernel with NVRTC.
+const char* RandomKernelSource();
+
+}  // namespace stepjit::runtime::cuda
+
+#endif  // STEPJIT_RUNTIME_CUDA_RANDOM_OPS_H_
