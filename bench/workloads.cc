@@ -4,8 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_join.h"
-#include "ir/status.h"
-#include "runtime/cuda/backend.h"
+#include "runtime/cuda/api.h"
 
 namespace stepjit::bench {
 
@@ -67,9 +66,7 @@ std::string WorkloadNames() {
 }
 
 void Synchronize(Device device) {
-  if (device.is_cpu()) return;
-  runtime::cuda::Backend* backend = ValueOrThrow(runtime::cuda::RequireBackend());
-  ThrowIfError(backend->SynchronizeDevice());
+  if (device.is_cuda()) cuda::synchronize();
 }
 
 struct WorkloadRun::State {

@@ -120,42 +120,20 @@ std::vector<int> ReturnAliases(const ir::Graph& body) {
   return out;
 }
 
-// Runs a generated region; operands are made contiguous first (a view's
-// copy costs less than interpreting the region). Outputs land in donated
-// inputs where memory planning allowed it. nullopt: dtypes or shapes differ
-// from the ones compiled for, and the caller interprets the region.
-std::optional<std::vector<Tensor>> RunCompiled(const CompiledRegion& k, const ir::Graph& body,
-                                               std::vector<Tensor>& in) {
+// Runs a generated region: operands are made contiguous first (a view's
+// copy costs less than interpreting the region), outputs land in donated
+// inputs where memory planning allowed it, and `launch` runs the kernel over
+// the operand and output pointers. nullopt: dtypes, shapes or the device
+// differ from the ones compiled for, and the caller interprets the region.
+template <typename Launch>
+std::optional<std::vector<Tensor>> RunGenerated(const ir::Graph& body,
+                                                const std::vector<int>& return_alias,
+                                                Device device, std::vector<Tensor>& in,
+                                                Launch launch) {
   std::vector<void*> ptrs;
   for (size_t i = 0; i < in.size(); ++i) {
     const ir::TensorType& t = body.params()[i]->type();
-    if (in[i].dtype() != t.dtype || in[i].shape() != t.shape) return std::nullopt;
-    if (!in[i].is_contiguous()) in[i] = in[i].contiguous();
-    ptrs.push_back(in[i].data_ptr());
-  }
-  std::vector<Tensor> out;
-  for (size_t r = 0; r < body.returns().size(); ++r) {
-    const ir::TensorType& t = body.returns()[r]->type();
-    const int alias = k.return_alias[r];
-    out.push_back(alias >= 0 && in[alias].shape() == t.shape ? in[alias]
-                                                               : empty(t.shape, {.dtype = t.dtype}));
-    ptrs.push_back(out.back().data_ptr());
-  }
-  RunRegionKernel(k.kernel, std::move(ptrs));
-  for (size_t r = 0; r < out.size(); ++r) {
-    if (k.return_alias[r] >= 0 && out[r].is_same(in[k.return_alias[r]])) out[r].storage()->BumpVersion();
-  }
-  return out;
-}
-
-// A generated CUDA region over contiguous device buffers, queued on the
-// current stream; nullopt when the operands differ from the compiled types.
-std::optional<std::vector<Tensor>> RunCompiledCuda(const CudaRegion& k, const ir::Graph& body,
-                                                   std::vector<Tensor>& in) {
-  std::vector<void*> ptrs;
-  for (size_t i = 0; i < in.size(); ++i) {
-    const ir::TensorType& t = body.params()[i]->type();
-    if (in[i].dtype() != t.dtype || in[i].shape() != t.shape || !in[i].device().is_cuda()) {
+    if (in[i].dtype() != t.dtype || in[i].shape() != t.shape || in[i].device() != device) {
       return std::nullopt;
     }
     if (!in[i].is_contiguous()) in[i] = in[i].contiguous();
@@ -164,19 +142,32 @@ std::optional<std::vector<Tensor>> RunCompiledCuda(const CudaRegion& k, const ir
   std::vector<Tensor> out;
   for (size_t r = 0; r < body.returns().size(); ++r) {
     const ir::TensorType& t = body.returns()[r]->type();
-    const int alias = k.return_alias[r];
+    const int alias = return_alias[r];
     out.push_back(alias >= 0 && in[alias].shape() == t.shape
                       ? in[alias]
-                      : empty(t.shape, {.dtype = t.dtype, .device = in.empty()
-                                                                    ? Device::cuda()
-                                                                    : in[0].device()}));
+                      : empty(t.shape, {.dtype = t.dtype, .device = device}));
     ptrs.push_back(out.back().data_ptr());
   }
-  ThrowIfError(cuda::LaunchRegion(*k.region, ptrs, cuda::CurrentStream()));
+  launch(std::move(ptrs));
   for (size_t r = 0; r < out.size(); ++r) {
-    if (k.return_alias[r] >= 0 && out[r].is_same(in[k.return_alias[r]])) out[r].storage()->BumpVersion();
+    if (return_alias[r] >= 0 && out[r].is_same(in[return_alias[r]])) out[r].storage()->BumpVersion();
   }
   return out;
+}
+
+std::optional<std::vector<Tensor>> RunCompiled(const CompiledRegion& k, const ir::Graph& body,
+                                               std::vector<Tensor>& in) {
+  return RunGenerated(body, k.return_alias, Device::cpu(), in, [&](std::vector<void*> ptrs) {
+    RunRegionKernel(k.kernel, std::move(ptrs));
+  });
+}
+
+// Queued on the current stream of the program's device.
+std::optional<std::vector<Tensor>> RunCompiledCuda(const CudaRegion& k, const ir::Graph& body,
+                                                   Device device, std::vector<Tensor>& in) {
+  return RunGenerated(body, k.return_alias, device, in, [&](std::vector<void*> ptrs) {
+    ThrowIfError(cuda::LaunchRegion(*k.region, ptrs, cuda::CurrentStream()));
+  });
 }
 
 // "matmul [128, 512]" or "<kernel> [..]" (interpreted regions say so).
@@ -232,7 +223,7 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
         if (auto k = ctx.regions->find(node); k != ctx.regions->end()) {
           out = RunCompiled(k->second, body, in);
         } else if (auto c = ctx.cuda_regions->find(node); c != ctx.cuda_regions->end()) {
-          out = RunCompiledCuda(c->second, body, in);
+          out = RunCompiledCuda(c->second, body, FactoryDevice(), in);
         }
         if (out) {
           for (size_t i = 0; i < out->size(); ++i) env[node->outputs()[i]->id()] = (*out)[i];

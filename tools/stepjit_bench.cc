@@ -18,12 +18,12 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "bench/workloads.h"
 #include "frontend/stepjit.h"
 #include "ir/status.h"
+#include "runtime/cuda/api.h"
 #include "runtime/ops.h"
 #include "runtime/storage.h"
 
@@ -71,7 +71,7 @@ workloads, eager and through stepjit::compile, on the CPU or a CUDA device.
   --json            one JSON object per line per workload and mode, keys:
                     workload, mode, dtype, device, ms_per_step,
                     kernels_per_step, compile_ms_cold, compile_ms_warm,
-                    peak_bytes (null on CUDA); with --bandwidth per kernel:
+                    peak_bytes; with --bandwidth per kernel:
                     bandwidth, mode, device, numel, bytes, ms, gb_per_s
   --help            this text
 Flags take their value as "--flag V" or "--flag=V".
@@ -85,9 +85,9 @@ compiled, kernel launches per replay. compile cold and warm are measured in
 two fresh child processes sharing a new, empty kernel cache directory: cold
 is the first (every kernel compiled), warm the second (every kernel loaded
 from the disk cache). Each is stats().compile_ms: tracing the step (one
-eager step), the pass pipeline and code generation. peak is the CPU tensor
-memory allocated above the steady state during one step (not measured on
-CUDA). A device that cannot be used (no CUDA runtime, driver or GPU) is an
+eager step), the pass pipeline and code generation. peak is the tensor
+memory allocated above the steady state during one step (on CUDA: the
+caching allocator's allocated bytes, as torch.cuda.max_memory_allocated). A device that cannot be used (no CUDA runtime, driver or GPU) is an
 error naming the reason, before any workload runs.
 )";
 
@@ -259,7 +259,11 @@ Result Run(const Workload& w, const Flags& f, bool compiled, DType amp, const ch
     run.Step();
     r.peak_bytes = GetCpuMemoryStats().peak_bytes - steady;
   } else {
-    r.peak_bytes = -1;
+    const auto steady = static_cast<int64_t>(cuda::memory_stats().allocated_bytes);
+    cuda::reset_peak_memory_stats();
+    run.Step();
+    bench::Synchronize(f.device);
+    r.peak_bytes = static_cast<int64_t>(cuda::memory_stats().peak_allocated_bytes) - steady;
   }
 
   if (compiled) {
@@ -277,10 +281,9 @@ std::string Json(const Result& r) {
   return absl::StrFormat(
       "{\"workload\":\"%s\",\"mode\":\"%s\",\"dtype\":\"%s\",\"device\":\"%s\","
       "\"ms_per_step\":%.4f,\"kernels_per_step\":%d,\"compile_ms_cold\":%.3f,"
-      "\"compile_ms_warm\":%.3f,\"peak_bytes\":%s}",
+      "\"compile_ms_warm\":%.3f,\"peak_bytes\":%d}",
       r.workload, r.mode, r.dtype, r.device, r.ms_per_step, r.kernels_per_step,
-      r.compile_ms_cold, r.compile_ms_warm,
-      r.peak_bytes < 0 ? "null" : absl::StrCat(r.peak_bytes));
+      r.compile_ms_cold, r.compile_ms_warm, r.peak_bytes);
 }
 
 // One --bandwidth measurement: `bytes` moved per run of `fn` on `device`,
@@ -366,12 +369,10 @@ void PrintHeader() {
 }
 
 void PrintRow(const Result& r, double eager_ms) {
-  std::printf("%-26s %-9s %-5s %9.3f %7.2fx %13d %10.1fms %10.1fms %9s\n",
+  std::printf("%-26s %-9s %-5s %9.3f %7.2fx %13d %10.1fms %10.1fms %9.2f\n",
               r.workload.c_str(), r.mode.c_str(), r.dtype.c_str(), r.ms_per_step,
               eager_ms / r.ms_per_step, static_cast<int>(r.kernels_per_step),
-              r.compile_ms_cold, r.compile_ms_warm,
-              r.peak_bytes < 0 ? "-"
-                               : absl::StrFormat("%.2f", r.peak_bytes / 1048576.0).c_str());
+              r.compile_ms_cold, r.compile_ms_warm, r.peak_bytes / 1048576.0);
 }
 
 int Main(int argc, char** argv) {

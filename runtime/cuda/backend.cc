@@ -68,8 +68,7 @@ void Install(Registry& r, std::unique_ptr<Backend> backend) {
   r.allocator.reset();
   r.backend = std::move(backend);
   if (r.backend != nullptr) {
-    r.allocator = std::make_unique<CachingAllocator>(
-        std::make_unique<AllocatorBackend>(r.backend.get()));
+    r.allocator = std::make_unique<CachingAllocator>(MakeAllocatorBackend(r.backend.get()));
   }
 }
 
@@ -118,6 +117,10 @@ bool HoldActive() {
 }
 
 }  // namespace
+
+std::unique_ptr<DeviceMemoryBackend> MakeAllocatorBackend(Backend* backend) {
+  return std::make_unique<AllocatorBackend>(backend);
+}
 
 Backend* GetBackend() {
   Registry& r = GetRegistry();

@@ -141,6 +141,11 @@ absl::StatusOr<Backend*> RequireBackend();
 // CUDA tensor may be alive. Null goes back to detection.
 void SetBackend(std::unique_ptr<Backend> backend);
 
+// The caching allocator's raw memory and events over `backend` (which must
+// outlive it). Events are refused while a FreeHold is active (CUDA-graph
+// capture), so that blocks then stay with their stream.
+std::unique_ptr<DeviceMemoryBackend> MakeAllocatorBackend(Backend* backend);
+
 // The caching allocator over GetBackend()'s device memory (created with the
 // backend). Requires a backend.
 CachingAllocator& DeviceAllocator();

@@ -38,8 +38,8 @@ TEST(CudaSmokeTest, DriverIsThereWhenRequestedElseExplained) {
   const CudaAvailability& a = Availability();
   if (DriverRequested()) {
     // On the GPU machine a silent skip would hide a broken bundle.
-    ASSERT_TRUE(a.available) << "STEPJIT_TEST_CUDA_BACKEND=driver but: "
-                             << a.reason;
+    ASSERT_TRUE(a.available)
+        << "STEPJIT_TEST_CUDA_BACKEND=driver but: " << a.reason;
     EXPECT_GT(a.driver_version, 0);
     EXPECT_TRUE(RequireDevice().ok());
     return;
@@ -59,7 +59,7 @@ TEST(CudaSmokeTest, NvrtcCompilesForTheTargetArch) {
   ASSERT_TRUE(bin.ok()) << bin.status();
   // A cubin is an ELF image.
   ASSERT_GE(bin->cubin.size(), 4u);
-  EXPECT_EQ(bin->cubin.substr(0, 4), "\x7f" "ELF");
+  EXPECT_EQ(bin->cubin.substr(0, 4), "\177ELF");
 }
 
 TEST(CudaSmokeTest, GeneratedKernelRunsOnTheDevice) {
@@ -100,7 +100,8 @@ TEST(CudaSmokeTest, GeneratedKernelRunsOnTheDevice) {
   EXPECT_TRUE(Free(py).ok());
   int wrong = 0;
   for (int i = 0; i < n; ++i) wrong += got[i] != a * x[i] + y[i];
-  EXPECT_EQ(wrong, 0) << "first: got " << got[0] << ", want " << a * x[0] + y[0];
+  EXPECT_EQ(wrong, 0) << "first: got " << got[0] << ", want "
+                      << a * x[0] + y[0];
 }
 
 }  // namespace

@@ -416,37 +416,11 @@ TEST(CachingAllocatorTest, ManyThreadsLeaveNothingBehind) {
   EXPECT_EQ(f.backend->live_events(), 0u);
 }
 
-// The allocator's backend over the driver backend's memory and events.
-class DriverMemory : public DeviceMemoryBackend {
- public:
-  explicit DriverMemory(Backend* backend) : backend_(backend) {}
-  absl::StatusOr<void*> Allocate(size_t bytes) override {
-    return backend_->DeviceAlloc(bytes);
-  }
-  absl::Status Free(void* ptr) override { return backend_->DeviceFree(ptr); }
-  absl::StatusOr<Event> RecordEvent(Stream stream) override {
-    absl::StatusOr<Event> e = backend_->CreateEvent();
-    if (!e.ok()) return e.status();
-    if (absl::Status st = backend_->RecordEvent(*e, stream); !st.ok()) {
-      backend_->DestroyEvent(*e);
-      return st;
-    }
-    return *e;
-  }
-  absl::StatusOr<bool> QueryEvent(Event event) override {
-    return backend_->QueryEvent(event);
-  }
-  void DestroyEvent(Event event) override { backend_->DestroyEvent(event); }
-
- private:
-  Backend* backend_;
-};
-
 TEST(CachingAllocatorDriverTest, CachesDeviceMemory) {
   if (!Availability().available) GTEST_SKIP() << Availability().reason;
   absl::StatusOr<std::unique_ptr<Backend>> backend = MakeDriverBackend();
   ASSERT_TRUE(backend.ok()) << backend.status();
-  CachingAllocator allocator(std::make_unique<DriverMemory>(backend->get()));
+  CachingAllocator allocator(MakeAllocatorBackend(backend->get()));
   absl::StatusOr<void*> p = allocator.Allocate(kMiB);
   ASSERT_TRUE(p.ok()) << p.status();
   std::vector<char> in(kMiB), out(kMiB);
