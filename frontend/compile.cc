@@ -179,9 +179,10 @@ struct StepCompiler::Impl {
     } else {
       // The guards cover the state the compiler added too.
       spec->state_guards = MakeStateGuards(spec->trace);
-      runtime::ProgramOptions popts{.dump_dir = DumpDir(static_cast<size_t>(stats.traces)),
-                                    .device = StepDevice(spec->trace, inputs),
-                                    .cuda_graphs = options.cuda_graphs};
+      runtime::ProgramOptions popts;
+      popts.dump_dir = DumpDir(static_cast<size_t>(stats.traces));
+      popts.device = StepDevice(spec->trace, inputs);
+      popts.cuda_graphs = options.cuda_graphs;
       if (const char* cuda = std::getenv("STEPJIT_DUMP_CUDA"); cuda != nullptr && *cuda != '\0') {
         // cu | ptx | ptx:sm_XX
         const std::string v = cuda;

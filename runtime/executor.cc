@@ -92,9 +92,8 @@ struct RunContext {
   std::vector<Tensor>* keep_alive = nullptr;
 };
 
-// Which body parameter's buffer each return of an elementwise region may be
-// written into: the return comes from an update chain that memory planning
-// allowed to overwrite that (donated) parameter. -1: a fresh buffer.
+}  // namespace
+
 std::vector<int> ReturnAliases(const ir::Graph& body) {
   absl::flat_hash_map<const ir::Value*, int> alias;
   for (size_t i = 0; i < body.params().size(); ++i) alias[body.params()[i]] = static_cast<int>(i);
@@ -119,6 +118,8 @@ std::vector<int> ReturnAliases(const ir::Graph& body) {
   }
   return out;
 }
+
+namespace {
 
 // Runs a generated region: operands are made contiguous first (a view's
 // copy costs less than interpreting the region), outputs land in donated
@@ -315,66 +316,6 @@ void DumpCuda(const ir::Graph& graph, const ProgramOptions& options) {
   }
 }
 
-namespace {
-
-// Why a CUDA run of `g` cannot be captured into a CUDA graph ("" when it can):
-// random ops take new offsets every replay, and host round trips
-// synchronize, which capture forbids.
-std::string NotCapturable(const ir::Graph& g, const CudaRegionMap& compiled) {
-  for (const auto& n : g.nodes()) {
-    if (n->kind() == NodeKind::kFusion) {
-      if (compiled.contains(n.get())) continue;
-      std::string why = NotCapturable(*n->body(), compiled);
-      if (!why.empty()) return why;
-    } else if (n->kind() == NodeKind::kOp) {
-      if (ir::GetOpInfo(n->op()).kind == ir::OpKind::kRandom) {
-        return absl::StrCat("random op ", ir::OpName(n->op()),
-                            " draws a new Philox offset on every replay");
-      }
-      if (!cuda::RunsOnDevice(n->op())) {
-        return absl::StrCat(ir::OpName(n->op()), " has no CUDA kernel and runs on the host");
-      }
-    }
-  }
-  return "";
-}
-
-}  // namespace
-
-struct CudaGraphReplay {
-  cuda::GraphHandle graph = 0;
-  std::vector<Tensor> static_inputs;
-  std::vector<const void*> state_ptrs;
-  std::vector<Tensor> outputs;      // the captured run's returns
-  std::vector<Tensor> keep_alive;   // every value of the captured run
-  std::vector<void*> held;          // temporaries freed during capture
-  int64_t replays = 0;
-
-  ~CudaGraphReplay() {
-    if (cuda::Backend* b = cuda::GetBackend()) {
-      (void)b->SynchronizeDevice();
-      if (graph != 0) b->DestroyGraph(graph);
-      for (void* p : held) (void)cuda::DeviceAllocator().Free(p);
-    }
-  }
-};
-
-Program::Program(const ir::Graph* graph) : graph_(graph) {}
-Program::OwnedStream::~OwnedStream() {
-  if (handle == 0) return;
-  if (cuda::Backend* b = cuda::GetBackend()) {
-    (void)b->SynchronizeStream(handle);
-    (void)b->DestroyStream(handle);
-  }
-}
-Program::Program(Program&&) noexcept = default;
-Program& Program::operator=(Program&&) noexcept = default;
-Program::~Program() = default;
-
-int64_t Program::cuda_graph_replays() const {
-  return cuda_graph_ != nullptr ? cuda_graph_->replays : 0;
-}
-
 absl::StatusOr<Program> Program::Build(const ir::Graph& graph, ProgramOptions options) {
   Program p(&graph);
   p.options_ = options;
@@ -382,25 +323,7 @@ absl::StatusOr<Program> Program::Build(const ir::Graph& graph, ProgramOptions op
   p.kernels_per_run_ = CountKernels(graph);
   CollectLastUses(graph, p.last_uses_);
   if (options.device.is_cuda()) {
-    ASSIGN_OR_RETURN(cuda::Backend * backend, cuda::RequireBackend());
-    const auto start = std::chrono::steady_clock::now();
-    for (const auto& n : graph.nodes()) {
-      if (!options.codegen || n->kind() != NodeKind::kFusion) continue;
-      absl::StatusOr<codegen::cuda::RegionSource> src = codegen::cuda::EmitRegion(
-          *n->body(), {.block = backend->Limits().preferred_block});
-      if (!src.ok()) {
-        if (absl::IsUnimplemented(src.status())) continue;  // interpreted
-        return src.status();
-      }
-      // A compile failure stops the build: the caller runs the step eagerly.
-      ASSIGN_OR_RETURN(std::shared_ptr<const cuda::LoadedRegion> region, cuda::LoadRegion(*src));
-      p.cuda_regions_[n.get()] = CudaRegion{std::move(region), ReturnAliases(*n->body())};
-    }
-    p.codegen_ms_ = std::chrono::duration<double, std::milli>(
-                        std::chrono::steady_clock::now() - start).count();
-    p.graph_reason_ = options.cuda_graphs ? NotCapturable(graph, p.cuda_regions_)
-                                          : "turned off (cuda_graphs = false)";
-    p.graphable_ = p.graph_reason_.empty();
+    RETURN_IF_ERROR(p.BuildCuda());
     return p;
   }
   if (options.codegen) {
@@ -428,105 +351,6 @@ std::vector<Tensor> Program::Run(absl::Span<const Tensor> inputs,
   return RunOnce(inputs, state, nullptr);
 }
 
-std::vector<Tensor> Program::RunCuda(absl::Span<const Tensor> inputs,
-                                     absl::Span<const Tensor> state) const {
-  cuda::Backend& b = *ValueOrThrow(cuda::RequireBackend());
-  auto check = [](const absl::Status& st, const char* what) {
-    SJ_REQUIRE(st.ok(), "compiled step on CUDA: ", what, ": ", st.message());
-  };
-  if (stream_.handle == 0) stream_.handle = ValueOrThrow(b.CreateStream());
-  // The program's stream starts after the caller's queued work (which made
-  // the inputs) and the caller's stream continues after the program's.
-  const cuda::Stream caller = cuda::CurrentStream();
-  auto join = [&](cuda::Stream waiter, cuda::Stream on) {
-    const cuda::Event e = ValueOrThrow(b.CreateEvent());
-    check(b.RecordEvent(e, on), "recording an event");
-    check(b.StreamWaitEvent(waiter, e), "ordering streams");
-    b.DestroyEvent(e);
-  };
-  join(stream_.handle, caller);
-  std::vector<Tensor> out;
-  {
-    cuda::StreamGuard on_stream(stream_.handle);
-    FactoryDeviceGuard factories(options_.device);
-    ++runs_;
-    bool same_state = cuda_graph_ != nullptr && cuda_graph_->state_ptrs.size() == state.size();
-    for (size_t i = 0; same_state && i < state.size(); ++i) {
-      same_state = state[i].data_ptr() == cuda_graph_->state_ptrs[i];
-    }
-    bool inputs_on_device = true;
-    for (const Tensor& t : inputs) inputs_on_device &= t.device() == options_.device;
-    if (!graphable_ || runs_ == 1 || !inputs_on_device) {
-      out = RunOnce(inputs, state, nullptr);
-    } else {
-      if (!same_state) Capture(inputs, state);
-      if (cuda_graph_ == nullptr) {
-        out = RunOnce(inputs, state, nullptr);  // capture failed: graph_reason_ says why
-      } else {
-        CudaGraphReplay& g = *cuda_graph_;
-        for (size_t i = 0; i < inputs.size(); ++i) {
-          if (!inputs[i].is_same(g.static_inputs[i])) cuda::CopyInto(g.static_inputs[i], inputs[i]);
-        }
-        check(b.LaunchGraph(g.graph, stream_.handle), "launching the CUDA graph");
-        ++g.replays;
-        // The captured buffers are overwritten by the next replay: hand out
-        // copies, except of state, which is the caller's own.
-        for (const Tensor& o : g.outputs) {
-          bool is_state = false;
-          for (const Tensor& s : state) is_state |= o.storage() == s.storage();
-          if (is_state) {
-            out.push_back(o);
-          } else {
-            Tensor c = empty(o.shape(), {.dtype = o.dtype(), .device = o.device()});
-            cuda::CopyInto(c, o);
-            out.push_back(c);
-          }
-        }
-      }
-    }
-  }
-  join(caller, stream_.handle);
-  return out;
-}
-
-void Program::Capture(absl::Span<const Tensor> inputs, absl::Span<const Tensor> state) const {
-  cuda::Backend& b = *ValueOrThrow(cuda::RequireBackend());
-  cuda_graph_.reset();
-  auto g = std::make_unique<CudaGraphReplay>();
-  for (const Tensor& t : inputs) {
-    Tensor s = empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
-    cuda::CopyInto(s, t);
-    g->static_inputs.push_back(s);
-  }
-  for (const Tensor& t : state) g->state_ptrs.push_back(t.data_ptr());
-  {
-    cuda::FreeHold hold;
-    absl::Status st = b.BeginCapture(stream_.handle);
-    if (!st.ok()) {
-      graphable_ = false;
-      graph_reason_ = absl::StrCat("capture failed to start: ", st.message());
-      return;
-    }
-    std::string failure;
-    try {
-      g->outputs = RunOnce(g->static_inputs, state, &g->keep_alive);
-    } catch (const std::exception& e) {
-      failure = e.what();
-    }
-    absl::StatusOr<cuda::GraphHandle> graph = b.EndCapture(stream_.handle);
-    if (failure.empty() && !graph.ok()) failure = std::string(graph.status().message());
-    if (!failure.empty()) {
-      if (graph.ok()) b.DestroyGraph(*graph);
-      graphable_ = false;
-      graph_reason_ = absl::StrCat("capture failed: ", failure);
-      return;  // `hold` frees what the recorded work would have used
-    }
-    g->graph = *graph;
-    g->held = hold.Take();
-  }
-  cuda_graph_ = std::move(g);
-}
-
 std::vector<Tensor> Program::RunOnce(absl::Span<const Tensor> inputs,
                                      absl::Span<const Tensor> state,
                                      std::vector<Tensor>* keep_alive) const {
@@ -545,8 +369,11 @@ std::vector<Tensor> Program::RunOnce(absl::Span<const Tensor> inputs,
   SJ_CHECK(next_input == inputs.size() && next_state == state.size(),
            "bound ", inputs.size(), " inputs and ", state.size(), " state tensors to a graph with ",
            next_input, " and ", next_state);
-  RunContext ctx{.last_uses = &last_uses_, .regions = &regions_,
-                 .cuda_regions = &cuda_regions_, .keep_alive = keep_alive};
+  RunContext ctx;
+  ctx.last_uses = &last_uses_;
+  ctx.regions = &regions_;
+  ctx.cuda_regions = &cuda_regions_;
+  ctx.keep_alive = keep_alive;
   RunGraph(*graph_, env, ctx);
   std::vector<Tensor> out;
   for (const ir::Value* v : graph_->returns()) out.push_back(env[v->id()]);

@@ -95,6 +95,8 @@ class Program {
   explicit Program(const ir::Graph* graph);
   std::vector<Tensor> RunOnce(absl::Span<const Tensor> inputs, absl::Span<const Tensor> state,
                               std::vector<Tensor>* keep_alive) const;
+  // Compiles the fusion regions for the CUDA backend (Build on CUDA).
+  absl::Status BuildCuda();
   std::vector<Tensor> RunCuda(absl::Span<const Tensor> inputs,
                               absl::Span<const Tensor> state) const;
   // Records a run on the program's stream into cuda_graph_ (or clears
@@ -127,6 +129,11 @@ class Program {
   int cached_regions_ = 0;
   double codegen_ms_ = 0;
 };
+
+// Which body parameter's buffer each return of an elementwise region may be
+// written into: the return comes from an update chain that memory planning
+// allowed to overwrite that (donated) parameter. -1: a fresh buffer.
+std::vector<int> ReturnAliases(const ir::Graph& body);
 
 // Runs a compiled region over `ptrs` (one pointer per body param, then per
 // return): adds scratch slots and accumulators, runs the scalar part once,
