@@ -17,6 +17,7 @@
 #include "ir/status.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/loops.h"
+#include "runtime/cuda/index_ops.h"
 #include "runtime/cuda/random_ops.h"
 #include "runtime/cuda/row_ops.h"
 #include "runtime/matmul_plan.h"
@@ -414,7 +415,9 @@ bool RunsOnDevice(OpId op) {
   return kind == OpKind::kElementwise || kind == OpKind::kInplaceUpdate ||
          kind == OpKind::kView || op == OpId::kSum || op == OpId::kMean ||
          op == OpId::kAmax || op == OpId::kMatmul || op == OpId::kContiguous ||
-         op == OpId::kFull || IsRowOp(op);
+         op == OpId::kFull || IsRowOp(op) || op == OpId::kEmbedding ||
+         op == OpId::kEmbeddingBackward || op == OpId::kSliceBackward || op == OpId::kArange ||
+         op == OpId::kArgmax || op == OpId::kLayerNorm || op == OpId::kMseLoss;
 }
 
 void RunKernel(const KernelArgs& k) {
@@ -448,6 +451,7 @@ void RunKernel(const KernelArgs& k) {
   if (generated_kind && RunGenerated(b, k)) return;
   if (IsRowOp(k.op) && RunRowOp(b, k)) return;
   if (kind == OpKind::kRandom && RunRandomOp(b, k)) return;
+  if (RunIndexOp(b, k)) return;
   RunOnHost(b, k);
 }
 

@@ -2,11 +2,11 @@
 // elementwise ops, casts, in-place updates and sum/mean/amax as single-op
 // kernels from the CUDA C emitter (the scalar definitions the CPU kernels
 // use), layout copies and fills as fixed kernels, softmax/log_softmax/
-// cross_entropy/one_hot as hand-written row kernels (runtime/cuda/row_ops.h),
-// matmul through the backend's GEMM (cuBLASLt on a GPU). Ops with no CUDA
-// kernel yet (layer norm, var, argmax, mse_loss, embedding and its
-// backward, slice_backward, arange, randint, half-precision random draws)
-// run on the host (rand/randn/dropout: runtime/cuda/random_ops.h):
+// cross_entropy/one_hot, rand/randn/dropout and embedding/argmax/
+// layer_norm/... as hand-written kernels (row_ops.h, random_ops.h,
+// index_ops.h), matmul through the backend's GEMM (cuBLASLt on a GPU). What
+// those do not cover (var, randint, half-precision inputs to the
+// hand-written kernels) runs on the host:
 // operands are copied to the CPU, the CPU kernel runs, and the result is
 // copied back; EagerStats counts these host round trips.
 #ifndef STEPJIT_RUNTIME_CUDA_OPS_H_

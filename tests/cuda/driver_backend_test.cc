@@ -24,7 +24,9 @@
 #include "ir/scalar_def.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cuda/backend.h"
-#include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/cublaslt_epilogue.h"
+#include "runtime/cuda/cublaslt_library.h"
+#include "runtime/cuda/cublaslt_plan.h"
 #include "runtime/cuda/device.h"
 #include "runtime/cuda/driver_backend.h"
 

@@ -7,6 +7,7 @@
 #include "codegen/cuda/nvrtc.h"
 #include "gtest/gtest.h"
 #include "runtime/cuda/ops.h"
+#include "runtime/cuda/index_ops.h"
 #include "runtime/cuda/random_ops.h"
 
 namespace stepjit {
@@ -48,6 +49,15 @@ TEST(FixedKernelsNvrtcTest, RandomKernelsCompileForSm80AndSm90) {
     for (const char* t : {"f32", "f64"}) kernels.push_back(std::string("sj_") + k + "_" + t);
   }
   ExpectCompiles(runtime::cuda::RandomKernelSource(), "sj_random", kernels);
+}
+
+TEST(FixedKernelsNvrtcTest, IndexKernelsCompileForSm80AndSm90) {
+  std::vector<std::string> kernels = {"sj_arange_i64", "sj_arange_i32"};
+  for (const char* k : {"embedding", "embedding_backward", "from_double", "arange", "argmax",
+                        "layer_norm", "mse"}) {
+    for (const char* t : {"f32", "f64"}) kernels.push_back(std::string("sj_") + k + "_" + t);
+  }
+  ExpectCompiles(runtime::cuda::IndexKernelSource(), "sj_index", kernels);
 }
 
 }  // namespace

@@ -1,0 +1,288 @@
+// Hand-written CUDA kernels for gathers, scatters and the remaining row ops:
+// embedding and its backward, slice_backward, arange, argmax, layer_norm and
+// mse_loss, computed as the CPU kernels compute them (accumulation types and
+// per-element summation order).
+#include "runtime/cuda/index_ops.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "ir/status.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cuda/ops.h"
+
+namespace stepjit::runtime::cuda {
+namespace {
+
+using ir::AttrKey;
+using ir::DType;
+using ir::OpId;
+
+constexpr char kIndexKernels[] = R"(
+#define SJ_LOOP(i, n)                                                        \
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+       i += (long long)gridDim.x * blockDim.x)
+#define SJ_INDEX_KERNELS(S, T, ACC)                                            \
+  extern "C" __global__ void sj_embedding_##S(const T* w, const long long* idx, \
+                                              T* out, long long n, long long dim, \
+                                              long long rows) {                \
+    SJ_LOOP(e, n * dim) {                                                      \
+      const long long i = e / dim, j = e % dim, r = idx[i];                    \
+      out[e] = r >= 0 && r < rows ? w[r * dim + j] : (T)0;                     \
+    }                                                                          \
+  }                                                                            \
+  extern "C" __global__ void sj_embedding_backward_##S(                        \
+      const T* g, const long long* idx, double* acc, long long n, long long dim, \
+      long long rows) {                                                        \
+    SJ_LOOP(j, dim) {                                                          \
+      for (long long i = 0; i < n; ++i) {                                      \
+        const long long r = idx[i];                                            \
+        if (r >= 0 && r < rows) acc[r * dim + j] += (ACC)g[i * dim + j];       \
+      }                                                                        \
+    }                                                                          \
+  }                                                                            \
+  extern "C" __global__ void sj_from_double_##S(const double* acc, T* out,     \
+                                                long long n) {                 \
+    SJ_LOOP(i, n) out[i] = (T)acc[i];                                          \
+  }                                                                            \
+  extern "C" __global__ void sj_arange_##S(T* out, long long n, double start,  \
+                                           double step) {                      \
+    SJ_LOOP(i, n) out[i] = (T)(start + i * step);                              \
+  }                                                                            \
+  extern "C" __global__ void sj_argmax_##S(const T* x, long long* out,         \
+                                           long long rows, long long n) {      \
+    SJ_LOOP(r, rows) {                                                         \
+      const T* row = x + r * n;                                                \
+      ACC best = (ACC)row[0];                                                  \
+      long long at = 0;                                                        \
+      for (long long i = 1; i < n && best == best; ++i) {                      \
+        const ACC v = (ACC)row[i];                                             \
+        if (v > best || v != v) best = v, at = i;                              \
+      }                                                                        \
+      out[r] = at;                                                             \
+    }                                                                          \
+  }                                                                            \
+  extern "C" __global__ void sj_layer_norm_##S(const T* x, const T* w,         \
+                                               const T* b, T* y, long long rows, \
+                                               long long n, double eps) {      \
+    SJ_LOOP(r, rows) {                                                         \
+      const T* in = x + r * n;                                                 \
+      T* out = y + r * n;                                                      \
+      double mean = 0, ss = 0;                                                 \
+      for (long long i = 0; i < n; ++i) mean += (ACC)in[i];                    \
+      mean /= n;                                                               \
+      for (long long i = 0; i < n; ++i) {                                      \
+        const double d = (ACC)in[i] - mean;                                    \
+        ss += d * d;                                                           \
+      }                                                                        \
+      const double rstd = 1.0 / sqrt(ss / n + eps);                            \
+      for (long long i = 0; i < n; ++i) {                                      \
+        double v = ((ACC)in[i] - mean) * rstd;                                 \
+        if (w) v *= (ACC)w[i];                                                 \
+        if (b) v += (ACC)b[i];                                                 \
+        out[i] = (T)v;                                                         \
+      }                                                                        \
+    }                                                                          \
+  }                                                                            \
+  extern "C" __global__ void sj_mse_##S(const T* a, const T* b, T* out,        \
+                                        long long n, int mode) {               \
+    if (mode == 0) {                                                           \
+      SJ_LOOP(i, n) {                                                          \
+        const ACC d = (ACC)a[i] - (ACC)b[i];                                   \
+        out[i] = (T)(d * d);                                                   \
+      }                                                                        \
+    } else if (blockIdx.x == 0 && threadIdx.x == 0) {                          \
+      double s = 0;                                                            \
+      for (long long i = 0; i < n; ++i) {                                      \
+        const double d = (double)(ACC)a[i] - (ACC)b[i];                        \
+        s += d * d;                                                            \
+      }                                                                        \
+      if (mode == 2) s /= (double)n;                                           \
+      out[0] = (T)s;                                                           \
+    }                                                                          \
+  }
+SJ_INDEX_KERNELS(f32, float, float)
+SJ_INDEX_KERNELS(f64, double, double)
+extern "C" __global__ void sj_arange_i64(long long* out, long long n, double start,
+                                         double step) {
+  SJ_LOOP(i, n) out[i] = (long long)(start + i * step);
+}
+extern "C" __global__ void sj_arange_i32(int* out, long long n, double start, double step) {
+  SJ_LOOP(i, n) out[i] = (int)(start + i * step);
+}
+)";
+
+const std::vector<std::string>& KernelNames() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const char* k : {"embedding", "embedding_backward", "from_double", "arange", "argmax",
+                          "layer_norm", "mse"}) {
+      for (const char* s : {"f32", "f64"}) v.push_back(absl::StrCat("sj_", k, "_", s));
+    }
+    v.push_back("sj_arange_i64");
+    v.push_back("sj_arange_i32");
+    return v;
+  }();
+  return names;
+}
+
+void Launch(Backend& b, const std::string& kernel, int64_t threads, std::vector<void*> args) {
+  const KernelHandle k = FixedKernelIn(b, "sj_index", kIndexKernels, KernelNames(), kernel);
+  const int block = b.Limits().preferred_block;
+  const int64_t grid =
+      std::max<int64_t>(1, std::min<int64_t>((threads + block - 1) / block, b.Limits().max_grid));
+  const absl::Status st = b.Launch(k, grid, block, args.data(), CurrentStream());
+  SJ_REQUIRE(st.ok(), "launching ", kernel, ": ", st.message());
+}
+
+bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF64; }
+const char* Suffix(DType t) { return t == DType::kF32 ? "f32" : "f64"; }
+
+Tensor Contiguous(const Tensor& t) {
+  if (!t.defined() || t.is_contiguous()) return t;
+  Tensor c = empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+  CopyInto(c, t);
+  return c;
+}
+
+bool Embedding(Backend& b, const KernelArgs& k) {
+  const Tensor w = Contiguous(k.inputs[0]), idx = Contiguous(k.inputs[1]);
+  if (!IsFloat(w.dtype()) || idx.dtype() != DType::kI64) return false;
+  long long n = idx.numel(), dim = w.shape()[1], rows = w.shape()[0];
+  const void* wp = w.data_ptr();
+  const void* ip = idx.data_ptr();
+  void* op = k.out.data_ptr();
+  if (n * dim > 0) {
+    Launch(b, absl::StrCat("sj_embedding_", Suffix(w.dtype())), n * dim,
+           {&wp, &ip, &op, &n, &dim, &rows});
+  }
+  return true;
+}
+
+bool EmbeddingBackward(Backend& b, const KernelArgs& k) {
+  const Tensor g = Contiguous(k.inputs[0]), idx = Contiguous(k.inputs[1]);
+  if (!IsFloat(g.dtype()) || idx.dtype() != DType::kI64) return false;
+  long long n = idx.numel(), rows = k.out.shape()[0], dim = k.out.shape()[1];
+  long long total = rows * dim;
+  // Zeroed with a memset: kernels never go through Dispatch (a tracer
+  // would see the op).
+  Tensor acc = empty({std::max<long long>(total, 1)}, {.dtype = DType::kF64, .device = g.device()});
+  ThrowIfError(b.Memset(acc.data_ptr(), 0, acc.numel() * acc.element_size(), CurrentStream()));
+  const void* gp = g.data_ptr();
+  const void* ip = idx.data_ptr();
+  void* ap = acc.data_ptr();
+  if (dim > 0) {
+    Launch(b, absl::StrCat("sj_embedding_backward_", Suffix(g.dtype())), dim,
+           {&gp, &ip, &ap, &n, &dim, &rows});
+  }
+  const void* acp = ap;
+  void* op = k.out.data_ptr();
+  if (total > 0) Launch(b, absl::StrCat("sj_from_double_", Suffix(g.dtype())), total, {&acp, &op, &total});
+  return true;
+}
+
+bool SliceBackward(const KernelArgs& k) {
+  // Zeros with the gradient copied into the sliced window.
+  ThrowIfError(GetBackend()->Memset(k.out.data_ptr(), 0, k.out.numel() * k.out.element_size(),
+                                    CurrentStream()));
+  const int64_t d = ir::WrapDim(k.attrs.GetInt(AttrKey::kDim), k.out.dim());
+  int64_t start = k.attrs.GetInt(AttrKey::kStart);
+  if (start < 0) start += k.out.shape()[d];
+  start = std::clamp<int64_t>(start, 0, k.out.shape()[d]);
+  Shape strides = k.out.strides();
+  strides[d] *= k.attrs.GetInt(AttrKey::kStep, 1);
+  Tensor window = MakeTensor(k.out.storage(), k.inputs[0].shape(), strides,
+                             k.out.offset() + start * k.out.strides()[d], k.out.dtype());
+  CopyInto(window, k.inputs[0]);
+  return true;
+}
+
+bool Arange(Backend& b, const KernelArgs& k) {
+  const DType t = k.out.dtype();
+  std::string suffix;
+  if (IsFloat(t)) suffix = Suffix(t);
+  else if (t == DType::kI64) suffix = "i64";
+  else if (t == DType::kI32) suffix = "i32";
+  else return false;
+  long long n = k.out.numel();
+  double start = k.attrs.GetDouble(AttrKey::kStart), step = k.attrs.GetDouble(AttrKey::kStep, 1.0);
+  void* op = k.out.data_ptr();
+  if (n > 0) Launch(b, "sj_arange_" + suffix, n, {&op, &n, &start, &step});
+  return true;
+}
+
+bool Argmax(Backend& b, const KernelArgs& k) {
+  const Tensor& x = k.inputs[0];
+  if (!IsFloat(x.dtype()) || x.dim() == 0 || x.numel() == 0) return false;
+  const int64_t d = ir::WrapDim(k.attrs.GetInt(AttrKey::kDim), x.dim());
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < x.dim(); ++i) {
+    if (i != d) perm.push_back(i);
+  }
+  perm.push_back(d);
+  const Tensor rows = Contiguous(cpu::PermutedView(x, perm));
+  long long n = x.shape()[d], count = x.numel() / n;
+  // The output's elements are the rows in order (keepdim only adds a 1).
+  const void* xp = rows.data_ptr();
+  void* op = k.out.data_ptr();
+  Launch(b, absl::StrCat("sj_argmax_", Suffix(x.dtype())), count, {&xp, &op, &count, &n});
+  return true;
+}
+
+bool LayerNorm(Backend& b, const KernelArgs& k) {
+  const Tensor x = Contiguous(k.inputs[0]);
+  if (!IsFloat(x.dtype())) return false;
+  const Tensor w = k.inputs.size() > 1 ? Contiguous(k.inputs[1]) : Tensor();
+  const Tensor bias = k.inputs.size() > 2 ? Contiguous(k.inputs[2]) : Tensor();
+  const int64_t nd = k.attrs.GetInt(AttrKey::kNormalizedNdim, 1);
+  long long n = 1;
+  for (int64_t i = x.dim() - nd; i < x.dim(); ++i) n *= x.shape()[i];
+  long long rows = n == 0 ? 0 : x.numel() / n;
+  double eps = k.attrs.GetDouble(AttrKey::kEps, 1e-5);
+  const void* xp = x.data_ptr();
+  const void* wp = w.defined() ? w.data_ptr() : nullptr;
+  const void* bp = bias.defined() ? bias.data_ptr() : nullptr;
+  void* yp = k.out.data_ptr();
+  if (rows > 0) {
+    Launch(b, absl::StrCat("sj_layer_norm_", Suffix(x.dtype())), rows,
+           {&xp, &wp, &bp, &yp, &rows, &n, &eps});
+  }
+  return true;
+}
+
+bool MseLoss(Backend& b, const KernelArgs& k) {
+  const Tensor a = Contiguous(k.inputs[0]), c = Contiguous(k.inputs[1]);
+  if (!IsFloat(a.dtype()) || a.shape() != c.shape()) return false;
+  const std::string reduction = k.attrs.GetString(AttrKey::kReduction, "mean");
+  int mode = reduction == "none" ? 0 : reduction == "sum" ? 1 : 2;
+  long long n = a.numel();
+  const void* ap = a.data_ptr();
+  const void* cp = c.data_ptr();
+  void* op = k.out.data_ptr();
+  Launch(b, absl::StrCat("sj_mse_", Suffix(a.dtype())), mode == 0 ? n : 1,
+         {&ap, &cp, &op, &n, &mode});
+  return true;
+}
+
+}  // namespace
+
+const char* IndexKernelSource() { return kIndexKernels; }
+
+bool RunIndexOp(Backend& b, const KernelArgs& k) {
+  const bool float_out_matches =
+      k.inputs.empty() || k.op == OpId::kArgmax || k.inputs[0].dtype() == k.out.dtype();
+  if (!float_out_matches && k.op != OpId::kEmbedding) return false;
+  switch (k.op) {
+    case OpId::kEmbedding: return Embedding(b, k);
+    case OpId::kEmbeddingBackward: return EmbeddingBackward(b, k);
+    case OpId::kSliceBackward: return SliceBackward(k);
+    case OpId::kArange: return Arange(b, k);
+    case OpId::kArgmax: return Argmax(b, k);
+    case OpId::kLayerNorm: return LayerNorm(b, k);
+    case OpId::kMseLoss: return MseLoss(b, k);
+    default: return false;
+  }
+}
+
+}  // namespace stepjit::runtime::cuda
