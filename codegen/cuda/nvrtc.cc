@@ -1,8 +1,13 @@
-// NVRTC compilation with the kernel cache; stubs when the build has no NVRTC.
+// NVRTC compilation with the kernel cache. libnvrtc is opened at run time
+// (dlopen), so no binary links it: without the library, or in a build
+// without the CUDA Toolkit's headers, NvrtcAvailable() is false.
 #include "codegen/cuda/nvrtc.h"
+
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <optional>
 
 #include "absl/strings/ascii.h"
@@ -37,9 +42,85 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
 
 #ifdef STEPJIT_HAVE_NVRTC
 
+// The NVRTC entry points, resolved from the library found at run time.
+struct NvrtcApi {
+  std::string path;   // the library loaded; empty when none
+  std::string error;  // why none was
+  decltype(&::nvrtcGetErrorString) GetErrorString = nullptr;
+  decltype(&::nvrtcVersion) Version = nullptr;
+  decltype(&::nvrtcGetNumSupportedArchs) GetNumSupportedArchs = nullptr;
+  decltype(&::nvrtcGetSupportedArchs) GetSupportedArchs = nullptr;
+  decltype(&::nvrtcCreateProgram) CreateProgram = nullptr;
+  decltype(&::nvrtcDestroyProgram) DestroyProgram = nullptr;
+  decltype(&::nvrtcCompileProgram) CompileProgram = nullptr;
+  decltype(&::nvrtcGetProgramLogSize) GetProgramLogSize = nullptr;
+  decltype(&::nvrtcGetProgramLog) GetProgramLog = nullptr;
+  decltype(&::nvrtcGetCUBINSize) GetCUBINSize = nullptr;
+  decltype(&::nvrtcGetCUBIN) GetCUBIN = nullptr;
+  decltype(&::nvrtcGetPTXSize) GetPTXSize = nullptr;
+  decltype(&::nvrtcGetPTX) GetPTX = nullptr;
+};
+
+template <typename Fn>
+bool Resolve(void* lib, const char* name, Fn& fn) {
+  fn = reinterpret_cast<Fn>(dlsym(lib, name));
+  return fn != nullptr;
+}
+
+// $STEPJIT_NVRTC_LIBRARY, then the loader's search path, then the toolkit
+// this build was configured with.
+const NvrtcApi& Api() {
+  static const NvrtcApi* api = [] {
+    auto* a = new NvrtcApi;
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("STEPJIT_NVRTC_LIBRARY"); env != nullptr && *env) {
+      candidates.push_back(env);
+    }
+    for (const char* name : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}) {
+      candidates.push_back(name);
+    }
+    candidates.push_back(STEPJIT_NVRTC_LIBRARY);
+    std::vector<std::string> tried;
+    for (const std::string& c : candidates) {
+      void* lib = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (lib == nullptr) {
+        tried.push_back(dlerror());
+        continue;
+      }
+      const bool all =
+          Resolve(lib, "nvrtcGetErrorString", a->GetErrorString) &&
+          Resolve(lib, "nvrtcVersion", a->Version) &&
+          Resolve(lib, "nvrtcGetNumSupportedArchs", a->GetNumSupportedArchs) &&
+          Resolve(lib, "nvrtcGetSupportedArchs", a->GetSupportedArchs) &&
+          Resolve(lib, "nvrtcCreateProgram", a->CreateProgram) &&
+          Resolve(lib, "nvrtcDestroyProgram", a->DestroyProgram) &&
+          Resolve(lib, "nvrtcCompileProgram", a->CompileProgram) &&
+          Resolve(lib, "nvrtcGetProgramLogSize", a->GetProgramLogSize) &&
+          Resolve(lib, "nvrtcGetProgramLog", a->GetProgramLog) &&
+          Resolve(lib, "nvrtcGetCUBINSize", a->GetCUBINSize) &&
+          Resolve(lib, "nvrtcGetCUBIN", a->GetCUBIN) &&
+          Resolve(lib, "nvrtcGetPTXSize", a->GetPTXSize) &&
+          Resolve(lib, "nvrtcGetPTX", a->GetPTX);
+      if (!all) {
+        tried.push_back(absl::StrCat(c, ": missing NVRTC entry points"));
+        *a = NvrtcApi();
+        continue;
+      }
+      Dl_info info;
+      a->path = dladdr(reinterpret_cast<void*>(a->Version), &info) != 0 && info.dli_fname
+                    ? info.dli_fname
+                    : c;
+      return a;
+    }
+    a->error = absl::StrCat("cannot load libnvrtc (", absl::StrJoin(tried, "; "), ")");
+    return a;
+  }();
+  return *api;
+}
+
 absl::Status Internal(nvrtcResult r, absl::string_view what) {
   return absl::InternalError(
-      absl::StrCat("NVRTC ", what, ": ", nvrtcGetErrorString(r)));
+      absl::StrCat("NVRTC ", what, ": ", Api().GetErrorString(r)));
 }
 
 // Runs NVRTC once; fills cubin, ptx (if asked) and log.
@@ -48,25 +129,25 @@ absl::Status RunNvrtc(absl::string_view source, absl::string_view name,
                       CompiledCuda& out) {
   const std::string src(source), file = absl::StrCat(name, ".cu");
   nvrtcProgram prog = nullptr;
-  if (nvrtcResult r = nvrtcCreateProgram(&prog, src.c_str(), file.c_str(), 0,
+  if (nvrtcResult r = Api().CreateProgram(&prog, src.c_str(), file.c_str(), 0,
                                          nullptr, nullptr);
       r != NVRTC_SUCCESS) {
     return Internal(r, "cannot create a program");
   }
   struct Destroy {
     nvrtcProgram* p;
-    ~Destroy() { nvrtcDestroyProgram(p); }
+    ~Destroy() { Api().DestroyProgram(p); }
   } destroy{&prog};
   const std::vector<std::string> flags = NvrtcFlags(arch);
   std::vector<const char*> argv;
   for (const std::string& f : flags) argv.push_back(f.c_str());
   const nvrtcResult compiled =
-      nvrtcCompileProgram(prog, static_cast<int>(argv.size()), argv.data());
+      Api().CompileProgram(prog, static_cast<int>(argv.size()), argv.data());
   size_t log_size = 0;
-  if (nvrtcGetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS &&
+  if (Api().GetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS &&
       log_size > 1) {
     out.log.resize(log_size);
-    if (nvrtcGetProgramLog(prog, out.log.data()) != NVRTC_SUCCESS)
+    if (Api().GetProgramLog(prog, out.log.data()) != NVRTC_SUCCESS)
       out.log.clear();
     while (!out.log.empty() &&
            (out.log.back() == '\0' || out.log.back() == '\n'))
@@ -76,24 +157,24 @@ absl::Status RunNvrtc(absl::string_view source, absl::string_view name,
       compiled == NVRTC_ERROR_INVALID_OPTION) {
     return absl::InvalidArgumentError(
         absl::StrCat(NvrtcCompilerId(), " cannot compile ", file, " for ", arch,
-                     " (", nvrtcGetErrorString(compiled), "):\n", out.log));
+                     " (", Api().GetErrorString(compiled), "):\n", out.log));
   }
   if (compiled != NVRTC_SUCCESS)
     return Internal(compiled, absl::StrCat("compiling ", file));
   size_t size = 0;
-  if (nvrtcResult r = nvrtcGetCUBINSize(prog, &size); r != NVRTC_SUCCESS)
+  if (nvrtcResult r = Api().GetCUBINSize(prog, &size); r != NVRTC_SUCCESS)
     return Internal(r, "cubin size");
   out.cubin.resize(size);
-  if (nvrtcResult r = nvrtcGetCUBIN(prog, out.cubin.data()); r != NVRTC_SUCCESS)
+  if (nvrtcResult r = Api().GetCUBIN(prog, out.cubin.data()); r != NVRTC_SUCCESS)
     return Internal(r, "cubin");
   if (out.cubin.empty())
     return absl::InternalError(
         absl::StrCat("NVRTC produced no cubin for ", arch));
   if (want_ptx) {
-    if (nvrtcResult r = nvrtcGetPTXSize(prog, &size); r != NVRTC_SUCCESS)
+    if (nvrtcResult r = Api().GetPTXSize(prog, &size); r != NVRTC_SUCCESS)
       return Internal(r, "PTX size");
     out.ptx.resize(size);
-    if (nvrtcResult r = nvrtcGetPTX(prog, out.ptx.data()); r != NVRTC_SUCCESS)
+    if (nvrtcResult r = Api().GetPTX(prog, out.ptx.data()); r != NVRTC_SUCCESS)
       return Internal(r, "PTX");
     while (!out.ptx.empty() && out.ptx.back() == '\0') out.ptx.pop_back();
   }
@@ -106,19 +187,23 @@ absl::Status RunNvrtc(absl::string_view source, absl::string_view name,
 
 #ifdef STEPJIT_HAVE_NVRTC
 
-bool NvrtcAvailable() { return true; }
+bool NvrtcAvailable() { return !Api().path.empty(); }
+std::string NvrtcLibraryPath() { return Api().path; }
+std::string NvrtcUnavailableReason() { return Api().error; }
 
 std::string NvrtcCompilerId() {
+  if (!NvrtcAvailable()) return "NVRTC unavailable";
   int major = 0, minor = 0;
-  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "NVRTC unknown";
+  if (Api().Version(&major, &minor) != NVRTC_SUCCESS) return "NVRTC unknown";
   return absl::StrCat("NVRTC ", major, ".", minor);
 }
 
 std::vector<std::string> NvrtcSupportedArchs() {
+  if (!NvrtcAvailable()) return {};
   int n = 0;
-  if (nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0) return {};
+  if (Api().GetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0) return {};
   std::vector<int> archs(static_cast<size_t>(n));
-  if (nvrtcGetSupportedArchs(archs.data()) != NVRTC_SUCCESS) return {};
+  if (Api().GetSupportedArchs(archs.data()) != NVRTC_SUCCESS) return {};
   std::vector<std::string> out;
   for (int a : archs) out.push_back(absl::StrCat("sm_", a));
   return out;
@@ -132,6 +217,10 @@ std::vector<std::string> NvrtcFlags(absl::string_view arch) {
 #else
 
 bool NvrtcAvailable() { return false; }
+std::string NvrtcLibraryPath() { return ""; }
+std::string NvrtcUnavailableReason() {
+  return "this build has no NVRTC headers (configure with the CUDA Toolkit installed)";
+}
 std::string NvrtcCompilerId() { return "NVRTC unavailable"; }
 std::vector<std::string> NvrtcSupportedArchs() { return {}; }
 std::vector<std::string> NvrtcFlags(absl::string_view arch) {
@@ -152,9 +241,7 @@ absl::StatusOr<CompiledCuda> CompileCuda(absl::string_view source,
   }
   if (!NvrtcAvailable()) {
     return absl::UnimplementedError(
-        absl::StrCat("cannot compile ", name,
-                     ": this build has no NVRTC (configure with the CUDA "
-                     "Toolkit installed)"));
+        absl::StrCat("cannot compile ", name, ": ", NvrtcUnavailableReason()));
   }
   KernelCache& cache =
       options.cache != nullptr ? *options.cache : KernelCache::Global();

@@ -12,9 +12,14 @@
 
 namespace stepjit::codegen::cuda {
 
-// Whether this build links NVRTC (CMake found the CUDA Toolkit). Without it
+// Whether NVRTC is there: the build found the CUDA Toolkit's headers and
+// libnvrtc was opened at run time ($STEPJIT_NVRTC_LIBRARY, the loader's
+// path, or the toolkit the build was configured with). Without it
 // CompileCuda returns Unimplemented and CUDA C is only generated.
 bool NvrtcAvailable();
+// The libnvrtc loaded (empty when none), and why none was.
+std::string NvrtcLibraryPath();
+std::string NvrtcUnavailableReason();
 // "NVRTC 13.0", or "NVRTC unavailable": part of every cache key.
 std::string NvrtcCompilerId();
 // The real architectures this NVRTC compiles for, e.g. {"sm_75", ..., "sm_90"}.

@@ -11,11 +11,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "codegen/cuda/nvrtc.h"
 #include "runtime/cuda/cublaslt_api.h"
 
 #ifdef STEPJIT_HAVE_NVRTC
 #include <cublasLt.h>
-#include <nvrtc.h>
 #endif
 
 namespace stepjit::runtime::cuda {
@@ -58,20 +58,15 @@ bool Resolve(void* lib, const char* name, Fn& fn) {
 }
 
 // Where to look, in order: the loader's path, then the toolkit and the
-// directory of the NVRTC this binary was linked with.
+// directory of the NVRTC loaded.
 std::vector<std::string> Candidates() {
   const char* names[] = {"libcublasLt.so.13", "libcublasLt.so.12",
                          "libcublasLt.so"};
   std::vector<std::string> dirs = {"", "/usr/local/cuda/lib64/"};
-#ifdef STEPJIT_HAVE_NVRTC
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&nvrtcVersion), &info) != 0 &&
-      info.dli_fname != nullptr) {
-    std::string dir = info.dli_fname;
+  if (std::string dir = codegen::cuda::NvrtcLibraryPath(); !dir.empty()) {
     dir.erase(dir.find_last_of('/') + 1);
     if (!dir.empty() && dir != dirs[1]) dirs.push_back(dir);
   }
-#endif
   std::vector<std::string> out;
   for (const std::string& dir : dirs)
     for (const char* name : names) out.push_back(absl::StrCat(dir, name));

@@ -27,6 +27,16 @@ void ExpectCompiles(const char* source, const char* name,
   }
 }
 
+TEST(FixedKernelsNvrtcTest, NvrtcIsOpenedAtRunTimeOrExplained) {
+  if (codegen::cuda::NvrtcAvailable()) {
+    EXPECT_NE(codegen::cuda::NvrtcLibraryPath().find("libnvrtc"), std::string::npos)
+        << codegen::cuda::NvrtcLibraryPath();
+    EXPECT_EQ(codegen::cuda::NvrtcCompilerId().rfind("NVRTC ", 0), 0u);
+  } else {
+    EXPECT_FALSE(codegen::cuda::NvrtcUnavailableReason().empty());
+  }
+}
+
 TEST(FixedKernelsNvrtcTest, CopyAndFillKernelsCompileForSm80AndSm90) {
   std::vector<std::string> kernels;
   for (const char* kind : {"copy", "fill"}) {

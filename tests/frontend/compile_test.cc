@@ -448,7 +448,9 @@ TEST(CompileTest, DumpWritesTraceEveryPassAndKernelIr) {
   EXPECT_GT(opt, 0);
   // STEPJIT_DUMP_CUDA: the CUDA backend lowers the same regions as the CPU one.
   EXPECT_EQ(cu, fast.stats().native_regions);
-  if (codegen::cuda::NvrtcAvailable()) EXPECT_EQ(ptx, cu);
+  if (codegen::cuda::NvrtcAvailable()) {
+    EXPECT_EQ(ptx, cu);
+  }
   std::filesystem::remove_all(dir);
 }
 
