@@ -1,13 +1,15 @@
 // Hand-written CUDA kernels for gathers, scatters and the remaining row ops:
-// embedding and its backward, slice_backward, arange, argmax, layer_norm and
-// mse_loss, computed as the CPU kernels compute them (accumulation types and
+// embedding and its backward, slice_backward, arange, argmax, var,
+// layer_norm and mse_loss, computed as the CPU kernels compute them (accumulation types and
 // per-element summation order).
 #include "runtime/cuda/index_ops.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "ir/infer.h"
 #include "ir/status.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cuda/ops.h"
@@ -101,6 +103,27 @@ constexpr char kIndexKernels[] = R"(
       if (mode == 2) s /= (double)n;                                           \
       out[0] = (T)s;                                                           \
     }                                                                          \
+  }                                                                            \
+  extern "C" __global__ void sj_var_##S(const T* x, T* out, long long rows,   \
+                                        long long n, long long correction) {  \
+    SJ_LOOP(r, rows) {                                                         \
+      const T* row = x + r * n;                                                \
+      double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};                               \
+      long long i = 0;                                                         \
+      for (; i + 8 <= n; i += 8) {                                             \
+        for (int j = 0; j < 8; ++j) part[j] += (double)(ACC)row[i + j];        \
+      }                                                                        \
+      for (; i < n; ++i) part[i % 8] += (double)(ACC)row[i];                   \
+      const double mean = (((part[0] + part[1]) + (part[2] + part[3])) +       \
+                           ((part[4] + part[5]) + (part[6] + part[7]))) / n;   \
+      double ss = 0;                                                           \
+      for (long long k = 0; k < n; ++k) {                                      \
+        const double d = (double)(ACC)row[k] - mean;                           \
+        ss += d * d;                                                           \
+      }                                                                        \
+      const double denom = (double)(n - correction);                           \
+      out[r] = (T)(denom > 0 ? ss / denom : __longlong_as_double(0x7ff8000000000000LL)); \
+    }                                                                          \
   }
 SJ_INDEX_KERNELS(f32, float, float)
 SJ_INDEX_KERNELS(f64, double, double)
@@ -117,7 +140,7 @@ const std::vector<std::string>& KernelNames() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
     for (const char* k : {"embedding", "embedding_backward", "from_double", "arange", "argmax",
-                          "layer_norm", "mse"}) {
+                          "layer_norm", "mse", "var"}) {
       for (const char* s : {"f32", "f64"}) v.push_back(absl::StrCat("sj_", k, "_", s));
     }
     v.push_back("sj_arange_i64");
@@ -265,6 +288,32 @@ bool MseLoss(Backend& b, const KernelArgs& k) {
   return true;
 }
 
+bool Var(Backend& b, const KernelArgs& k) {
+  const Tensor& x = k.inputs[0];
+  if (!IsFloat(x.dtype()) || x.dim() == 0) return false;
+  std::vector<int64_t> dims = ValueOrThrow(ir::NormalizeDims(k.attrs.GetInts(AttrKey::kDims), x.dim()));
+  if (dims.empty()) {
+    for (int64_t d = 0; d < x.dim(); ++d) dims.push_back(d);
+  }
+  // Reduced dims last, in the order given, as the CPU kernel lays rows out.
+  std::vector<int64_t> perm;
+  long long n = 1;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) perm.push_back(d);
+  }
+  for (int64_t d : dims) {
+    perm.push_back(d);
+    n *= x.shape()[d];
+  }
+  if (n == 0 || k.out.numel() == 0) return false;  // the CPU's NaN/empty cases
+  const Tensor rows = Contiguous(cpu::PermutedView(x, perm));
+  long long count = x.numel() / n, correction = k.attrs.GetInt(AttrKey::kCorrection, 1);
+  const void* xp = rows.data_ptr();
+  void* op = k.out.data_ptr();
+  Launch(b, absl::StrCat("sj_var_", Suffix(x.dtype())), count, {&xp, &op, &count, &n, &correction});
+  return true;
+}
+
 }  // namespace
 
 const char* IndexKernelSource() { return kIndexKernels; }
@@ -281,6 +330,7 @@ bool RunIndexOp(Backend& b, const KernelArgs& k) {
     case OpId::kArgmax: return Argmax(b, k);
     case OpId::kLayerNorm: return LayerNorm(b, k);
     case OpId::kMseLoss: return MseLoss(b, k);
+    case OpId::kVar: return Var(b, k);
     default: return false;
   }
 }

@@ -417,7 +417,8 @@ bool RunsOnDevice(OpId op) {
          op == OpId::kAmax || op == OpId::kMatmul || op == OpId::kContiguous ||
          op == OpId::kFull || IsRowOp(op) || op == OpId::kEmbedding ||
          op == OpId::kEmbeddingBackward || op == OpId::kSliceBackward || op == OpId::kArange ||
-         op == OpId::kArgmax || op == OpId::kLayerNorm || op == OpId::kMseLoss;
+         op == OpId::kArgmax || op == OpId::kLayerNorm || op == OpId::kMseLoss ||
+         op == OpId::kVar;
 }
 
 void RunKernel(const KernelArgs& k) {

@@ -68,6 +68,18 @@ __device__ __forceinline__ float sj_uniform(unsigned bits) {
   }
 SJ_RANDOM_KERNELS(f32, float)
 SJ_RANDOM_KERNELS(f64, double)
+// Two words, the second under a second key, make 64 random bits.
+extern "C" __global__ void sj_randint_i64(long long* out, long long n,
+                                          unsigned long long seed,
+                                          unsigned long long offset, long long low,
+                                          unsigned long long range) {
+  SJ_LOOP(i, n) {
+    const unsigned long long word =
+        ((unsigned long long)sj_philox_word(seed, offset + i) << 32) |
+        sj_philox_word(seed ^ 0x9E3779B97F4A7C15ull, offset + i);
+    out[i] = low + (long long)(word % range);
+  }
+}
 )";
 
 const std::vector<std::string>& KernelNames() {
@@ -76,9 +88,19 @@ const std::vector<std::string>& KernelNames() {
     for (const char* k : {"rand", "randn", "dropout"}) {
       for (const char* s : {"f32", "f64"}) v.push_back(absl::StrCat("sj_", k, "_", s));
     }
+    v.push_back("sj_randint_i64");
     return v;
   }();
   return names;
+}
+
+void Launch(Backend& b, const std::string& name, int64_t n, void** args) {
+  const KernelHandle kernel = FixedKernelIn(b, "sj_random", kRandomKernels, KernelNames(), name);
+  const int block = b.Limits().preferred_block;
+  const int64_t grid =
+      std::max<int64_t>(1, std::min<int64_t>((n + block - 1) / block, b.Limits().max_grid));
+  const absl::Status st = b.Launch(kernel, grid, block, args, CurrentStream());
+  SJ_REQUIRE(st.ok(), "launching ", name, ": ", st.message());
 }
 
 }  // namespace
@@ -87,6 +109,18 @@ const char* RandomKernelSource() { return kRandomKernels; }
 
 bool RunRandomOp(Backend& b, const KernelArgs& k) {
   const DType t = k.out.dtype();
+  if (k.op == OpId::kRandint && t == DType::kI64) {
+    long long n = k.out.numel();
+    if (n == 0) return true;
+    unsigned long long seed = static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kSeed));
+    unsigned long long offset = static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kOffset));
+    long long low = k.attrs.GetInt(AttrKey::kLow);
+    unsigned long long range = static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kHigh) - low);
+    void* out = k.out.data_ptr();
+    void* args[] = {&out, &n, &seed, &offset, &low, &range};
+    Launch(b, "sj_randint_i64", n, args);
+    return true;
+  }
   if (t != DType::kF32 && t != DType::kF64) return false;
   if (k.op != OpId::kRand && k.op != OpId::kRandn && k.op != OpId::kDropout) return false;
   if (k.op == OpId::kDropout && k.inputs[0].dtype() != t) return false;
@@ -115,12 +149,7 @@ bool RunRandomOp(Backend& b, const KernelArgs& k) {
   }
   const std::string name = absl::StrCat("sj_", ir::OpName(k.op), "_",
                                         t == DType::kF32 ? "f32" : "f64");
-  const KernelHandle kernel = FixedKernelIn(b, "sj_random", kRandomKernels, KernelNames(), name);
-  const int block = b.Limits().preferred_block;
-  const int64_t grid =
-      std::max<int64_t>(1, std::min<int64_t>((n + block - 1) / block, b.Limits().max_grid));
-  const absl::Status st = b.Launch(kernel, grid, block, args.data(), CurrentStream());
-  SJ_REQUIRE(st.ok(), "launching ", name, ": ", st.message());
+  Launch(b, name, n, args.data());
   return true;
 }
 

@@ -54,7 +54,7 @@ TEST(FixedKernelsNvrtcTest, RowKernelsCompileForSm80AndSm90) {
 }
 
 TEST(FixedKernelsNvrtcTest, RandomKernelsCompileForSm80AndSm90) {
-  std::vector<std::string> kernels;
+  std::vector<std::string> kernels = {"sj_randint_i64"};
   for (const char* k : {"rand", "randn", "dropout"}) {
     for (const char* t : {"f32", "f64"}) kernels.push_back(std::string("sj_") + k + "_" + t);
   }
@@ -64,7 +64,7 @@ TEST(FixedKernelsNvrtcTest, RandomKernelsCompileForSm80AndSm90) {
 TEST(FixedKernelsNvrtcTest, IndexKernelsCompileForSm80AndSm90) {
   std::vector<std::string> kernels = {"sj_arange_i64", "sj_arange_i32"};
   for (const char* k : {"embedding", "embedding_backward", "from_double", "arange", "argmax",
-                        "layer_norm", "mse"}) {
+                        "layer_norm", "mse", "var"}) {
     for (const char* t : {"f32", "f64"}) kernels.push_back(std::string("sj_") + k + "_" + t);
   }
   ExpectCompiles(runtime::cuda::IndexKernelSource(), "sj_index", kernels);
