@@ -71,28 +71,32 @@ def time_steps(call, pool, warmup, steps, sync=lambda out: None):
     return statistics.median(ms)
 
 
-def torch_setup(w):
+def torch_setup(w, device="cpu", bf16=None):
+    """Model, optimizer, step and batch pool of workload `w` on `device`;
+    bf16 autocast when `bf16` (default: --amp bf16)."""
     import torch
+    if bf16 is None:
+        bf16 = AMP == "bf16"
     torch.manual_seed(0)
     layers = []
     for i in range(len(w["widths"]) - 1):
         if i > 0:
             layers.append(torch.nn.ReLU())
         layers.append(torch.nn.Linear(w["widths"][i], w["widths"][i + 1]))
-    model = torch.nn.Sequential(*layers)
+    model = torch.nn.Sequential(*layers).to(device)
     if w["opt"] == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=w["lr"], momentum=0.9)
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=w["lr"], betas=BETAS, eps=EPS,
                                 weight_decay=WEIGHT_DECAY)
     gen = torch.Generator().manual_seed(DATA_SEED)
-    pool = [(torch.randn(w["batch"], w["widths"][0], generator=gen),
-             torch.randint(0, w["widths"][-1], (w["batch"],), generator=gen))
+    pool = [(torch.randn(w["batch"], w["widths"][0], generator=gen).to(device),
+             torch.randint(0, w["widths"][-1], (w["batch"],), generator=gen).to(device))
             for _ in range(POOL)]
 
     def step(x, y):
         opt.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=AMP == "bf16"):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
             loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()

@@ -31,25 +31,21 @@ A mode that cannot run prints one "skip: ..." line on stderr.
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 
-WORKLOADS = {
-    "mlp784_adamw_b128": dict(widths=[784, 512, 512, 10], batch=128, opt="adamw", lr=1e-3),
-    "mlp784_sgd_b128": dict(widths=[784, 512, 512, 10], batch=128, opt="sgd", lr=1e-2),
-    "tiny_mlp_adamw_b32": dict(widths=[64, 64, 64, 64, 10], batch=32, opt="adamw", lr=1e-3),
-    "mlp1024x3_adamw_b512": dict(widths=[1024, 1024, 1024, 1024, 10], batch=512, opt="adamw",
-                                 lr=1e-3),
-    "mlp4096x4_adamw_b4096_bf16": dict(widths=[4096] * 5 + [10], batch=4096, opt="adamw",
-                                       lr=1e-3, amp="bf16"),
-}
+# The CPU comparison's workloads and model setup (bench/torch_reference.py),
+# plus the GPU-sized one.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import torch_reference  # noqa: E402
+
+WORKLOADS = dict(torch_reference.WORKLOADS)
+WORKLOADS["mlp4096x4_adamw_b4096_bf16"] = dict(widths=[4096] * 5 + [10], batch=4096,
+                                               opt="adamw", lr=1e-3, amp="bf16")
 ALL_MODES = ["torch_eager", "torch_compile", "torch_compile_ro"]
 COMPILE_MODE = {"torch_compile": "default", "torch_compile_ro": "reduce-overhead"}
-POOL = 16
-DATA_SEED = 1234
-# stepjit's AdamW defaults, which match torch.optim.AdamW's.
-BETAS, EPS, WEIGHT_DECAY = (0.9, 0.999), 1e-8, 1e-2
 
 
 def skip(mode, why):
@@ -77,34 +73,7 @@ def time_calls(call, warmup, runs, pool=((),)):
 
 
 def setup(w):
-    import torch
-    torch.manual_seed(0)
-    layers = []
-    for i in range(len(w["widths"]) - 1):
-        if i > 0:
-            layers.append(torch.nn.ReLU())
-        layers.append(torch.nn.Linear(w["widths"][i], w["widths"][i + 1]))
-    model = torch.nn.Sequential(*layers).cuda()
-    if w["opt"] == "sgd":
-        opt = torch.optim.SGD(model.parameters(), lr=w["lr"], momentum=0.9)
-    else:
-        opt = torch.optim.AdamW(model.parameters(), lr=w["lr"], betas=BETAS, eps=EPS,
-                                weight_decay=WEIGHT_DECAY)
-    gen = torch.Generator().manual_seed(DATA_SEED)
-    pool = [(torch.randn(w["batch"], w["widths"][0], generator=gen).cuda(),
-             torch.randint(0, w["widths"][-1], (w["batch"],), generator=gen).cuda())
-            for _ in range(POOL)]
-    bf16 = w.get("amp") == "bf16"
-
-    def step(x, y):
-        opt.zero_grad()
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    return step, pool
+    return torch_reference.torch_setup(w, device="cuda", bf16=w.get("amp") == "bf16")
 
 
 def run_workload(name, w, mode, args):

@@ -21,6 +21,9 @@ void CopyInto(const Tensor& dst, const Tensor& src);
 Tensor PermutedView(const Tensor& x, absl::Span<const int64_t> perm);
 Tensor ContiguousCopyIfNeeded(const Tensor& x);
 void FillWith(const Tensor& dst, double value);
+// The view of slice_backward's output `out` that the gradient fills (the
+// slice the forward took), for any device.
+Tensor SliceBackwardWindow(const Tensor& out, const Tensor& grad, const ir::Attrs& attrs);
 
 }  // namespace stepjit::runtime::cpu
 

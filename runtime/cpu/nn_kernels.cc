@@ -218,15 +218,7 @@ void OneHotKernel(const KernelArgs& k) {
 
 void SliceBackwardKernel(const KernelArgs& k) {
   FillWith(k.out, 0.0);
-  const int64_t d = ir::WrapDim(k.attrs.GetInt(AttrKey::kDim), k.out.dim());
-  int64_t start = k.attrs.GetInt(AttrKey::kStart);
-  if (start < 0) start += k.out.shape()[d];
-  start = std::clamp<int64_t>(start, 0, k.out.shape()[d]);
-  Shape strides = k.out.strides();
-  strides[d] *= k.attrs.GetInt(AttrKey::kStep, 1);
-  Tensor window = MakeTensor(k.out.storage(), k.inputs[0].shape(), strides,
-                             k.out.offset() + start * k.out.strides()[d], k.out.dtype());
-  CopyInto(window, k.inputs[0]);
+  CopyInto(SliceBackwardWindow(k.out, k.inputs[0], k.attrs), k.inputs[0]);
 }
 
 void DropoutKernel(const KernelArgs& k) {
@@ -248,6 +240,17 @@ void DropoutKernel(const KernelArgs& k) {
 }
 
 }  // namespace
+
+Tensor SliceBackwardWindow(const Tensor& out, const Tensor& grad, const ir::Attrs& attrs) {
+  const int64_t d = ir::WrapDim(attrs.GetInt(AttrKey::kDim), out.dim());
+  int64_t start = attrs.GetInt(AttrKey::kStart);
+  if (start < 0) start += out.shape()[d];
+  start = std::clamp<int64_t>(start, 0, out.shape()[d]);
+  Shape strides = out.strides();
+  strides[d] *= attrs.GetInt(AttrKey::kStep, 1);
+  return MakeTensor(out.storage(), grad.shape(), strides,
+                    out.offset() + start * out.strides()[d], out.dtype());
+}
 
 void RegisterNnKernels(KernelTable& table) {
   table[static_cast<int>(OpId::kSoftmax)] = &SoftmaxKernel<false>;

@@ -209,14 +209,7 @@ bool SliceBackward(const KernelArgs& k) {
   // Zeros with the gradient copied into the sliced window.
   ThrowIfError(GetBackend()->Memset(k.out.data_ptr(), 0, k.out.numel() * k.out.element_size(),
                                     CurrentStream()));
-  const int64_t d = ir::WrapDim(k.attrs.GetInt(AttrKey::kDim), k.out.dim());
-  int64_t start = k.attrs.GetInt(AttrKey::kStart);
-  if (start < 0) start += k.out.shape()[d];
-  start = std::clamp<int64_t>(start, 0, k.out.shape()[d]);
-  Shape strides = k.out.strides();
-  strides[d] *= k.attrs.GetInt(AttrKey::kStep, 1);
-  Tensor window = MakeTensor(k.out.storage(), k.inputs[0].shape(), strides,
-                             k.out.offset() + start * k.out.strides()[d], k.out.dtype());
+  const Tensor window = cpu::SliceBackwardWindow(k.out, k.inputs[0], k.attrs);
   CopyInto(window, k.inputs[0]);
   return true;
 }

@@ -19,12 +19,9 @@ namespace stepjit {
 namespace {
 
 using test::CudaTest;
+using test::Values;
 
 const Device kCuda = Device::cuda(0);
-
-std::vector<double> Values(const Tensor& t) {
-  return t.to(Device::cpu()).to(DType::kF64).contiguous().to_vector<double>();
-}
 
 struct StepRun {
   nn::Sequential model;

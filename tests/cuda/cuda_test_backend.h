@@ -6,10 +6,12 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "runtime/cuda/backend.h"
 #include "runtime/cuda/emulator_backend.h"
+#include "runtime/tensor.h"
 
 namespace stepjit::test {
 
@@ -32,6 +34,11 @@ inline std::string EnsureCudaTestBackend() {
 inline bool OnRealGpu() {
   const char* env = std::getenv("STEPJIT_TEST_CUDA_BACKEND");
   return env != nullptr && std::string(env) == "driver";
+}
+
+// A tensor's values on the host as f64, from any device and layout.
+inline std::vector<double> Values(const Tensor& t) {
+  return t.to(Device::cpu()).to(DType::kF64).contiguous().to_vector<double>();
 }
 
 class CudaTest : public ::testing::Test {

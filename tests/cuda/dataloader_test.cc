@@ -12,14 +12,11 @@ namespace stepjit {
 namespace {
 
 using test::CudaTest;
+using test::Values;
 
 data::Dataset MakeData() {
   Generator g(3);
   return data::Dataset(rand({103, 6}, {}, &g), randint(0, 4, {103}, {.dtype = DType::kI64}, &g));
-}
-
-std::vector<double> Values(const Tensor& t) {
-  return t.to(Device::cpu()).to(DType::kF64).to_vector<double>();
 }
 
 TEST_F(CudaTest, PinnedAndDeviceBatchesEqualTheCpuLoadersBatches) {

@@ -26,12 +26,9 @@ namespace stepjit {
 namespace {
 
 using test::CudaTest;
+using test::Values;
 
 const Device kCuda = Device::cuda(0);
-
-std::vector<double> Values(const Tensor& t) {
-  return t.to(Device::cpu()).to(DType::kF64).contiguous().to_vector<double>();
-}
 
 // Random values in [lo, hi) on the CPU, rounded to `dtype`.
 Tensor Random(ShapeRef shape, DType dtype, double lo = -2, double hi = 2) {
