@@ -140,6 +140,12 @@ absl::StatusOr<Backend*> RequireBackend() {
       "the host for testing"));
 }
 
+Backend& BackendOrThrow() {
+  absl::StatusOr<Backend*> b = RequireBackend();
+  SJ_REQUIRE(b.ok(), b.status().message());
+  return **b;
+}
+
 void SetBackend(std::unique_ptr<Backend> backend) {
   Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);

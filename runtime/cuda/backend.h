@@ -136,6 +136,8 @@ Backend* GetBackend();
 // GetBackend(), or FailedPrecondition/Unavailable saying why there is no
 // CUDA device (no driver, no GPU) and that CPU tensors still work.
 absl::StatusOr<Backend*> RequireBackend();
+// GetBackend(), or throws stepjit::Error with RequireBackend()'s message.
+Backend& BackendOrThrow();
 // Replaces the process's backend (tests install the host emulator); the
 // previous one, its allocator and its cached modules are destroyed, so no
 // CUDA tensor may be alive. Null goes back to detection.

@@ -1,9 +1,8 @@
-// Eager CUDA ops: generated single-op kernels, fixed copy/fill kernels, GEMM,
-// and the host round trip for ops without a CUDA kernel.
+// Eager CUDA ops: generated single-op kernels, the hand-written modules,
+// GEMM, and the host round trip for what none of them covers.
 #include "runtime/cuda/ops.h"
 
 #include <atomic>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <variant>
@@ -16,7 +15,6 @@
 #include "ir/infer.h"
 #include "ir/status.h"
 #include "runtime/cpu/kernels.h"
-#include "runtime/cpu/loops.h"
 #include "runtime/cuda/index_ops.h"
 #include "runtime/cuda/random_ops.h"
 #include "runtime/cuda/row_ops.h"
@@ -29,51 +27,6 @@ using ir::AttrKey;
 using ir::DType;
 using ir::OpId;
 using ir::OpKind;
-
-constexpr int kMaxRank = 8;
-
-// Layout copies and fills for any element size: element i of the
-// destination's shape sits at sj_offset(layout, i).
-constexpr char kFixedKernels[] = R"(struct SjLayout {
-  long long size[8];
-  long long stride[8];
-  int rank;
-};
-__device__ __forceinline__ long long sj_offset(const SjLayout& l, long long i) {
-  long long off = 0;
-  for (int d = l.rank - 1; d >= 0; --d) {
-    const long long q = i % l.size[d];
-    i /= l.size[d];
-    off += q * l.stride[d];
-  }
-  return off;
-}
-#define SJ_COPY_FILL(N, T)                                                   \
-  extern "C" __global__ void sj_copy_##N(const T* src, SjLayout ls, T* dst, \
-                                         SjLayout ld, long long n) {         \
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;     \
-         i < n; i += (long long)gridDim.x * blockDim.x) {                    \
-      dst[sj_offset(ld, i)] = src[sj_offset(ls, i)];                         \
-    }                                                                        \
-  }                                                                          \
-  extern "C" __global__ void sj_fill_##N(T* dst, SjLayout ld, T v,          \
-                                         long long n) {                      \
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;     \
-         i < n; i += (long long)gridDim.x * blockDim.x) {                    \
-      dst[sj_offset(ld, i)] = v;                                             \
-    }                                                                        \
-  }
-SJ_COPY_FILL(1, unsigned char)
-SJ_COPY_FILL(2, unsigned short)
-SJ_COPY_FILL(4, unsigned int)
-SJ_COPY_FILL(8, unsigned long long)
-)";
-
-struct SjLayout {
-  long long size[kMaxRank];
-  long long stride[kMaxRank];
-  int rank;
-};
 
 // What the caches below belong to: a new backend starts them afresh.
 struct Caches {
@@ -97,92 +50,8 @@ Caches& GetCaches(Backend* b) {
   return *c;
 }
 
-Backend& Require() {
-  absl::StatusOr<Backend*> b = RequireBackend();
-  SJ_REQUIRE(b.ok(), b.status().message());
-  return **b;
-}
-
 void Check(const absl::Status& s, absl::string_view what) {
   SJ_REQUIRE(s.ok(), what, ": ", s.message());
-}
-
-KernelHandle FixedKernel(Backend& b, absl::string_view name) {
-  static const std::vector<std::string> kNames = [] {
-    std::vector<std::string> names;
-    for (const char* kind : {"copy", "fill"}) {
-      for (int n : {1, 2, 4, 8}) names.push_back(absl::StrCat("sj_", kind, "_", n));
-    }
-    return names;
-  }();
-  return FixedKernelIn(b, "sj_fixed", kFixedKernels, kNames, name);
-}
-
-// `t`'s layout over `shape` (broadcast dims get stride 0).
-SjLayout LayoutOf(const Tensor& t, ShapeRef shape) {
-  SJ_REQUIRE(static_cast<int>(shape.size()) <= kMaxRank, "CUDA copy of a ",
-             shape.size(), "-d tensor: at most ", kMaxRank, " dims are supported");
-  SjLayout l{};
-  l.rank = static_cast<int>(shape.size());
-  Shape strides = cpu::BroadcastByteStrides(t, shape);
-  for (int d = 0; d < l.rank; ++d) {
-    l.size[d] = shape[d];
-    l.stride[d] = strides[d] / t.element_size();
-  }
-  return l;
-}
-
-int64_t GridFor(const Backend& b, int64_t n, int block) {
-  return std::max<int64_t>(1, std::min<int64_t>((n + block - 1) / block,
-                                                b.Limits().max_grid));
-}
-
-// dst = src (same dtype), src broadcast to dst's shape, any strides.
-void CopySameDType(const Tensor& dst, const Tensor& src) {
-  Backend& b = Require();
-  const int64_t n = dst.numel();
-  if (n == 0) return;
-  if (dst.is_contiguous() && src.is_contiguous() && src.shape() == dst.shape()) {
-    Check(b.Copy(dst.data_ptr(), src.data_ptr(), n * dst.element_size(),
-                 CopyKind::kDeviceToDevice, CurrentStream()),
-          "CUDA device-to-device copy");
-    return;
-  }
-  KernelHandle k = FixedKernel(b, absl::StrCat("sj_copy_", dst.element_size()));
-  const void* sp = src.data_ptr();
-  void* dp = dst.data_ptr();
-  SjLayout ls = LayoutOf(src, dst.shape()), ld = LayoutOf(dst, dst.shape());
-  long long count = n;
-  void* args[] = {&sp, &ls, &dp, &ld, &count};
-  const int block = b.Limits().preferred_block;
-  Check(b.Launch(k, GridFor(b, n, block), block, args, CurrentStream()),
-        "launching sj_copy");
-}
-
-void Fill(const Tensor& dst, double value) {
-  Backend& b = Require();
-  const int64_t n = dst.numel();
-  if (n == 0) return;
-  // The element as the CPU kernel writes it, as raw bits.
-  Tensor one = empty({}, {.dtype = dst.dtype()});
-  cpu::FillWith(one, value);
-  uint64_t bits = 0;
-  std::memcpy(&bits, one.data_ptr(), dst.element_size());
-  KernelHandle k = FixedKernel(b, absl::StrCat("sj_fill_", dst.element_size()));
-  void* dp = dst.data_ptr();
-  SjLayout ld = LayoutOf(dst, dst.shape());
-  long long count = n;
-  void* args[] = {&dp, &ld, &bits, &count};
-  const int block = b.Limits().preferred_block;
-  Check(b.Launch(k, GridFor(b, n, block), block, args, CurrentStream()),
-        "launching sj_fill");
-}
-
-Tensor ContiguousOnDevice(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor c = empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
-  CopySameDType(c, t);
-  return c;
 }
 
 std::string AttrText(const ir::AttrValue& v) {
@@ -361,7 +230,7 @@ void CopyInto(const Tensor& dst, const Tensor& src) {
     CopySameDType(dst, src);
     return;
   }
-  Backend& b = Require();
+  Backend& b = BackendOrThrow();
   Tensor s = ContiguousOnDevice(src);
   Tensor cast = empty(s.shape(), {.dtype = dst.dtype(), .device = s.device()});
   const ir::Attrs attrs = {{AttrKey::kDTypeAttr, dst.dtype()}};
@@ -370,38 +239,6 @@ void CopyInto(const Tensor& dst, const Tensor& src) {
              "cast from ", ir::DTypeName(src.dtype()), " to ",
              ir::DTypeName(dst.dtype()), " has no CUDA kernel");
   CopySameDType(dst, cast);
-}
-
-Tensor ToDevice(const Tensor& t, Device device, bool non_blocking) {
-  if (t.device() == device) return t;
-  SJ_REQUIRE(t.device().is_cpu() || device.is_cpu(), "copy from ", t.device().str(),
-             " to ", device.str(), ": copies between CUDA devices are not supported");
-  Backend& b = Require();
-  const size_t bytes = static_cast<size_t>(t.numel() * t.element_size());
-  const Stream stream = CurrentStream();
-  if (device.is_cuda()) {
-    Tensor src = cpu::ContiguousCopyIfNeeded(t);
-    Tensor dst = empty(t.shape(), {.dtype = t.dtype(), .device = device});
-    if (bytes > 0) {
-      Check(b.Copy(dst.data_ptr(), src.data_ptr(), bytes, CopyKind::kHostToDevice, stream),
-            absl::StrCat("copy of ", bytes, " bytes to ", device.str()));
-      // A pinned source is read asynchronously: unless asked not to, wait,
-      // so that the caller may overwrite or free it.
-      if (src.storage()->pinned() && !non_blocking) {
-        Check(b.SynchronizeStream(stream), "synchronizing the copy");
-      }
-    }
-    return dst;
-  }
-  Tensor src = ContiguousOnDevice(t);
-  auto storage = std::make_shared<Storage>(static_cast<int64_t>(bytes), Device::cpu(),
-                                           /*pinned=*/non_blocking);
-  Tensor dst = MakeTensor(storage, t.shape(), ir::ContiguousStrides(t.shape()), 0, t.dtype());
-  if (bytes > 0) {
-    Check(b.Copy(dst.data_ptr(), src.data_ptr(), bytes, CopyKind::kDeviceToHost, stream),
-          absl::StrCat("copy of ", bytes, " bytes from ", t.device().str()));
-  }
-  return dst;
 }
 
 namespace {
@@ -422,7 +259,7 @@ bool RunsOnDevice(OpId op) {
 }
 
 void RunKernel(const KernelArgs& k) {
-  Backend& b = Require();
+  Backend& b = BackendOrThrow();
   switch (k.op) {
     case OpId::kContiguous:
     case OpId::kCopyInplace:
@@ -455,8 +292,6 @@ void RunKernel(const KernelArgs& k) {
   if (RunIndexOp(b, k)) return;
   RunOnHost(b, k);
 }
-
-const char* CopyKernelSource() { return kFixedKernels; }
 
 EagerStats GetEagerStats() {
   std::lock_guard<std::mutex> lock(g_mu);

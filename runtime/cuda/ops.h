@@ -20,6 +20,7 @@
 #include "absl/types/span.h"
 #include "codegen/cuda/cuda_emitter.h"
 #include "runtime/cuda/backend.h"
+#include "runtime/cuda/copy.h"
 #include "runtime/dispatch.h"
 
 namespace stepjit::runtime::cuda {
@@ -42,12 +43,6 @@ void RunKernel(const KernelArgs& k);
 // shape; both on the CUDA device.
 void CopyInto(const Tensor& dst, const Tensor& src);
 
-// `t` on `device` (t itself when already there). Host<->device copies are
-// queued on the current stream; with non_blocking the call may return
-// before the copy ran when the host side is pinned (a device-to-host copy
-// then lands in new pinned memory): synchronize before reading it.
-Tensor ToDevice(const Tensor& t, Device device, bool non_blocking = false);
-
 // A compiled region (or single op) loaded on the backend, with its kernels
 // resolved in launch order.
 struct LoadedRegion {
@@ -67,11 +62,6 @@ absl::Status LaunchRegion(const LoadedRegion& region,
 // backend under `module_name`; counted as a copy launch.
 KernelHandle FixedKernelIn(Backend& b, const std::string& module_name, const char* source,
                            const std::vector<std::string>& kernels, absl::string_view name);
-
-// The hand-written modules' CUDA C (copies and fills; row ops), for tests
-// that compile every kernel with NVRTC.
-const char* CopyKernelSource();
-const char* RowKernelSource();
 
 struct EagerStats {
   int64_t generated_launches = 0;  // single-op kernels queued

@@ -18,6 +18,9 @@ bool IsRowOp(ir::OpId op);
 // not covered (the caller then runs the op on the host).
 bool RunRowOp(Backend& b, const KernelArgs& k);
 
+// The module's CUDA C, for tests that compile every kernel with NVRTC.
+const char* RowKernelSource();
+
 }  // namespace stepjit::runtime::cuda
 
 #endif  // STEPJIT_RUNTIME_CUDA_ROW_OPS_H_

@@ -6,7 +6,8 @@
 
 #include "codegen/cuda/nvrtc.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/ops.h"
+#include "runtime/cuda/copy.h"
+#include "runtime/cuda/row_ops.h"
 #include "runtime/cuda/index_ops.h"
 #include "runtime/cuda/random_ops.h"
 
