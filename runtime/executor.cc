@@ -15,6 +15,7 @@
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/cuda/backend.h"
 #include "runtime/cuda/ops.h"
+#include "runtime/cuda/random_ops.h"
 #include "runtime/dispatch.h"
 #include "runtime/generator.h"
 #include "runtime/profiler.h"
@@ -51,39 +52,15 @@ std::vector<std::vector<int>> LastUses(const ir::Graph& g) {
   return out;
 }
 
-// Values the eager step would have drawn: each random node of a replay takes
-// a fresh slice of the default generator's stream, under its current seed. Nodes that shared an
-// offset when traced (dropout and its backward) share the new one.
-class RandomRemap {
- public:
-  ir::Attrs Apply(const ir::Node& node, absl::Span<const Tensor> inputs) {
-    ir::Attrs attrs = node.attrs();
-    const int64_t traced = attrs.GetInt(AttrKey::kOffset);
-    auto it = offsets_.find(traced);
-    if (it == offsets_.end()) {
-      const ir::OpId op = node.op();
-      int64_t n = op == ir::OpId::kDropout ? inputs[0].numel()
-                                           : ir::NumElements(node.output()->type().shape);
-      if (op == ir::OpId::kRandn) n *= 2;
-      it = offsets_.emplace(traced, static_cast<int64_t>(
-                                        default_generator().Reserve(static_cast<uint64_t>(n))))
-               .first;
-    }
-    attrs.Set(AttrKey::kOffset, it->second);
-    // And the generator's current seed: manual_seed between calls must
-    // change a replay's draws as it changes the eager step's.
-    attrs.Set(AttrKey::kSeed, static_cast<int64_t>(default_generator().seed()));
-    return attrs;
-  }
-
- private:
-  absl::flat_hash_map<int64_t, int64_t> offsets_;
-};
-
 using LastUseMap = absl::flat_hash_map<const ir::Graph*, std::vector<std::vector<int>>>;
 
 struct RunContext {
   RandomRemap random;
+  // During CUDA-graph capture: random kernels read seed and offset from
+  // these device slots (by traced offset), refreshed before each replay;
+  // nothing is drawn from the generator while capturing.
+  const absl::flat_hash_map<int64_t, int>* philox_slots = nullptr;
+  const uint64_t* philox_device = nullptr;
   const LastUseMap* last_uses = nullptr;
   const RegionMap* regions = nullptr;
   const CudaRegionMap* cuda_regions = nullptr;
@@ -93,6 +70,32 @@ struct RunContext {
 };
 
 }  // namespace
+
+int64_t RandomWords(const ir::Node& node) {
+  const ir::OpId op = node.op();
+  int64_t n = op == ir::OpId::kDropout ? ir::NumElements(node.inputs()[0]->type().shape)
+                                       : ir::NumElements(node.output()->type().shape);
+  return op == ir::OpId::kRandn ? 2 * n : n;
+}
+
+std::pair<uint64_t, uint64_t> RandomRemap::Draw(int64_t traced_offset, int64_t words) {
+  auto it = offsets_.find(traced_offset);
+  if (it == offsets_.end()) {
+    it = offsets_.emplace(traced_offset,
+                          default_generator().Reserve(static_cast<uint64_t>(words))).first;
+  }
+  // The generator's current seed: manual_seed between calls must change a
+  // replay's draws as it changes the eager step's.
+  return {default_generator().seed(), it->second};
+}
+
+ir::Attrs RandomRemap::Apply(const ir::Node& node) {
+  ir::Attrs attrs = node.attrs();
+  const auto [seed, offset] = Draw(attrs.GetInt(AttrKey::kOffset), RandomWords(node));
+  attrs.Set(AttrKey::kOffset, static_cast<int64_t>(offset));
+  attrs.Set(AttrKey::kSeed, static_cast<int64_t>(seed));
+  return attrs;
+}
 
 std::vector<int> ReturnAliases(const ir::Graph& body) {
   absl::flat_hash_map<const ir::Value*, int> alias;
@@ -208,7 +211,13 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
           in[0] = in[0].clone();
         }
         if (ir::GetOpInfo(node->op()).kind == ir::OpKind::kRandom) {
-          env[node->output()->id()] = Dispatch(node->op(), in, ctx.random.Apply(*node, in));
+          if (ctx.philox_device != nullptr) {
+            const int slot = ctx.philox_slots->at(node->attrs().GetInt(AttrKey::kOffset));
+            cuda::PhiloxSlotGuard from_slot(ctx.philox_device + 2 * slot);
+            env[node->output()->id()] = Dispatch(node->op(), in, node->attrs());
+          } else {
+            env[node->output()->id()] = Dispatch(node->op(), in, ctx.random.Apply(*node));
+          }
         } else {
           env[node->output()->id()] = Dispatch(node->op(), in, node->attrs());
         }
@@ -348,12 +357,13 @@ absl::StatusOr<Program> Program::Build(const ir::Graph& graph, ProgramOptions op
 std::vector<Tensor> Program::Run(absl::Span<const Tensor> inputs,
                                  absl::Span<const Tensor> state) const {
   if (options_.device.is_cuda()) return RunCuda(inputs, state);
-  return RunOnce(inputs, state, nullptr);
+  return RunOnce(inputs, state, nullptr, nullptr);
 }
 
 std::vector<Tensor> Program::RunOnce(absl::Span<const Tensor> inputs,
                                      absl::Span<const Tensor> state,
-                                     std::vector<Tensor>* keep_alive) const {
+                                     std::vector<Tensor>* keep_alive,
+                                     const uint64_t* philox_device) const {
   NoGradGuard no_grad;
   std::vector<Tensor> env(graph_->num_values());
   size_t next_input = 0, next_state = 0;
@@ -374,6 +384,8 @@ std::vector<Tensor> Program::RunOnce(absl::Span<const Tensor> inputs,
   ctx.regions = &regions_;
   ctx.cuda_regions = &cuda_regions_;
   ctx.keep_alive = keep_alive;
+  ctx.philox_slots = &philox_slots_;
+  ctx.philox_device = philox_device;
   RunGraph(*graph_, env, ctx);
   std::vector<Tensor> out;
   for (const ir::Value* v : graph_->returns()) out.push_back(env[v->id()]);

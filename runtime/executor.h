@@ -2,6 +2,7 @@
 #ifndef STEPJIT_RUNTIME_EXECUTOR_H_
 #define STEPJIT_RUNTIME_EXECUTOR_H_
 
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -93,8 +94,13 @@ class Program {
 
  private:
   explicit Program(const ir::Graph* graph);
+  // keep_alive and philox_device: see RunContext (executor.cc).
   std::vector<Tensor> RunOnce(absl::Span<const Tensor> inputs, absl::Span<const Tensor> state,
-                              std::vector<Tensor>* keep_alive) const;
+                              std::vector<Tensor>* keep_alive,
+                              const uint64_t* philox_device) const;
+  // Before a graph launch: draws this replay's seeds and offsets and copies
+  // them to the graph's Philox slots.
+  void RefreshPhiloxSlots(CudaGraphReplay& g) const;
   // Compiles the fusion regions for the CUDA backend (Build on CUDA).
   absl::Status BuildCuda();
   std::vector<Tensor> RunCuda(absl::Span<const Tensor> inputs,
@@ -105,6 +111,10 @@ class Program {
   const ir::Graph* graph_;
   ProgramOptions options_;
   CudaRegionMap cuda_regions_;
+  // CUDA graphs: the random nodes in run order, and each distinct traced
+  // offset's slot.
+  std::vector<const ir::Node*> random_nodes_;
+  absl::flat_hash_map<int64_t, int> philox_slots_;
   mutable bool graphable_ = false;
   mutable std::string graph_reason_;
   // The program's CUDA stream, made at the first run, destroyed with it.
@@ -129,6 +139,24 @@ class Program {
   int cached_regions_ = 0;
   double codegen_ms_ = 0;
 };
+
+// The draws of a replay: each random node takes a fresh slice of the default
+// generator's stream under its current seed, in node order, as the eager
+// step would have; nodes that shared a traced offset (dropout and its
+// backward) share the new one.
+class RandomRemap {
+ public:
+  // (seed, offset) for the draw traced at `traced_offset` of `words` Philox
+  // words.
+  std::pair<uint64_t, uint64_t> Draw(int64_t traced_offset, int64_t words);
+  // `node`'s attributes with the new seed and offset.
+  ir::Attrs Apply(const ir::Node& node);
+
+ private:
+  absl::flat_hash_map<int64_t, uint64_t> offsets_;
+};
+// Philox words a random node draws (randn: two per value).
+int64_t RandomWords(const ir::Node& node);
 
 // Which body parameter's buffer each return of an elementwise region may be
 // written into: the return comes from an update chain that memory planning

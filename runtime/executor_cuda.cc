@@ -7,6 +7,7 @@
 #include "ir/status.h"
 #include "runtime/cuda/backend.h"
 #include "runtime/cuda/ops.h"
+#include "runtime/cuda/random_ops.h"
 #include "runtime/dispatch.h"
 #include "runtime/executor.h"
 
@@ -17,8 +18,8 @@ using ir::NodeKind;
 namespace {
 
 // Why a CUDA run of `g` cannot be captured into a CUDA graph ("" when it can):
-// random ops take new offsets every replay, and host round trips
-// synchronize, which capture forbids.
+// host round trips synchronize, which capture forbids. (Random ops are
+// captured reading their seed and offset from device slots.)
 std::string NotCapturable(const ir::Graph& g, const CudaRegionMap& compiled) {
   for (const auto& n : g.nodes()) {
     if (n->kind() == NodeKind::kFusion) {
@@ -27,8 +28,12 @@ std::string NotCapturable(const ir::Graph& g, const CudaRegionMap& compiled) {
       if (!why.empty()) return why;
     } else if (n->kind() == NodeKind::kOp) {
       if (ir::GetOpInfo(n->op()).kind == ir::OpKind::kRandom) {
-        return absl::StrCat("random op ", ir::OpName(n->op()),
-                            " draws a new Philox offset on every replay");
+        if (!cuda::RunsOnDeviceAsRandom(n->op(), n->output()->type().dtype)) {
+          return absl::StrCat("random op ", ir::OpName(n->op()), " in ",
+                              ir::DTypeName(n->output()->type().dtype),
+                              " has no CUDA kernel and runs on the host");
+        }
+        continue;
       }
       if (!cuda::RunsOnDevice(n->op())) {
         return absl::StrCat(ir::OpName(n->op()), " has no CUDA kernel and runs on the host");
@@ -36,6 +41,20 @@ std::string NotCapturable(const ir::Graph& g, const CudaRegionMap& compiled) {
     }
   }
   return "";
+}
+
+// The random nodes a run of `g` dispatches, in order (compiled regions hold
+// none: the emitter does not lower random ops).
+void CollectRandomNodes(const ir::Graph& g, const CudaRegionMap& compiled,
+                        std::vector<const ir::Node*>& out) {
+  for (const auto& n : g.nodes()) {
+    if (n->kind() == NodeKind::kFusion && !compiled.contains(n.get())) {
+      CollectRandomNodes(*n->body(), compiled, out);
+    } else if (n->kind() == NodeKind::kOp &&
+               ir::GetOpInfo(n->op()).kind == ir::OpKind::kRandom) {
+      out.push_back(n.get());
+    }
+  }
 }
 
 }  // namespace
@@ -47,12 +66,17 @@ struct CudaGraphReplay {
   std::vector<Tensor> outputs;      // the captured run's returns
   std::vector<Tensor> keep_alive;   // every value of the captured run
   std::vector<void*> held;          // temporaries freed during capture
+  // (seed, offset) per Philox slot: pinned staging, the device slots, and
+  // the copy between them that must finish before the staging is reused.
+  Tensor philox_host, philox_device;
+  cuda::Event philox_copied = 0;
   int64_t replays = 0;
 
   ~CudaGraphReplay() {
     if (cuda::Backend* b = cuda::GetBackend()) {
       (void)b->SynchronizeDevice();
       if (graph != 0) b->DestroyGraph(graph);
+      if (philox_copied != 0) b->DestroyEvent(philox_copied);
       for (void* p : held) (void)cuda::DeviceAllocator().Free(p);
     }
   }
@@ -96,6 +120,11 @@ absl::Status Program::BuildCuda() {
   graph_reason_ = options_.cuda_graphs ? NotCapturable(*graph_, cuda_regions_)
                                         : "turned off (cuda_graphs = false)";
   graphable_ = graph_reason_.empty();
+  CollectRandomNodes(*graph_, cuda_regions_, random_nodes_);
+  for (const ir::Node* n : random_nodes_) {
+    philox_slots_.emplace(n->attrs().GetInt(ir::AttrKey::kOffset),
+                          static_cast<int>(philox_slots_.size()));
+  }
   return absl::OkStatus();
 }
 
@@ -128,16 +157,17 @@ std::vector<Tensor> Program::RunCuda(absl::Span<const Tensor> inputs,
     bool inputs_on_device = true;
     for (const Tensor& t : inputs) inputs_on_device &= t.device() == options_.device;
     if (!graphable_ || runs_ == 1 || !inputs_on_device) {
-      out = RunOnce(inputs, state, nullptr);
+      out = RunOnce(inputs, state, nullptr, nullptr);
     } else {
       if (!same_state) Capture(inputs, state);
       if (cuda_graph_ == nullptr) {
-        out = RunOnce(inputs, state, nullptr);  // capture failed: graph_reason_ says why
+        out = RunOnce(inputs, state, nullptr, nullptr);  // capture failed: graph_reason_ says why
       } else {
         CudaGraphReplay& g = *cuda_graph_;
         for (size_t i = 0; i < inputs.size(); ++i) {
           if (!inputs[i].is_same(g.static_inputs[i])) cuda::CopyInto(g.static_inputs[i], inputs[i]);
         }
+        RefreshPhiloxSlots(g);
         check(b.LaunchGraph(g.graph, stream_.handle), "launching the CUDA graph");
         ++g.replays;
         // The captured buffers are overwritten by the next replay: hand out
@@ -170,6 +200,14 @@ void Program::Capture(absl::Span<const Tensor> inputs, absl::Span<const Tensor> 
     g->static_inputs.push_back(s);
   }
   for (const Tensor& t : state) g->state_ptrs.push_back(t.data_ptr());
+  if (!philox_slots_.empty()) {
+    const int64_t n = 2 * static_cast<int64_t>(philox_slots_.size());
+    g->philox_host = empty({n}, {.dtype = DType::kI64}).pin_memory();
+    g->philox_device = empty({n}, {.dtype = DType::kI64, .device = options_.device});
+  }
+  const uint64_t* philox =
+      g->philox_device.defined() ? static_cast<const uint64_t*>(g->philox_device.data_ptr())
+                                 : nullptr;
   {
     cuda::FreeHold hold;
     absl::Status st = b.BeginCapture(stream_.handle);
@@ -180,7 +218,7 @@ void Program::Capture(absl::Span<const Tensor> inputs, absl::Span<const Tensor> 
     }
     std::string failure;
     try {
-      g->outputs = RunOnce(g->static_inputs, state, &g->keep_alive);
+      g->outputs = RunOnce(g->static_inputs, state, &g->keep_alive, philox);
     } catch (const std::exception& e) {
       failure = e.what();
     }
@@ -196,6 +234,28 @@ void Program::Capture(absl::Span<const Tensor> inputs, absl::Span<const Tensor> 
     g->held = hold.Take();
   }
   cuda_graph_ = std::move(g);
+}
+
+void Program::RefreshPhiloxSlots(CudaGraphReplay& g) const {
+  if (philox_slots_.empty()) return;
+  cuda::Backend& b = *ValueOrThrow(cuda::RequireBackend());
+  if (g.philox_copied != 0) {
+    ThrowIfError(b.SynchronizeEvent(g.philox_copied));
+  } else {
+    g.philox_copied = ValueOrThrow(b.CreateEvent());
+  }
+  uint64_t* host = static_cast<uint64_t*>(g.philox_host.data_ptr());
+  RandomRemap remap;
+  for (const ir::Node* n : random_nodes_) {
+    const int64_t traced = n->attrs().GetInt(ir::AttrKey::kOffset);
+    const auto [seed, offset] = remap.Draw(traced, RandomWords(*n));
+    const int slot = philox_slots_.at(traced);
+    host[2 * slot] = seed;
+    host[2 * slot + 1] = offset;
+  }
+  ThrowIfError(b.Copy(g.philox_device.data_ptr(), host, g.philox_host.numel() * sizeof(uint64_t),
+                      cuda::CopyKind::kHostToDevice, stream_.handle));
+  ThrowIfError(b.RecordEvent(g.philox_copied, stream_.handle));
 }
 
 }  // namespace stepjit::runtime

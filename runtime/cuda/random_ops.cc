@@ -39,18 +39,26 @@ __device__ __forceinline__ unsigned sj_philox_word(unsigned long long seed,
 __device__ __forceinline__ float sj_uniform(unsigned bits) {
   return (float)(bits >> 8) * (1.0f / 16777216.0f);
 }
+// Seed and offset come from the arguments, or from two values in device
+// memory when `philox` is set (a CUDA graph's draws, refreshed per replay).
+#define SJ_PHILOX_PARAMS                                                       \
+  const unsigned long long *philox, unsigned long long seed_arg,              \
+      unsigned long long offset_arg
+#define SJ_PHILOX_READ                                                         \
+  const unsigned long long seed = philox ? philox[0] : seed_arg;              \
+  const unsigned long long offset = philox ? philox[1] : offset_arg
 #define SJ_LOOP(i, n)                                                        \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
        i += (long long)gridDim.x * blockDim.x)
 #define SJ_RANDOM_KERNELS(S, T)                                                \
   extern "C" __global__ void sj_rand_##S(T* out, long long n,                  \
-                                         unsigned long long seed,              \
-                                         unsigned long long offset) {          \
+                                         SJ_PHILOX_PARAMS) {                   \
+    SJ_PHILOX_READ;                                                            \
     SJ_LOOP(i, n) out[i] = (T)sj_uniform(sj_philox_word(seed, offset + i));   \
   }                                                                            \
   extern "C" __global__ void sj_randn_##S(T* out, long long n,                 \
-                                          unsigned long long seed,             \
-                                          unsigned long long offset) {         \
+                                          SJ_PHILOX_PARAMS) {                  \
+    SJ_PHILOX_READ;                                                            \
     SJ_LOOP(i, n) {                                                            \
       const double u1 = 1.0 - (double)sj_uniform(sj_philox_word(seed, offset + 2 * i)); \
       const double u2 = (double)sj_uniform(sj_philox_word(seed, offset + 2 * i + 1));   \
@@ -58,9 +66,9 @@ __device__ __forceinline__ float sj_uniform(unsigned bits) {
     }                                                                          \
   }                                                                            \
   extern "C" __global__ void sj_dropout_##S(const T* x, T* out, long long n,   \
-                                            unsigned long long seed,           \
-                                            unsigned long long offset,         \
-                                            double p, double scale) {          \
+                                            SJ_PHILOX_PARAMS, double p,        \
+                                            double scale) {                    \
+    SJ_PHILOX_READ;                                                            \
     SJ_LOOP(i, n) {                                                            \
       const bool keep = sj_uniform(sj_philox_word(seed, offset + i)) >= p;      \
       out[i] = keep ? (T)(x[i] * (T)scale) : (T)0;                             \
@@ -69,10 +77,9 @@ __device__ __forceinline__ float sj_uniform(unsigned bits) {
 SJ_RANDOM_KERNELS(f32, float)
 SJ_RANDOM_KERNELS(f64, double)
 // Two words, the second under a second key, make 64 random bits.
-extern "C" __global__ void sj_randint_i64(long long* out, long long n,
-                                          unsigned long long seed,
-                                          unsigned long long offset, long long low,
-                                          unsigned long long range) {
+extern "C" __global__ void sj_randint_i64(long long* out, long long n, SJ_PHILOX_PARAMS,
+                                          long long low, unsigned long long range) {
+  SJ_PHILOX_READ;
   SJ_LOOP(i, n) {
     const unsigned long long word =
         ((unsigned long long)sj_philox_word(seed, offset + i) << 32) |
@@ -103,7 +110,20 @@ void Launch(Backend& b, const std::string& name, int64_t n, void** args) {
   SJ_REQUIRE(st.ok(), "launching ", name, ": ", st.message());
 }
 
+thread_local const uint64_t* t_philox_slot = nullptr;
+
 }  // namespace
+
+PhiloxSlotGuard::PhiloxSlotGuard(const uint64_t* device_slot) : previous_(t_philox_slot) {
+  t_philox_slot = device_slot;
+}
+PhiloxSlotGuard::~PhiloxSlotGuard() { t_philox_slot = previous_; }
+
+bool RunsOnDeviceAsRandom(ir::OpId op, DType out) {
+  if (op == OpId::kRandint) return out == DType::kI64;
+  return (op == OpId::kRand || op == OpId::kRandn || op == OpId::kDropout) &&
+         (out == DType::kF32 || out == DType::kF64);
+}
 
 const char* RandomKernelSource() { return kRandomKernels; }
 
@@ -117,7 +137,8 @@ bool RunRandomOp(Backend& b, const KernelArgs& k) {
     long long low = k.attrs.GetInt(AttrKey::kLow);
     unsigned long long range = static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kHigh) - low);
     void* out = k.out.data_ptr();
-    void* args[] = {&out, &n, &seed, &offset, &low, &range};
+    const void* slot = t_philox_slot;
+    void* args[] = {&out, &n, &slot, &seed, &offset, &low, &range};
     Launch(b, "sj_randint_i64", n, args);
     return true;
   }
@@ -129,6 +150,7 @@ bool RunRandomOp(Backend& b, const KernelArgs& k) {
   unsigned long long seed = static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kSeed));
   unsigned long long offset = static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kOffset));
   void* out = k.out.data_ptr();
+  const void* slot = t_philox_slot;
   Tensor x;
   const void* xp = nullptr;
   double p = 0, scale = 1;
@@ -143,9 +165,9 @@ bool RunRandomOp(Backend& b, const KernelArgs& k) {
     xp = x.data_ptr();
     p = k.attrs.GetDouble(AttrKey::kP);
     scale = 1.0 / (1.0 - p);
-    args = {&xp, &out, &n, &seed, &offset, &p, &scale};
+    args = {&xp, &out, &n, &slot, &seed, &offset, &p, &scale};
   } else {
-    args = {&out, &n, &seed, &offset};
+    args = {&out, &n, &slot, &seed, &offset};
   }
   const std::string name = absl::StrCat("sj_", ir::OpName(k.op), "_",
                                         t == DType::kF32 ? "f32" : "f64");

@@ -8,6 +8,8 @@
 #ifndef STEPJIT_RUNTIME_CUDA_RANDOM_OPS_H_
 #define STEPJIT_RUNTIME_CUDA_RANDOM_OPS_H_
 
+#include <cstdint>
+
 #include "runtime/cuda/backend.h"
 #include "runtime/dispatch.h"
 
@@ -15,6 +17,23 @@ namespace stepjit::runtime::cuda {
 
 // Runs `k` on the device and returns true, or false when not covered.
 bool RunRandomOp(Backend& b, const KernelArgs& k);
+// Whether RunRandomOp covers `op` with result dtype `out`.
+bool RunsOnDeviceAsRandom(ir::OpId op, ir::DType out);
+
+// While one is alive on this thread, random kernels read their seed and
+// offset from `device_slot` (two uint64 in device memory) instead of the
+// op's attributes: a captured CUDA graph then draws new values on every
+// replay once the slot is refreshed before the launch.
+class PhiloxSlotGuard {
+ public:
+  explicit PhiloxSlotGuard(const uint64_t* device_slot);
+  ~PhiloxSlotGuard();
+  PhiloxSlotGuard(const PhiloxSlotGuard&) = delete;
+  PhiloxSlotGuard& operator=(const PhiloxSlotGuard&) = delete;
+
+ private:
+  const uint64_t* previous_;
+};
 
 // The module's CUDA C, for tests that compile every kernel with NVRTC.
 const char* RandomKernelSource();

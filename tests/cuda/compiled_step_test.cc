@@ -114,21 +114,60 @@ TEST_F(CudaTest, CompiledStepWithoutGraphsMatchesEager) {
   EXPECT_NE(explain.find("no CUDA graph: turned off"), std::string::npos) << explain;
 }
 
-TEST_F(CudaTest, RandomOpsKeepTheStepOutOfCudaGraphsAndStayCorrect) {
+TEST_F(CudaTest, DropoutStepsReplayAsACudaGraphDrawingFreshMasks) {
+  // The graph's dropout kernels read seed and offset from device slots that
+  // are refreshed before every launch: each replay draws the masks the
+  // eager step draws, also after manual_seed.
   StepRun eager(kCuda, true), compiled(kCuda, true);
   auto fast = compile([&](const Tensor& x, const Tensor& y) { return compiled.Step(x, y); });
+  const auto batches = Batches(7);
+  for (int i = 0; i < 7; ++i) {
+    const Tensor x = batches[i].x.to(kCuda), y = batches[i].y.to(kCuda);
+    if (i % 3 == 0) manual_seed(100 + i);
+    const uint64_t before = default_generator().offset();
+    const double le = eager.Step(x, y).item();
+    const uint64_t drawn = default_generator().offset() - before;
+    default_generator().set_offset(before);
+    const double lc = fast(x, y).item();
+    EXPECT_EQ(default_generator().offset() - before, drawn) << "step " << i;
+    EXPECT_NEAR(lc, le, 1e-5 * std::abs(le) + 1e-6) << "step " << i;
+  }
+  auto pe = eager.model.parameters(), pc = compiled.model.parameters();
+  for (size_t i = 0; i < pe.size(); ++i) {
+    const std::vector<double> a = Values(pc[i]), b = Values(pe[i]);
+    for (size_t j = 0; j < a.size(); ++j) {
+      EXPECT_NEAR(a[j], b[j], 1e-4 * std::abs(b[j]) + 1e-5) << "parameter " << i << "[" << j << "]";
+    }
+  }
+  const std::string explain = fast.explain();
+  EXPECT_NE(explain.find("replayed as a CUDA graph (4 graph launches)"), std::string::npos)
+      << explain;
+}
+
+TEST_F(CudaTest, AHostRoundTripKeepsTheStepOutOfCudaGraphsAndSaysWhy) {
+  StepRun eager(kCuda, false), compiled(kCuda, false);
+  // Dropout in bf16 has no CUDA kernel: it makes a host round trip.
+  auto step = [](StepRun& r, const Tensor& x, const Tensor& y) {
+    r.opt->zero_grad();
+    Tensor h = dropout(r.model(x).to(DType::kBF16), 0.2).to(DType::kF32);
+    Tensor loss = cross_entropy(h, y);
+    loss.backward();
+    r.opt->step();
+    return loss;
+  };
+  auto fast = compile([&](const Tensor& x, const Tensor& y) { return step(compiled, x, y); });
   const auto batches = Batches(5);
   for (int i = 0; i < 5; ++i) {
     const Tensor x = batches[i].x.to(kCuda), y = batches[i].y.to(kCuda);
-    // Each replay draws the dropout mask the eager step would have drawn.
-    manual_seed(100 + i);
-    const double le = eager.Step(x, y).item();
-    manual_seed(100 + i);
-    const double lc = fast(x, y).item();
-    EXPECT_NEAR(lc, le, 1e-5 * std::abs(le) + 1e-6) << "step " << i;
+    manual_seed(7 + i);
+    const double le = step(eager, x, y).item();
+    manual_seed(7 + i);
+    EXPECT_NEAR(fast(x, y).item(), le, 1e-5 * std::abs(le) + 1e-6) << "step " << i;
   }
   const std::string explain = fast.explain();
-  EXPECT_NE(explain.find("no CUDA graph: random op dropout"), std::string::npos) << explain;
+  EXPECT_NE(explain.find("no CUDA graph: random op dropout in bf16 has no CUDA kernel"),
+            std::string::npos)
+      << explain;
 }
 
 TEST_F(CudaTest, NewInputsAreCopiedIntoTheGraphsBuffers) {
