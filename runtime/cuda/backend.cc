@@ -43,6 +43,10 @@ class AllocatorBackend : public DeviceMemoryBackend {
     return *e;
   }
   absl::StatusOr<bool> QueryEvent(Event event) override {
+    // Querying an event is illegal on a thread that is capturing (it
+    // would invalidate the capture): pending blocks stay pending until
+    // the capture has ended.
+    if (HoldActive()) return false;
     return backend_->QueryEvent(event);
   }
   void DestroyEvent(Event event) override { backend_->DestroyEvent(event); }

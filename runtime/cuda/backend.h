@@ -144,8 +144,9 @@ Backend& BackendOrThrow();
 void SetBackend(std::unique_ptr<Backend> backend);
 
 // The caching allocator's raw memory and events over `backend` (which must
-// outlive it). Events are refused while a FreeHold is active (CUDA-graph
-// capture), so that blocks then stay with their stream.
+// outlive it). While a FreeHold is active (CUDA-graph capture) no event is
+// recorded or queried (both are illegal on a capturing thread): blocks stay
+// with their stream and pending ones stay pending until the capture ends.
 std::unique_ptr<DeviceMemoryBackend> MakeAllocatorBackend(Backend* backend);
 
 // The caching allocator over GetBackend()'s device memory (created with the

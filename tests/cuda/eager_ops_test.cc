@@ -383,5 +383,22 @@ TEST_F(CudaTest, AllocatorStatsFollowLiveTensors) {
   EXPECT_EQ(cuda::memory_stats().reserved_bytes, before.reserved_bytes);
 }
 
+TEST_F(CudaTest, TheAllocatorNeitherRecordsNorQueriesEventsDuringCapture) {
+  runtime::cuda::Backend* b = runtime::cuda::GetBackend();
+  std::unique_ptr<runtime::cuda::DeviceMemoryBackend> memory =
+      runtime::cuda::MakeAllocatorBackend(b);
+  absl::StatusOr<runtime::cuda::Event> e = memory->RecordEvent(0);
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_TRUE(b->SynchronizeDevice().ok());
+  EXPECT_TRUE(*memory->QueryEvent(*e));
+  {
+    runtime::cuda::FreeHold capturing;
+    EXPECT_FALSE(*memory->QueryEvent(*e));  // completed, but not asked now
+    EXPECT_EQ(memory->RecordEvent(0).status().code(), absl::StatusCode::kUnavailable);
+  }
+  EXPECT_TRUE(*memory->QueryEvent(*e));
+  memory->DestroyEvent(*e);
+}
+
 }  // namespace
 }  // namespace stepjit
