@@ -7,6 +7,7 @@
 
 #include "ir/status.h"
 #include "runtime/cuda/backend.h"
+#include "runtime/cuda/pinned_pool.h"
 
 namespace stepjit {
 namespace {
@@ -41,9 +42,8 @@ Storage::Storage(int64_t nbytes, Device device, bool pinned)
   int64_t rounded = ((nbytes + kAlignment - 1) / kAlignment) * kAlignment;
   if (rounded == 0) rounded = kAlignment;
   if (pinned) {
-    absl::StatusOr<void*> p =
-        CudaBackendFor(Device::cuda(0), "pinned host memory")
-            .HostAllocPinned(static_cast<size_t>(rounded));
+    CudaBackendFor(Device::cuda(0), "pinned host memory");
+    absl::StatusOr<void*> p = runtime::cuda::AllocatePinned(static_cast<size_t>(rounded));
     SJ_REQUIRE(p.ok(), "allocating ", nbytes, " bytes of pinned host memory: ",
                p.status().message());
     data_ = *p;
@@ -66,9 +66,7 @@ Storage::~Storage() {
     return;
   }
   if (pinned_) {
-    if (runtime::cuda::Backend* b = runtime::cuda::GetBackend()) {
-      (void)b->HostFreePinned(data_);
-    }
+    runtime::cuda::FreePinned(data_);
   } else {
     std::free(data_);
   }

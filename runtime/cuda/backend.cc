@@ -4,6 +4,7 @@
 #include "runtime/cuda/backend.h"
 
 #include <cstdlib>
+#include <atomic>
 #include <mutex>
 #include <utility>
 
@@ -61,6 +62,7 @@ struct Registry {
   std::string why_none;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<CachingAllocator> allocator;
+  std::atomic<uint64_t> generation{0};
 };
 
 Registry& GetRegistry() {
@@ -69,6 +71,7 @@ Registry& GetRegistry() {
 }
 
 void Install(Registry& r, std::unique_ptr<Backend> backend) {
+  r.generation.fetch_add(1);
   r.allocator.reset();
   r.backend = std::move(backend);
   if (r.backend != nullptr) {
@@ -142,6 +145,11 @@ absl::StatusOr<Backend*> RequireBackend() {
       "CUDA is not available: ", r.why_none,
       ". CPU tensors work; STEPJIT_CUDA_BACKEND=emulator runs CUDA code on "
       "the host for testing"));
+}
+
+uint64_t BackendGeneration() {
+  GetBackend();  // detection installs the first one
+  return GetRegistry().generation.load();
 }
 
 Backend& BackendOrThrow() {

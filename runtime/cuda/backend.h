@@ -136,6 +136,11 @@ Backend* GetBackend();
 // GetBackend(), or FailedPrecondition/Unavailable saying why there is no
 // CUDA device (no driver, no GPU) and that CPU tensors still work.
 absl::StatusOr<Backend*> RequireBackend();
+// Counts the backends installed so far: caches of backend objects (modules,
+// pinned blocks) compare it, not the backend's address, which a new backend
+// may reuse.
+uint64_t BackendGeneration();
+
 // GetBackend(), or throws stepjit::Error with RequireBackend()'s message.
 Backend& BackendOrThrow();
 // Replaces the process's backend (tests install the host emulator); the

@@ -11,6 +11,7 @@
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/loops.h"
 #include "runtime/cuda/ops.h"
+#include "runtime/cuda/pinned_pool.h"
 
 namespace stepjit::runtime::cuda {
 namespace {
@@ -157,9 +158,11 @@ Tensor ToDevice(const Tensor& t, Device device, bool non_blocking) {
       Check(b.Copy(dst.data_ptr(), src.data_ptr(), bytes, CopyKind::kHostToDevice, stream),
             absl::StrCat("copy of ", bytes, " bytes to ", device.str()));
       // A pinned source is read asynchronously: unless asked not to, wait,
-      // so that the caller may overwrite or free it.
-      if (src.storage()->pinned() && !non_blocking) {
-        Check(b.SynchronizeStream(stream), "synchronizing the copy");
+      // so that the caller may overwrite it. Its block is not reused before
+      // the copy is done either way.
+      if (src.storage()->pinned()) {
+        RecordPinnedUse(src.storage()->data(), stream);
+        if (!non_blocking) Check(b.SynchronizeStream(stream), "synchronizing the copy");
       }
     }
     return dst;
@@ -171,6 +174,7 @@ Tensor ToDevice(const Tensor& t, Device device, bool non_blocking) {
   if (bytes > 0) {
     Check(b.Copy(dst.data_ptr(), src.data_ptr(), bytes, CopyKind::kDeviceToHost, stream),
           absl::StrCat("copy of ", bytes, " bytes from ", t.device().str()));
+    if (non_blocking) RecordPinnedUse(storage->data(), stream);
   }
   return dst;
 }

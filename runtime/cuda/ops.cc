@@ -30,7 +30,7 @@ using ir::OpKind;
 
 // What the caches below belong to: a new backend starts them afresh.
 struct Caches {
-  Backend* owner = nullptr;
+  uint64_t generation = 0;  // BackendGeneration() the entries belong to
   absl::flat_hash_map<std::string, std::shared_ptr<LoadedModule>> fixed;
   absl::flat_hash_map<std::string, std::shared_ptr<const LoadedRegion>> regions;
   // (op, operand types, attrs) -> the emitted kernel, or why not.
@@ -43,9 +43,10 @@ struct Caches {
 std::mutex g_mu;
 Caches& GetCaches(Backend* b) {
   static Caches* c = new Caches;
-  if (c->owner != b) {
+  const uint64_t generation = BackendGeneration();
+  if (c->generation != generation) {
     *c = Caches();
-    c->owner = b;
+    c->generation = generation;
   }
   return *c;
 }

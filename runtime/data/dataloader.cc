@@ -168,9 +168,8 @@ class DeviceStager {
     for (const Tensor* t : {&current.device.x, &current.device.y}) {
       ThrowIfError(runtime::cuda::DeviceAllocator().RecordStream(t->storage()->data(), consumer));
     }
-    // The pinned source of the copy lives one more round, by when its copy
-    // has normally finished (freeing pinned memory waits for queued copies).
-    keep_ = std::move(current.host);
+    // The pinned source may go now: the pinned pool reuses its block only
+    // once the copy from it has finished.
     out = std::move(current.device);
     return true;
   }
@@ -196,7 +195,6 @@ class DeviceStager {
   runtime::cuda::Backend* backend_ = nullptr;
   runtime::cuda::Stream stream_ = 0;
   std::optional<Staged> staged_;
-  Batch keep_;
 };
 
 }  // namespace internal
