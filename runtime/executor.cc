@@ -328,7 +328,10 @@ void DumpCuda(const ir::Graph& graph, const ProgramOptions& options) {
 absl::StatusOr<Program> Program::Build(const ir::Graph& graph, ProgramOptions options) {
   Program p(&graph);
   p.options_ = options;
-  if (options.dump_cuda && !options.dump_dir.empty()) DumpCuda(graph, options);
+  // A step on CUDA always dumps the CUDA C of its kernels.
+  if ((options.dump_cuda || options.device.is_cuda()) && !options.dump_dir.empty()) {
+    DumpCuda(graph, options);
+  }
   p.kernels_per_run_ = CountKernels(graph);
   CollectLastUses(graph, p.last_uses_);
   if (options.device.is_cuda()) {

@@ -3,7 +3,12 @@
 // captured CUDA graph. Every replay is checked against the same step run
 // eagerly on CUDA (and that against the CPU). Runs on the host emulator
 // unless STEPJIT_TEST_CUDA_BACKEND=driver.
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -214,6 +219,34 @@ TEST_F(CudaTest, AKernelThatFailsToCompileFallsBackToEagerAndSaysWhy) {
     EXPECT_EQ(fast.stats().replays, 0);
   }
   runtime::cuda::SetBackend(runtime::cuda::MakeEmulatorBackend());
+}
+
+TEST_F(CudaTest, StepjitDumpWritesTheCudaCOfEveryRegionOfACudaStep) {
+  const std::string dir = "/tmp/stepjit_cuda_dump_test_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  setenv("STEPJIT_DUMP", dir.c_str(), 1);
+  StepRun run(kCuda, false);
+  auto fast = compile([&](const Tensor& x, const Tensor& y) { return run.Step(x, y); });
+  const auto batches = Batches(3);
+  for (int i = 0; i < 3; ++i) fast(batches[i].x.to(kCuda), batches[i].y.to(kCuda));
+  unsetenv("STEPJIT_DUMP");
+  int cu = 0, ll = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.ends_with(".cu")) {
+      ++cu;
+      std::ifstream in(e.path());
+      std::stringstream text;
+      text << in.rdbuf();
+      EXPECT_NE(text.str().find("__global__"), std::string::npos) << name;
+    }
+    ll += name.ends_with(".ll") ? 1 : 0;
+  }
+  EXPECT_EQ(cu, fast.stats().native_regions);
+  EXPECT_GT(cu, 0);
+  EXPECT_EQ(ll, 0);  // no CPU kernels for a step that runs on CUDA
+  EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(dir) / "000-trace.ir"));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
