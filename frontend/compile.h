@@ -39,8 +39,8 @@ struct CompileOptions {
   // The scaler's constants (enabled is ignored: see loss_scaling).
   amp::GradScalerOptions scaler = {};
   // A step on CUDA tensors is captured into a CUDA graph on its second
-  // replay and relaunched as one graph after, where every node can be
-  // captured (explain() says why not otherwise).
+  // replay and relaunched as one graph from then on, where every node can
+  // be captured (explain() says why not otherwise).
   bool cuda_graphs = true;
 };
 
