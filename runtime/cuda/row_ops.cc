@@ -1,6 +1,6 @@
 // Row-wise CUDA kernels written by hand (the region emitter does not lower
 // two-pass row ops): softmax and log-softmax, cross-entropy and one_hot, in
-// f32 and f64, computed as the CPU kernels compute them (the same
+// f32, f64, f16 and bf16, computed as the CPU kernels compute them (the same
 // accumulation types and order within a row). One thread owns one row,
 // which suits the short rows of classifier heads.
 #include "runtime/cuda/row_ops.h"
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/cuda/cuda_c.h"
 #include "ir/status.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cuda/ops.h"
@@ -20,30 +21,47 @@ using ir::AttrKey;
 using ir::DType;
 using ir::OpId;
 
-// SJ_EXP/SJ_LOG pick the precision of T, as std::exp/std::log overloads do.
-constexpr char kRowKernels[] = R"(
+// T is the storage type, ACC the type the CPU kernels compute a row in
+// (float for f32, f16 and bf16; double for f64); sj_ld/sj_put convert as
+// the CPU's Convert does (half types round to nearest even on store).
+constexpr char kRowKernelBody[] = R"(
 __device__ __forceinline__ float sj_exp(float x) { return expf(x); }
 __device__ __forceinline__ double sj_exp(double x) { return exp(x); }
+__device__ __forceinline__ float sj_ld(float x) { return x; }
+__device__ __forceinline__ double sj_ld(double x) { return x; }
+__device__ __forceinline__ float sj_ld(__half x) { return __half2float(x); }
+__device__ __forceinline__ float sj_ld(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ void sj_put(float* p, float v) { *p = v; }
+__device__ __forceinline__ void sj_put(double* p, double v) { *p = v; }
+__device__ __forceinline__ void sj_put(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void sj_put(__nv_bfloat16* p, float v) {
+  *p = __float2bfloat16_rn(v);
+}
 #define SJ_GRID_LOOP(i, n)                                                  \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
        i += (long long)gridDim.x * blockDim.x)
-#define SJ_ROW_KERNELS(S, T)                                                 \
+#define SJ_ROW_KERNELS(S, T, ACC)                                            \
   extern "C" __global__ void sj_softmax_##S(const T* x, T* y, long long rows,  \
                                             long long n, int log_mode) {     \
     SJ_GRID_LOOP(r, rows) {                                                  \
       const T* in = x + r * n;                                               \
       T* out = y + r * n;                                                    \
-      T mx = -(T)__longlong_as_double(0x7ff0000000000000LL);                 \
-      for (long long i = 0; i < n; ++i) mx = mx < in[i] ? in[i] : mx;        \
+      ACC mx = -(ACC)__longlong_as_double(0x7ff0000000000000LL);             \
+      for (long long i = 0; i < n; ++i) {                                    \
+        const ACC v = sj_ld(in[i]);                                          \
+        mx = mx < v ? v : mx;                                                \
+      }                                                                      \
       if (isinf(mx) && mx < 0) mx = 0;                                       \
       double s = 0;                                                          \
-      for (long long i = 0; i < n; ++i) s += sj_exp(in[i] - mx);             \
+      for (long long i = 0; i < n; ++i) s += sj_exp(sj_ld(in[i]) - mx);      \
       if (log_mode) {                                                        \
-        const T lse = mx + (T)log(s);                                        \
-        for (long long i = 0; i < n; ++i) out[i] = in[i] - lse;              \
+        const ACC lse = mx + (ACC)log(s);                                    \
+        for (long long i = 0; i < n; ++i) sj_put(&out[i], sj_ld(in[i]) - lse); \
       } else {                                                               \
-        const T inv = (T)(1.0 / s);                                          \
-        for (long long i = 0; i < n; ++i) out[i] = sj_exp(in[i] - mx) * inv; \
+        const ACC inv = (ACC)(1.0 / s);                                      \
+        for (long long i = 0; i < n; ++i) {                                  \
+          sj_put(&out[i], sj_exp(sj_ld(in[i]) - mx) * inv);                  \
+        }                                                                    \
       }                                                                      \
     }                                                                        \
   }                                                                          \
@@ -54,18 +72,18 @@ __device__ __forceinline__ double sj_exp(double x) { return exp(x); }
       const T* row = x + r * c;                                              \
       double mx = -__longlong_as_double(0x7ff0000000000000LL), sum_x = 0;    \
       for (long long j = 0; j < c; ++j) {                                    \
-        const double v = row[j];                                             \
+        const double v = sj_ld(row[j]);                                      \
         mx = mx < v ? v : mx;                                                \
         sum_x += v;                                                          \
       }                                                                      \
       double s = 0;                                                          \
-      for (long long j = 0; j < c; ++j) s += exp((double)row[j] - mx);      \
+      for (long long j = 0; j < c; ++j) s += exp((double)sj_ld(row[j]) - mx); \
       const double lse = mx + log(s);                                        \
       const long long k = t[r];                                              \
       if (k < 0 || k >= c) {                                                 \
         losses[r] = __longlong_as_double(0x7ff8000000000000LL);              \
       } else {                                                               \
-        const double nll = lse - (double)row[k];                             \
+        const double nll = lse - (double)sj_ld(row[k]);                      \
         losses[r] = (1.0 - ls) * nll + ls * (lse - sum_x / c);               \
       }                                                                      \
     }                                                                        \
@@ -73,7 +91,7 @@ __device__ __forceinline__ double sj_exp(double x) { return exp(x); }
   extern "C" __global__ void sj_xent_reduce_##S(const double* losses, T* out, \
                                                 long long rows, int mode) {  \
     if (mode == 0) {                                                         \
-      SJ_GRID_LOOP(i, rows) out[i] = (T)losses[i];                           \
+      SJ_GRID_LOOP(i, rows) sj_put(&out[i], (ACC)losses[i]);                 \
     } else if (blockIdx.x == 0 && threadIdx.x == 0) {                        \
       double total = 0;                                                      \
       for (long long i = 0; i < rows; ++i) total += losses[i];               \
@@ -81,25 +99,37 @@ __device__ __forceinline__ double sj_exp(double x) { return exp(x); }
         total = rows == 0 ? __longlong_as_double(0x7ff8000000000000LL)       \
                           : total / (double)rows;                            \
       }                                                                      \
-      out[0] = (T)total;                                                     \
+      sj_put(&out[0], (ACC)total);                                           \
     }                                                                        \
   }                                                                          \
   extern "C" __global__ void sj_one_hot_##S(const long long* idx, T* out,    \
                                             long long n, long long c) {      \
     SJ_GRID_LOOP(i, n) {                                                     \
       const long long k = idx[i];                                            \
-      if (k >= 0 && k < c) out[i * c + k] = (T)1;                            \
+      if (k >= 0 && k < c) sj_put(&out[i * c + k], (ACC)1);                  \
     }                                                                        \
   }
-SJ_ROW_KERNELS(f32, float)
-SJ_ROW_KERNELS(f64, double)
+SJ_ROW_KERNELS(f32, float, float)
+SJ_ROW_KERNELS(f64, double, double)
+SJ_ROW_KERNELS(f16, __half, float)
+SJ_ROW_KERNELS(bf16, __nv_bfloat16, float)
 )";
+
+// The half-precision headers first (codegen/cuda/cuda_c.h's preamble).
+const std::string& RowKernels() {
+  static const std::string source =
+      codegen::cuda::Preamble(codegen::cuda::kHelperF16 | codegen::cuda::kHelperBF16) +
+      kRowKernelBody;
+  return source;
+}
 
 const std::vector<std::string>& KernelNames() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
     for (const char* k : {"softmax", "xent_rows", "xent_reduce", "one_hot"}) {
-      for (const char* s : {"f32", "f64"}) v.push_back(absl::StrCat("sj_", k, "_", s));
+      for (const char* s : {"f32", "f64", "f16", "bf16"}) {
+        v.push_back(absl::StrCat("sj_", k, "_", s));
+      }
     }
     return v;
   }();
@@ -111,13 +141,14 @@ int64_t GridFor(const Backend& b, int64_t n, int block) {
 }
 
 void Launch(Backend& b, const std::string& kernel, int64_t threads, void** args) {
-  const KernelHandle k = FixedKernelIn(b, "sj_rows", kRowKernels, KernelNames(), kernel);
+  const KernelHandle k =
+      FixedKernelIn(b, "sj_rows", RowKernels().c_str(), KernelNames(), kernel);
   const int block = b.Limits().preferred_block;
   const absl::Status st = b.Launch(k, GridFor(b, threads, block), block, args, CurrentStream());
   SJ_REQUIRE(st.ok(), "launching ", kernel, ": ", st.message());
 }
 
-const char* Suffix(DType t) { return t == DType::kF32 ? "f32" : "f64"; }
+std::string Suffix(DType t) { return std::string(ir::DTypeName(t)); }
 
 // Softmax over the last dim of a contiguous tensor, else over `dim` through
 // a permuted contiguous copy (as the CPU kernel does).
@@ -194,13 +225,11 @@ void OneHot(Backend& b, const KernelArgs& k) {
   if (n > 0) Launch(b, absl::StrCat("sj_one_hot_", Suffix(k.out.dtype())), n, args);
 }
 
-bool FloatOut(const KernelArgs& k) {
-  return k.out.dtype() == DType::kF32 || k.out.dtype() == DType::kF64;
-}
+bool FloatOut(const KernelArgs& k) { return ir::IsFloating(k.out.dtype()); }
 
 }  // namespace
 
-const char* RowKernelSource() { return kRowKernels; }
+const char* RowKernelSource() { return RowKernels().c_str(); }
 
 bool IsRowOp(ir::OpId op) {
   return op == OpId::kSoftmax || op == OpId::kLogSoftmax || op == OpId::kCrossEntropy ||

@@ -1,5 +1,5 @@
 // Hand-written CUDA kernels for the row-wise ops of a classifier's loss:
-// softmax, log_softmax, cross_entropy and one_hot (f32 and f64).
+// softmax, log_softmax, cross_entropy and one_hot (f32, f64, f16, bf16).
 //
 // Unlike the CPU kernels, they cannot stop the program on a bad target: an
 // out-of-range cross_entropy target gives a NaN loss for its row, and an

@@ -49,7 +49,9 @@ TEST(FixedKernelsNvrtcTest, CopyAndFillKernelsCompileForSm80AndSm90) {
 TEST(FixedKernelsNvrtcTest, RowKernelsCompileForSm80AndSm90) {
   std::vector<std::string> kernels;
   for (const char* k : {"softmax", "xent_rows", "xent_reduce", "one_hot"}) {
-    for (const char* t : {"f32", "f64"}) kernels.push_back(std::string("sj_") + k + "_" + t);
+    for (const char* t : {"f32", "f64", "f16", "bf16"}) {
+      kernels.push_back(std::string("sj_") + k + "_" + t);
+    }
   }
   ExpectCompiles(runtime::cuda::RowKernelSource(), "sj_rows", kernels);
 }
