@@ -12,6 +12,7 @@
 #include "ir/infer.h"
 #include "ir/status.h"
 #include "runtime/cpu/kernels.h"
+#include "runtime/cuda/kernel_helpers.h"
 #include "runtime/cuda/ops.h"
 
 namespace stepjit::runtime::cuda {
@@ -21,17 +22,16 @@ using ir::AttrKey;
 using ir::DType;
 using ir::OpId;
 
-constexpr char kIndexKernels[] = R"(
-#define SJ_LOOP(i, n)                                                        \
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-       i += (long long)gridDim.x * blockDim.x)
+constexpr char kIndexKernelBody[] = R"(
+#define SJ_LOOP(i, n) SJ_GRID_LOOP(i, n)
 #define SJ_INDEX_KERNELS(S, T, ACC)                                            \
   extern "C" __global__ void sj_embedding_##S(const T* w, const long long* idx, \
                                               T* out, long long n, long long dim, \
                                               long long rows) {                \
     SJ_LOOP(e, n * dim) {                                                      \
       const long long i = e / dim, j = e % dim, r = idx[i];                    \
-      out[e] = r >= 0 && r < rows ? w[r * dim + j] : (T)0;                     \
+      if (r >= 0 && r < rows) out[e] = w[r * dim + j];                         \
+      else sj_put(&out[e], (ACC)0);                                            \
     }                                                                          \
   }                                                                            \
   extern "C" __global__ void sj_embedding_backward_##S(                        \
@@ -40,26 +40,26 @@ constexpr char kIndexKernels[] = R"(
     SJ_LOOP(j, dim) {                                                          \
       for (long long i = 0; i < n; ++i) {                                      \
         const long long r = idx[i];                                            \
-        if (r >= 0 && r < rows) acc[r * dim + j] += (ACC)g[i * dim + j];       \
+        if (r >= 0 && r < rows) acc[r * dim + j] += sj_ld(g[i * dim + j]);     \
       }                                                                        \
     }                                                                          \
   }                                                                            \
   extern "C" __global__ void sj_from_double_##S(const double* acc, T* out,     \
                                                 long long n) {                 \
-    SJ_LOOP(i, n) out[i] = (T)acc[i];                                          \
+    SJ_LOOP(i, n) sj_put(&out[i], (ACC)acc[i]);                                \
   }                                                                            \
   extern "C" __global__ void sj_arange_##S(T* out, long long n, double start,  \
                                            double step) {                      \
-    SJ_LOOP(i, n) out[i] = (T)(start + i * step);                              \
+    SJ_LOOP(i, n) sj_put(&out[i], (ACC)(start + i * step));                    \
   }                                                                            \
   extern "C" __global__ void sj_argmax_##S(const T* x, long long* out,         \
                                            long long rows, long long n) {      \
     SJ_LOOP(r, rows) {                                                         \
       const T* row = x + r * n;                                                \
-      ACC best = (ACC)row[0];                                                  \
+      ACC best = sj_ld(row[0]);                                                \
       long long at = 0;                                                        \
       for (long long i = 1; i < n && best == best; ++i) {                      \
-        const ACC v = (ACC)row[i];                                             \
+        const ACC v = sj_ld(row[i]);                                           \
         if (v > best || v != v) best = v, at = i;                              \
       }                                                                        \
       out[r] = at;                                                             \
@@ -72,18 +72,18 @@ constexpr char kIndexKernels[] = R"(
       const T* in = x + r * n;                                                 \
       T* out = y + r * n;                                                      \
       double mean = 0, ss = 0;                                                 \
-      for (long long i = 0; i < n; ++i) mean += (ACC)in[i];                    \
+      for (long long i = 0; i < n; ++i) mean += sj_ld(in[i]);                  \
       mean /= n;                                                               \
       for (long long i = 0; i < n; ++i) {                                      \
-        const double d = (ACC)in[i] - mean;                                    \
+        const double d = sj_ld(in[i]) - mean;                                  \
         ss += d * d;                                                           \
       }                                                                        \
       const double rstd = 1.0 / sqrt(ss / n + eps);                            \
       for (long long i = 0; i < n; ++i) {                                      \
-        double v = ((ACC)in[i] - mean) * rstd;                                 \
-        if (w) v *= (ACC)w[i];                                                 \
-        if (b) v += (ACC)b[i];                                                 \
-        out[i] = (T)v;                                                         \
+        double v = (sj_ld(in[i]) - mean) * rstd;                               \
+        if (w) v *= sj_ld(w[i]);                                               \
+        if (b) v += sj_ld(b[i]);                                               \
+        sj_put(&out[i], (ACC)v);                                               \
       }                                                                        \
     }                                                                          \
   }                                                                            \
@@ -91,17 +91,17 @@ constexpr char kIndexKernels[] = R"(
                                         long long n, int mode) {               \
     if (mode == 0) {                                                           \
       SJ_LOOP(i, n) {                                                          \
-        const ACC d = (ACC)a[i] - (ACC)b[i];                                   \
-        out[i] = (T)(d * d);                                                   \
+        const ACC d = sj_ld(a[i]) - sj_ld(b[i]);                               \
+        sj_put(&out[i], d * d);                                                \
       }                                                                        \
     } else if (blockIdx.x == 0 && threadIdx.x == 0) {                          \
       double s = 0;                                                            \
       for (long long i = 0; i < n; ++i) {                                      \
-        const double d = (double)(ACC)a[i] - (ACC)b[i];                        \
+        const double d = (double)sj_ld(a[i]) - sj_ld(b[i]);                    \
         s += d * d;                                                            \
       }                                                                        \
       if (mode == 2) s /= (double)n;                                           \
-      out[0] = (T)s;                                                           \
+      sj_put(&out[0], (ACC)s);                                                 \
     }                                                                          \
   }                                                                            \
   extern "C" __global__ void sj_var_##S(const T* x, T* out, long long rows,   \
@@ -111,22 +111,25 @@ constexpr char kIndexKernels[] = R"(
       double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};                               \
       long long i = 0;                                                         \
       for (; i + 8 <= n; i += 8) {                                             \
-        for (int j = 0; j < 8; ++j) part[j] += (double)(ACC)row[i + j];        \
+        for (int j = 0; j < 8; ++j) part[j] += (double)sj_ld(row[i + j]);      \
       }                                                                        \
-      for (; i < n; ++i) part[i % 8] += (double)(ACC)row[i];                   \
+      for (; i < n; ++i) part[i % 8] += (double)sj_ld(row[i]);                 \
       const double mean = (((part[0] + part[1]) + (part[2] + part[3])) +       \
                            ((part[4] + part[5]) + (part[6] + part[7]))) / n;   \
       double ss = 0;                                                           \
       for (long long k = 0; k < n; ++k) {                                      \
-        const double d = (double)(ACC)row[k] - mean;                           \
+        const double d = (double)sj_ld(row[k]) - mean;                         \
         ss += d * d;                                                           \
       }                                                                        \
       const double denom = (double)(n - correction);                           \
-      out[r] = (T)(denom > 0 ? ss / denom : __longlong_as_double(0x7ff8000000000000LL)); \
+      sj_put(&out[r], (ACC)(denom > 0 ? ss / denom                              \
+                                      : __longlong_as_double(0x7ff8000000000000LL))); \
     }                                                                          \
   }
 SJ_INDEX_KERNELS(f32, float, float)
 SJ_INDEX_KERNELS(f64, double, double)
+SJ_INDEX_KERNELS(f16, __half, float)
+SJ_INDEX_KERNELS(bf16, __nv_bfloat16, float)
 extern "C" __global__ void sj_arange_i64(long long* out, long long n, double start,
                                          double step) {
   SJ_LOOP(i, n) out[i] = (long long)(start + i * step);
@@ -136,12 +139,19 @@ extern "C" __global__ void sj_arange_i32(int* out, long long n, double start, do
 }
 )";
 
+const std::string& IndexKernels() {
+  static const std::string source = KernelHelpers() + kIndexKernelBody;
+  return source;
+}
+
 const std::vector<std::string>& KernelNames() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
     for (const char* k : {"embedding", "embedding_backward", "from_double", "arange", "argmax",
                           "layer_norm", "mse", "var"}) {
-      for (const char* s : {"f32", "f64"}) v.push_back(absl::StrCat("sj_", k, "_", s));
+      for (const char* s : {"f32", "f64", "f16", "bf16"}) {
+        v.push_back(absl::StrCat("sj_", k, "_", s));
+      }
     }
     v.push_back("sj_arange_i64");
     v.push_back("sj_arange_i32");
@@ -151,7 +161,7 @@ const std::vector<std::string>& KernelNames() {
 }
 
 void Launch(Backend& b, const std::string& kernel, int64_t threads, std::vector<void*> args) {
-  const KernelHandle k = FixedKernelIn(b, "sj_index", kIndexKernels, KernelNames(), kernel);
+  const KernelHandle k = FixedKernelIn(b, "sj_index", IndexKernels().c_str(), KernelNames(), kernel);
   const int block = b.Limits().preferred_block;
   const int64_t grid =
       std::max<int64_t>(1, std::min<int64_t>((threads + block - 1) / block, b.Limits().max_grid));
@@ -159,8 +169,8 @@ void Launch(Backend& b, const std::string& kernel, int64_t threads, std::vector<
   SJ_REQUIRE(st.ok(), "launching ", kernel, ": ", st.message());
 }
 
-bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF64; }
-const char* Suffix(DType t) { return t == DType::kF32 ? "f32" : "f64"; }
+bool IsFloat(DType t) { return ir::IsFloating(t); }
+std::string Suffix(DType t) { return std::string(ir::DTypeName(t)); }
 
 Tensor Contiguous(const Tensor& t) {
   if (!t.defined() || t.is_contiguous()) return t;
@@ -309,7 +319,7 @@ bool Var(Backend& b, const KernelArgs& k) {
 
 }  // namespace
 
-const char* IndexKernelSource() { return kIndexKernels; }
+const char* IndexKernelSource() { return IndexKernels().c_str(); }
 
 bool RunIndexOp(Backend& b, const KernelArgs& k) {
   const bool float_out_matches =

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "codegen/cuda/cuda_c.h"
 #include "ir/status.h"
 #include "runtime/cpu/kernels.h"
+#include "runtime/cuda/kernel_helpers.h"
 #include "runtime/cuda/ops.h"
 
 namespace stepjit::runtime::cuda {
@@ -22,24 +22,9 @@ using ir::DType;
 using ir::OpId;
 
 // T is the storage type, ACC the type the CPU kernels compute a row in
-// (float for f32, f16 and bf16; double for f64); sj_ld/sj_put convert as
-// the CPU's Convert does (half types round to nearest even on store).
+// (float for f32, f16 and bf16; double for f64); sj_ld/sj_put
+// (kernel_helpers.h) convert as the CPU's Convert does.
 constexpr char kRowKernelBody[] = R"(
-__device__ __forceinline__ float sj_exp(float x) { return expf(x); }
-__device__ __forceinline__ double sj_exp(double x) { return exp(x); }
-__device__ __forceinline__ float sj_ld(float x) { return x; }
-__device__ __forceinline__ double sj_ld(double x) { return x; }
-__device__ __forceinline__ float sj_ld(__half x) { return __half2float(x); }
-__device__ __forceinline__ float sj_ld(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ void sj_put(float* p, float v) { *p = v; }
-__device__ __forceinline__ void sj_put(double* p, double v) { *p = v; }
-__device__ __forceinline__ void sj_put(__half* p, float v) { *p = __float2half_rn(v); }
-__device__ __forceinline__ void sj_put(__nv_bfloat16* p, float v) {
-  *p = __float2bfloat16_rn(v);
-}
-#define SJ_GRID_LOOP(i, n)                                                  \
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-       i += (long long)gridDim.x * blockDim.x)
 #define SJ_ROW_KERNELS(S, T, ACC)                                            \
   extern "C" __global__ void sj_softmax_##S(const T* x, T* y, long long rows,  \
                                             long long n, int log_mode) {     \
@@ -115,11 +100,8 @@ SJ_ROW_KERNELS(f16, __half, float)
 SJ_ROW_KERNELS(bf16, __nv_bfloat16, float)
 )";
 
-// The half-precision headers first (codegen/cuda/cuda_c.h's preamble).
 const std::string& RowKernels() {
-  static const std::string source =
-      codegen::cuda::Preamble(codegen::cuda::kHelperF16 | codegen::cuda::kHelperBF16) +
-      kRowKernelBody;
+  static const std::string source = KernelHelpers() + kRowKernelBody;
   return source;
 }
 

@@ -266,7 +266,7 @@ TEST_F(CudaTest, DeviceRandomDrawsFollowTheCpuPhiloxStream) {
 
 TEST_F(CudaTest, IndexAndNormalizationKernelsMatchTheCpu) {
   const int64_t before = runtime::cuda::GetEagerStats().host_fallbacks;
-  for (DType dt : {DType::kF32, DType::kF64}) {
+  for (DType dt : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16}) {
     const std::string t(ir::DTypeName(dt));
     Tensor x = Random({6, 10}, dt);
     Tensor dx = x.to(kCuda);
@@ -303,13 +303,15 @@ TEST_F(CudaTest, IndexAndNormalizationKernelsMatchTheCpu) {
       << runtime::cuda::HostFallbackSummary();
 }
 
-TEST_F(CudaTest, HalfPrecisionInputsToIndexKernelsRunOnTheHostAndMatch) {
+TEST_F(CudaTest, IntegerInputsToHandWrittenKernelsRunOnTheHostAndMatch) {
   const int64_t before = runtime::cuda::GetEagerStats().host_fallbacks;
-  Tensor x = Random({4, 10}, DType::kBF16);
-  ExpectSame(layer_norm(x.to(kCuda), {10}), layer_norm(x, {10}), "bf16 layer_norm");
-  ExpectSame(var(x.to(kCuda), {1}), var(x, {1}), "bf16 var");
+  Tensor ints = from_vector(std::vector<int64_t>{3, -1, 7, 7, 2, 0}, {2, 3});
+  ExpectSame(argmax(ints.to(kCuda), 1), argmax(ints, 1), "argmax of i64");
+  Tensor w = Random({5, 4}, DType::kF32);
+  Tensor idx = from_vector(std::vector<int64_t>{4, 0, 2}, {3}).to(DType::kI32);
+  ExpectSame(embedding(w.to(kCuda), idx.to(kCuda)), embedding(w, idx), "embedding, i32 indices");
   EXPECT_EQ(runtime::cuda::GetEagerStats().host_fallbacks, before + 2);
-  EXPECT_NE(runtime::cuda::HostFallbackSummary().find("layer_norm x"), std::string::npos)
+  EXPECT_NE(runtime::cuda::HostFallbackSummary().find("argmax x"), std::string::npos)
       << runtime::cuda::HostFallbackSummary();
 }
 

@@ -68,7 +68,9 @@ TEST(FixedKernelsNvrtcTest, IndexKernelsCompileForSm80AndSm90) {
   std::vector<std::string> kernels = {"sj_arange_i64", "sj_arange_i32"};
   for (const char* k : {"embedding", "embedding_backward", "from_double", "arange", "argmax",
                         "layer_norm", "mse", "var"}) {
-    for (const char* t : {"f32", "f64"}) kernels.push_back(std::string("sj_") + k + "_" + t);
+    for (const char* t : {"f32", "f64", "f16", "bf16"}) {
+      kernels.push_back(std::string("sj_") + k + "_" + t);
+    }
   }
   ExpectCompiles(runtime::cuda::IndexKernelSource(), "sj_index", kernels);
 }
