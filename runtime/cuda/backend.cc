@@ -192,6 +192,8 @@ std::vector<void*> FreeHold::Take() {
   std::lock_guard<std::mutex> lock(h.mu);
   return std::exchange(h.ptrs, {});
 }
+bool CaptureUnderway() { return HoldActive(); }
+
 bool HoldFree(void* ptr) {
   Held& h = GetHeld();
   std::lock_guard<std::mutex> lock(h.mu);

@@ -173,6 +173,8 @@ class FreeHold {
 };
 // Called by storage on free: true when a FreeHold took the pointer.
 bool HoldFree(void* ptr);
+// True while a FreeHold exists, i.e. while a CUDA graph is being captured.
+bool CaptureUnderway();
 
 // The stream eager CUDA ops and copies are queued on, per thread (0 unless
 // a StreamGuard says otherwise).

@@ -134,6 +134,11 @@ bool RunGenerated(Backend& b, const KernelArgs& k) {
 
 // Operands to the host, the CPU kernel, the result back.
 void RunOnHost(Backend& b, const KernelArgs& k) {
+  // Captured work does not run, so a host round trip would read garbage
+  // (and synchronizing is illegal while capturing): refuse, and the
+  // capture is abandoned with this reason.
+  SJ_REQUIRE(!CaptureUnderway(), ir::OpName(k.op), " with these operand dtypes needs a host ",
+             "round trip, which a CUDA graph cannot capture");
   std::vector<Tensor> host;
   for (const Tensor& t : k.inputs) host.push_back(ToDevice(t, Device::cpu()));
   Tensor out = ir::IsInplace(k.op) ? host[0]

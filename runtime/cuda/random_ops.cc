@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
+#include "runtime/cuda/kernel_helpers.h"
 #include "runtime/cuda/ops.h"
 
 namespace stepjit::runtime::cuda {
@@ -16,7 +17,7 @@ using ir::DType;
 using ir::OpId;
 
 // The constants and rounds of runtime/generator.cc's Philox, word by word.
-constexpr char kRandomKernels[] = R"(
+constexpr char kRandomKernelBody[] = R"(
 __device__ __forceinline__ unsigned sj_philox_word(unsigned long long seed,
                                                    unsigned long long index) {
   const unsigned long long counter = index / 4;
@@ -39,6 +40,14 @@ __device__ __forceinline__ unsigned sj_philox_word(unsigned long long seed,
 __device__ __forceinline__ float sj_uniform(unsigned bits) {
   return (float)(bits >> 8) * (1.0f / 16777216.0f);
 }
+// rand in f16/bf16 draws only the bits the type holds, as the CPU does (a
+// 24-bit uniform rounded to nearest could become 1.0).
+__device__ __forceinline__ float sj_uniform_f16(unsigned bits) {
+  return (float)(bits >> 21) * (1.0f / 2048.0f);
+}
+__device__ __forceinline__ float sj_uniform_bf16(unsigned bits) {
+  return (float)(bits >> 24) * (1.0f / 256.0f);
+}
 // Seed and offset come from the arguments, or from two values in device
 // memory when `philox` is set (a CUDA graph's draws, refreshed per replay).
 #define SJ_PHILOX_PARAMS                                                       \
@@ -47,14 +56,12 @@ __device__ __forceinline__ float sj_uniform(unsigned bits) {
 #define SJ_PHILOX_READ                                                         \
   const unsigned long long seed = philox ? philox[0] : seed_arg;              \
   const unsigned long long offset = philox ? philox[1] : offset_arg
-#define SJ_LOOP(i, n)                                                        \
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-       i += (long long)gridDim.x * blockDim.x)
-#define SJ_RANDOM_KERNELS(S, T)                                                \
+#define SJ_LOOP(i, n) SJ_GRID_LOOP(i, n)
+#define SJ_RANDOM_KERNELS(S, T, ACC, UNIFORM)                                  \
   extern "C" __global__ void sj_rand_##S(T* out, long long n,                  \
                                          SJ_PHILOX_PARAMS) {                   \
     SJ_PHILOX_READ;                                                            \
-    SJ_LOOP(i, n) out[i] = (T)sj_uniform(sj_philox_word(seed, offset + i));   \
+    SJ_LOOP(i, n) sj_put(&out[i], (ACC)UNIFORM(sj_philox_word(seed, offset + i))); \
   }                                                                            \
   extern "C" __global__ void sj_randn_##S(T* out, long long n,                 \
                                           SJ_PHILOX_PARAMS) {                  \
@@ -62,7 +69,7 @@ __device__ __forceinline__ float sj_uniform(unsigned bits) {
     SJ_LOOP(i, n) {                                                            \
       const double u1 = 1.0 - (double)sj_uniform(sj_philox_word(seed, offset + 2 * i)); \
       const double u2 = (double)sj_uniform(sj_philox_word(seed, offset + 2 * i + 1));   \
-      out[i] = (T)(sqrt(-2.0 * log(u1)) * cos(2.0 * 3.141592653589793 * u2));   \
+      sj_put(&out[i], (ACC)(sqrt(-2.0 * log(u1)) * cos(2.0 * 3.141592653589793 * u2))); \
     }                                                                          \
   }                                                                            \
   extern "C" __global__ void sj_dropout_##S(const T* x, T* out, long long n,   \
@@ -71,11 +78,13 @@ __device__ __forceinline__ float sj_uniform(unsigned bits) {
     SJ_PHILOX_READ;                                                            \
     SJ_LOOP(i, n) {                                                            \
       const bool keep = sj_uniform(sj_philox_word(seed, offset + i)) >= p;      \
-      out[i] = keep ? (T)(x[i] * (T)scale) : (T)0;                             \
+      sj_put(&out[i], keep ? sj_ld(x[i]) * (ACC)scale : (ACC)0);               \
     }                                                                          \
   }
-SJ_RANDOM_KERNELS(f32, float)
-SJ_RANDOM_KERNELS(f64, double)
+SJ_RANDOM_KERNELS(f32, float, float, sj_uniform)
+SJ_RANDOM_KERNELS(f64, double, double, sj_uniform)
+SJ_RANDOM_KERNELS(f16, __half, float, sj_uniform_f16)
+SJ_RANDOM_KERNELS(bf16, __nv_bfloat16, float, sj_uniform_bf16)
 // Two words, the second under a second key, make 64 random bits.
 extern "C" __global__ void sj_randint_i64(long long* out, long long n, SJ_PHILOX_PARAMS,
                                           long long low, unsigned long long range) {
@@ -89,11 +98,18 @@ extern "C" __global__ void sj_randint_i64(long long* out, long long n, SJ_PHILOX
 }
 )";
 
+const std::string& RandomKernels() {
+  static const std::string source = KernelHelpers() + kRandomKernelBody;
+  return source;
+}
+
 const std::vector<std::string>& KernelNames() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
     for (const char* k : {"rand", "randn", "dropout"}) {
-      for (const char* s : {"f32", "f64"}) v.push_back(absl::StrCat("sj_", k, "_", s));
+      for (const char* s : {"f32", "f64", "f16", "bf16"}) {
+        v.push_back(absl::StrCat("sj_", k, "_", s));
+      }
     }
     v.push_back("sj_randint_i64");
     return v;
@@ -102,7 +118,7 @@ const std::vector<std::string>& KernelNames() {
 }
 
 void Launch(Backend& b, const std::string& name, int64_t n, void** args) {
-  const KernelHandle kernel = FixedKernelIn(b, "sj_random", kRandomKernels, KernelNames(), name);
+  const KernelHandle kernel = FixedKernelIn(b, "sj_random", RandomKernels().c_str(), KernelNames(), name);
   const int block = b.Limits().preferred_block;
   const int64_t grid =
       std::max<int64_t>(1, std::min<int64_t>((n + block - 1) / block, b.Limits().max_grid));
@@ -122,10 +138,10 @@ PhiloxSlotGuard::~PhiloxSlotGuard() { t_philox_slot = previous_; }
 bool RunsOnDeviceAsRandom(ir::OpId op, DType out) {
   if (op == OpId::kRandint) return out == DType::kI64;
   return (op == OpId::kRand || op == OpId::kRandn || op == OpId::kDropout) &&
-         (out == DType::kF32 || out == DType::kF64);
+         ir::IsFloating(out);
 }
 
-const char* RandomKernelSource() { return kRandomKernels; }
+const char* RandomKernelSource() { return RandomKernels().c_str(); }
 
 bool RunRandomOp(Backend& b, const KernelArgs& k) {
   const DType t = k.out.dtype();
@@ -142,7 +158,7 @@ bool RunRandomOp(Backend& b, const KernelArgs& k) {
     Launch(b, "sj_randint_i64", n, args);
     return true;
   }
-  if (t != DType::kF32 && t != DType::kF64) return false;
+  if (!ir::IsFloating(t)) return false;
   if (k.op != OpId::kRand && k.op != OpId::kRandn && k.op != OpId::kDropout) return false;
   if (k.op == OpId::kDropout && k.inputs[0].dtype() != t) return false;
   long long n = k.out.numel();
@@ -169,8 +185,7 @@ bool RunRandomOp(Backend& b, const KernelArgs& k) {
   } else {
     args = {&out, &n, &slot, &seed, &offset};
   }
-  const std::string name = absl::StrCat("sj_", ir::OpName(k.op), "_",
-                                        t == DType::kF32 ? "f32" : "f64");
+  const std::string name = absl::StrCat("sj_", ir::OpName(k.op), "_", ir::DTypeName(t));
   Launch(b, name, n, args.data());
   return true;
 }

@@ -3,8 +3,8 @@
 // of a draw at offset o uses Philox word o + i under the generator's seed,
 // so a CUDA draw equals the CPU draw of the same seed and offset (rand and
 // dropout bit for bit; randn up to the device's log/cos rounding).
-// rand/randn/dropout in f32 and f64, randint into i64; other dtypes make a
-// host round trip.
+// rand/randn/dropout in f32, f64, f16 and bf16, randint into i64; other
+// dtypes make a host round trip.
 #ifndef STEPJIT_RUNTIME_CUDA_RANDOM_OPS_H_
 #define STEPJIT_RUNTIME_CUDA_RANDOM_OPS_H_
 

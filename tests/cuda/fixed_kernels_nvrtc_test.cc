@@ -59,7 +59,9 @@ TEST(FixedKernelsNvrtcTest, RowKernelsCompileForSm80AndSm90) {
 TEST(FixedKernelsNvrtcTest, RandomKernelsCompileForSm80AndSm90) {
   std::vector<std::string> kernels = {"sj_randint_i64"};
   for (const char* k : {"rand", "randn", "dropout"}) {
-    for (const char* t : {"f32", "f64"}) kernels.push_back(std::string("sj_") + k + "_" + t);
+    for (const char* t : {"f32", "f64", "f16", "bf16"}) {
+      kernels.push_back(std::string("sj_") + k + "_" + t);
+    }
   }
   ExpectCompiles(runtime::cuda::RandomKernelSource(), "sj_random", kernels);
 }
