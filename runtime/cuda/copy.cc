@@ -65,15 +65,15 @@ void Check(const absl::Status& s, absl::string_view what) {
   SJ_REQUIRE(s.ok(), what, ": ", s.message());
 }
 
-KernelHandle FixedKernel(Backend& b, absl::string_view name) {
-  static const std::vector<std::string> kNames = [] {
-    std::vector<std::string> names;
+const FixedModule& CopyModule() {
+  static const FixedModule* m = [] {
+    auto* module = new FixedModule{.name = "sj_fixed", .source = kFixedKernels};
     for (const char* kind : {"copy", "fill"}) {
-      for (int n : {1, 2, 4, 8}) names.push_back(absl::StrCat("sj_", kind, "_", n));
+      for (int n : {1, 2, 4, 8}) module->kernels.push_back(absl::StrCat("sj_", kind, "_", n));
     }
-    return names;
+    return module;
   }();
-  return FixedKernelIn(b, "sj_fixed", kFixedKernels, kNames, name);
+  return *m;
 }
 
 // `t`'s layout over `shape` (broadcast dims get stride 0).
@@ -90,11 +90,6 @@ SjLayout LayoutOf(const Tensor& t, ShapeRef shape) {
   return l;
 }
 
-int64_t GridFor(const Backend& b, int64_t n, int block) {
-  return std::max<int64_t>(1, std::min<int64_t>((n + block - 1) / block,
-                                                b.Limits().max_grid));
-}
-
 }  // namespace
 
 void CopySameDType(const Tensor& dst, const Tensor& src) {
@@ -107,15 +102,12 @@ void CopySameDType(const Tensor& dst, const Tensor& src) {
           "CUDA device-to-device copy");
     return;
   }
-  KernelHandle k = FixedKernel(b, absl::StrCat("sj_copy_", dst.element_size()));
   const void* sp = src.data_ptr();
   void* dp = dst.data_ptr();
   SjLayout ls = LayoutOf(src, dst.shape()), ld = LayoutOf(dst, dst.shape());
   long long count = n;
   void* args[] = {&sp, &ls, &dp, &ld, &count};
-  const int block = b.Limits().preferred_block;
-  Check(b.Launch(k, GridFor(b, n, block), block, args, CurrentStream()),
-        "launching sj_copy");
+  LaunchFixed(b, CopyModule(), absl::StrCat("sj_copy_", dst.element_size()), n, args);
 }
 
 void Fill(const Tensor& dst, double value) {
@@ -127,14 +119,11 @@ void Fill(const Tensor& dst, double value) {
   cpu::FillWith(one, value);
   uint64_t bits = 0;
   std::memcpy(&bits, one.data_ptr(), dst.element_size());
-  KernelHandle k = FixedKernel(b, absl::StrCat("sj_fill_", dst.element_size()));
   void* dp = dst.data_ptr();
   SjLayout ld = LayoutOf(dst, dst.shape());
   long long count = n;
   void* args[] = {&dp, &ld, &bits, &count};
-  const int block = b.Limits().preferred_block;
-  Check(b.Launch(k, GridFor(b, n, block), block, args, CurrentStream()),
-        "launching sj_fill");
+  LaunchFixed(b, CopyModule(), absl::StrCat("sj_fill_", dst.element_size()), n, args);
 }
 
 Tensor ContiguousOnDevice(const Tensor& t) {

@@ -139,49 +139,22 @@ extern "C" __global__ void sj_arange_i32(int* out, long long n, double start, do
 }
 )";
 
-const std::string& IndexKernels() {
-  static const std::string source = KernelHelpers() + kIndexKernelBody;
-  return source;
-}
-
-const std::vector<std::string>& KernelNames() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> v;
-    for (const char* k : {"embedding", "embedding_backward", "from_double", "arange", "argmax",
-                          "layer_norm", "mse", "var"}) {
-      for (const char* s : {"f32", "f64", "f16", "bf16"}) {
-        v.push_back(absl::StrCat("sj_", k, "_", s));
-      }
-    }
-    v.push_back("sj_arange_i64");
-    v.push_back("sj_arange_i32");
-    return v;
-  }();
-  return names;
+const FixedModule& Module() {
+  static const FixedModule* m = new FixedModule(FloatKernelModule(
+      "sj_index", kIndexKernelBody, {"embedding", "embedding_backward", "from_double", "arange", "argmax", "layer_norm", "mse", "var"}, {"sj_arange_i64", "sj_arange_i32"}));
+  return *m;
 }
 
 void Launch(Backend& b, const std::string& kernel, int64_t threads, std::vector<void*> args) {
-  const KernelHandle k = FixedKernelIn(b, "sj_index", IndexKernels().c_str(), KernelNames(), kernel);
-  const int block = b.Limits().preferred_block;
-  const int64_t grid =
-      std::max<int64_t>(1, std::min<int64_t>((threads + block - 1) / block, b.Limits().max_grid));
-  const absl::Status st = b.Launch(k, grid, block, args.data(), CurrentStream());
-  SJ_REQUIRE(st.ok(), "launching ", kernel, ": ", st.message());
+  LaunchFixed(b, Module(), kernel, threads, args.data());
 }
 
 bool IsFloat(DType t) { return ir::IsFloating(t); }
 std::string Suffix(DType t) { return std::string(ir::DTypeName(t)); }
 
-Tensor Contiguous(const Tensor& t) {
-  if (!t.defined() || t.is_contiguous()) return t;
-  Tensor c = empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
-  CopyInto(c, t);
-  return c;
-}
-
 bool Embedding(Backend& b, const KernelArgs& k) {
-  const Tensor w = Contiguous(k.inputs[0]), idx = Contiguous(k.inputs[1]);
-  if (!IsFloat(w.dtype()) || idx.dtype() != DType::kI64) return false;
+  if (!IsFloat(k.inputs[0].dtype()) || k.inputs[1].dtype() != DType::kI64) return false;
+  const Tensor w = ContiguousOnDevice(k.inputs[0]), idx = ContiguousOnDevice(k.inputs[1]);
   long long n = idx.numel(), dim = w.shape()[1], rows = w.shape()[0];
   const void* wp = w.data_ptr();
   const void* ip = idx.data_ptr();
@@ -194,8 +167,8 @@ bool Embedding(Backend& b, const KernelArgs& k) {
 }
 
 bool EmbeddingBackward(Backend& b, const KernelArgs& k) {
-  const Tensor g = Contiguous(k.inputs[0]), idx = Contiguous(k.inputs[1]);
-  if (!IsFloat(g.dtype()) || idx.dtype() != DType::kI64) return false;
+  if (!IsFloat(k.inputs[0].dtype()) || k.inputs[1].dtype() != DType::kI64) return false;
+  const Tensor g = ContiguousOnDevice(k.inputs[0]), idx = ContiguousOnDevice(k.inputs[1]);
   long long n = idx.numel(), rows = k.out.shape()[0], dim = k.out.shape()[1];
   long long total = rows * dim;
   // Zeroed with a memset: kernels never go through Dispatch (a tracer
@@ -247,7 +220,7 @@ bool Argmax(Backend& b, const KernelArgs& k) {
     if (i != d) perm.push_back(i);
   }
   perm.push_back(d);
-  const Tensor rows = Contiguous(cpu::PermutedView(x, perm));
+  const Tensor rows = ContiguousOnDevice(cpu::PermutedView(x, perm));
   long long n = x.shape()[d], count = x.numel() / n;
   // The output's elements are the rows in order (keepdim only adds a 1).
   const void* xp = rows.data_ptr();
@@ -257,10 +230,10 @@ bool Argmax(Backend& b, const KernelArgs& k) {
 }
 
 bool LayerNorm(Backend& b, const KernelArgs& k) {
-  const Tensor x = Contiguous(k.inputs[0]);
-  if (!IsFloat(x.dtype())) return false;
-  const Tensor w = k.inputs.size() > 1 ? Contiguous(k.inputs[1]) : Tensor();
-  const Tensor bias = k.inputs.size() > 2 ? Contiguous(k.inputs[2]) : Tensor();
+  if (!IsFloat(k.inputs[0].dtype())) return false;
+  const Tensor x = ContiguousOnDevice(k.inputs[0]);
+  const Tensor w = k.inputs.size() > 1 ? ContiguousOnDevice(k.inputs[1]) : Tensor();
+  const Tensor bias = k.inputs.size() > 2 ? ContiguousOnDevice(k.inputs[2]) : Tensor();
   const int64_t nd = k.attrs.GetInt(AttrKey::kNormalizedNdim, 1);
   long long n = 1;
   for (int64_t i = x.dim() - nd; i < x.dim(); ++i) n *= x.shape()[i];
@@ -278,8 +251,8 @@ bool LayerNorm(Backend& b, const KernelArgs& k) {
 }
 
 bool MseLoss(Backend& b, const KernelArgs& k) {
-  const Tensor a = Contiguous(k.inputs[0]), c = Contiguous(k.inputs[1]);
-  if (!IsFloat(a.dtype()) || a.shape() != c.shape()) return false;
+  if (!IsFloat(k.inputs[0].dtype()) || k.inputs[0].shape() != k.inputs[1].shape()) return false;
+  const Tensor a = ContiguousOnDevice(k.inputs[0]), c = ContiguousOnDevice(k.inputs[1]);
   const std::string reduction = k.attrs.GetString(AttrKey::kReduction, "mean");
   int mode = reduction == "none" ? 0 : reduction == "sum" ? 1 : 2;
   long long n = a.numel();
@@ -309,7 +282,7 @@ bool Var(Backend& b, const KernelArgs& k) {
     n *= x.shape()[d];
   }
   if (n == 0 || k.out.numel() == 0) return false;  // the CPU's NaN/empty cases
-  const Tensor rows = Contiguous(cpu::PermutedView(x, perm));
+  const Tensor rows = ContiguousOnDevice(cpu::PermutedView(x, perm));
   long long count = x.numel() / n, correction = k.attrs.GetInt(AttrKey::kCorrection, 1);
   const void* xp = rows.data_ptr();
   void* op = k.out.data_ptr();
@@ -319,7 +292,7 @@ bool Var(Backend& b, const KernelArgs& k) {
 
 }  // namespace
 
-const char* IndexKernelSource() { return IndexKernels().c_str(); }
+const char* IndexKernelSource() { return Module().source.c_str(); }
 
 bool RunIndexOp(Backend& b, const KernelArgs& k) {
   const bool float_out_matches =

@@ -1,6 +1,9 @@
 // The helper text the hand-written CUDA modules start with.
 #include "runtime/cuda/kernel_helpers.h"
 
+#include <utility>
+
+#include "absl/strings/str_cat.h"
 #include "codegen/cuda/cuda_c.h"
 
 namespace stepjit::runtime::cuda {
@@ -25,6 +28,19 @@ __device__ __forceinline__ void sj_put(__nv_bfloat16* p, float v) {
        i += (long long)gridDim.x * blockDim.x)
 )";
   return text;
+}
+
+FixedModule FloatKernelModule(std::string name, const char* body,
+                              std::initializer_list<const char*> bases,
+                              std::initializer_list<const char*> extra) {
+  FixedModule m{.name = std::move(name), .source = KernelHelpers() + body};
+  for (const char* base : bases) {
+    for (const char* dtype : {"f32", "f64", "f16", "bf16"}) {
+      m.kernels.push_back(absl::StrCat("sj_", base, "_", dtype));
+    }
+  }
+  for (const char* k : extra) m.kernels.push_back(k);
+  return m;
 }
 
 }  // namespace stepjit::runtime::cuda

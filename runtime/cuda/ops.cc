@@ -155,25 +155,29 @@ void RunOnHost(Backend& b, const KernelArgs& k) {
 
 }  // namespace
 
-KernelHandle FixedKernelIn(Backend& b, const std::string& module_name, const char* source,
-                           const std::vector<std::string>& kernels, absl::string_view name) {
-  std::shared_ptr<LoadedModule> module;
+void LaunchFixed(Backend& b, const FixedModule& module, absl::string_view kernel,
+                 int64_t threads, void** args) {
+  std::shared_ptr<LoadedModule> loaded;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     Caches& c = GetCaches(&b);
-    std::shared_ptr<LoadedModule>& slot = c.fixed[module_name];
+    std::shared_ptr<LoadedModule>& slot = c.fixed[module.name];
     if (slot == nullptr) {
-      absl::StatusOr<std::shared_ptr<LoadedModule>> m = b.LoadSource(source, module_name, kernels);
-      Check(m.status(), absl::StrCat("compiling the CUDA kernels ", module_name));
+      absl::StatusOr<std::shared_ptr<LoadedModule>> m =
+          b.LoadSource(module.source, module.name, module.kernels);
+      Check(m.status(), absl::StrCat("compiling the CUDA kernels ", module.name));
       slot = *m;
       ++c.stats.modules_loaded;
     }
     ++c.stats.copy_launches;
-    module = slot;
+    loaded = slot;
   }
-  absl::StatusOr<KernelHandle> k = module->Function(name);
-  Check(k.status(), name);
-  return *k;
+  absl::StatusOr<KernelHandle> k = loaded->Function(kernel);
+  Check(k.status(), kernel);
+  const int block = b.Limits().preferred_block;
+  const int64_t grid =
+      std::max<int64_t>(1, std::min<int64_t>((threads + block - 1) / block, b.Limits().max_grid));
+  Check(b.Launch(*k, grid, block, args, CurrentStream()), absl::StrCat("launching ", kernel));
 }
 
 absl::StatusOr<std::shared_ptr<const LoadedRegion>> LoadRegion(

@@ -21,6 +21,7 @@
 #include "codegen/cuda/cuda_emitter.h"
 #include "runtime/cuda/backend.h"
 #include "runtime/cuda/copy.h"
+#include "runtime/cuda/kernel_helpers.h"
 #include "runtime/dispatch.h"
 
 namespace stepjit::runtime::cuda {
@@ -58,10 +59,12 @@ absl::StatusOr<std::shared_ptr<const LoadedRegion>> LoadRegion(
 absl::Status LaunchRegion(const LoadedRegion& region,
                           absl::Span<void* const> ptrs, Stream stream);
 
-// A kernel of a fixed (hand-written) module, compiled and loaded once per
-// backend under `module_name`; counted as a copy launch.
-KernelHandle FixedKernelIn(Backend& b, const std::string& module_name, const char* source,
-                           const std::vector<std::string>& kernels, absl::string_view name);
+// Queues `kernel` of `module` on the current stream with enough blocks of
+// the backend's preferred size to give each of `threads` grid-stride
+// indices a thread (up to its grid limit); counted as a hand-written
+// launch. Throws stepjit::Error when it cannot.
+void LaunchFixed(Backend& b, const FixedModule& module, absl::string_view kernel,
+                 int64_t threads, void** args);
 
 struct EagerStats {
   int64_t generated_launches = 0;  // single-op kernels queued

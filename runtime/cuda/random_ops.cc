@@ -98,32 +98,14 @@ extern "C" __global__ void sj_randint_i64(long long* out, long long n, SJ_PHILOX
 }
 )";
 
-const std::string& RandomKernels() {
-  static const std::string source = KernelHelpers() + kRandomKernelBody;
-  return source;
+const FixedModule& Module() {
+  static const FixedModule* m = new FixedModule(FloatKernelModule(
+      "sj_random", kRandomKernelBody, {"rand", "randn", "dropout"}, {"sj_randint_i64"}));
+  return *m;
 }
 
-const std::vector<std::string>& KernelNames() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> v;
-    for (const char* k : {"rand", "randn", "dropout"}) {
-      for (const char* s : {"f32", "f64", "f16", "bf16"}) {
-        v.push_back(absl::StrCat("sj_", k, "_", s));
-      }
-    }
-    v.push_back("sj_randint_i64");
-    return v;
-  }();
-  return names;
-}
-
-void Launch(Backend& b, const std::string& name, int64_t n, void** args) {
-  const KernelHandle kernel = FixedKernelIn(b, "sj_random", RandomKernels().c_str(), KernelNames(), name);
-  const int block = b.Limits().preferred_block;
-  const int64_t grid =
-      std::max<int64_t>(1, std::min<int64_t>((n + block - 1) / block, b.Limits().max_grid));
-  const absl::Status st = b.Launch(kernel, grid, block, args, CurrentStream());
-  SJ_REQUIRE(st.ok(), "launching ", name, ": ", st.message());
+void Launch(Backend& b, const std::string& kernel, int64_t threads, void** args) {
+  LaunchFixed(b, Module(), kernel, threads, args);
 }
 
 thread_local const uint64_t* t_philox_slot = nullptr;
@@ -141,7 +123,7 @@ bool RunsOnDeviceAsRandom(ir::OpId op, DType out) {
          ir::IsFloating(out);
 }
 
-const char* RandomKernelSource() { return RandomKernels().c_str(); }
+const char* RandomKernelSource() { return Module().source.c_str(); }
 
 bool RunRandomOp(Backend& b, const KernelArgs& k) {
   const DType t = k.out.dtype();
@@ -172,12 +154,7 @@ bool RunRandomOp(Backend& b, const KernelArgs& k) {
   double p = 0, scale = 1;
   std::vector<void*> args;
   if (k.op == OpId::kDropout) {
-    x = k.inputs[0];
-    if (!x.is_contiguous()) {
-      Tensor c = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
-      CopyInto(c, x);
-      x = c;
-    }
+    x = ContiguousOnDevice(k.inputs[0]);
     xp = x.data_ptr();
     p = k.attrs.GetDouble(AttrKey::kP);
     scale = 1.0 / (1.0 - p);

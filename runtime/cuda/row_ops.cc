@@ -100,34 +100,14 @@ SJ_ROW_KERNELS(f16, __half, float)
 SJ_ROW_KERNELS(bf16, __nv_bfloat16, float)
 )";
 
-const std::string& RowKernels() {
-  static const std::string source = KernelHelpers() + kRowKernelBody;
-  return source;
-}
-
-const std::vector<std::string>& KernelNames() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> v;
-    for (const char* k : {"softmax", "xent_rows", "xent_reduce", "one_hot"}) {
-      for (const char* s : {"f32", "f64", "f16", "bf16"}) {
-        v.push_back(absl::StrCat("sj_", k, "_", s));
-      }
-    }
-    return v;
-  }();
-  return names;
-}
-
-int64_t GridFor(const Backend& b, int64_t n, int block) {
-  return std::max<int64_t>(1, std::min<int64_t>((n + block - 1) / block, b.Limits().max_grid));
+const FixedModule& Module() {
+  static const FixedModule* m = new FixedModule(FloatKernelModule(
+      "sj_rows", kRowKernelBody, {"softmax", "xent_rows", "xent_reduce", "one_hot"}));
+  return *m;
 }
 
 void Launch(Backend& b, const std::string& kernel, int64_t threads, void** args) {
-  const KernelHandle k =
-      FixedKernelIn(b, "sj_rows", RowKernels().c_str(), KernelNames(), kernel);
-  const int block = b.Limits().preferred_block;
-  const absl::Status st = b.Launch(k, GridFor(b, threads, block), block, args, CurrentStream());
-  SJ_REQUIRE(st.ok(), "launching ", kernel, ": ", st.message());
+  LaunchFixed(b, Module(), kernel, threads, args);
 }
 
 std::string Suffix(DType t) { return std::string(ir::DTypeName(t)); }
@@ -142,12 +122,7 @@ void Softmax(Backend& b, const KernelArgs& k, bool log_mode) {
     if (i != d) perm.push_back(i);
   }
   if (x.dim() > 0) perm.push_back(d);
-  Tensor rows = cpu::PermutedView(x, perm);
-  if (!rows.is_contiguous()) {
-    Tensor c = empty(rows.shape(), {.dtype = rows.dtype(), .device = rows.device()});
-    CopyInto(c, rows);
-    rows = c;
-  }
+  const Tensor rows = ContiguousOnDevice(cpu::PermutedView(x, perm));
   Tensor out_rows = cpu::PermutedView(k.out, perm);
   const bool direct = out_rows.is_contiguous();
   Tensor dst = direct ? out_rows
@@ -163,17 +138,7 @@ void Softmax(Backend& b, const KernelArgs& k, bool log_mode) {
 }
 
 void CrossEntropy(Backend& b, const KernelArgs& k) {
-  Tensor x = k.inputs[0], t = k.inputs[1];
-  if (!x.is_contiguous()) {
-    Tensor c = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
-    CopyInto(c, x);
-    x = c;
-  }
-  if (!t.is_contiguous()) {
-    Tensor c = empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
-    CopyInto(c, t);
-    t = c;
-  }
+  const Tensor x = ContiguousOnDevice(k.inputs[0]), t = ContiguousOnDevice(k.inputs[1]);
   long long rows = x.shape()[0], classes = x.shape()[1];
   double ls = k.attrs.GetDouble(AttrKey::kLabelSmoothing, 0.0);
   const std::string reduction = k.attrs.GetString(AttrKey::kReduction, "mean");
@@ -192,12 +157,7 @@ void CrossEntropy(Backend& b, const KernelArgs& k) {
 }
 
 void OneHot(Backend& b, const KernelArgs& k) {
-  Tensor idx = k.inputs[0];
-  if (!idx.is_contiguous()) {
-    Tensor c = empty(idx.shape(), {.dtype = idx.dtype(), .device = idx.device()});
-    CopyInto(c, idx);
-    idx = c;
-  }
+  const Tensor idx = ContiguousOnDevice(k.inputs[0]);
   ThrowIfError(b.Memset(k.out.data_ptr(), 0, k.out.numel() * k.out.element_size(),
                         CurrentStream()));
   long long n = idx.numel(), c = k.attrs.GetInt(AttrKey::kNumClasses);
@@ -211,7 +171,7 @@ bool FloatOut(const KernelArgs& k) { return ir::IsFloating(k.out.dtype()); }
 
 }  // namespace
 
-const char* RowKernelSource() { return RowKernels().c_str(); }
+const char* RowKernelSource() { return Module().source.c_str(); }
 
 bool IsRowOp(ir::OpId op) {
   return op == OpId::kSoftmax || op == OpId::kLogSoftmax || op == OpId::kCrossEntropy ||
