@@ -162,6 +162,7 @@ struct StepCompiler::Impl {
     spec->signature = std::move(signature);
     spec->trace = tracer.End(outputs);
     spec->state_guards = MakeStateGuards(spec->trace);
+    const Device device = StepDevice(spec->trace, inputs);
     if (!spec->trace.break_reason.empty()) {
       spec->eager_only = true;
       spec->reason = "graph break: " + spec->trace.break_reason;
@@ -172,8 +173,7 @@ struct StepCompiler::Impl {
                !st.ok()) {
       spec->eager_only = true;
       spec->reason = absl::StrCat("the pass pipeline failed: ", st.message());
-    } else if (absl::Status st = BindCompilerState(spec->trace, StepDevice(spec->trace, inputs));
-               !st.ok()) {
+    } else if (absl::Status st = BindCompilerState(spec->trace, device); !st.ok()) {
       spec->eager_only = true;
       spec->reason = std::string(st.message());
     } else {
@@ -181,7 +181,7 @@ struct StepCompiler::Impl {
       spec->state_guards = MakeStateGuards(spec->trace);
       runtime::ProgramOptions popts;
       popts.dump_dir = DumpDir(static_cast<size_t>(stats.traces));
-      popts.device = StepDevice(spec->trace, inputs);
+      popts.device = device;
       popts.cuda_graphs = options.cuda_graphs;
       if (const char* cuda = std::getenv("STEPJIT_DUMP_CUDA"); cuda != nullptr && *cuda != '\0') {
         // cu | ptx | ptx:sm_XX

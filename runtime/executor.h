@@ -117,18 +117,26 @@ class Program {
   absl::flat_hash_map<int64_t, int> philox_slots_;
   mutable bool graphable_ = false;
   mutable std::string graph_reason_;
-  // The program's CUDA stream, made at the first run, destroyed with it.
-  struct OwnedStream {
-    uintptr_t handle = 0;
-    OwnedStream() = default;
-    OwnedStream(OwnedStream&& o) noexcept : handle(std::exchange(o.handle, 0)) {}
-    OwnedStream& operator=(OwnedStream&& o) noexcept {
-      std::swap(handle, o.handle);
+  // The program's CUDA stream and the two events that order it after the
+  // caller's stream and the caller's after it; made at the first run,
+  // destroyed with the program.
+  struct CudaStreamState {
+    uintptr_t stream = 0;
+    uintptr_t after_caller = 0, after_program = 0;
+    CudaStreamState() = default;
+    CudaStreamState(CudaStreamState&& o) noexcept
+        : stream(std::exchange(o.stream, 0)),
+          after_caller(std::exchange(o.after_caller, 0)),
+          after_program(std::exchange(o.after_program, 0)) {}
+    CudaStreamState& operator=(CudaStreamState&& o) noexcept {
+      std::swap(stream, o.stream);
+      std::swap(after_caller, o.after_caller);
+      std::swap(after_program, o.after_program);
       return *this;
     }
-    ~OwnedStream();
+    ~CudaStreamState();
   };
-  mutable OwnedStream stream_;
+  mutable CudaStreamState stream_;
   mutable int64_t runs_ = 0;
   mutable std::unique_ptr<CudaGraphReplay> cuda_graph_;
   int kernels_per_run_ = 0;

@@ -64,6 +64,7 @@ struct CudaGraphReplay {
   std::vector<Tensor> static_inputs;
   std::vector<const void*> state_ptrs;
   std::vector<Tensor> outputs;      // the captured run's returns
+  std::vector<bool> output_is_state;  // those are the caller's own buffers
   std::vector<Tensor> keep_alive;   // every value of the captured run
   std::vector<void*> held;          // temporaries freed during capture
   // (seed, offset) per Philox slot: pinned staging, the device slots, and
@@ -85,11 +86,13 @@ struct CudaGraphReplay {
 // Here, where CudaGraphReplay is complete (the members' destructors need it).
 Program::Program(const ir::Graph* graph) : graph_(graph) {}
 
-Program::OwnedStream::~OwnedStream() {
-  if (handle == 0) return;
+Program::CudaStreamState::~CudaStreamState() {
+  if (stream == 0) return;
   if (cuda::Backend* b = cuda::GetBackend()) {
-    (void)b->SynchronizeStream(handle);
-    (void)b->DestroyStream(handle);
+    (void)b->SynchronizeStream(stream);
+    b->DestroyEvent(after_caller);
+    b->DestroyEvent(after_program);
+    (void)b->DestroyStream(stream);
   }
 }
 Program::Program(Program&&) noexcept = default;
@@ -134,20 +137,24 @@ std::vector<Tensor> Program::RunCuda(absl::Span<const Tensor> inputs,
   auto check = [](const absl::Status& st, const char* what) {
     SJ_REQUIRE(st.ok(), "compiled step on CUDA: ", what, ": ", st.message());
   };
-  if (stream_.handle == 0) stream_.handle = ValueOrThrow(b.CreateStream());
+  if (stream_.stream == 0) {
+    stream_.after_caller = ValueOrThrow(b.CreateEvent());
+    stream_.after_program = ValueOrThrow(b.CreateEvent());
+    stream_.stream = ValueOrThrow(b.CreateStream());
+  }
   // The program's stream starts after the caller's queued work (which made
-  // the inputs) and the caller's stream continues after the program's.
+  // the inputs) and the caller's stream continues after the program's. A
+  // wait takes the event's latest record, so the events are recorded anew
+  // each run.
   const cuda::Stream caller = cuda::CurrentStream();
-  auto join = [&](cuda::Stream waiter, cuda::Stream on) {
-    const cuda::Event e = ValueOrThrow(b.CreateEvent());
+  auto join = [&](cuda::Stream waiter, cuda::Stream on, cuda::Event e) {
     check(b.RecordEvent(e, on), "recording an event");
     check(b.StreamWaitEvent(waiter, e), "ordering streams");
-    b.DestroyEvent(e);
   };
-  join(stream_.handle, caller);
+  join(stream_.stream, caller, stream_.after_caller);
   std::vector<Tensor> out;
   {
-    cuda::StreamGuard on_stream(stream_.handle);
+    cuda::StreamGuard on_stream(stream_.stream);
     FactoryDeviceGuard factories(options_.device);
     ++runs_;
     bool same_state = cuda_graph_ != nullptr && cuda_graph_->state_ptrs.size() == state.size();
@@ -168,14 +175,13 @@ std::vector<Tensor> Program::RunCuda(absl::Span<const Tensor> inputs,
           if (!inputs[i].is_same(g.static_inputs[i])) cuda::CopyInto(g.static_inputs[i], inputs[i]);
         }
         RefreshPhiloxSlots(g);
-        check(b.LaunchGraph(g.graph, stream_.handle), "launching the CUDA graph");
+        check(b.LaunchGraph(g.graph, stream_.stream), "launching the CUDA graph");
         ++g.replays;
         // The captured buffers are overwritten by the next replay: hand out
         // copies, except of state, which is the caller's own.
-        for (const Tensor& o : g.outputs) {
-          bool is_state = false;
-          for (const Tensor& s : state) is_state |= o.storage() == s.storage();
-          if (is_state) {
+        for (size_t i = 0; i < g.outputs.size(); ++i) {
+          const Tensor& o = g.outputs[i];
+          if (g.output_is_state[i]) {
             out.push_back(o);
           } else {
             Tensor c = empty(o.shape(), {.dtype = o.dtype(), .device = o.device()});
@@ -186,7 +192,7 @@ std::vector<Tensor> Program::RunCuda(absl::Span<const Tensor> inputs,
       }
     }
   }
-  join(caller, stream_.handle);
+  join(caller, stream_.stream, stream_.after_program);
   return out;
 }
 
@@ -210,7 +216,7 @@ void Program::Capture(absl::Span<const Tensor> inputs, absl::Span<const Tensor> 
                                  : nullptr;
   {
     cuda::FreeHold hold;
-    absl::Status st = b.BeginCapture(stream_.handle);
+    absl::Status st = b.BeginCapture(stream_.stream);
     if (!st.ok()) {
       graphable_ = false;
       graph_reason_ = absl::StrCat("capture failed to start: ", st.message());
@@ -222,7 +228,7 @@ void Program::Capture(absl::Span<const Tensor> inputs, absl::Span<const Tensor> 
     } catch (const std::exception& e) {
       failure = e.what();
     }
-    absl::StatusOr<cuda::GraphHandle> graph = b.EndCapture(stream_.handle);
+    absl::StatusOr<cuda::GraphHandle> graph = b.EndCapture(stream_.stream);
     if (failure.empty() && !graph.ok()) failure = std::string(graph.status().message());
     if (!failure.empty()) {
       if (graph.ok()) b.DestroyGraph(*graph);
@@ -232,6 +238,11 @@ void Program::Capture(absl::Span<const Tensor> inputs, absl::Span<const Tensor> 
     }
     g->graph = *graph;
     g->held = hold.Take();
+    for (const Tensor& o : g->outputs) {
+      bool is_state = false;
+      for (const Tensor& t : state) is_state |= o.storage() == t.storage();
+      g->output_is_state.push_back(is_state);
+    }
   }
   cuda_graph_ = std::move(g);
 }
@@ -254,8 +265,8 @@ void Program::RefreshPhiloxSlots(CudaGraphReplay& g) const {
     host[2 * slot + 1] = offset;
   }
   ThrowIfError(b.Copy(g.philox_device.data_ptr(), host, g.philox_host.numel() * sizeof(uint64_t),
-                      cuda::CopyKind::kHostToDevice, stream_.handle));
-  ThrowIfError(b.RecordEvent(g.philox_copied, stream_.handle));
+                      cuda::CopyKind::kHostToDevice, stream_.stream));
+  ThrowIfError(b.RecordEvent(g.philox_copied, stream_.stream));
 }
 
 }  // namespace stepjit::runtime
