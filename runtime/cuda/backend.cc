@@ -167,8 +167,7 @@ void SetBackend(std::unique_ptr<Backend> backend) {
 }
 
 CachingAllocator& DeviceAllocator() {
-  absl::StatusOr<Backend*> b = RequireBackend();
-  SJ_REQUIRE(b.ok(), b.status().message());
+  BackendOrThrow();
   return *GetRegistry().allocator;
 }
 
