@@ -119,6 +119,7 @@ void RecordPinnedUse(void* ptr, Stream stream) {
 PinnedStats GetPinnedStats() {
   Pool& p = GetPool();
   std::lock_guard<std::mutex> lock(p.mu);
+  Adopt(p);  // a new backend's pool starts empty
   return p.stats;
 }
 

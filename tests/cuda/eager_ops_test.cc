@@ -16,6 +16,7 @@
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/cuda/api.h"
 #include "runtime/cuda/ops.h"
+#include "runtime/cuda/pinned_pool.h"
 #include "runtime/generator.h"
 #include "runtime/nn/layers.h"
 #include "runtime/ops.h"
@@ -386,6 +387,24 @@ TEST_F(CudaTest, AllocatorStatsFollowLiveTensors) {
   again = Tensor();
   cuda::empty_cache();
   EXPECT_EQ(cuda::memory_stats().reserved_bytes, before.reserved_bytes);
+}
+
+TEST_F(CudaTest, ANewBackendStartsWithFreshCaches) {
+  if (!runtime::cuda::IsEmulatorBackend(*runtime::cuda::GetBackend())) {
+    GTEST_SKIP() << "replaces the process's backend";
+  }
+  Tensor x = Random({3, 4}, DType::kF32);
+  ExpectSame(exp(x.to(kCuda)), exp(x), "before");
+  EXPECT_GT(runtime::cuda::GetEagerStats().modules_loaded, 0);
+  const uint64_t generation = runtime::cuda::BackendGeneration();
+  // The new backend may sit at the old one's address: caches compare the
+  // generation, so nothing loaded on the old backend is handed out.
+  runtime::cuda::SetBackend(runtime::cuda::MakeEmulatorBackend());
+  EXPECT_EQ(runtime::cuda::BackendGeneration(), generation + 1);
+  EXPECT_EQ(runtime::cuda::GetEagerStats().modules_loaded, 0);
+  EXPECT_EQ(runtime::cuda::GetPinnedStats().cached_bytes, 0u);
+  ExpectSame(exp(x.to(kCuda)), exp(x), "after");
+  EXPECT_GT(runtime::cuda::GetEagerStats().modules_loaded, 0);
 }
 
 TEST_F(CudaTest, TheAllocatorNeitherRecordsNorQueriesEventsDuringCapture) {
