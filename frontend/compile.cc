@@ -8,8 +8,10 @@
 #include <iostream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "frontend/guards.h"
 #include "frontend/tracer.h"
 #include "passes/amp.h"
@@ -54,6 +56,23 @@ Device StepDevice(const Trace& trace, const std::vector<Tensor>& inputs) {
   return Device::cpu();
 }
 
+// The pipeline a step on `device` runs. On CUDA, gemm-bgrad follows the
+// last fuse: cuBLASLt's BGRADB epilogue sums a weight gradient's bias
+// gradient while it reads dY. On the CPU the sum stays a kernel of its own,
+// keeping replays bit-identical to the eager step.
+std::string PipelineFor(const std::string& pipeline, Device device) {
+  std::vector<std::string> names = absl::StrSplit(pipeline, ',');
+  int last_fuse = -1;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const absl::string_view name = absl::StripAsciiWhitespace(names[i]);
+    if (name == "gemm-bgrad") return pipeline;
+    if (name == "fuse") last_fuse = static_cast<int>(i);
+  }
+  if (!device.is_cuda() || last_fuse < 0) return pipeline;
+  names.insert(names.begin() + last_fuse + 1, "gemm-bgrad");
+  return absl::StrJoin(names, ",");
+}
+
 struct Specialization {
   Signature signature;
   Trace trace;  // empty graph when eager_only
@@ -89,9 +108,9 @@ struct StepCompiler::Impl {
     return path.string();
   }
 
-  // Writes 000-trace.ir, then runs the pipeline (which dumps NNN-<pass>.ir);
-  // trace k > 0 dumps into the subdirectory trace<k>.
-  absl::Status Optimize(ir::Graph& graph, size_t index) {
+  // Writes 000-trace.ir, then runs the pipeline for `device` (which dumps
+  // NNN-<pass>.ir); trace k > 0 dumps into the subdirectory trace<k>.
+  absl::Status Optimize(ir::Graph& graph, size_t index, Device device) {
     DumpTrace(graph, index);
     passes::PipelineOptions popts = passes::FromEnvironment();
     popts.dump_dir = DumpDir(index);
@@ -99,7 +118,7 @@ struct StepCompiler::Impl {
     passes::ScopedGradScalerConfig scaler_config({.growth_factor = options.scaler.growth_factor,
                                                   .backoff_factor = options.scaler.backoff_factor,
                                                   .growth_interval = options.scaler.growth_interval});
-    RETURN_IF_ERROR(passes::RunPipeline(graph, pipeline, popts, &pstats));
+    RETURN_IF_ERROR(passes::RunPipeline(graph, PipelineFor(pipeline, device), popts, &pstats));
     stats.passes = pstats.ToString();
     if (const passes::PassStats* mp = pstats.Find("memory-plan")) {
       stats.planned_peak_bytes = mp->Get("planned peak bytes");
@@ -169,7 +188,7 @@ struct StepCompiler::Impl {
     } else if (absl::Status st = ir::Verify(*spec->trace.graph); !st.ok()) {
       spec->eager_only = true;
       spec->reason = absl::StrCat("the traced graph failed verification: ", st.message());
-    } else if (absl::Status st = Optimize(*spec->trace.graph, static_cast<size_t>(stats.traces));
+    } else if (absl::Status st = Optimize(*spec->trace.graph, static_cast<size_t>(stats.traces), device);
                !st.ok()) {
       spec->eager_only = true;
       spec->reason = absl::StrCat("the pass pipeline failed: ", st.message());
@@ -183,6 +202,7 @@ struct StepCompiler::Impl {
       popts.dump_dir = DumpDir(static_cast<size_t>(stats.traces));
       popts.device = device;
       popts.cuda_graphs = options.cuda_graphs;
+      popts.cuda_multi_region = options.cuda_multi_region;
       if (const char* cuda = std::getenv("STEPJIT_DUMP_CUDA"); cuda != nullptr && *cuda != '\0') {
         // cu | ptx | ptx:sm_XX
         const std::string v = cuda;
@@ -346,6 +366,13 @@ std::string StepCompiler::explain() const {
                  ? absl::StrCat("replayed as a CUDA graph (", s.program->cuda_graph_replays(),
                                 " graph launches)")
                  : absl::StrCat("no CUDA graph: ", s.program->cuda_graph_reason()))
+         << "; "
+         << (s.program->cuda_region_groups() > 0
+                 ? absl::StrCat(s.program->cuda_grouped_regions(), " regions launched as ",
+                                s.program->cuda_region_groups(),
+                                s.program->cuda_region_groups() == 1 ? " multi-region kernel group"
+                                                                     : " multi-region kernel groups")
+                 : std::string("no multi-region kernels"))
          << "\n";
     }
   }

@@ -26,8 +26,10 @@ struct CompileOptions {
   // Distinct guard signatures traced before new ones run eagerly.
   int max_specializations = 8;
   std::string name = "train_step";
-  // Passes run on each traced graph (STEPJIT_DISABLE=a,b skips some).
-  std::string pipeline = "canonicalize,cse,dce,fuse,dce,memory-plan";
+  // Passes run on each traced graph (STEPJIT_DISABLE=a,b skips some). A step
+  // on CUDA also runs gemm-bgrad after the last fuse (the GEMM computes a
+  // weight gradient's bias gradient; passes/gemm_bgrad.h).
+  std::string pipeline = "canonicalize,cse,dce,fuse,dce,sink-regions,memory-plan";
   // Mixed precision applied by the compiler to a plain f32 step: kBF16 or
   // kF16 runs the autocast pass (amp::Autocast's policy) before `pipeline`;
   // kF32 leaves the step as traced. The eager calls (warmup and tracing)
@@ -42,6 +44,9 @@ struct CompileOptions {
   // replay and relaunched as one graph from then on, where every node can
   // be captured (explain() says why not otherwise).
   bool cuda_graphs = true;
+  // On CUDA, runs of consecutive independent fusion regions (the optimizer's
+  // per-parameter updates) launch as one multi-region kernel per phase.
+  bool cuda_multi_region = true;
 };
 
 struct CompileStats {

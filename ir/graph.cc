@@ -55,14 +55,28 @@ bool Graph::IsParam(const Value* v) const {
 
 Node* Graph::AddOp(OpId op, std::vector<Value*> inputs, Attrs attrs,
                    TensorType type) {
+  std::vector<TensorType> types;
+  types.push_back(std::move(type));
+  return AddOp(op, std::move(inputs), std::move(attrs), std::move(types));
+}
+
+Node* Graph::AddOp(OpId op, std::vector<Value*> inputs, Attrs attrs,
+                   std::vector<TensorType> types) {
+  SJ_CHECK(!types.empty(), "an op node needs at least one output");
   auto n = std::make_unique<Node>();
   n->kind_ = NodeKind::kOp;
   n->op_ = op;
   n->inputs_ = std::move(inputs);
   n->attrs_ = std::move(attrs);
-  Value* out = NewValue(std::move(type), absl::StrCat(next_number_++));
-  out->producer_ = n.get();
-  n->outputs_.push_back(out);
+  const int number = next_number_++;
+  for (size_t i = 0; i < types.size(); ++i) {
+    Value* out = NewValue(std::move(types[i]),
+                          types.size() == 1 ? absl::StrCat(number)
+                                            : absl::StrCat(number, "#", i));
+    out->producer_ = n.get();
+    out->index_ = static_cast<int>(i);
+    n->outputs_.push_back(out);
+  }
   nodes_.push_back(std::move(n));
   return nodes_.back().get();
 }

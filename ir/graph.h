@@ -3,7 +3,9 @@
 // A graph has parameters (step inputs or captured state), a list of nodes
 // in program order, and a return list. Every Value is defined exactly once:
 // by a parameter or by one output of a node. Node kinds:
-//   kOp      one op of ir/ops.def: inputs, attributes, one output.
+//   kOp      one op of ir/ops.def: inputs, attributes, and one output, or
+//            more where ops.def allows (a matmul's bias gradient; printed
+//            `%9#1` like a fusion's results).
 //   kFusion  a nested Graph (the region's body) applied to inputs; it has as
 //            many outputs as its body returns (printed `%9#3`).
 //   kAssign  writes its second input into the state parameter given as the
@@ -93,6 +95,10 @@ class Graph {
 
   // Appends an op node; its output type is given (callers infer it).
   Node* AddOp(OpId op, std::vector<Value*> inputs, Attrs attrs, TensorType type);
+  // Appends an op node with one output per type (more than one: the results
+  // are named `%N#i`).
+  Node* AddOp(OpId op, std::vector<Value*> inputs, Attrs attrs,
+              std::vector<TensorType> types);
   // Appends a fusion node over `body`, with one output per body return.
   Node* AddFusion(std::unique_ptr<Graph> body, std::vector<Value*> inputs);
   // Appends `assign state, value`.

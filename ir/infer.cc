@@ -3,9 +3,9 @@
 
 #include <algorithm>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ir/infer_matmul.h"
 #include "ir/status.h"
 
 namespace stepjit::ir {
@@ -13,14 +13,6 @@ namespace {
 
 std::string Describe(const TensorType& t) {
   return absl::StrCat(DTypeName(t.dtype), ShapeToString(t.shape));
-}
-
-absl::Status Invalid(OpId op, absl::Span<const TensorType> in,
-                     absl::string_view problem) {
-  std::vector<std::string> parts;
-  for (const auto& t : in) parts.push_back(Describe(t));
-  return absl::InvalidArgumentError(
-      absl::StrCat(OpName(op), "(", absl::StrJoin(parts, ", "), "): ", problem));
 }
 
 int Category(DType t) {
@@ -61,19 +53,19 @@ absl::StatusOr<TensorType> InferElementwise(OpId op,
   Shape shape = in[0].shape;
   for (size_t i = 1; i < in.size(); ++i) {
     auto b = BroadcastShapes(shape, in[i].shape);
-    if (!b.ok()) return Invalid(op, in, b.status().message());
+    if (!b.ok()) return InvalidInputs(op, in, b.status().message());
     shape = *b;
   }
   if (op == OpId::kWhere) {
     if (in[0].dtype != DType::kBool) {
-      return Invalid(op, in, "condition must be bool");
+      return InvalidInputs(op, in, "condition must be bool");
     }
     return TensorType{ResultType(in.subspan(1)), shape};
   }
   DType dt = ResultType(in);
   if (in.size() == 1 && IsFloatUnary(op)) dt = ToFloat(dt);
   if (dt == DType::kBool && (op == OpId::kNeg || op == OpId::kSub)) {
-    return Invalid(op, in, "bool tensors do not support negation/subtraction");
+    return InvalidInputs(op, in, "bool tensors do not support negation/subtraction");
   }
   if (op == OpId::kDiv || op == OpId::kPow) dt = ToFloat(dt);
   if (IsCompare(op)) dt = DType::kBool;
@@ -86,13 +78,13 @@ absl::StatusOr<TensorType> InferReduction(OpId op, const TensorType& x,
   std::vector<int64_t> dims = attrs.GetInts(AttrKey::kDims);
   if (op == OpId::kArgmax) dims = {attrs.GetInt(AttrKey::kDim)};
   auto norm = NormalizeDims(dims, static_cast<int64_t>(x.shape.size()));
-  if (!norm.ok()) return Invalid(op, in, norm.status().message());
+  if (!norm.ok()) return InvalidInputs(op, in, norm.status().message());
   const bool keepdim = attrs.GetBool(AttrKey::kKeepdim);
   Shape out;
   for (int64_t d = 0; d < static_cast<int64_t>(x.shape.size()); ++d) {
     bool reduced = std::find(norm->begin(), norm->end(), d) != norm->end();
     if (reduced && x.shape[d] == 0 && (op == OpId::kAmax || op == OpId::kArgmax)) {
-      return Invalid(op, in, absl::StrCat("cannot reduce over dim ", d,
+      return InvalidInputs(op, in, absl::StrCat("cannot reduce over dim ", d,
                                           " of size 0 (no identity)"));
     }
     if (!reduced) out.push_back(x.shape[d]);
@@ -104,7 +96,7 @@ absl::StatusOr<TensorType> InferReduction(OpId op, const TensorType& x,
     case OpId::kMean:
     case OpId::kVar:
       if (!IsFloating(x.dtype)) {
-        return Invalid(op, in, "needs a floating-point input");
+        return InvalidInputs(op, in, "needs a floating-point input");
       }
       break;
     case OpId::kArgmax: dt = DType::kI64; break;
@@ -113,83 +105,15 @@ absl::StatusOr<TensorType> InferReduction(OpId op, const TensorType& x,
   return TensorType{dt, out};
 }
 
-// The `epilogue` attr of a matmul (see ir/ops.def): with two operands a mere
-// marking, with a third (bias) operand what the GEMM call computes.
-absl::Status CheckMatmulEpilogue(absl::Span<const TensorType> in,
-                                 const Attrs& attrs, int64_t n) {
-  const OpId op = OpId::kMatmul;
-  const std::string epilogue = attrs.GetString(AttrKey::kEpilogue);
-  const bool absorbed = in.size() == 3;
-  if (epilogue.empty() || epilogue == "bgrad") {
-    if (!absorbed) return absl::OkStatus();
-    return Invalid(op, in,
-                   absl::StrCat("a bias operand needs epilogue = "
-                                "\"bias[,relu|gelu|gelu_tanh]\", got '",
-                                epilogue, "'"));
-  }
-  const absl::string_view act = absl::StartsWith(epilogue, "bias,")
-                                    ? absl::string_view(epilogue).substr(5)
-                                    : "";
-  if (epilogue != "bias" &&
-      !(act == "relu" || act == "gelu" || act == "gelu_tanh")) {
-    return Invalid(op, in,
-                   absl::StrCat("unknown epilogue '", epilogue,
-                                "' (expected \"bias\" optionally followed by "
-                                "\",relu\", \",gelu\" or \",gelu_tanh\", or "
-                                "\"bgrad\")"));
-  }
-  if (!absorbed) return absl::OkStatus();
-  const TensorType& bias = in[2];
-  if (bias.shape.size() != 1) {
-    return Invalid(op, in, absl::StrCat("the bias must be 1-D [", n,
-                                        "], got rank ", bias.shape.size()));
-  }
-  if (bias.shape[0] != n) {
-    return Invalid(op, in,
-                   absl::StrCat("the bias has ", bias.shape[0],
-                                " elements but the output's last dim is ", n));
-  }
-  if (bias.dtype != in[0].dtype) {
-    return Invalid(op, in, absl::StrCat("the bias is ", DTypeName(bias.dtype),
-                                        " but the operands are ",
-                                        DTypeName(in[0].dtype)));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<TensorType> InferMatmul(absl::Span<const TensorType> in,
-                                       const Attrs& attrs) {
-  const TensorType &a = in[0], &b = in[1];
-  const OpId op = OpId::kMatmul;
-  if (a.shape.size() < 2 || b.shape.size() < 2) {
-    return Invalid(op, in, "both operands need at least 2 dims");
-  }
-  if (a.dtype != b.dtype || !IsFloating(a.dtype)) {
-    return Invalid(op, in, "operands need the same floating-point dtype");
-  }
-  const bool ta = attrs.GetBool(AttrKey::kTransposeA);
-  const bool tb = attrs.GetBool(AttrKey::kTransposeB);
-  const size_t ra = a.shape.size(), rb = b.shape.size();
-  int64_t m = ta ? a.shape[ra - 1] : a.shape[ra - 2];
-  int64_t ka = ta ? a.shape[ra - 2] : a.shape[ra - 1];
-  int64_t kb = tb ? b.shape[rb - 1] : b.shape[rb - 2];
-  int64_t n = tb ? b.shape[rb - 2] : b.shape[rb - 1];
-  if (ka != kb) {
-    return Invalid(op, in,
-                   absl::StrCat("inner dimensions differ: ", ka, " vs ", kb,
-                                ta || tb ? " (after transposes)" : ""));
-  }
-  auto batch = BroadcastShapes(ShapeRef(a.shape).subspan(0, ra - 2),
-                               ShapeRef(b.shape).subspan(0, rb - 2));
-  if (!batch.ok()) return Invalid(op, in, batch.status().message());
-  Shape out = *batch;
-  out.push_back(m);
-  out.push_back(n);
-  RETURN_IF_ERROR(CheckMatmulEpilogue(in, attrs, n));
-  return TensorType{a.dtype, out};
-}
-
 }  // namespace
+
+absl::Status InvalidInputs(OpId op, absl::Span<const TensorType> in,
+                           absl::string_view problem) {
+  std::vector<std::string> parts;
+  for (const auto& t : in) parts.push_back(Describe(t));
+  return absl::InvalidArgumentError(
+      absl::StrCat(OpName(op), "(", absl::StrJoin(parts, ", "), "): ", problem));
+}
 
 absl::StatusOr<Shape> BroadcastShapes(ShapeRef a, ShapeRef b) {
   const size_t r = std::max(a.size(), b.size());
@@ -277,7 +201,7 @@ absl::StatusOr<TensorType> InferType(OpId op, absl::Span<const TensorType> in,
   const OpInfo& info = GetOpInfo(op);
   const int n = static_cast<int>(in.size());
   if (n < info.min_arity || n > info.max_arity) {
-    return Invalid(op, in,
+    return InvalidInputs(op, in,
                    absl::StrCat("expects ", info.min_arity,
                                 info.min_arity == info.max_arity
                                     ? ""
@@ -296,7 +220,7 @@ absl::StatusOr<TensorType> InferType(OpId op, absl::Span<const TensorType> in,
       for (int i = 1; i < n; ++i) {
         auto b = BroadcastShapes(in[0].shape, in[i].shape);
         if (!b.ok() || *b != in[0].shape) {
-          return Invalid(op, in, absl::StrCat("operand ", i, " of shape ",
+          return InvalidInputs(op, in, absl::StrCat("operand ", i, " of shape ",
                                               ShapeToString(in[i].shape),
                                               " does not broadcast to ",
                                               ShapeToString(in[0].shape)));
@@ -304,7 +228,7 @@ absl::StatusOr<TensorType> InferType(OpId op, absl::Span<const TensorType> in,
       }
       if (op != OpId::kCopyInplace && op != OpId::kFillInplace &&
           !IsFloating(in[0].dtype)) {
-        return Invalid(op, in, "in-place arithmetic needs a floating-point target");
+        return InvalidInputs(op, in, "in-place arithmetic needs a floating-point target");
       }
       return in[0];
     }
@@ -315,65 +239,65 @@ absl::StatusOr<TensorType> InferType(OpId op, absl::Span<const TensorType> in,
     case OpId::kSoftmax:
     case OpId::kLogSoftmax: {
       if (WrapDim(attrs.GetInt(AttrKey::kDim), rank) < 0) {
-        return Invalid(op, in, absl::StrCat("dim ", attrs.GetInt(AttrKey::kDim),
+        return InvalidInputs(op, in, absl::StrCat("dim ", attrs.GetInt(AttrKey::kDim),
                                             " out of range"));
       }
-      if (!IsFloating(in[0].dtype)) return Invalid(op, in, "needs a float input");
+      if (!IsFloating(in[0].dtype)) return InvalidInputs(op, in, "needs a float input");
       return in[0];
     }
     case OpId::kLayerNorm: {
       const int64_t k = attrs.GetInt(AttrKey::kNormalizedNdim, 1);
       if (k < 1 || k > rank) {
-        return Invalid(op, in, absl::StrCat("normalized_ndim ", k,
+        return InvalidInputs(op, in, absl::StrCat("normalized_ndim ", k,
                                             " must be in [1, rank]"));
       }
       ShapeRef norm = ShapeRef(in[0].shape).subspan(rank - k);
       for (int i = 1; i < n; ++i) {
         if (ShapeRef(in[i].shape) != norm) {
-          return Invalid(op, in, absl::StrCat("weight/bias must have the normalized shape ",
+          return InvalidInputs(op, in, absl::StrCat("weight/bias must have the normalized shape ",
                                               ShapeToString(norm)));
         }
       }
-      if (!IsFloating(in[0].dtype)) return Invalid(op, in, "needs a float input");
+      if (!IsFloating(in[0].dtype)) return InvalidInputs(op, in, "needs a float input");
       return in[0];
     }
     case OpId::kCrossEntropy: {
       if (in[0].shape.size() != 2 || in[1].shape.size() != 1 ||
           in[1].shape[0] != in[0].shape[0]) {
-        return Invalid(op, in, "expects logits [N, C] and targets [N]");
+        return InvalidInputs(op, in, "expects logits [N, C] and targets [N]");
       }
-      if (in[1].dtype != DType::kI64) return Invalid(op, in, "targets must be i64");
-      if (!IsFloating(in[0].dtype)) return Invalid(op, in, "logits must be float");
+      if (in[1].dtype != DType::kI64) return InvalidInputs(op, in, "targets must be i64");
+      if (!IsFloating(in[0].dtype)) return InvalidInputs(op, in, "logits must be float");
       std::string red = attrs.GetString(AttrKey::kReduction, "mean");
       if (red == "none") return TensorType{in[0].dtype, {in[0].shape[0]}};
       if (red != "mean" && red != "sum") {
-        return Invalid(op, in, absl::StrCat("reduction must be mean, sum or none, got '", red, "'"));
+        return InvalidInputs(op, in, absl::StrCat("reduction must be mean, sum or none, got '", red, "'"));
       }
       return TensorType{in[0].dtype, {}};
     }
     case OpId::kMseLoss: {
       if (in[0].shape != in[1].shape) {
-        return Invalid(op, in, "input and target must have the same shape");
+        return InvalidInputs(op, in, "input and target must have the same shape");
       }
       if (!IsFloating(in[0].dtype) || in[0].dtype != in[1].dtype) {
-        return Invalid(op, in, "input and target must have the same float dtype");
+        return InvalidInputs(op, in, "input and target must have the same float dtype");
       }
       std::string red = attrs.GetString(AttrKey::kReduction, "mean");
       if (red == "none") return in[0];
       if (red != "mean" && red != "sum") {
-        return Invalid(op, in, absl::StrCat("reduction must be mean, sum or none, got '", red, "'"));
+        return InvalidInputs(op, in, absl::StrCat("reduction must be mean, sum or none, got '", red, "'"));
       }
       return TensorType{in[0].dtype, {}};
     }
     case OpId::kReshape: {
       auto s = InferReshape(in[0].shape, attrs.GetInts(AttrKey::kShape));
-      if (!s.ok()) return Invalid(op, in, s.status().message());
+      if (!s.ok()) return InvalidInputs(op, in, s.status().message());
       return TensorType{in[0].dtype, *s};
     }
     case OpId::kPermute: {
       std::vector<int64_t> dims = attrs.GetInts(AttrKey::kDims);
       if (static_cast<int64_t>(dims.size()) != rank) {
-        return Invalid(op, in, absl::StrCat("permutation [", absl::StrJoin(dims, ", "),
+        return InvalidInputs(op, in, absl::StrCat("permutation [", absl::StrJoin(dims, ", "),
                                             "] does not have ", rank, " dims"));
       }
       std::vector<int64_t> seen(rank, 0);
@@ -381,7 +305,7 @@ absl::StatusOr<TensorType> InferType(OpId op, absl::Span<const TensorType> in,
       for (int64_t d : dims) {
         int64_t w = WrapDim(d, rank);
         if (w < 0 || seen[w]++) {
-          return Invalid(op, in, absl::StrCat("[", absl::StrJoin(dims, ", "),
+          return InvalidInputs(op, in, absl::StrCat("[", absl::StrJoin(dims, ", "),
                                               "] is not a permutation"));
         }
         out.push_back(in[0].shape[w]);
@@ -391,8 +315,8 @@ absl::StatusOr<TensorType> InferType(OpId op, absl::Span<const TensorType> in,
     case OpId::kSlice: {
       int64_t d = WrapDim(attrs.GetInt(AttrKey::kDim), rank);
       int64_t step = attrs.GetInt(AttrKey::kStep, 1);
-      if (d < 0 || rank == 0) return Invalid(op, in, "slice dim out of range");
-      if (step <= 0) return Invalid(op, in, absl::StrCat("slice step must be > 0, got ", step));
+      if (d < 0 || rank == 0) return InvalidInputs(op, in, "slice dim out of range");
+      if (step <= 0) return InvalidInputs(op, in, absl::StrCat("slice step must be > 0, got ", step));
       int64_t size = in[0].shape[d];
       int64_t start = attrs.GetInt(AttrKey::kStart), end = attrs.GetInt(AttrKey::kEnd);
       if (start < 0) start += size;
@@ -406,7 +330,7 @@ absl::StatusOr<TensorType> InferType(OpId op, absl::Span<const TensorType> in,
     case OpId::kExpand: {
       std::vector<int64_t> to = attrs.GetInts(AttrKey::kShape);
       if (to.size() < static_cast<size_t>(rank)) {
-        return Invalid(op, in, absl::StrCat("cannot expand to fewer dims: [",
+        return InvalidInputs(op, in, absl::StrCat("cannot expand to fewer dims: [",
                                             absl::StrJoin(to, ", "), "]"));
       }
       Shape out(to.begin(), to.end());
@@ -415,7 +339,7 @@ absl::StatusOr<TensorType> InferType(OpId op, absl::Span<const TensorType> in,
         int64_t have = in[0].shape[i], want = to[lead + i];
         if (want == -1) want = have;
         if (have != want && have != 1) {
-          return Invalid(op, in, absl::StrCat("cannot expand dim ", i, " of size ",
+          return InvalidInputs(op, in, absl::StrCat("cannot expand dim ", i, " of size ",
                                               have, " to ", want));
         }
         out[lead + i] = want;
@@ -434,7 +358,7 @@ absl::StatusOr<TensorType> InferType(OpId op, absl::Span<const TensorType> in,
     }
     case OpId::kUnsqueeze: {
       int64_t d = WrapDim(attrs.GetInt(AttrKey::kDim), rank + 1);
-      if (d < 0) return Invalid(op, in, "unsqueeze dim out of range");
+      if (d < 0) return InvalidInputs(op, in, "unsqueeze dim out of range");
       Shape out = in[0].shape;
       out.insert(out.begin() + d, 1);
       return TensorType{in[0].dtype, out};
@@ -444,18 +368,18 @@ absl::StatusOr<TensorType> InferType(OpId op, absl::Span<const TensorType> in,
       return in[0];
     case OpId::kEmbedding: {
       if (in[0].shape.size() != 2 || !IsFloating(in[0].dtype)) {
-        return Invalid(op, in, "weight must be a float [num_embeddings, dim] tensor");
+        return InvalidInputs(op, in, "weight must be a float [num_embeddings, dim] tensor");
       }
-      if (!IsIntegral(in[1].dtype)) return Invalid(op, in, "indices must be i64 or i32");
+      if (!IsIntegral(in[1].dtype)) return InvalidInputs(op, in, "indices must be i64 or i32");
       Shape out = in[1].shape;
       out.push_back(in[0].shape[1]);
       return TensorType{in[0].dtype, out};
     }
     case OpId::kEmbeddingBackward: {
       Shape expect = in[1].shape;
-      if (in[0].shape.empty()) return Invalid(op, in, "grad must have a trailing dim");
+      if (in[0].shape.empty()) return InvalidInputs(op, in, "grad must have a trailing dim");
       expect.push_back(in[0].shape.back());
-      if (expect != in[0].shape) return Invalid(op, in, "grad must be indices.shape + [dim]");
+      if (expect != in[0].shape) return InvalidInputs(op, in, "grad must be indices.shape + [dim]");
       return TensorType{in[0].dtype, {attrs.GetInt(AttrKey::kNumWeights), in[0].shape.back()}};
     }
     case OpId::kSliceBackward: {
@@ -463,7 +387,7 @@ absl::StatusOr<TensorType> InferType(OpId op, absl::Span<const TensorType> in,
       return TensorType{in[0].dtype, Shape(s.begin(), s.end())};
     }
     case OpId::kOneHot: {
-      if (!IsIntegral(in[0].dtype)) return Invalid(op, in, "indices must be integers");
+      if (!IsIntegral(in[0].dtype)) return InvalidInputs(op, in, "indices must be integers");
       Shape out = in[0].shape;
       out.push_back(attrs.GetInt(AttrKey::kNumClasses));
       return TensorType{attrs.GetDType(AttrKey::kDTypeAttr), out};
@@ -472,14 +396,36 @@ absl::StatusOr<TensorType> InferType(OpId op, absl::Span<const TensorType> in,
     case OpId::kArange: {
       std::vector<int64_t> s = attrs.GetInts(AttrKey::kShape);
       for (int64_t d : s) {
-        if (d < 0) return Invalid(op, in, absl::StrCat("negative size ", d));
+        if (d < 0) return InvalidInputs(op, in, absl::StrCat("negative size ", d));
       }
       return TensorType{attrs.GetDType(AttrKey::kDTypeAttr), Shape(s.begin(), s.end())};
     }
     default:
       break;
   }
-  return Invalid(op, in, "no type rule");
+  return InvalidInputs(op, in, "no type rule");
+}
+
+absl::StatusOr<std::vector<TensorType>> InferTypes(
+    OpId op, absl::Span<const TensorType> inputs, const Attrs& attrs,
+    int num_results) {
+  ASSIGN_OR_RETURN(TensorType first, InferType(op, inputs, attrs));
+  std::vector<TensorType> types;
+  types.push_back(std::move(first));
+  if (num_results == 1) return types;
+  if (op != OpId::kMatmul || num_results != 2) {
+    return InvalidInputs(
+        op, inputs,
+        absl::StrCat("expects 1 result",
+                     op == OpId::kMatmul
+                         ? ", or 2 with epilogue = \"bgrad\" (the product "
+                           "and the bias gradient)"
+                         : "",
+                     ", got ", num_results));
+  }
+  ASSIGN_OR_RETURN(TensorType bias_grad, InferMatmulBiasGrad(inputs, attrs));
+  types.push_back(std::move(bias_grad));
+  return types;
 }
 
 }  // namespace stepjit::ir

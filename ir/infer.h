@@ -2,6 +2,8 @@
 #ifndef STEPJIT_IR_INFER_H_
 #define STEPJIT_IR_INFER_H_
 
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "ir/attrs.h"
@@ -21,6 +23,12 @@ struct TensorType {
 // InvalidArgument error naming the op, the inputs' shapes/dtypes and the rule.
 absl::StatusOr<TensorType> InferType(OpId op, absl::Span<const TensorType> inputs,
                                      const Attrs& attrs);
+// The types of all `num_results` results of a node: InferType's first, then
+// the further results ir/ops.def allows (only a matmul's bias gradient);
+// an error names the op, the inputs and what the results should be.
+absl::StatusOr<std::vector<TensorType>> InferTypes(
+    OpId op, absl::Span<const TensorType> inputs, const Attrs& attrs,
+    int num_results);
 
 // NumPy broadcasting of two shapes; the error names both.
 absl::StatusOr<Shape> BroadcastShapes(ShapeRef a, ShapeRef b);

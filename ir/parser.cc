@@ -14,11 +14,11 @@
 namespace stepjit::ir {
 namespace {
 
-// What a `%name` in the text stands for: one value, or a fusion's results
-// (which must be indexed with `#i`).
+// What a `%name` in the text stands for: one value, or the results of a
+// fusion or of a multi-result op (which must be indexed with `#i`).
 struct Symbol {
   std::vector<Value*> values;
-  bool is_fusion = false;
+  std::string indexed_kind;  // "fusion", an op's name, or "" for one value
   int line = 0, col = 0;
 };
 
@@ -106,7 +106,7 @@ class Parser : public TokenStream {
       Value* v = graph.AddParam(
           name.text, std::move(type),
           kind.text == "state" ? ParamKind::kState : ParamKind::kInput);
-      scope.symbols[name.text] = Symbol{{v}, false, name.line, name.col};
+      scope.symbols[name.text] = Symbol{{v}, "", name.line, name.col};
       if (Peek().Is(')')) {
         Next();
         return absl::OkStatus();
@@ -142,15 +142,18 @@ class Parser : public TokenStream {
                        it->second.line, ":", it->second.col, ")"));
     }
     RETURN_IF_ERROR(Expect('=', absl::StrCat("after %", name.text)));
-    Symbol symbol{{}, false, name.line, name.col};
+    Symbol symbol{{}, "", name.line, name.col};
     if (Peek().IsIdent("fusion")) {
       Next();
       ASSIGN_OR_RETURN(Node * node, ParseFusion(graph, scope));
       symbol.values = node->outputs();
-      symbol.is_fusion = true;
+      symbol.indexed_kind = "fusion";
     } else {
       ASSIGN_OR_RETURN(Node * node, ParseOp(graph, scope, name.text));
       symbol.values = node->outputs();
+      if (node->outputs().size() > 1) {
+        symbol.indexed_kind = std::string(OpName(node->op()));
+      }
     }
     scope.symbols[name.text] = std::move(symbol);
     return absl::OkStatus();
@@ -177,9 +180,37 @@ class Parser : public TokenStream {
     }
     RETURN_IF_ERROR(
         Expect(':', absl::StrCat("and the result type of %", result)));
-    ASSIGN_OR_RETURN(TensorType type, ParseType());
+    std::vector<TensorType> types;
+    if (Peek().Is('(')) {
+      // Several results: `: (f32[4,16], f32[4])`.
+      const Token& open = Next();
+      ASSIGN_OR_RETURN(types, ParseTypeList());
+      if (types.size() < 2) {
+        return ErrorAt(open,
+                       absl::StrCat("%", result, " declares ", types.size(),
+                                    " result types in parentheses; one "
+                                    "result type is written without them"));
+      }
+    } else {
+      ASSIGN_OR_RETURN(TensorType type, ParseType());
+      types.push_back(std::move(type));
+    }
     return graph.AddOp(*op, std::move(inputs), std::move(attrs),
-                       std::move(type));
+                       std::move(types));
+  }
+
+  // The types after `(` up to and including `)`.
+  absl::StatusOr<std::vector<TensorType>> ParseTypeList() {
+    std::vector<TensorType> types;
+    while (!Peek().Is(')')) {
+      if (!types.empty()) {
+        RETURN_IF_ERROR(Expect(',', "or `)` after a result type"));
+      }
+      ASSIGN_OR_RETURN(TensorType t, ParseType());
+      types.push_back(std::move(t));
+    }
+    Next();
+    return types;
   }
 
   absl::StatusOr<Node*> ParseFusion(Graph& graph, Scope& scope) {
@@ -196,15 +227,7 @@ class Parser : public TokenStream {
     RETURN_IF_ERROR(Expect(':', "and the fusion result types"));
     const Token& types_tok = Peek();
     RETURN_IF_ERROR(Expect('(', "before the fusion result types"));
-    std::vector<TensorType> types;
-    while (!Peek().Is(')')) {
-      if (!types.empty()) {
-        RETURN_IF_ERROR(Expect(',', "or `)` after a result type"));
-      }
-      ASSIGN_OR_RETURN(TensorType t, ParseType());
-      types.push_back(std::move(t));
-    }
-    Next();
+    ASSIGN_OR_RETURN(std::vector<TensorType> types, ParseTypeList());
     RETURN_IF_ERROR(Expect('{', "before the fusion body"));
     const Token& body_tok = Peek();
     ASSIGN_OR_RETURN(std::unique_ptr<Graph> body, ParseGraphDef(&scope));
@@ -258,18 +281,19 @@ class Parser : public TokenStream {
     }
     const Symbol& sym = it->second;
     if (!Peek().Is('#')) {
-      if (sym.is_fusion) {
+      if (!sym.indexed_kind.empty()) {
         return ErrorAt(tok,
-                       absl::StrCat("fusion result %", tok.text,
+                       absl::StrCat(sym.indexed_kind, " result %", tok.text,
                                     " needs an index, like %", tok.text, "#0"));
       }
       return sym.values[0];
     }
     const Token& hash = Next();
-    if (!sym.is_fusion) {
-      return ErrorAt(hash, absl::StrCat("%", tok.text,
-                                        " is not a fusion; "
-                                        "`#` indexes fusion results only"));
+    if (sym.indexed_kind.empty()) {
+      return ErrorAt(hash,
+                     absl::StrCat("%", tok.text,
+                                  " has one result; `#` indexes the results "
+                                  "of fusions and multi-result ops"));
     }
     if (Peek().kind != TokenKind::kInt) {
       return Unexpected(Peek(),

@@ -89,7 +89,11 @@ void PrintNode(const Node& node, const ValueNames& names, std::ostream& os,
                             })
            << "}";
       }
-      os << " : " << PrintType(node.output()->type()) << "\n";
+      if (node.outputs().size() == 1) {
+        os << " : " << PrintType(node.output()->type()) << "\n";
+      } else {
+        os << " : (" << JoinTypes(node.outputs()) << ")\n";
+      }
       break;
     }
     case NodeKind::kFusion:
@@ -134,15 +138,14 @@ ValueNames::ValueNames(const Graph& graph) {
     const int position = static_cast<int>(pos);
     switch (node.kind()) {
       case NodeKind::kOp:
-        for (const Value* out : node.outputs()) {
-          entries_[out] = {absl::StrCat("%", number), position};
-        }
-        numbers_[&node] = number++;
-        break;
       case NodeKind::kFusion:
+        // A single op result is plain `%N`; a fusion's always indexed.
         for (size_t i = 0; i < node.outputs().size(); ++i) {
-          entries_[node.outputs()[i]] = {absl::StrCat("%", number, "#", i),
-                                         position};
+          entries_[node.outputs()[i]] = {
+              node.kind() == NodeKind::kOp && node.outputs().size() == 1
+                  ? absl::StrCat("%", number)
+                  : absl::StrCat("%", number, "#", i),
+              position};
         }
         numbers_[&node] = number++;
         break;

@@ -13,8 +13,10 @@
 //   }
 //
 // Parameters print by name; node results are numbered %0, %1, ... in program
-// order at print time (a fusion takes one number, its results are %N#i), so
-// the text never depends on creation order. Attributes print in stored order;
+// order at print time (a fusion, or an op with several results, takes one
+// number and its results are %N#i, their types listed in parentheses:
+// `%3 = matmul %dy, %x {...} : (f32[512,784], f32[512])`), so the text never
+// depends on creation order. Attributes print in stored order;
 // doubles always carry '.', 'e', inf or nan and parse back bit-identically.
 // ir/parser.h reads this form; Print(Parse(Print(g))) == Print(g).
 #ifndef STEPJIT_IR_PRINTER_H_

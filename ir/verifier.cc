@@ -105,15 +105,19 @@ class GraphVerifier {
     }
     std::vector<TensorType> types;
     for (const Value* v : node.inputs()) types.push_back(v->type());
-    absl::StatusOr<TensorType> inferred =
-        InferType(node.op(), types, node.attrs());
+    const int results = static_cast<int>(node.outputs().size());
+    absl::StatusOr<std::vector<TensorType>> inferred =
+        InferTypes(node.op(), types, node.attrs(), results);
     if (!inferred.ok()) {
       return Invalid(absl::StrCat(header, ": ", inferred.status().message()));
     }
-    if (*inferred != node.output()->type()) {
-      return Invalid(absl::StrCat(header, ": declared type ",
-                                  PrintType(node.output()->type()),
-                                  " but inferred ", PrintType(*inferred)));
+    for (int i = 0; i < results; ++i) {
+      const TensorType& declared = node.outputs()[i]->type();
+      if ((*inferred)[i] == declared) continue;
+      return Invalid(absl::StrCat(
+          header, ": declared ",
+          results == 1 ? "type " : absl::StrCat("result #", i, " type "),
+          PrintType(declared), " but inferred ", PrintType((*inferred)[i])));
     }
     return absl::OkStatus();
   }

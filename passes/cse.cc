@@ -66,12 +66,25 @@ std::vector<const ir::Value*> Operands(const ir::Node& node) {
   return in;
 }
 
+// The same number of results (a matmul with its bias gradient is not a
+// plain matmul), of the same types.
+bool SameTypes(const ir::Node& a, const ir::Node& b) {
+  if (a.outputs().size() != b.outputs().size()) return false;
+  for (size_t i = 0; i < a.outputs().size(); ++i) {
+    if (a.outputs()[i]->type() != b.outputs()[i]->type()) return false;
+  }
+  return true;
+}
+
 struct NodeHash {
   size_t operator()(const ir::Node* node) const {
     std::vector<uint64_t> words = {
         static_cast<uint64_t>(node->op()),
-        static_cast<uint64_t>(node->output()->type().dtype)};
-    for (int64_t d : node->output()->type().shape) words.push_back(d);
+        static_cast<uint64_t>(node->outputs().size())};
+    for (const ir::Value* out : node->outputs()) {
+      words.push_back(static_cast<uint64_t>(out->type().dtype));
+      for (int64_t d : out->type().shape) words.push_back(d);
+    }
     for (const ir::Value* v : Operands(*node)) words.push_back(v->id());
     // Attribute order does not matter: sum the item hashes.
     size_t attrs = 0;
@@ -86,7 +99,7 @@ struct NodeHash {
 
 struct NodeEq {
   bool operator()(const ir::Node* a, const ir::Node* b) const {
-    return a->op() == b->op() && a->output()->type() == b->output()->type() &&
+    return a->op() == b->op() && SameTypes(*a, *b) &&
            Operands(*a) == Operands(*b) && SameAttrs(a->attrs(), b->attrs());
   }
 };
@@ -108,7 +121,9 @@ int64_t MergeDuplicates(ir::Graph& graph) {
     if (node.kind() != ir::NodeKind::kOp || !ir::IsPure(node.op())) continue;
     auto [it, inserted] = seen.insert(&node);
     if (!inserted) {
-      replacer.Replace(node.output(), (*it)->output());
+      for (size_t i = 0; i < node.outputs().size(); ++i) {
+        replacer.Replace(node.outputs()[i], (*it)->outputs()[i]);
+      }
       duplicates.insert(&node);
     }
   }

@@ -26,7 +26,9 @@
 // beside a bias-gradient sum `epilogue = "bgrad"`; after outlining, a marked
 // matmul takes the bias as a third operand and the activation into its
 // `epilogue` (act(op(a) op(b) + bias), run by the GEMM library), and the add
-// and activation leave the region that consumed it.
+// and activation leave the region that consumed it. The "bgrad" mark is
+// acted on by the gemm-bgrad pass (passes/gemm_bgrad.h), run after fuse for
+// CUDA steps.
 #ifndef STEPJIT_PASSES_FUSE_H_
 #define STEPJIT_PASSES_FUSE_H_
 

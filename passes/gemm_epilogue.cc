@@ -212,8 +212,11 @@ int MarkGemmEpilogues(ir::Graph& g) {
   const UseMap uses = Uses(g);
   int marked = 0;
   for (const auto& n : g.nodes()) {
-    // A third operand means the epilogue is absorbed already.
-    if (!IsOp(n.get(), OpId::kMatmul) || n->inputs().size() != 2) continue;
+    // A third operand or a second result: the epilogue is absorbed already.
+    if (!IsOp(n.get(), OpId::kMatmul) || n->inputs().size() != 2 ||
+        n->outputs().size() != 1) {
+      continue;
+    }
     std::string epilogue;
     const Node* add = SoleUse(uses, n->output());
     const int64_t cols = n->output()->type().shape.back();

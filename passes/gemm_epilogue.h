@@ -5,7 +5,8 @@
 // a 1-D bias of its last dim (then optionally relu/gelu/gelu_tanh) gets
 // `epilogue = "bias[,relu|gelu|gelu_tanh]"`; a transposed-A matmul (a weight
 // gradient) whose left operand is also summed over dim 0 (the bias gradient)
-// gets `epilogue = "bgrad"`. A mark changes nothing by itself.
+// gets `epilogue = "bgrad"` (which the gemm-bgrad pass, passes/gemm_bgrad.h,
+// may act on). A mark changes nothing by itself.
 //
 // Absorbing (after regions form): a matmul marked "bias..." whose only user
 // is one region whose body reads the matmul's parameter only in

@@ -21,7 +21,9 @@
 #include "passes/cse.h"
 #include "passes/dce.h"
 #include "passes/fuse.h"
+#include "passes/gemm_bgrad.h"
 #include "passes/memory_plan.h"
+#include "passes/sink_regions.h"
 
 namespace stepjit::passes {
 namespace {
@@ -50,6 +52,11 @@ constexpr PassInfo kPasses[] = {
      "remove nodes whose results are unused (never state writes)"},
     {"fuse", &Fuse,
      "group elementwise chains, reductions and optimizer updates into regions"},
+    {"gemm-bgrad", &GemmBiasGradPass,
+     "after fuse: a marked weight-gradient matmul also computes its bias "
+     "gradient (CUDA steps)"},
+    {"sink-regions", &SinkRegions,
+     "move regions next to their first user so independent ones sit together"},
     {"memory-plan", &PlanMemoryPass,
      "decide in-place updates by liveness; report planned peak bytes"},
     {"autocast-bf16", &AutocastBf16,

@@ -272,4 +272,33 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
   return out;
 }
 
+std::vector<Tensor> DispatchResults(OpId op, absl::Span<const Tensor> inputs,
+                                    const ir::Attrs& attrs, int num_results) {
+  absl::InlinedVector<ir::TensorType, 4> types;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    SJ_REQUIRE(inputs[i].defined(), ir::OpName(op), ": input ", i, " is an undefined tensor");
+    types.push_back({inputs[i].dtype(), inputs[i].shape()});
+  }
+  const std::vector<ir::TensorType> out_types =
+      ValueOrThrow(ir::InferTypes(op, types, attrs, num_results));
+  const Device device = CommonDevice(op, inputs);
+  absl::InlinedVector<Tensor, 4> converted(inputs.begin(), inputs.end());
+  for (Tensor& t : converted) {
+    if (t.device() != device) t = cuda::ToDevice(t, device);
+  }
+  std::vector<Tensor> out;
+  for (const ir::TensorType& t : out_types) {
+    out.push_back(empty(t.shape, {.dtype = t.dtype, .device = device}));
+  }
+  const KernelArgs k{op, converted, attrs, out[0], absl::MakeConstSpan(out).subspan(1)};
+  if (device.is_cuda()) {
+    cuda::RunKernel(k);
+  } else {
+    CpuKernel kernel = CpuKernels()[static_cast<int>(op)];
+    SJ_CHECK(kernel != nullptr, "no cpu kernel for ", ir::OpName(op));
+    kernel(k);
+  }
+  return out;
+}
+
 }  // namespace stepjit::runtime

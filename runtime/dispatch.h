@@ -2,6 +2,8 @@
 #ifndef STEPJIT_RUNTIME_DISPATCH_H_
 #define STEPJIT_RUNTIME_DISPATCH_H_
 
+#include <vector>
+
 #include "absl/types/span.h"
 #include "ir/attrs.h"
 #include "ir/op.h"
@@ -16,6 +18,13 @@ namespace stepjit::runtime {
 // copied over (as PyTorch takes CPU scalars), and copy_ reads any device.
 Tensor Dispatch(ir::OpId op, absl::Span<const Tensor> inputs,
                 const ir::Attrs& attrs = {});
+
+// Runs an op node with `num_results` results (ir::InferTypes; a matmul with
+// its bias gradient) on the operands' device and returns them. Only compiled
+// graphs hold such nodes: no autocast, no autograd, no observer; operands
+// must already have the op's compute dtypes.
+std::vector<Tensor> DispatchResults(ir::OpId op, absl::Span<const Tensor> inputs,
+                                    const ir::Attrs& attrs, int num_results);
 
 // Sees every op after it ran (the tracer attaches here; runtime never
 // includes frontend). Host reads are reported so a tracer can break the graph.
@@ -39,12 +48,14 @@ DispatchObserver* SetDispatchObserver(DispatchObserver* observer);
 DispatchObserver* GetDispatchObserver();
 
 // CPU kernels: write `out` (already allocated with the inferred type) from
-// `inputs` (already converted to the op's compute dtype).
+// `inputs` (already converted to the op's compute dtype); `more_out` holds
+// the further results of a multi-result node (DispatchResults).
 struct KernelArgs {
   ir::OpId op;
   absl::Span<const Tensor> inputs;
   const ir::Attrs& attrs;
   const Tensor& out;
+  absl::Span<const Tensor> more_out = {};
 };
 using CpuKernel = void (*)(const KernelArgs&);
 // The CPU kernel of `op` (null for views, which have none).

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
 #include "codegen/cuda/cuda_emitter.h"
@@ -64,6 +65,9 @@ struct RunContext {
   const LastUseMap* last_uses = nullptr;
   const RegionMap* regions = nullptr;
   const CudaRegionMap* cuda_regions = nullptr;
+  const CudaGroupMap* cuda_groups = nullptr;
+  // Group members whose results a group launch has stored already.
+  absl::flat_hash_set<const ir::Node*> ran_in_group;
   // During CUDA-graph capture: every value the run creates, so that the
   // graph's buffers stay with it.
   std::vector<Tensor>* keep_alive = nullptr;
@@ -122,6 +126,36 @@ std::vector<int> ReturnAliases(const ir::Graph& body) {
   return out;
 }
 
+std::optional<GeneratedOperands> BindGenerated(const ir::Graph& body,
+                                               const std::vector<int>& return_alias,
+                                               Device device, std::vector<Tensor>& in) {
+  GeneratedOperands ops;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const ir::TensorType& t = body.params()[i]->type();
+    if (in[i].dtype() != t.dtype || in[i].shape() != t.shape || in[i].device() != device) {
+      return std::nullopt;
+    }
+    if (!in[i].is_contiguous()) in[i] = in[i].contiguous();
+    ops.ptrs.push_back(in[i].data_ptr());
+  }
+  for (size_t r = 0; r < body.returns().size(); ++r) {
+    const ir::TensorType& t = body.returns()[r]->type();
+    const int alias = return_alias[r];
+    ops.out.push_back(alias >= 0 && in[alias].shape() == t.shape
+                          ? in[alias]
+                          : empty(t.shape, {.dtype = t.dtype, .device = device}));
+    ops.ptrs.push_back(ops.out.back().data_ptr());
+  }
+  return ops;
+}
+
+void FinishGenerated(const std::vector<int>& return_alias, const std::vector<Tensor>& in,
+                     std::vector<Tensor>& out) {
+  for (size_t r = 0; r < out.size(); ++r) {
+    if (return_alias[r] >= 0 && out[r].is_same(in[return_alias[r]])) out[r].storage()->BumpVersion();
+  }
+}
+
 namespace {
 
 // Runs a generated region: operands are made contiguous first (a view's
@@ -134,29 +168,11 @@ std::optional<std::vector<Tensor>> RunGenerated(const ir::Graph& body,
                                                 const std::vector<int>& return_alias,
                                                 Device device, std::vector<Tensor>& in,
                                                 Launch launch) {
-  std::vector<void*> ptrs;
-  for (size_t i = 0; i < in.size(); ++i) {
-    const ir::TensorType& t = body.params()[i]->type();
-    if (in[i].dtype() != t.dtype || in[i].shape() != t.shape || in[i].device() != device) {
-      return std::nullopt;
-    }
-    if (!in[i].is_contiguous()) in[i] = in[i].contiguous();
-    ptrs.push_back(in[i].data_ptr());
-  }
-  std::vector<Tensor> out;
-  for (size_t r = 0; r < body.returns().size(); ++r) {
-    const ir::TensorType& t = body.returns()[r]->type();
-    const int alias = return_alias[r];
-    out.push_back(alias >= 0 && in[alias].shape() == t.shape
-                      ? in[alias]
-                      : empty(t.shape, {.dtype = t.dtype, .device = device}));
-    ptrs.push_back(out.back().data_ptr());
-  }
-  launch(std::move(ptrs));
-  for (size_t r = 0; r < out.size(); ++r) {
-    if (return_alias[r] >= 0 && out[r].is_same(in[return_alias[r]])) out[r].storage()->BumpVersion();
-  }
-  return out;
+  std::optional<GeneratedOperands> ops = BindGenerated(body, return_alias, device, in);
+  if (!ops) return std::nullopt;
+  launch(std::move(ops->ptrs));
+  FinishGenerated(return_alias, in, ops->out);
+  return std::move(ops->out);
 }
 
 std::optional<std::vector<Tensor>> RunCompiled(const CompiledRegion& k, const ir::Graph& body,
@@ -210,6 +226,16 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
         if (ir::IsInplace(node->op()) && !node->attrs().GetBool(AttrKey::kInPlace)) {
           in[0] = in[0].clone();
         }
+        if (node->outputs().size() > 1) {  // a matmul with its bias gradient
+          const std::vector<Tensor> out = DispatchResults(
+              node->op(), in, node->attrs(), static_cast<int>(node->outputs().size()));
+          for (size_t i = 0; i < out.size(); ++i) env[node->outputs()[i]->id()] = out[i];
+          if (ctx.keep_alive != nullptr) {
+            ctx.keep_alive->insert(ctx.keep_alive->end(), in.begin(), in.end());
+            ctx.keep_alive->insert(ctx.keep_alive->end(), out.begin(), out.end());
+          }
+          break;
+        }
         if (ir::GetOpInfo(node->op()).kind == ir::OpKind::kRandom) {
           if (ctx.philox_device != nullptr) {
             const int slot = ctx.philox_slots->at(node->attrs().GetInt(AttrKey::kOffset));
@@ -229,6 +255,12 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
       }
       case NodeKind::kFusion: {
         const ir::Graph& body = *node->body();
+        if (auto grp = ctx.cuda_groups->find(node); grp != ctx.cuda_groups->end()) {
+          if (grp->second->members.front() == node && RunCudaGroup(*grp->second, env, ctx.keep_alive)) {
+            ctx.ran_in_group.insert(grp->second->members.begin(), grp->second->members.end());
+          }
+          if (ctx.ran_in_group.contains(node)) break;
+        }
         std::optional<std::vector<Tensor>> out;
         if (auto k = ctx.regions->find(node); k != ctx.regions->end()) {
           out = RunCompiled(k->second, body, in);
@@ -386,6 +418,7 @@ std::vector<Tensor> Program::RunOnce(absl::Span<const Tensor> inputs,
   ctx.last_uses = &last_uses_;
   ctx.regions = &regions_;
   ctx.cuda_regions = &cuda_regions_;
+  ctx.cuda_groups = &cuda_groups_;
   ctx.keep_alive = keep_alive;
   ctx.philox_slots = &philox_slots_;
   ctx.philox_device = philox_device;

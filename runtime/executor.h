@@ -3,6 +3,8 @@
 #define STEPJIT_RUNTIME_EXECUTOR_H_
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -10,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "codegen/cpu/region_kernel.h"
+#include "codegen/cuda/cuda_emitter.h"
 #include "ir/graph.h"
 #include "runtime/tensor.h"
 
@@ -44,6 +47,11 @@ struct ProgramOptions {
   // (inputs copied into the captured buffers, outputs copied out), when
   // every node can be captured (no random ops, no host round trips).
   bool cuda_graphs = true;
+  // On CUDA: launch runs of consecutive independent regions (the optimizer's
+  // per-parameter updates, the grad scaler's per-gradient checks) as one
+  // multi-region kernel per phase instead of one set of kernels per region
+  // (runtime/region_groups.h, codegen/cuda/multi_region.h).
+  bool cuda_multi_region = true;
 };
 
 struct CompiledRegion {
@@ -60,6 +68,21 @@ struct CudaRegion {
   std::vector<int> return_alias;
 };
 using CudaRegionMap = absl::flat_hash_map<const ir::Node*, CudaRegion>;
+// Regions launched together as one multi-region kernel per phase.
+struct CudaRegionGroup {
+  std::vector<const ir::Node*> members;  // consecutive in the graph
+  std::vector<CudaRegion> regions;       // each member's own compiled region
+  std::shared_ptr<const cuda::LoadedRegion> module;
+  std::vector<codegen::cuda::RegionSource> layouts;  // as emitted for the module
+};
+// By each member node.
+using CudaGroupMap = absl::flat_hash_map<const ir::Node*, std::shared_ptr<const CudaRegionGroup>>;
+// Runs `group` at its first member: binds every member's operands from `env`
+// and stores their results there. False (nothing launched) when a member's
+// operands differ from the compiled ones or members share a written buffer;
+// the caller then runs the members one by one. `keep_alive` as in RunContext.
+bool RunCudaGroup(const CudaRegionGroup& group, std::vector<Tensor>& env,
+                  std::vector<Tensor>* keep_alive);
 struct CudaGraphReplay;
 
 class Program {
@@ -82,6 +105,10 @@ class Program {
     return static_cast<int>(regions_.size() + cuda_regions_.size());
   }
   Device device() const { return options_.device; }
+  // CUDA: groups of regions launched as one multi-region kernel per phase,
+  // and the regions in them.
+  int cuda_region_groups() const { return cuda_region_groups_; }
+  int cuda_grouped_regions() const { return cuda_grouped_regions_; }
   // CUDA: whether runs replay a captured CUDA graph (after the first two),
   // why not otherwise, and how many replays ran.
   bool uses_cuda_graph() const { return graphable_; }
@@ -103,6 +130,9 @@ class Program {
   void RefreshPhiloxSlots(CudaGraphReplay& g) const;
   // Compiles the fusion regions for the CUDA backend (Build on CUDA).
   absl::Status BuildCuda();
+  // Forms cuda_groups_ from the compiled regions (ProgramOptions::
+  // cuda_multi_region).
+  void GroupCudaRegions();
   std::vector<Tensor> RunCuda(absl::Span<const Tensor> inputs,
                               absl::Span<const Tensor> state) const;
   // Records a run on the program's stream into cuda_graph_ (or clears
@@ -111,6 +141,8 @@ class Program {
   const ir::Graph* graph_;
   ProgramOptions options_;
   CudaRegionMap cuda_regions_;
+  CudaGroupMap cuda_groups_;
+  int cuda_region_groups_ = 0, cuda_grouped_regions_ = 0;
   // CUDA graphs: the random nodes in run order, and each distinct traced
   // offset's slot.
   std::vector<const ir::Node*> random_nodes_;
@@ -170,6 +202,21 @@ int64_t RandomWords(const ir::Node& node);
 // written into: the return comes from an update chain that memory planning
 // allowed to overwrite that (donated) parameter. -1: a fresh buffer.
 std::vector<int> ReturnAliases(const ir::Graph& body);
+
+// A generated region's bound operands: `in` made contiguous, the outputs
+// (donated inputs where `return_alias` allows, fresh buffers otherwise), and
+// the pointers a launch takes (params, then returns). nullopt when a dtype,
+// shape or the device differs from the compiled ones.
+struct GeneratedOperands {
+  std::vector<void*> ptrs;
+  std::vector<Tensor> out;
+};
+std::optional<GeneratedOperands> BindGenerated(const ir::Graph& body,
+                                               const std::vector<int>& return_alias,
+                                               Device device, std::vector<Tensor>& in);
+// After the launch: bumps the version of each donated input written.
+void FinishGenerated(const std::vector<int>& return_alias, const std::vector<Tensor>& in,
+                     std::vector<Tensor>& out);
 
 // Runs a compiled region over `ptrs` (one pointer per body param, then per
 // return): adds scratch slots and accumulators, runs the scalar part once,

@@ -4,12 +4,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "codegen/cuda/cuda_emitter.h"
+#include "codegen/cuda/multi_region.h"
 #include "ir/status.h"
 #include "runtime/cuda/backend.h"
 #include "runtime/cuda/ops.h"
 #include "runtime/cuda/random_ops.h"
 #include "runtime/dispatch.h"
 #include "runtime/executor.h"
+#include "runtime/region_groups.h"
 
 namespace stepjit::runtime {
 
@@ -58,6 +60,49 @@ void CollectRandomNodes(const ir::Graph& g, const CudaRegionMap& compiled,
 }
 
 }  // namespace
+
+bool RunCudaGroup(const CudaRegionGroup& group, std::vector<Tensor>& env,
+                  std::vector<Tensor>* keep_alive) {
+  const Device device = FactoryDevice();
+  std::vector<std::vector<Tensor>> ins;
+  std::vector<GeneratedOperands> ops;
+  for (size_t m = 0; m < group.members.size(); ++m) {
+    const ir::Node* node = group.members[m];
+    ins.emplace_back();
+    for (const ir::Value* v : node->inputs()) ins.back().push_back(env[v->id()]);
+    std::optional<GeneratedOperands> bound =
+        BindGenerated(*node->body(), group.regions[m].return_alias, device, ins.back());
+    if (!bound) return false;
+    ops.push_back(*std::move(bound));
+  }
+  // Members run concurrently: a buffer one writes in place must be no other
+  // member's operand or result.
+  for (size_t m = 0; m < ops.size(); ++m) {
+    const std::vector<int>& alias = group.regions[m].return_alias;
+    for (size_t r = 0; r < ops[m].out.size(); ++r) {
+      if (alias[r] < 0 || !ops[m].out[r].is_same(ins[m][alias[r]])) continue;
+      const auto& written = ops[m].out[r].storage();
+      for (size_t o = 0; o < ops.size(); ++o) {
+        if (o == m) continue;
+        for (const Tensor& t : ins[o]) if (t.storage() == written) return false;
+        for (const Tensor& t : ops[o].out) if (t.storage() == written) return false;
+      }
+    }
+  }
+  std::vector<std::vector<void*>> ptrs;
+  for (GeneratedOperands& o : ops) ptrs.push_back(o.ptrs);
+  ThrowIfError(cuda::LaunchMultiRegion(*group.module, group.layouts, ptrs, cuda::CurrentStream()));
+  for (size_t m = 0; m < group.members.size(); ++m) {
+    FinishGenerated(group.regions[m].return_alias, ins[m], ops[m].out);
+    const ir::Node* node = group.members[m];
+    for (size_t i = 0; i < ops[m].out.size(); ++i) env[node->outputs()[i]->id()] = ops[m].out[i];
+    if (keep_alive != nullptr) {
+      keep_alive->insert(keep_alive->end(), ins[m].begin(), ins[m].end());
+      keep_alive->insert(keep_alive->end(), ops[m].out.begin(), ops[m].out.end());
+    }
+  }
+  return true;
+}
 
 struct CudaGraphReplay {
   cuda::GraphHandle graph = 0;
@@ -118,6 +163,7 @@ absl::Status Program::BuildCuda() {
     ASSIGN_OR_RETURN(std::shared_ptr<const cuda::LoadedRegion> region, cuda::LoadRegion(*src));
     cuda_regions_[n.get()] = CudaRegion{std::move(region), ReturnAliases(*n->body())};
   }
+  if (options_.cuda_multi_region) GroupCudaRegions();
   codegen_ms_ = std::chrono::duration<double, std::milli>(
                       std::chrono::steady_clock::now() - start).count();
   graph_reason_ = options_.cuda_graphs ? NotCapturable(*graph_, cuda_regions_)
@@ -129,6 +175,33 @@ absl::Status Program::BuildCuda() {
                           static_cast<int>(philox_slots_.size()));
   }
   return absl::OkStatus();
+}
+
+void Program::GroupCudaRegions() {
+  const int block = cuda::BackendOrThrow().Limits().preferred_block;
+  absl::flat_hash_map<const ir::Node*, int64_t> arg_bytes;
+  for (const auto& [node, region] : cuda_regions_)
+    arg_bytes[node] = codegen::cuda::MultiArgBytes(region.region->source);
+  for (const std::vector<const ir::Node*>& run :
+       IndependentRegionRuns(*graph_, arg_bytes, codegen::cuda::kMaxMultiArgBytes)) {
+    std::vector<const ir::Graph*> bodies;
+    for (const ir::Node* n : run) bodies.push_back(n->body());
+    // A group that does not build leaves its members to launch alone.
+    absl::StatusOr<codegen::cuda::MultiRegionSource> src =
+        codegen::cuda::EmitMultiRegion(bodies, {.block = block});
+    if (!src.ok()) continue;
+    absl::StatusOr<std::shared_ptr<const cuda::LoadedRegion>> module = cuda::LoadRegion(src->combined);
+    if (!module.ok()) continue;
+    auto group = std::make_shared<CudaRegionGroup>();
+    group->members = run;
+    for (const ir::Node* n : run) group->regions.push_back(cuda_regions_.at(n));
+    group->module = *std::move(module);
+    group->layouts = std::move(src->members);
+    for (const ir::Node* n : run) cuda_groups_[n] = group;
+    ++cuda_region_groups_;
+    cuda_grouped_regions_ += static_cast<int>(run.size());
+    kernels_per_run_ -= static_cast<int>(run.size()) - 1;
+  }
 }
 
 std::vector<Tensor> Program::RunCuda(absl::Span<const Tensor> inputs,

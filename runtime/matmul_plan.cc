@@ -1,5 +1,5 @@
 // Maps a matmul's strided (batched) operands, and an absorbed bias and
-// activation, onto one GEMM call's arguments, for any device.
+// activation or bias gradient, onto one GEMM call's arguments, for any device.
 #include "runtime/matmul_plan.h"
 
 #include <algorithm>
@@ -77,16 +77,19 @@ GemmActivation ActivationOf(const std::string& epilogue) {
 MatmulPlan PlanMatmul(const KernelArgs& k, CopyFn copy) {
   const Tensor &a = k.inputs[0], &b = k.inputs[1];
   const bool absorbed = k.inputs.size() == 3;
-  // Only compiled graphs (replayed without grad) hold the 3-operand form, so
-  // it has no gradient rule; refuse before autograd would record one.
-  if (absorbed && GradMode::is_enabled()) {
+  const bool bias_grad = !k.more_out.empty();
+  // Only compiled graphs (replayed without grad) hold the 3-operand and the
+  // 2-result forms, so they have no gradient rule; refuse before autograd
+  // would record one (or, for the 2-result form, silently not record it).
+  if ((absorbed || bias_grad) && GradMode::is_enabled()) {
     for (size_t i = 0; i < k.inputs.size(); ++i) {
-      SJ_REQUIRE(!k.inputs[i].requires_grad(),
-                 "matmul with a bias operand (epilogue = \"",
-                 k.attrs.GetString(AttrKey::kEpilogue),
+      SJ_REQUIRE(!k.inputs[i].requires_grad(), "matmul with a ",
+                 absorbed ? "bias operand" : "bias-gradient result",
+                 " (epilogue = \"", k.attrs.GetString(AttrKey::kEpilogue),
                  "\") has no gradient, but input ", i,
-                 " requires grad; use matmul, add and the activation, or "
-                 "run it under NoGradGuard");
+                 " requires grad; use matmul, ",
+                 absorbed ? "add and the activation" : "and sum",
+                 ", or run it under NoGradGuard");
     }
   }
   const bool ta = k.attrs.GetBool(AttrKey::kTransposeA);
@@ -124,9 +127,15 @@ MatmulPlan PlanMatmul(const KernelArgs& k, CopyFn copy) {
     g.bias = bias.data_ptr();
     g.activation = ActivationOf(k.attrs.GetString(AttrKey::kEpilogue));
   }
+  if (bias_grad) {
+    // The second result (ir/ops.def), allocated contiguous by DispatchResults.
+    plan.keep.push_back(k.more_out[0]);
+    g.bias_grad = k.more_out[0].data_ptr();
+  }
   plan.keep.push_back(pa.t);
   plan.keep.push_back(pb.t);
-  plan.empty = g.batch == 0 || m == 0 || n == 0;
+  // A bias gradient sums A even when C is empty (n == 0).
+  plan.empty = g.batch == 0 || m == 0 || (n == 0 && !bias_grad);
   // Degenerate pitches (a dim of size 1) must still satisfy GEMM's checks.
   g.lda = std::max(g.lda, pa.trans ? m : kk);
   g.ldb = std::max(g.ldb, pb.trans ? kk : n);

@@ -1,5 +1,6 @@
 // The GEMM arguments of an eager matmul (strided and batched operands, an
-// absorbed bias and activation), shared by the CPU and CUDA kernels.
+// absorbed bias and activation or bias gradient), shared by the CPU and CUDA
+// kernels.
 #ifndef STEPJIT_RUNTIME_MATMUL_PLAN_H_
 #define STEPJIT_RUNTIME_MATMUL_PLAN_H_
 
@@ -20,9 +21,10 @@ struct MatmulPlan {
 using CopyFn = void (*)(const Tensor& dst, const Tensor& src);
 
 // Operands whose layout a GEMM cannot read (not row- or column-major, or no
-// uniform batch stride) are copied to contiguous buffers with `copy`.
-// Refuses (stepjit::Error) a 3-operand matmul whose inputs require grad
-// while grad mode is on: it has no gradient rule.
+// uniform batch stride) are copied to contiguous buffers with `copy`. A
+// second result (k.more_out, the bias gradient) becomes gemm.bias_grad.
+// Refuses (stepjit::Error) a 3-operand or 2-result matmul whose inputs
+// require grad while grad mode is on: neither has a gradient rule.
 MatmulPlan PlanMatmul(const KernelArgs& k, CopyFn copy);
 
 }  // namespace stepjit::runtime

@@ -51,6 +51,9 @@ workloads, eager and through stepjit::compile, on the CPU or a CUDA device.
                     followed by a device synchronize before the clock stops.
   --cuda-graphs B   on (default) or off: CompileOptions::cuda_graphs, whether
                     compiled CUDA steps replay as one captured CUDA graph
+  --multi-region B  on (default) or off: CompileOptions::cuda_multi_region,
+                    whether consecutive independent regions (the optimizer
+                    updates) launch as one kernel per phase
   --steps N         timed steps per workload and mode (default 50); with
                     --bandwidth, timed runs of each kernel
   --warmup N        untimed steps first (default 5; compiled runs at least
@@ -103,6 +106,7 @@ struct Flags {
   int64_t warmup = 5;
   int64_t numel = int64_t{1} << 26;
   bool cuda_graphs = true;
+  bool multi_region = true;
   bool bandwidth = false;
   bool json = false;
 };
@@ -138,7 +142,7 @@ std::string ParseFlags(int argc, char** argv, Flags& f, bool& help) {
     }
     if (arg != "--workload" && arg != "--steps" && arg != "--warmup" &&
         arg != "--compile-probe" && arg != "--amp" && arg != "--device" &&
-        arg != "--numel" && arg != "--cuda-graphs") {
+        arg != "--numel" && arg != "--cuda-graphs" && arg != "--multi-region") {
       return "unknown flag '" + std::string(argv[i]) + "'";
     }
     std::optional<std::string> v = inline_value;
@@ -166,9 +170,9 @@ std::string ParseFlags(int argc, char** argv, Flags& f, bool& help) {
       else return "--device: expected cpu or cuda, got '" + *v + "'";
       continue;
     }
-    if (arg == "--cuda-graphs") {
-      if (*v != "on" && *v != "off") return "--cuda-graphs: expected on or off, got '" + *v + "'";
-      f.cuda_graphs = *v == "on";
+    if (arg == "--cuda-graphs" || arg == "--multi-region") {
+      if (*v != "on" && *v != "off") return arg + ": expected on or off, got '" + *v + "'";
+      (arg == "--cuda-graphs" ? f.cuda_graphs : f.multi_region) = *v == "on";
       continue;
     }
     int64_t& out = arg == "--steps" ? f.steps : arg == "--numel" ? f.numel : f.warmup;
@@ -196,7 +200,8 @@ const char* DeviceFlag(Device d) { return d.is_cpu() ? "cpu" : "cuda"; }
 // Compiles the workload's step in this process and prints
 // "<compile_ms> <cached_regions> <native_regions>".
 int CompileProbe(const Workload& w, const Flags& f) {
-  WorkloadRun run(w, CompileOptions{.cuda_graphs = f.cuda_graphs}, f.device);
+  WorkloadRun run(w, CompileOptions{.cuda_graphs = f.cuda_graphs, .cuda_multi_region = f.multi_region},
+                  f.device);
   for (int64_t i = 0; i < run.StepsToWarm(); ++i) run.Step();
   bench::Synchronize(f.device);
   const CompileStats s = run.stats();
@@ -214,8 +219,9 @@ std::pair<double, double> ColdWarmCompileMs(const Workload& w, const Flags& f,
   auto probe = [&]() -> double {
     const std::string cmd =
         absl::StrFormat("STEPJIT_CACHE_DIR='%s' '%s' --device %s --cuda-graphs %s "
-                        "--compile-probe %s",
-                        dir, self, DeviceFlag(f.device), f.cuda_graphs ? "on" : "off", w.name);
+                        "--multi-region %s --compile-probe %s",
+                        dir, self, DeviceFlag(f.device), f.cuda_graphs ? "on" : "off",
+                        f.multi_region ? "on" : "off", w.name);
     FILE* p = popen(cmd.c_str(), "r");
     if (p == nullptr) return -1;
     double ms = -1;
@@ -232,7 +238,8 @@ std::pair<double, double> ColdWarmCompileMs(const Workload& w, const Flags& f,
 Result Run(const Workload& w, const Flags& f, bool compiled, DType amp, const char* self) {
   const CompileOptions copts{.mode = compiled ? Mode::kCompiled : Mode::kEager,
                              .amp = amp,
-                             .cuda_graphs = f.cuda_graphs};
+                             .cuda_graphs = f.cuda_graphs,
+                             .cuda_multi_region = f.multi_region};
   WorkloadRun run(w, copts, f.device);
   // Compiled: warmup_steps eager calls, then one traced call, then a replay.
   const int64_t warmup = compiled ? std::max<int64_t>(f.warmup, run.StepsToWarm()) : f.warmup;

@@ -15,6 +15,7 @@
 # Knobs: STEPJIT_CHECK_STEPS (timed steps, default 50), STEPJIT_CHECK_NUMEL
 # (bandwidth elements, default 2^28: 1 GiB of f32, far past the 60 MB L2),
 # STEPJIT_CHECK_CUDA_GRAPHS (on or off, stepjit-bench's --cuda-graphs,
+# default on), STEPJIT_CHECK_MULTI_REGION (on or off, --multi-region,
 # default on), STEPJIT_GPU_DIR (where to unpack), STEPJIT_BENCH_PYTHON
 # (default python3).
 set -euo pipefail
@@ -26,6 +27,7 @@ budget="${STEPJIT_CHECK_BUDGET:-360}"
 steps="${STEPJIT_CHECK_STEPS:-50}"
 numel="${STEPJIT_CHECK_NUMEL:-268435456}"
 cuda_graphs="${STEPJIT_CHECK_CUDA_GRAPHS:-on}"
+multi_region="${STEPJIT_CHECK_MULTI_REGION:-on}"
 python="${STEPJIT_BENCH_PYTHON:-python3}"
 unpack_dir="${STEPJIT_GPU_DIR:-/tmp/stepjit-gpu-check}"
 out="${OUT:-$(mktemp -d /tmp/stepjit-check-out.XXXXXX)}"
@@ -119,8 +121,8 @@ stepjit_workloads() {
   local w rc=0
   for w in mlp784_adamw_b128 mlp784_sgd_b128 tiny_mlp_adamw_b32 mlp1024x3_adamw_b512 \
            mlp4096x4_adamw_b4096_bf16; do
-    "$bin/stepjit-bench" --device cuda --cuda-graphs "$cuda_graphs" --json --steps "$steps" \
-      --warmup 10 --workload "$w" || { echo "stepjit-bench: $w failed (exit $?)"; rc=1; }
+    "$bin/stepjit-bench" --device cuda --cuda-graphs "$cuda_graphs" --multi-region "$multi_region" \
+      --json --steps "$steps" --warmup 10 --workload "$w" || { echo "stepjit-bench: $w failed (exit $?)"; rc=1; }
   done
   return $rc
 }
@@ -128,7 +130,7 @@ stepjit_workloads() {
 bin="$unpack_dir/stepjit-gpu/bin"
 # `timeout` runs programs, so the functions above run in a child bash.
 export -f environment unpack dependencies stepjit_workloads
-export python unpack_dir tarball work bin steps cuda_graphs
+export python unpack_dir tarball work bin steps cuda_graphs multi_region
 phase env 30 bash -c environment
 cp "$work/env.log" "$out/env.txt" 2>/dev/null || true
 if [[ ! -f "$tarball" ]]; then

@@ -43,7 +43,11 @@ absl::Status Unsupported(absl::string_view why) {
 class Emitter {
  public:
   Emitter(const ir::Graph& body, const Plan& plan, const EmitOptions& options)
-      : body_(body), plan_(plan), options_(options) {}
+      : body_(body),
+        plan_(plan),
+        options_(options),
+        bid_(options.device_functions ? "sj_bid" : "blockIdx.x"),
+        grid_(options.device_functions ? "sj_grid" : "gridDim.x") {}
 
   absl::Status Run(const std::string& prefix, RegionSource& out);
 
@@ -61,6 +65,7 @@ class Emitter {
   void LoadParams(Domain d, Env& env, CudaStatements& s,
                   const std::string& index, const std::string& suffix = "");
   absl::Status EmitVectorLoop(CudaStatements& s, const Env& env);
+  std::vector<std::string> Params() const;
   std::string Signature(const std::string& name) const;
   std::string Kernel(const std::string& name, const CudaStatements& s) const;
   absl::Status EmitScalar(RegionSource& out);
@@ -70,6 +75,9 @@ class Emitter {
   const ir::Graph& body_;
   const Plan& plan_;
   const EmitOptions& options_;
+  // The block index and the number of blocks the grid-stride loops use.
+  const char* const bid_;
+  const char* const grid_;
   absl::flat_hash_map<const Value*, std::string> names_;
   absl::flat_hash_map<const Value*, int> slots_;
   absl::flat_hash_map<const Node*, int> acc_index_;
@@ -289,7 +297,7 @@ void Emitter::LoadParams(Domain d, Env& env, CudaStatements& s,
   }
 }
 
-std::string Emitter::Signature(const std::string& name) const {
+std::vector<std::string> Emitter::Params() const {
   std::vector<std::string> args;
   for (size_t k = 0; k < body_.params().size(); ++k) {
     args.push_back(absl::StrCat(
@@ -302,6 +310,17 @@ std::string Emitter::Signature(const std::string& name) const {
   args.push_back("double* scratch");
   for (size_t a = 0; a < accs_.size(); ++a)
     args.push_back(absl::StrCat("double* acc", a));
+  return args;
+}
+
+std::string Emitter::Signature(const std::string& name) const {
+  std::vector<std::string> args = Params();
+  if (options_.device_functions) {
+    args.push_back("const unsigned sj_bid");
+    args.push_back("const unsigned sj_grid");
+    return absl::StrCat("__device__ __forceinline__ void ", name, "(",
+                        absl::StrJoin(args, ", "), ")");
+  }
   return absl::StrCat("extern \"C\" __global__ void ", name, "(",
                       absl::StrJoin(args, ", "), ")");
 }
@@ -366,9 +385,9 @@ absl::Status Emitter::EmitVectorLoop(CudaStatements& s, const Env& env) {
                       absl::StrJoin(aligned, " | "), ") == 0;"));
   s.Line("if (sj_aligned) {");
   s.Line(absl::StrCat(
-      "  for (sj_index j = (sj_index)blockIdx.x * blockDim.x + threadIdx.x; "
+      "  for (sj_index j = (sj_index)", bid_, " * blockDim.x + threadIdx.x; "
       "j < ",
-      plan_.f_numel / kVector, "; j += (sj_index)gridDim.x * blockDim.x) {"));
+      plan_.f_numel / kVector, "; j += (sj_index)", grid_, " * blockDim.x) {"));
   s.indent = "      ";
   for (const std::string& l : loads) s.Line(l);
   for (int lane = 0; lane < kVector; ++lane) {
@@ -424,8 +443,8 @@ absl::Status Emitter::EmitMain(RegionSource& out) {
         vector ? absl::StrCat("(sj_aligned ? ",
                               plan_.f_numel / kVector * kVector, " : 0) + ")
                : "",
-        "(sj_index)blockIdx.x * blockDim.x + threadIdx.x; i < ", plan_.f_numel,
-        "; i += (sj_index)gridDim.x * blockDim.x) {"));
+        "(sj_index)", bid_, " * blockDim.x + threadIdx.x; i < ", plan_.f_numel,
+        "; i += (sj_index)", grid_, " * blockDim.x) {"));
     s.indent = "    ";
     // Only broadcast operands need the multi-index.
     if (!bcast_.empty())
@@ -434,8 +453,8 @@ absl::Status Emitter::EmitMain(RegionSource& out) {
     const int64_t threads = vector ? plan_.f_numel / kVector : plan_.f_numel;
     grid = (threads + block - 1) / block;
   } else if (layout_.strategy == ReductionStrategy::kBlockPerRow) {
-    s.Line(absl::StrCat("for (sj_index b = blockIdx.x; b < ", out.partials,
-                        "; b += gridDim.x) {"));
+    s.Line(absl::StrCat("for (sj_index b = ", bid_, "; b < ", out.partials,
+                        "; b += ", grid_, ") {"));
     s.indent = "    ";
     if (layout_.HasKeptDims())
       s.Line(absl::StrCat(
@@ -468,9 +487,9 @@ absl::Status Emitter::EmitMain(RegionSource& out) {
     grid = out.partials;
   } else {
     s.Line(absl::StrCat(
-        "for (sj_index t = (sj_index)blockIdx.x * blockDim.x + threadIdx.x; t "
+        "for (sj_index t = (sj_index)", bid_, " * blockDim.x + threadIdx.x; t "
         "< ",
-        out.partials, "; t += (sj_index)gridDim.x * blockDim.x) {"));
+        out.partials, "; t += (sj_index)", grid_, " * blockDim.x) {"));
     s.indent = "    ";
     if (layout_.HasKeptDims())
       s.Line(absl::StrCat(
@@ -504,8 +523,8 @@ absl::Status Emitter::EmitReduced(RegionSource& out) {
   Env env;
   Prologue(Domain::kReduced, env, s);
   s.Line(absl::StrCat(
-      "for (sj_index r = (sj_index)blockIdx.x * blockDim.x + threadIdx.x; r < ",
-      plan_.r_numel, "; r += (sj_index)gridDim.x * blockDim.x) {"));
+      "for (sj_index r = (sj_index)", bid_, " * blockDim.x + threadIdx.x; r < ",
+      plan_.r_numel, "; r += (sj_index)", grid_, " * blockDim.x) {"));
   s.indent = "    ";
   for (size_t a = 0; a < accs_.size(); ++a) {
     const Node* node = accs_[a];
@@ -554,6 +573,7 @@ absl::Status Emitter::Run(const std::string& prefix, RegionSource& out) {
   if (full_work) RETURN_IF_ERROR(EmitMain(out));
   if (plan_.r_numel > 0) RETURN_IF_ERROR(EmitReduced(out));
   out.kernels_text = std::move(text_);
+  out.params = Params();
   std::vector<std::string> names;
   for (const KernelLaunch& k : out.kernels) names.push_back(k.name);
   out.source = absl::StrCat("// stepjit fusion region ", body_.name(), ": ",
@@ -586,7 +606,8 @@ absl::StatusOr<RegionSource> EmitRegion(const ir::Graph& body,
   // Names derive from the body's text, so the same region gives the same
   // source (and kernel cache key) in every process.
   const std::string hash = ToHex(Sha256Of(absl::StrCat(
-      ir::Print(body), kLoweringVersion, ";block=", options.block)));
+      ir::Print(body), kLoweringVersion, ";block=", options.block,
+      options.device_functions ? ";device" : "")));
   RegionSource out;
   Emitter emitter(body, plan, options);
   RETURN_IF_ERROR(emitter.Run(

@@ -64,6 +64,9 @@ struct RegionSource {
   std::string kernels_text;           // the kernel definitions alone
   uint32_t helpers = 0;               // Helpers bits (cuda_c.h) the kernels use
   std::vector<KernelLaunch> kernels;  // in launch order
+  // The kernels' parameter declarations ("const float* p0", ..., "double*
+  // scratch", "double* acc0"), in argument order.
+  std::vector<std::string> params;
   int64_t numel = 0;                  // elements of F
   int64_t reduced_numel = 0;          // elements of R (0: no reductions)
   ReductionStrategy strategy = ReductionStrategy::kNone;
@@ -78,6 +81,10 @@ struct EmitOptions {
   int block = 256;  // threads per block, a multiple of 32
   // Allow a region of one element (all scalar work); single-op kernels need it.
   bool allow_one_element = false;
+  // Emit the kernels as `__device__` functions taking two more arguments,
+  // `sj_bid` and `sj_grid`, in place of blockIdx.x and gridDim.x, for a
+  // kernel that runs several regions in one launch (multi_region.h).
+  bool device_functions = false;
 };
 
 // Lowers `body`. Unimplemented, with the reason, when the body holds

@@ -20,6 +20,7 @@
 #include "ir/host_math.h"
 #include "ir/scalar_def.h"
 #include "ir/status.h"
+#include "runtime/cpu/gemm_bias_grad.h"
 
 namespace stepjit::runtime::cpu {
 namespace {
@@ -516,6 +517,8 @@ GemmBackend ChooseBackend(const GemmArgs& g) {
 
 absl::Status Gemm(const GemmArgs& g) {
   RETURN_IF_ERROR(Validate(g));
+  RETURN_IF_ERROR(ValidateBiasGrad(g));
+  if (g.bias_grad != nullptr) ComputeBiasGrad(g);
   if (g.batch == 0 || g.m == 0 || g.n == 0) return absl::OkStatus();
   if (g.k == 0) {
     if (!g.accumulate) ZeroC(g);

@@ -22,7 +22,9 @@ enum class GemmActivation { kNone, kRelu, kGelu, kGeluTanh };
 // of the matrices as stored (so lda >= m when trans_a, lda >= k otherwise).
 // oneDNN adds the bias and applies the activation inside its matmul primitive
 // (DNNL_ARG_BIAS, an eltwise post-op); OpenBLAS does them in one pass over C
-// after the product.
+// after the product. With `bias_grad`, the call also writes the bias gradient
+// bias_grad[i] = sum over l < k of op(A)[i, l] (m elements of `dtype`, 0 when
+// k == 0; runtime/cpu/gemm_bias_grad.h), for one product (batch == 1) only.
 struct GemmArgs {
   ir::DType dtype;  // f32, f64, f16 or bf16; A, B and C all have this dtype
   bool trans_a = false, trans_b = false;
@@ -36,6 +38,7 @@ struct GemmArgs {
   bool accumulate = false;     // beta = 1 instead of 0
   const void* bias = nullptr;  // n elements of `dtype`, or none
   GemmActivation activation = GemmActivation::kNone;
+  void* bias_grad = nullptr;  // m elements of `dtype` written, or none
   // Batched: `batch` products; element strides between consecutive matrices.
   // A stride of 0 broadcasts one A or B to every product (never for C).
   int64_t batch = 1;
@@ -44,7 +47,8 @@ struct GemmArgs {
 };
 
 // Runs the product. Invalid arguments (negative sizes, short leading
-// dimensions, null pointers, non-floating dtypes) give InvalidArgumentError;
+// dimensions, null pointers, non-floating dtypes, a bias gradient of a
+// batch) give InvalidArgumentError;
 // asking for oneDNN with f64 (which oneDNN lacks) gives UnimplementedError.
 // f16 and bf16 accumulate in f32 and round the result once.
 absl::Status Gemm(const GemmArgs& args);

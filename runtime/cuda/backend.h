@@ -49,7 +49,8 @@ using GraphHandle = uintptr_t;
 // with the CPU GEMM's argument conventions (runtime/cpu/gemm.h): batched
 // with element strides, a stride of 0 broadcasting A or B. `dtype` is the
 // type of A, B and C (f32, f64, f16, bf16; half types accumulate in f32);
-// `bias` has C's dtype. `allow_tf32` lets f32 products use TF32 tensor cores.
+// `bias` and `bias_grad` (the row sums of op(A), batch 1 only) have C's
+// dtype. `allow_tf32` lets f32 products use TF32 tensor cores.
 struct DeviceGemmArgs {
   cpu::GemmArgs gemm;  // gemm.backend is ignored
   bool allow_tf32 = false;

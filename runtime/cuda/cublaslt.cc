@@ -167,12 +167,20 @@ struct CublasLtGemm::Impl {
   };
   absl::flat_hash_map<std::pair<DType, GemmActivation>, Kernel>
       kernels;  // guarded by mu
+  // The bias-gradient kernels, by dtype.
+  absl::flat_hash_map<DType, Kernel> bias_grad_kernels;  // guarded by mu
 
   absl::StatusOr<Algo> FindAlgo(const LtPlan& p, const Descriptors& d);
   absl::StatusOr<void*> Workspace(Stream stream, uint64_t capture);
+  // Compiles and loads `src`; mu must be held.
+  absl::StatusOr<Kernel> LoadKernel(const EpilogueKernelSource& src);
   absl::StatusOr<KernelHandle> EpilogueKernel(DType dtype,
                                               GemmActivation activation);
+  absl::StatusOr<KernelHandle> BiasGradKernel(DType dtype);
+  absl::Status LaunchGrid(KernelHandle fn, int64_t threads, void** params,
+                          Stream stream);
   absl::Status RunPost(const LtPlan& p, const cpu::GemmArgs& g, Stream stream);
+  absl::Status RunBiasGrad(const LtPlan& p, DType dtype, Stream stream);
 };
 
 absl::StatusOr<Algo> CublasLtGemm::Impl::FindAlgo(const LtPlan& p,
@@ -236,18 +244,42 @@ absl::StatusOr<void*> CublasLtGemm::Impl::Workspace(Stream stream,
   return w;
 }
 
+absl::StatusOr<CublasLtGemm::Impl::Kernel> CublasLtGemm::Impl::LoadKernel(
+    const EpilogueKernelSource& src) {
+  ASSIGN_OR_RETURN(std::shared_ptr<LoadedModule> module,
+                   backend->LoadSource(src.source, src.name, {src.name}));
+  ASSIGN_OR_RETURN(KernelHandle fn, module->Function(src.name));
+  return Kernel{std::move(module), fn};
+}
+
 absl::StatusOr<KernelHandle> CublasLtGemm::Impl::EpilogueKernel(
     DType dtype, GemmActivation activation) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = kernels.find({dtype, activation});
   if (it != kernels.end()) return it->second.fn;
-  const EpilogueKernelSource src = GemmEpilogueKernel(dtype, activation);
-  ASSIGN_OR_RETURN(std::shared_ptr<LoadedModule> module,
-                   backend->LoadSource(src.source, src.name, {src.name}));
-  ASSIGN_OR_RETURN(KernelHandle fn, module->Function(src.name));
-  kernels.emplace(std::make_pair(dtype, activation),
-                  Kernel{std::move(module), fn});
-  return fn;
+  ASSIGN_OR_RETURN(Kernel k, LoadKernel(GemmEpilogueKernel(dtype, activation)));
+  kernels.emplace(std::make_pair(dtype, activation), k);
+  return k.fn;
+}
+
+absl::StatusOr<KernelHandle> CublasLtGemm::Impl::BiasGradKernel(DType dtype) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = bias_grad_kernels.find(dtype);
+  if (it != bias_grad_kernels.end()) return it->second.fn;
+  ASSIGN_OR_RETURN(Kernel k, LoadKernel(GemmBiasGradKernel(dtype)));
+  bias_grad_kernels.emplace(dtype, k);
+  return k.fn;
+}
+
+// Enough blocks of the preferred size for `threads` grid-stride indices.
+absl::Status CublasLtGemm::Impl::LaunchGrid(KernelHandle fn, int64_t threads,
+                                            void** params, Stream stream) {
+  const BackendLimits limits = backend->Limits();
+  const int block = std::min(limits.preferred_block, limits.max_block);
+  const int64_t grid =
+      std::min<int64_t>((threads + block - 1) / block,
+                        std::min<int64_t>(limits.max_grid, int64_t{1} << 16));
+  return backend->Launch(fn, grid, block, params, stream);
 }
 
 absl::Status CublasLtGemm::Impl::RunPost(const LtPlan& p,
@@ -264,13 +296,21 @@ absl::Status CublasLtGemm::Impl::RunPost(const LtPlan& p,
   long long stride_c = g.batch > 1 ? g.stride_c : 0, batch = g.batch;
   int keep_c = p.skip_product ? (g.accumulate ? 1 : 0) : 1;
   void* params[] = {&c, &bias, &rows, &cols, &ldc, &stride_c, &batch, &keep_c};
-  const BackendLimits limits = backend->Limits();
-  const int block = std::min(limits.preferred_block, limits.max_block);
-  const int64_t total = static_cast<int64_t>(rows) * cols * batch;
-  const int64_t grid =
-      std::min<int64_t>((total + block - 1) / block,
-                        std::min<int64_t>(limits.max_grid, int64_t{1} << 16));
-  return backend->Launch(fn, grid, block, params, stream);
+  return LaunchGrid(fn, static_cast<int64_t>(rows) * cols * batch, params,
+                    stream);
+}
+
+absl::Status CublasLtGemm::Impl::RunBiasGrad(const LtPlan& p, DType dtype,
+                                             Stream stream) {
+  if (p.post_bias_grad == nullptr || p.n == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(KernelHandle fn, BiasGradKernel(dtype));
+  // cuBLASLt's B is the caller's A: the kernel sums the caller's rows.
+  const void* a = p.b.ptr;
+  void* out = p.post_bias_grad;
+  long long rows = p.n, k = p.k, lda = p.b.ld;
+  int trans_a = p.op_b == LtOp::kT ? 1 : 0;
+  void* params[] = {&a, &out, &rows, &k, &lda, &trans_a};
+  return LaunchGrid(fn, rows, params, stream);
 }
 
 CublasLtGemm::CublasLtGemm(std::unique_ptr<Impl> impl)
@@ -309,14 +349,14 @@ absl::Status CublasLtGemm::Run(const DeviceGemmArgs& args, Stream stream,
                                uint64_t capture) {
   Impl& s = *impl_;
   ASSIGN_OR_RETURN(LtPlan plan, PlanLtGemm(args));
-  if (plan.no_work) return absl::OkStatus();
+  if (plan.no_work) return s.RunBiasGrad(plan, args.gemm.dtype, stream);
   if (!plan.skip_product) {
     auto d = std::make_unique<Descriptors>();
     RETURN_IF_ERROR(MakeDescriptors(*s.lt, plan, *d));
     ASSIGN_OR_RETURN(Algo algo, s.FindAlgo(plan, *d));
     if (!algo.found && plan.epilogue != LtEpilogue::kDefault) {
       // No kernel with this epilogue for these types (f64, say): the plain
-      // product, then bias and activation in our kernel.
+      // product, then bias, activation and bias gradient in our kernels.
       ASSIGN_OR_RETURN(plan, PlanLtGemm(args, /*fuse_epilogue=*/false));
       d = std::make_unique<Descriptors>();
       RETURN_IF_ERROR(MakeDescriptors(*s.lt, plan, *d));
@@ -346,7 +386,8 @@ absl::Status CublasLtGemm::Run(const DeviceGemmArgs& args, Stream stream,
         absl::StrCat("cublasLtMatmul(m=", plan.m, " n=", plan.n, " k=", plan.k,
                      " batch=", plan.batch, ")")));
   }
-  return s.RunPost(plan, args.gemm, stream);
+  RETURN_IF_ERROR(s.RunPost(plan, args.gemm, stream));
+  return s.RunBiasGrad(plan, args.gemm.dtype, stream);
 }
 
 }  // namespace stepjit::runtime::cuda

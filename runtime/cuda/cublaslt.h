@@ -18,9 +18,9 @@ namespace stepjit::runtime::cuda {
 
 // GEMMs through cuBLASLt on one device, queued on the caller's stream. The
 // backend allocates the workspaces (32 MiB per stream and per capture) and
-// loads the kernels for epilogues cuBLASLt lacks (exact GELU); it must
-// outlive this object, and its device context must be current on the
-// calling thread.
+// loads the kernels for epilogues cuBLASLt lacks (exact GELU, bias
+// gradients it cannot fuse); it must outlive this object, and its device
+// context must be current on the calling thread.
 // Algorithms are chosen by cuBLASLt's heuristic once per shape, layout,
 // dtype, epilogue and pointer alignment.
 class CublasLtGemm {

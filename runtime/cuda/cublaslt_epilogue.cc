@@ -1,4 +1,5 @@
-// GemmEpilogueKernel: C = act(C + bias) as CUDA C from stepjit's scalar defs.
+// GemmEpilogueKernel: C = act(C + bias) as CUDA C from stepjit's scalar defs;
+// GemmBiasGradKernel: row sums of op(A).
 #include "runtime/cuda/cublaslt_epilogue.h"
 
 #include <cstdint>
@@ -67,6 +68,37 @@ EpilogueKernelSource GemmEpilogueKernel(DType dtype,
       m.Const(0), ";\n", "    if (bias != nullptr) x = x + ",
       codegen::cuda::Load(dtype, "bias", "col"), ";\n", body.text, "    ",
       codegen::cuda::Store(dtype, "c", "at", y), "\n  }\n}\n");
+  return k;
+}
+
+EpilogueKernelSource GemmBiasGradKernel(DType dtype) {
+  const std::string reg = codegen::cuda::RegType(dtype);
+  const std::string mem = codegen::cuda::MemType(dtype);
+  uint32_t helpers = 0;
+  if (dtype == DType::kF16) helpers |= codegen::cuda::kHelperF16;
+  if (dtype == DType::kBF16) helpers |= codegen::cuda::kHelperBF16;
+  EpilogueKernelSource k;
+  k.name = absl::StrCat("sj_gemm_bias_grad_", ir::DTypeName(dtype));
+  // One thread per row of op(A); with trans_a (a weight gradient's dY^T)
+  // neighbouring threads read neighbouring elements.
+  k.source = absl::StrCat(
+      codegen::cuda::Preamble(helpers),
+      "// bias_grad[i] = sum over l of op(A)[i, l], beside a GEMM.\n"
+      "extern \"C\" __global__ void ",
+      k.name, "(const ", mem, "* a, ", mem,
+      "* bias_grad, long long rows,\n"
+      "    long long k, long long lda, int trans_a) {\n"
+      "  const long long step = (long long)gridDim.x * blockDim.x;\n"
+      "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;"
+      " i < rows;\n"
+      "       i += step) {\n"
+      "    ",
+      reg, " s = ", codegen::cuda::CudaLiteral(0, dtype == DType::kF64), ";\n",
+      "    for (long long l = 0; l < k; ++l) {\n"
+      "      const long long at = trans_a ? l * lda + i : i * lda + l;\n"
+      "      s = s + ",
+      codegen::cuda::Load(dtype, "a", "at"), ";\n", "    }\n    ",
+      codegen::cuda::Store(dtype, "bias_grad", "i", "s"), "\n  }\n}\n");
   return k;
 }
 

@@ -1,7 +1,8 @@
-// GemmEpilogueKernel: the CUDA C that finishes a GEMM's bias and activation.
+// GemmEpilogueKernel: the CUDA C that finishes a GEMM's bias and activation;
+// GemmBiasGradKernel: the bias gradient's.
 //
 // cuBLASLt lacks some epilogues (exact GELU, any epilogue for some types);
-// runtime/cuda/cublaslt.h compiles this kernel and runs it over C after the
+// runtime/cuda/cublaslt.h compiles these kernels and runs them after the
 // product. Generating the source needs no GPU.
 #ifndef STEPJIT_RUNTIME_CUDA_CUBLASLT_EPILOGUE_H_
 #define STEPJIT_RUNTIME_CUDA_CUBLASLT_EPILOGUE_H_
@@ -25,6 +26,14 @@ struct EpilogueKernelSource {
 };
 EpilogueKernelSource GemmEpilogueKernel(ir::DType dtype,
                                         cpu::GemmActivation activation);
+
+// The CUDA C of the kernel that writes a GEMM's bias gradient where
+// cuBLASLt's BGRADB epilogue does not (runtime/cpu/gemm.h's bias_grad),
+// summing in float (double for f64) and rounding once. Its arguments:
+// (const T* a, T* bias_grad, long long rows, long long k, long long lda,
+// int trans_a): bias_grad[i] = sum over l < k of op(A)[i, l] for i < rows,
+// A row-major with pitch lda (stored k x rows when trans_a).
+EpilogueKernelSource GemmBiasGradKernel(ir::DType dtype);
 
 }  // namespace stepjit::runtime::cuda
 

@@ -39,6 +39,8 @@ static_assert(static_cast<int>(LtEpilogue::kReluBias) ==
 static_assert(static_cast<int>(LtEpilogue::kGelu) == CUBLASLT_EPILOGUE_GELU);
 static_assert(static_cast<int>(LtEpilogue::kGeluBias) ==
               CUBLASLT_EPILOGUE_GELU_BIAS);
+static_assert(static_cast<int>(LtEpilogue::kBgradB) ==
+              CUBLASLT_EPILOGUE_BGRADB);
 #endif
 
 LtDataType DataType(DType t) {
@@ -100,6 +102,18 @@ absl::Status ValidateGemm(const cpu::GemmArgs& g) {
                        " (", op.rows, "x", op.cols, "), got null"));
     }
   }
+  if (g.bias_grad != nullptr && g.batch != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device Gemm: expected batch = 1 with bias_grad (the bias gradient "
+        "of one product), got batch=",
+        g.batch));
+  }
+  if (g.bias_grad != nullptr && g.a == nullptr && g.m > 0 && g.k > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device Gemm: expected a non-null pointer for A (",
+                     g.trans_a ? g.k : g.m, "x", g.trans_a ? g.m : g.k,
+                     ") to sum into bias_grad, got null"));
+  }
   return absl::OkStatus();
 }
 
@@ -148,6 +162,7 @@ absl::StatusOr<LtPlan> PlanLtGemm(const DeviceGemmArgs& args,
     p.scale_type = LtDataType::kF32;
   }
   const bool bias = g.bias != nullptr;
+  p.post_bias_grad = g.bias_grad;
   if (p.skip_product || !fuse_epilogue) {
     p.epilogue = LtEpilogue::kDefault;
     p.post_activation = g.activation;
@@ -174,6 +189,15 @@ absl::StatusOr<LtPlan> PlanLtGemm(const DeviceGemmArgs& args,
   if (p.epilogue == LtEpilogue::kBias || p.epilogue == LtEpilogue::kReluBias ||
       p.epilogue == LtEpilogue::kGeluBias) {
     p.bias = g.bias;
+  }
+  // The bias pointer is free: cuBLASLt writes the bias gradient there (with
+  // C's type, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE). A run without a product
+  // (no_work) leaves it to the kernel.
+  if (g.bias_grad != nullptr && !p.no_work &&
+      p.epilogue == LtEpilogue::kDefault) {
+    p.epilogue = LtEpilogue::kBgradB;
+    p.bias = g.bias_grad;
+    p.post_bias_grad = nullptr;
   }
   return p;
 }

@@ -26,7 +26,10 @@ enum class LtEpilogue : int32_t {
   kBias = 4,
   kReluBias = 6,
   kGelu = 32,  // the tanh approximation (stepjit's gelu_tanh)
-  kGeluBias = 36
+  kGeluBias = 36,
+  // Writes the sums over k of cuBLASLt's B (the caller's A) to the bias
+  // pointer, one per column of D (per row of the caller's C).
+  kBgradB = 512
 };
 
 // One matrix as cuBLASLt sees it: column-major, `rows` x `cols` with
@@ -45,7 +48,9 @@ struct LtMatrix {
 // C = op(A) op(B) becomes C^T = op(B)^T op(A)^T: cuBLASLt's A is the
 // caller's B, its B the caller's A, and m and n trade places. The caller's
 // bias (one value per column of C) is one per row of C^T, which is what
-// cuBLASLt's BIAS epilogues add.
+// cuBLASLt's BIAS epilogues add. The caller's bias gradient (the sums over k
+// of op(A), one per row of C) is the sums over k of cuBLASLt's op(B), one
+// per column of C^T: the BGRADB epilogue (BGRADA would sum the caller's B).
 struct LtPlan {
   int64_t m = 0, n = 0, k = 0;  // as cuBLASLt sees them
   LtOp op_a = LtOp::kN, op_b = LtOp::kN;
@@ -53,7 +58,9 @@ struct LtPlan {
   int64_t batch = 1;
   double alpha = 1, beta = 0;
   LtEpilogue epilogue = LtEpilogue::kDefault;
-  const void* bias = nullptr;                // set when the epilogue adds one
+  // CUBLASLT_MATMUL_DESC_BIAS_POINTER: the bias BIAS epilogues read, or the
+  // bias gradient BGRADB writes; null for other epilogues.
+  const void* bias = nullptr;
   LtDataType data_type = LtDataType::kF32;   // A, B, C, D and the bias
   LtDataType scale_type = LtDataType::kF32;  // alpha and beta
   LtComputeType compute_type = LtComputeType::k32F;
@@ -63,6 +70,10 @@ struct LtPlan {
   //   caller's (row-major) C.
   cpu::GemmActivation post_activation = cpu::GemmActivation::kNone;
   const void* post_bias = nullptr;
+  // The bias gradient left to a kernel (when BGRADB is not used), from
+  // cuBLASLt's B: post_bias_grad[j] = sum over l < k of op_b(B)[l, j] for
+  // j < n. It is computed even when no_work (C empty, A not).
+  void* post_bias_grad = nullptr;
   // The product is empty (k == 0): no cuBLASLt call; the kernel computes
   // C = act(beta * C + bias) alone (skip_product), or nothing is left to
   // do when C is empty (m or n == 0: no_work).
@@ -70,11 +81,13 @@ struct LtPlan {
   bool no_work = false;
 };
 
-// The plan for `args`. `fuse_epilogue` false leaves bias and activation to
-// the kernel (for types cuBLASLt has no such epilogue for). InvalidArgument
-// for arguments runtime::cpu::Gemm would refuse: a dtype other than f32,
-// f64, f16 or bf16, negative sizes, short leading dimensions, null pointers,
-// a batch stride of 0 for C.
+// The plan for `args`. `fuse_epilogue` false leaves bias, activation and
+// bias gradient to the kernels (for types cuBLASLt has no such epilogue
+// for). A bias gradient is fused (BGRADB) only when no other epilogue is: the
+// bias pointer holds one vector. InvalidArgument for arguments
+// runtime::cpu::Gemm would refuse: a dtype other than f32, f64, f16 or bf16,
+// negative sizes, short leading dimensions, null pointers, a batch stride of
+// 0 for C, a bias gradient of a batch.
 absl::StatusOr<LtPlan> PlanLtGemm(const DeviceGemmArgs& args,
                                   bool fuse_epilogue = true);
 

@@ -330,6 +330,8 @@ absl::Status EmulatorBackend::Gemm(const DeviceGemmArgs& args, Stream stream) {
   RETURN_IF_ERROR(memory_.CheckDevice(g.c, 1, "Gemm", "C"));
   if (g.bias != nullptr)
     RETURN_IF_ERROR(memory_.CheckDevice(g.bias, 1, "Gemm", "bias"));
+  if (g.bias_grad != nullptr)
+    RETURN_IF_ERROR(memory_.CheckDevice(g.bias_grad, 1, "Gemm", "bias_grad"));
   cpu::GemmArgs host = g;
   host.backend = cpu::GemmBackend::kAuto;
   queues_.Submit(s, {.run = [this, host] {

@@ -206,15 +206,13 @@ absl::StatusOr<std::shared_ptr<const LoadedRegion>> LoadRegion(
   return std::shared_ptr<const LoadedRegion>(region);
 }
 
-absl::Status LaunchRegion(const LoadedRegion& region, absl::Span<void* const> ptrs,
-                          Stream stream) {
-  ASSIGN_OR_RETURN(Backend * b, RequireBackend());
-  const codegen::cuda::RegionSource& src = region.source;
-  // Scratch slots and per-reduction partials: temporaries on the stream, so
-  // their blocks are reused only after these launches in stream order.
-  StreamGuard guard(stream);
-  std::vector<Tensor> temps;
-  std::vector<void*> values(ptrs.begin(), ptrs.end());
+namespace {
+
+// A region's scratch slots and per-reduction partials after its pointers:
+// temporaries on the current stream, so their blocks are reused only after
+// the launches queued next in stream order.
+void AppendTemporaries(const codegen::cuda::RegionSource& src, std::vector<Tensor>& temps,
+                       std::vector<void*>& values) {
   if (src.num_slots > 0) {
     temps.push_back(empty({src.num_slots}, {.dtype = DType::kF64, .device = Device::cuda()}));
     values.push_back(temps.back().data_ptr());
@@ -226,13 +224,53 @@ absl::Status LaunchRegion(const LoadedRegion& region, absl::Span<void* const> pt
                           {.dtype = DType::kF64, .device = Device::cuda()}));
     values.push_back(temps.back().data_ptr());
   }
+}
+
+absl::Status LaunchAll(Backend& b, const LoadedRegion& region, std::vector<void*>& values,
+                       Stream stream) {
   std::vector<void*> args(values.size());
   for (size_t i = 0; i < values.size(); ++i) args[i] = &values[i];
-  for (size_t i = 0; i < src.kernels.size(); ++i) {
-    const codegen::cuda::KernelLaunch& k = src.kernels[i];
-    RETURN_IF_ERROR(b->Launch(region.kernels[i], k.grid, k.block, args.data(), stream));
+  for (size_t i = 0; i < region.source.kernels.size(); ++i) {
+    const codegen::cuda::KernelLaunch& k = region.source.kernels[i];
+    RETURN_IF_ERROR(b.Launch(region.kernels[i], k.grid, k.block, args.data(), stream));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LaunchRegion(const LoadedRegion& region, absl::Span<void* const> ptrs,
+                          Stream stream) {
+  ASSIGN_OR_RETURN(Backend * b, RequireBackend());
+  StreamGuard guard(stream);
+  std::vector<Tensor> temps;
+  std::vector<void*> values(ptrs.begin(), ptrs.end());
+  AppendTemporaries(region.source, temps, values);
+  return LaunchAll(*b, region, values, stream);
+}
+
+absl::Status LaunchMultiRegion(const LoadedRegion& combined,
+                               absl::Span<const codegen::cuda::RegionSource> members,
+                               absl::Span<const std::vector<void*>> ptrs, Stream stream) {
+  ASSIGN_OR_RETURN(Backend * b, RequireBackend());
+  if (members.size() != ptrs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "multi-region launch of ", combined.source.name, ": ", members.size(),
+        " regions but pointers for ", ptrs.size()));
+  }
+  StreamGuard guard(stream);
+  std::vector<Tensor> temps;
+  std::vector<void*> values;
+  for (size_t m = 0; m < members.size(); ++m) {
+    values.insert(values.end(), ptrs[m].begin(), ptrs[m].end());
+    AppendTemporaries(members[m], temps, values);
+  }
+  if (values.size() != combined.source.params.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "multi-region launch of ", combined.source.name, ": ", values.size(),
+        " arguments, expected ", combined.source.params.size()));
+  }
+  return LaunchAll(*b, combined, values, stream);
 }
 
 void CopyInto(const Tensor& dst, const Tensor& src) {

@@ -58,6 +58,12 @@ absl::StatusOr<std::shared_ptr<const LoadedRegion>> LoadRegion(
 // param, then per return), adding its scratch and accumulator buffers.
 absl::Status LaunchRegion(const LoadedRegion& region,
                           absl::Span<void* const> ptrs, Stream stream);
+// Queues the phase kernels of a multi-region module (`combined`, loaded by
+// LoadRegion from MultiRegionSource::combined) over each member's pointers
+// (as for LaunchRegion), adding each member's scratch and accumulators.
+absl::Status LaunchMultiRegion(const LoadedRegion& combined,
+                               absl::Span<const codegen::cuda::RegionSource> members,
+                               absl::Span<const std::vector<void*>> ptrs, Stream stream);
 
 // Queues `kernel` of `module` on the current stream with enough blocks of
 // the backend's preferred size to give each of `threads` grid-stride

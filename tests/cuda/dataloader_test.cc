@@ -84,8 +84,13 @@ TEST_F(CudaTest, PinnedBlocksAreReusedOnceTheirCopiesAreDone) {
   }
   EXPECT_EQ(batches, 14);
   const auto after = runtime::cuda::GetPinnedStats();
-  EXPECT_GT(after.cache_hits - before.cache_hits, 14);
-  EXPECT_LT(after.backend_allocs - before.backend_allocs, 16);
+  // The x and y of 14 batches each come from the cache or are page-locked;
+  // how many copies are still in flight when a block is wanted (so how many
+  // hits) depends on the machine's load, but fewer than 16 are page-locked.
+  const int64_t hits = after.cache_hits - before.cache_hits;
+  const int64_t allocs = after.backend_allocs - before.backend_allocs;
+  EXPECT_EQ(hits + allocs, 28);
+  EXPECT_LT(allocs, 16);
   // A freed block whose copy has finished is handed out again.
   Tensor a = ones({300000}).pin_memory();  // the 2 MiB bin: no other block there
   void* block = a.storage()->data();

@@ -1,9 +1,9 @@
 // The driver backend and cuBLASLt. Everywhere: the clear error without a
-// GPU, the kernel-architecture choice, the cuBLASLt loader, the epilogue
-// kernels compiling with NVRTC, and the row-major -> column-major GEMM plan,
-// proven by interpreting it with column-major BLAS semantics on the host and
-// comparing with runtime::cpu::Gemm. With a GPU: memory, copies, events,
-// NVRTC launches, graphs, and cuBLASLt GEMMs against runtime::cpu::Gemm.
+// GPU, the kernel-architecture choice, the cuBLASLt loader and the epilogue
+// kernels compiling with NVRTC (the GEMM plan: lt_plan_test.cc). With a GPU:
+// memory, copies, events, NVRTC launches, graphs, and cuBLASLt GEMMs (bias,
+// activations, bias gradients) against runtime::cpu::Gemm; without one
+// those skip.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -29,17 +29,20 @@
 #include "runtime/cuda/cublaslt_plan.h"
 #include "runtime/cuda/device.h"
 #include "runtime/cuda/driver_backend.h"
+#include "tests/cuda/lt_gemm_cases.h"
 
 namespace stepjit::runtime::cuda {
 namespace {
 
 using cpu::GemmActivation;
 using ir::DType;
+using lt_test::AllCases;
+using lt_test::ExpectBiasGradClose;
+using lt_test::ExpectClose;
+using lt_test::GemmCase;
+using lt_test::HostGemm;
+using lt_test::kActivations;
 using ::testing::HasSubstr;
-
-constexpr GemmActivation kActivations[] = {
-    GemmActivation::kNone, GemmActivation::kRelu, GemmActivation::kGelu,
-    GemmActivation::kGeluTanh};
 
 // ---- Without a GPU --------------------------------------------------------
 
@@ -117,7 +120,21 @@ TEST(CublasLtTest, EpilogueKernelsCompileWithNvrtc) {
       ASSERT_TRUE(c.ok()) << c.status() << "\n" << k.source;
       EXPECT_FALSE(c->cubin.empty());
     }
+    const EpilogueKernelSource g = GemmBiasGradKernel(t);
+    EXPECT_THAT(g.source, HasSubstr(absl::StrCat("void ", g.name, "(")));
+    codegen::cuda::NvrtcOptions options;
+    options.arch = "sm_90";
+    options.use_cache = false;
+    absl::StatusOr<codegen::cuda::CompiledCuda> c =
+        codegen::cuda::CompileCuda(g.source, g.name, options);
+    ASSERT_TRUE(c.ok()) << c.status() << "\n" << g.source;
+    EXPECT_FALSE(c->cubin.empty());
   }
+  // The bias gradient sums in float, in double for f64.
+  EXPECT_THAT(GemmBiasGradKernel(DType::kBF16).source,
+              HasSubstr("float s = 0.0f;"));
+  EXPECT_THAT(GemmBiasGradKernel(DType::kF64).source,
+              HasSubstr("double s = 0.0;"));
   // The exact GELU uses erf; the tanh one tanh; f64 computes in double.
   EXPECT_THAT(GemmEpilogueKernel(DType::kF32, GemmActivation::kGelu).source,
               HasSubstr("erff("));
@@ -126,460 +143,6 @@ TEST(CublasLtTest, EpilogueKernelsCompileWithNvrtc) {
   EXPECT_THAT(
       GemmEpilogueKernel(DType::kBF16, GemmActivation::kGeluTanh).source,
       HasSubstr("tanhf("));
-}
-
-// ---- The plan -------------------------------------------------------------
-
-double Get(const void* p, DType t, int64_t i) {
-  switch (t) {
-    case DType::kF64:
-      return static_cast<const double*>(p)[i];
-    case DType::kF16:
-      return static_cast<const ir::Half*>(p)[i];
-    case DType::kBF16:
-      return static_cast<const ir::BFloat16*>(p)[i];
-    default:
-      return static_cast<const float*>(p)[i];
-  }
-}
-
-void Put(void* p, DType t, int64_t i, double v) {
-  switch (t) {
-    case DType::kF64:
-      static_cast<double*>(p)[i] = v;
-      break;
-    case DType::kF16:
-      static_cast<ir::Half*>(p)[i] = ir::Half(static_cast<float>(v));
-      break;
-    case DType::kBF16:
-      static_cast<ir::BFloat16*>(p)[i] = ir::BFloat16(static_cast<float>(v));
-      break;
-    default:
-      static_cast<float*>(p)[i] = static_cast<float>(v);
-  }
-}
-
-DType FromLt(LtDataType t) {
-  switch (t) {
-    case LtDataType::kF64:
-      return DType::kF64;
-    case LtDataType::kF16:
-      return DType::kF16;
-    case LtDataType::kBF16:
-      return DType::kBF16;
-    default:
-      return DType::kF32;
-  }
-}
-
-double Activate(GemmActivation act, double x) {
-  ir::HostMath<double> m;
-  switch (act) {
-    case GemmActivation::kRelu:
-      return ir::ScalarDef<ir::OpId::kRelu>::Apply(m, x);
-    case GemmActivation::kGelu:
-      return ir::ScalarDef<ir::OpId::kGelu>::Apply(m, x);
-    case GemmActivation::kGeluTanh:
-      return ir::ScalarDef<ir::OpId::kGeluTanh>::Apply(m, x);
-    default:
-      return x;
-  }
-}
-
-// Runs `p` as cuBLASLt defines it, in double: per batch element,
-// column-major D = epilogue(alpha op_a(A) op_b(B) + beta C), then the
-// epilogue kernel's row-major pass. Checks the layouts are the ones the ops
-// need (A m x k after op_a, and so on) first.
-void RunPlanOnHost(const LtPlan& p) {
-  if (p.no_work) return;
-  const DType t = FromLt(p.data_type);
-  auto stored = [](LtOp op, int64_t r, int64_t c) {
-    return op == LtOp::kN ? std::make_pair(r, c) : std::make_pair(c, r);
-  };
-  ASSERT_EQ(std::make_pair(p.a.rows, p.a.cols), stored(p.op_a, p.m, p.k));
-  ASSERT_EQ(std::make_pair(p.b.rows, p.b.cols), stored(p.op_b, p.k, p.n));
-  ASSERT_EQ(p.c.rows, p.m);
-  ASSERT_EQ(p.c.cols, p.n);
-  for (const LtMatrix* x : {&p.a, &p.b, &p.c})
-    ASSERT_GE(x->ld, std::max<int64_t>(1, x->rows));
-  auto at = [](const LtMatrix& x, int64_t b, int64_t r, int64_t c) {
-    return b * x.batch_stride + r + c * x.ld;
-  };
-  void* c_ptr = const_cast<void*>(p.c.ptr);
-  const bool bias = p.epilogue == LtEpilogue::kBias ||
-                    p.epilogue == LtEpilogue::kReluBias ||
-                    p.epilogue == LtEpilogue::kGeluBias;
-  ASSERT_EQ(bias, p.bias != nullptr);
-  GemmActivation act = GemmActivation::kNone;
-  if (p.epilogue == LtEpilogue::kRelu || p.epilogue == LtEpilogue::kReluBias)
-    act = GemmActivation::kRelu;
-  if (p.epilogue == LtEpilogue::kGelu || p.epilogue == LtEpilogue::kGeluBias)
-    act = GemmActivation::kGeluTanh;
-  for (int64_t b = 0; b < p.batch && !p.skip_product; ++b) {
-    for (int64_t j = 0; j < p.n; ++j) {
-      for (int64_t i = 0; i < p.m; ++i) {
-        double sum = 0;
-        for (int64_t l = 0; l < p.k; ++l) {
-          const int64_t ia =
-              p.op_a == LtOp::kN ? at(p.a, b, i, l) : at(p.a, b, l, i);
-          const int64_t ib =
-              p.op_b == LtOp::kN ? at(p.b, b, l, j) : at(p.b, b, j, l);
-          sum += Get(p.a.ptr, t, ia) * Get(p.b.ptr, t, ib);
-        }
-        double x = p.alpha * sum;
-        if (p.beta != 0) x += p.beta * Get(c_ptr, t, at(p.c, b, i, j));
-        if (bias) x += Get(p.bias, t, i);  // one per row of D
-        Put(c_ptr, t, at(p.c, b, i, j), Activate(act, x));
-      }
-    }
-  }
-  if (!p.skip_product && p.post_bias == nullptr &&
-      p.post_activation == GemmActivation::kNone) {
-    return;
-  }
-  // The kernel's view: the caller's row-major C, rows x cols.
-  const int64_t rows = p.n, cols = p.m;
-  const bool keep_c = !p.skip_product || p.beta != 0;
-  for (int64_t b = 0; b < p.batch; ++b) {
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t col = 0; col < cols; ++col) {
-        const int64_t i = b * p.c.batch_stride + r * p.c.ld + col;
-        double x = keep_c ? Get(c_ptr, t, i) : 0;
-        if (p.post_bias != nullptr) x += Get(p.post_bias, t, col);
-        Put(c_ptr, t, i, Activate(p.post_activation, x));
-      }
-    }
-  }
-}
-
-// Host operands for one GEMM, random, with padded leading dimensions.
-struct GemmCase {
-  DType dtype = DType::kF32;
-  bool trans_a = false, trans_b = false;
-  int64_t m = 5, n = 7, k = 4;
-  int64_t batch = 1;
-  bool broadcast_a = false, broadcast_b = false;
-  bool bias = false;
-  GemmActivation activation = GemmActivation::kNone;
-  bool accumulate = false;
-  bool allow_tf32 = false;
-
-  std::string Name() const {
-    return absl::StrCat(
-        ir::DTypeName(dtype), allow_tf32 ? "(tf32)" : "", " ",
-        trans_a ? "T" : "N", trans_b ? "T" : "N", " m=", m, " n=", n, " k=", k,
-        " batch=", batch, broadcast_a ? " bcastA" : "",
-        broadcast_b ? " bcastB" : "", bias ? " +bias" : "", " ",
-        cpu::GemmActivationName(activation), accumulate ? " +=C" : "");
-  }
-};
-
-struct HostGemm {
-  GemmCase c;
-  std::vector<char> a, b, out, bias;
-  cpu::GemmArgs args;  // pointing into the vectors above
-
-  explicit HostGemm(const GemmCase& gc, uint32_t seed) : c(gc) {
-    std::mt19937 gen(seed);
-    std::normal_distribution<float> normal;
-    const size_t es = ir::DTypeSize(c.dtype);
-    auto fill = [&](std::vector<char>& v, int64_t n) {
-      v.resize(static_cast<size_t>(std::max<int64_t>(n, 1) * es));
-      for (int64_t i = 0; i < n; ++i) Put(v.data(), c.dtype, i, normal(gen));
-    };
-    cpu::GemmArgs& g = args;
-    g.dtype = c.dtype;
-    g.trans_a = c.trans_a;
-    g.trans_b = c.trans_b;
-    g.m = c.m;
-    g.n = c.n;
-    g.k = c.k;
-    g.lda = (c.trans_a ? c.m : c.k) + 3;
-    g.ldb = (c.trans_b ? c.k : c.n) + 2;
-    g.ldc = c.n + 1;
-    const int64_t size_a = (c.trans_a ? c.k : c.m) * g.lda;
-    const int64_t size_b = (c.trans_b ? c.n : c.k) * g.ldb;
-    const int64_t size_c = c.m * g.ldc;
-    g.batch = c.batch;
-    g.stride_a = c.broadcast_a ? 0 : size_a + 5;
-    g.stride_b = c.broadcast_b ? 0 : size_b + 1;
-    g.stride_c = size_c + 3;
-    fill(a, g.stride_a * (c.batch - 1) + size_a);
-    fill(b, g.stride_b * (c.batch - 1) + size_b);
-    fill(out, g.stride_c * (c.batch - 1) + size_c);
-    g.a = a.data();
-    g.b = b.data();
-    g.c = out.data();
-    if (c.bias) {
-      fill(bias, c.n);
-      g.bias = bias.data();
-    }
-    g.activation = c.activation;
-    g.accumulate = c.accumulate;
-  }
-
-  DeviceGemmArgs Device() const {
-    DeviceGemmArgs d;
-    d.gemm = args;
-    d.allow_tf32 = c.allow_tf32;
-    return d;
-  }
-
-  // Per element of C: sum |a||b| + |bias| + |C before|, the size rounding
-  // errors are relative to.
-  std::vector<double> Scale(const std::vector<char>& c_before) const {
-    const cpu::GemmArgs& g = args;
-    std::vector<double> s(out.size() / ir::DTypeSize(g.dtype), 0);
-    for (int64_t bt = 0; bt < g.batch; ++bt) {
-      for (int64_t i = 0; i < g.m; ++i) {
-        for (int64_t j = 0; j < g.n; ++j) {
-          double v = 0;
-          for (int64_t l = 0; l < g.k; ++l) {
-            const int64_t ia =
-                bt * g.stride_a + (g.trans_a ? l * g.lda + i : i * g.lda + l);
-            const int64_t ib =
-                bt * g.stride_b + (g.trans_b ? j * g.ldb + l : l * g.ldb + j);
-            v += std::abs(Get(g.a, g.dtype, ia) * Get(g.b, g.dtype, ib));
-          }
-          const int64_t ic = bt * g.stride_c + i * g.ldc + j;
-          if (g.bias != nullptr) v += std::abs(Get(g.bias, g.dtype, j));
-          if (g.accumulate) v += std::abs(Get(c_before.data(), g.dtype, ic));
-          s[ic] = std::max(v, 1.0);
-        }
-      }
-    }
-    return s;
-  }
-};
-
-// Elements of C (inside the matrices, not the padding) that differ by more
-// than tol * scale; the padding must be untouched.
-void ExpectClose(const GemmCase& gc, const cpu::GemmArgs& g,
-                 const std::vector<char>& got, const std::vector<char>& want,
-                 const std::vector<double>& scale, double tol) {
-  int bad = 0;
-  const int64_t n = static_cast<int64_t>(want.size() / ir::DTypeSize(g.dtype));
-  for (int64_t i = 0; i < n; ++i) {
-    const double x = Get(got.data(), g.dtype, i);
-    const double y = Get(want.data(), g.dtype, i);
-    if (scale[i] == 0) {  // padding
-      if (std::memcmp(&got[i * ir::DTypeSize(g.dtype)],
-                      &want[i * ir::DTypeSize(g.dtype)],
-                      ir::DTypeSize(g.dtype)) != 0 &&
-          ++bad <= 3) {
-        ADD_FAILURE() << gc.Name() << ": padding element " << i
-                      << " changed: " << x << " vs " << y;
-      }
-      continue;
-    }
-    if (!(std::abs(x - y) <= tol * scale[i]) && ++bad <= 3) {
-      ADD_FAILURE() << gc.Name() << ": element " << i << " is " << x
-                    << ", expected " << y << " (tolerance " << tol * scale[i]
-                    << ")";
-    }
-  }
-  EXPECT_EQ(bad, 0) << gc.Name();
-}
-
-double HostTolerance(DType t) {
-  switch (t) {
-    case DType::kF64:
-      return 1e-12;
-    case DType::kF32:
-      return 1e-5;
-    default:
-      return 1e-2;  // one rounding of C to 8 (bf16) or 11 (f16) bits
-  }
-}
-
-std::vector<GemmCase> AllCases(DType dtype, int64_t m, int64_t n, int64_t k) {
-  std::vector<GemmCase> out;
-  for (bool ta : {false, true}) {
-    for (bool tb : {false, true}) {
-      for (int shape = 0; shape < 3; ++shape) {  // batch 1, 3, 3 broadcast
-        for (bool bias : {false, true}) {
-          for (GemmActivation act : kActivations) {
-            for (bool acc : {false, true}) {
-              GemmCase c;
-              c.dtype = dtype;
-              c.trans_a = ta;
-              c.trans_b = tb;
-              c.m = m;
-              c.n = n;
-              c.k = k;
-              c.batch = shape == 0 ? 1 : 3;
-              c.broadcast_a = shape == 2 && tb;
-              c.broadcast_b = shape == 2 && !tb;
-              c.bias = bias;
-              c.activation = act;
-              c.accumulate = acc;
-              out.push_back(c);
-            }
-          }
-        }
-      }
-    }
-  }
-  return out;
-}
-
-TEST(LtPlanTest, MatchesCpuGemmOnTheHost) {
-  int cases = 0;
-  for (DType t : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16}) {
-    for (const GemmCase& gc : AllCases(t, 5, 7, 4)) {
-      for (bool fuse : {true, false}) {
-        HostGemm h(gc, 1234 + cases);
-        std::vector<char> before = h.out;
-        std::vector<char> want = h.out;
-        cpu::GemmArgs cpu_args = h.args;
-        cpu_args.c = want.data();
-        ASSERT_TRUE(cpu::Gemm(cpu_args).ok()) << gc.Name();
-        absl::StatusOr<LtPlan> plan = PlanLtGemm(h.Device(), fuse);
-        ASSERT_TRUE(plan.ok()) << plan.status();
-        RunPlanOnHost(*plan);
-        if (HasFatalFailure()) return;
-        std::vector<double> scale = h.Scale(before);
-        ExpectClose(gc, h.args, h.out, want, scale, HostTolerance(t));
-        ++cases;
-      }
-    }
-  }
-  EXPECT_EQ(cases, 4 * 2 * 2 * 3 * 2 * 4 * 2 * 2);
-}
-
-TEST(LtPlanTest, EmptyProductsNeedNoCublasLt) {
-  for (bool acc : {false, true}) {
-    GemmCase gc;
-    gc.k = 0;
-    gc.bias = true;
-    gc.activation = GemmActivation::kGelu;
-    gc.accumulate = acc;
-    gc.batch = 2;
-    HostGemm h(gc, 7);
-    std::vector<char> before = h.out, want = h.out;
-    cpu::GemmArgs cpu_args = h.args;
-    cpu_args.c = want.data();
-    ASSERT_TRUE(cpu::Gemm(cpu_args).ok());
-    absl::StatusOr<LtPlan> plan = PlanLtGemm(h.Device());
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    EXPECT_TRUE(plan->skip_product);
-    EXPECT_EQ(plan->post_activation, GemmActivation::kGelu);
-    EXPECT_EQ(plan->post_bias, h.args.bias);
-    RunPlanOnHost(*plan);
-    ExpectClose(gc, h.args, h.out, want, h.Scale(before), 1e-6);
-  }
-  GemmCase empty;
-  empty.m = 0;
-  HostGemm h(empty, 8);
-  absl::StatusOr<LtPlan> plan = PlanLtGemm(h.Device());
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_TRUE(plan->no_work);
-}
-
-TEST(LtPlanTest, TypesAndEpilogues) {
-  struct {
-    DType dtype;
-    bool tf32;
-    LtDataType data;
-    LtDataType scale;
-    LtComputeType compute;
-  } const types[] = {
-      {DType::kF32, false, LtDataType::kF32, LtDataType::kF32,
-       LtComputeType::k32F},
-      {DType::kF32, true, LtDataType::kF32, LtDataType::kF32,
-       LtComputeType::k32FFastTF32},
-      {DType::kF16, true, LtDataType::kF16, LtDataType::kF32,
-       LtComputeType::k32F},
-      {DType::kBF16, false, LtDataType::kBF16, LtDataType::kF32,
-       LtComputeType::k32F},
-      {DType::kF64, true, LtDataType::kF64, LtDataType::kF64,
-       LtComputeType::k64F},
-  };
-  for (const auto& t : types) {
-    GemmCase gc;
-    gc.dtype = t.dtype;
-    gc.allow_tf32 = t.tf32;
-    HostGemm h(gc, 1);
-    absl::StatusOr<LtPlan> p = PlanLtGemm(h.Device());
-    ASSERT_TRUE(p.ok()) << p.status();
-    EXPECT_EQ(p->data_type, t.data) << gc.Name();
-    EXPECT_EQ(p->scale_type, t.scale) << gc.Name();
-    EXPECT_EQ(p->compute_type, t.compute) << gc.Name();
-    // Operands swap: cuBLASLt's A is the caller's B; m and n trade places.
-    EXPECT_EQ(p->a.ptr, h.args.b);
-    EXPECT_EQ(p->b.ptr, h.args.a);
-    EXPECT_EQ(p->m, h.args.n);
-    EXPECT_EQ(p->n, h.args.m);
-  }
-  struct {
-    bool bias;
-    GemmActivation act;
-    LtEpilogue epilogue;
-    GemmActivation post;
-  } const epilogues[] = {
-      {false, GemmActivation::kNone, LtEpilogue::kDefault,
-       GemmActivation::kNone},
-      {true, GemmActivation::kNone, LtEpilogue::kBias, GemmActivation::kNone},
-      {false, GemmActivation::kRelu, LtEpilogue::kRelu, GemmActivation::kNone},
-      {true, GemmActivation::kRelu, LtEpilogue::kReluBias,
-       GemmActivation::kNone},
-      {false, GemmActivation::kGeluTanh, LtEpilogue::kGelu,
-       GemmActivation::kNone},
-      {true, GemmActivation::kGeluTanh, LtEpilogue::kGeluBias,
-       GemmActivation::kNone},
-      // cuBLASLt has no exact GELU: bias in the epilogue, erf in the kernel.
-      {false, GemmActivation::kGelu, LtEpilogue::kDefault,
-       GemmActivation::kGelu},
-      {true, GemmActivation::kGelu, LtEpilogue::kBias, GemmActivation::kGelu},
-  };
-  for (const auto& e : epilogues) {
-    GemmCase gc;
-    gc.bias = e.bias;
-    gc.activation = e.act;
-    HostGemm h(gc, 2);
-    absl::StatusOr<LtPlan> p = PlanLtGemm(h.Device());
-    ASSERT_TRUE(p.ok()) << p.status();
-    EXPECT_EQ(p->epilogue, e.epilogue) << gc.Name();
-    EXPECT_EQ(p->post_activation, e.post) << gc.Name();
-    EXPECT_EQ(p->bias, e.epilogue == LtEpilogue::kDefault ||
-                               e.epilogue == LtEpilogue::kRelu ||
-                               e.epilogue == LtEpilogue::kGelu
-                           ? nullptr
-                           : h.args.bias);
-    EXPECT_EQ(p->post_bias, nullptr) << gc.Name();
-    // Unfused: the plain product, everything else in the kernel.
-    absl::StatusOr<LtPlan> u = PlanLtGemm(h.Device(), /*fuse_epilogue=*/false);
-    ASSERT_TRUE(u.ok()) << u.status();
-    EXPECT_EQ(u->epilogue, LtEpilogue::kDefault);
-    EXPECT_EQ(u->post_activation, e.act);
-    EXPECT_EQ(u->post_bias, h.args.bias);
-  }
-}
-
-TEST(LtPlanTest, RefusesWhatCpuGemmRefuses) {
-  GemmCase gc;
-  HostGemm h(gc, 3);
-  auto refused = [](DeviceGemmArgs d, absl::string_view want) {
-    absl::StatusOr<LtPlan> p = PlanLtGemm(d);
-    EXPECT_TRUE(absl::IsInvalidArgument(p.status())) << p.status();
-    EXPECT_THAT(p.status().message(), HasSubstr(want));
-  };
-  DeviceGemmArgs d = h.Device();
-  d.gemm.dtype = DType::kI32;
-  refused(d, "expected dtype f32, f64, f16 or bf16, got i32");
-  d = h.Device();
-  d.gemm.lda = 3;
-  refused(d, "expected lda >= 4 (A is stored 5x4), got 3");
-  d = h.Device();
-  d.gemm.batch = 2;
-  d.gemm.stride_c = 0;
-  refused(d, "expected stride_c > 0 for batch=2");
-  d = h.Device();
-  d.gemm.b = nullptr;
-  refused(d, "expected a non-null pointer for B");
-  d = h.Device();
-  d.gemm.k = -1;
-  refused(d, "expected non-negative sizes");
 }
 
 // ---- With a GPU -------------------------------------------------------------
@@ -812,9 +375,10 @@ double DeviceTolerance(const GemmCase& c) {
 void RunOnDevice(Backend* b, const GemmCase& gc, uint32_t seed,
                  Stream stream = 0) {
   HostGemm h(gc, seed);
-  std::vector<char> before = h.out, want = h.out;
+  std::vector<char> before = h.out, want = h.out, want_grad = h.grad;
   cpu::GemmArgs cpu_args = h.args;
   cpu_args.c = want.data();
+  if (gc.bias_grad) cpu_args.bias_grad = want_grad.data();
   ASSERT_TRUE(cpu::Gemm(cpu_args).ok()) << gc.Name();
   auto upload = [&](const std::vector<char>& v) -> void* {
     absl::StatusOr<void*> p = b->DeviceAlloc(v.size());
@@ -828,23 +392,33 @@ void RunOnDevice(Backend* b, const GemmCase& gc, uint32_t seed,
   void* bb = upload(h.b);
   void* c = upload(h.out);
   void* bias = h.c.bias ? upload(h.bias) : nullptr;
+  void* grad = h.c.bias_grad ? upload(h.grad) : nullptr;
   d.gemm.a = a;
   d.gemm.b = bb;
   d.gemm.c = c;
   d.gemm.bias = bias;
+  d.gemm.bias_grad = grad;
   absl::Status st = b->Gemm(d, stream);
   EXPECT_TRUE(st.ok()) << gc.Name() << ": " << st;
-  std::vector<char> got(h.out.size());
+  std::vector<char> got(h.out.size()), got_grad(h.grad.size());
   EXPECT_TRUE(
       b->Copy(got.data(), c, got.size(), CopyKind::kDeviceToHost, stream).ok());
+  if (grad != nullptr) {
+    EXPECT_TRUE(b->Copy(got_grad.data(), grad, got_grad.size(),
+                        CopyKind::kDeviceToHost, stream)
+                    .ok());
+  }
   EXPECT_TRUE(b->SynchronizeStream(stream).ok());
-  for (void* p : {a, bb, c, bias}) {
+  for (void* p : {a, bb, c, bias, grad}) {
     if (p != nullptr) {
       EXPECT_TRUE(b->DeviceFree(p).ok());
     }
   }
-  if (st.ok())
-    ExpectClose(gc, h.args, got, want, h.Scale(before), DeviceTolerance(gc));
+  if (!st.ok()) return;
+  ExpectClose(gc, h.args, got, want, h.Scale(before), DeviceTolerance(gc));
+  if (gc.bias_grad) {
+    ExpectBiasGradClose(gc, h.args, got_grad, want_grad, DeviceTolerance(gc));
+  }
 }
 
 TEST_F(GpuTest, GemmMatchesCpuGemm) {
@@ -871,6 +445,18 @@ TEST_F(GpuTest, GemmMatchesCpuGemm) {
     big.bias = true;
     big.activation = GemmActivation::kGelu;
     RunOnDevice(b_, big, ++seed);
+  }
+  // Weight gradients dW = dY^T X with their bias gradients (cuBLASLt's
+  // BGRADB, or our kernel where it has none: f64, beside a bias).
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
+    GemmCase wgrad;
+    wgrad.dtype = t;
+    wgrad.trans_a = true;
+    wgrad.m = 512;
+    wgrad.n = 784;
+    wgrad.k = 128;
+    wgrad.bias_grad = true;
+    RunOnDevice(b_, wgrad, ++seed);
   }
   // An empty product: bias and activation alone, in the epilogue kernel.
   GemmCase empty;

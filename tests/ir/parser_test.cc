@@ -57,6 +57,10 @@ TEST(ParserTest, AttributeValuesKeepTheirKinds) {
   EXPECT_EQ((*g)->param_kind((*g)->params()[5]), ParamKind::kState);
   // The fusion results carry the declared types.
   EXPECT_EQ(nodes[1]->outputs()[1]->type().shape, Shape({4, 16}));
+  // So do the two results of a matmul with its bias gradient.
+  ASSERT_EQ(nodes[22]->outputs().size(), 2u);
+  EXPECT_EQ(nodes[22]->outputs()[1]->type(), (TensorType{DType::kF32, {8}}));
+  EXPECT_EQ(nodes[22]->outputs()[1]->index(), 1);
 }
 
 TEST(ParserTest, AnyValidTextPrintsCanonically) {
@@ -234,7 +238,20 @@ TEST(ParserTest, ErrorMessages) {
        "t.ir:1:23: error: undefined value %nope"},
       {"graph @g(%a: f32[2] input) { %0 = neg %a : f32[2]\n"
        "  %1 = neg %0#0 : f32[2] }",
-       "t.ir:2:14: error: %0 is not a fusion; `#` indexes fusion results only"},
+       "t.ir:2:14: error: %0 has one result; `#` indexes the results of "
+       "fusions and multi-result ops"},
+      // Ops with several results.
+      {"graph @g(%a: f32[2,3] input) {\n"
+       "  %0 = matmul %a, %a {transpose_a = true, epilogue = \"bgrad\"} "
+       ": (f32[3,3], f32[3])\n"
+       "  return %0 }",
+       "t.ir:3:10: error: matmul result %0 needs an index, like %0#0"},
+      {"graph @g(%a: f32[2] input) { %0 = neg %a : (f32[2]) }",
+       "t.ir:1:44: error: %0 declares 1 result types in parentheses; one "
+       "result type is written without them"},
+      {"graph @g(%a: f32[2] input) { %0 = neg %a : (f32[2] f32[2]) }",
+       "t.ir:1:52: error: expected `,` or `)` after a result type, found "
+       "`f32`"},
       // Fusions.
       {"graph @g(%a: f32[2] input) { %0 = fusion k(%a) }",
        "t.ir:1:42: error: expected a body name like @fused_0 after `fusion`, "

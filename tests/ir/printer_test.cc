@@ -57,6 +57,30 @@ TEST(GraphTest, FusionResultsTakeTheBodyReturnTypes) {
   EXPECT_EQ(fusion->body()->name(), "f");
 }
 
+TEST(GraphTest, OpResultsBeyondOneAreIndexed) {
+  Graph g("g");
+  Value* a = g.AddParam("a", F32({8, 4}), ParamKind::kInput);
+  Value* b = g.AddParam("b", F32({8, 3}), ParamKind::kInput);
+  Attrs attrs{{AttrKey::kTransposeA, true},
+              {AttrKey::kEpilogue, std::string("bgrad")}};
+  Node* mm = g.AddOp(OpId::kMatmul, {a, b}, attrs,
+                     std::vector<TensorType>{F32({4, 3}), F32({4})});
+  Node* neg = g.AddOp(OpId::kNeg, {mm->outputs()[1]}, {}, F32({4}));
+  g.SetReturns({mm->output(), neg->output()});
+  ASSERT_EQ(mm->outputs().size(), 2u);
+  EXPECT_EQ(mm->output(), mm->outputs()[0]);
+  EXPECT_EQ(mm->outputs()[1]->producer(), mm);
+  EXPECT_EQ(mm->outputs()[1]->index(), 1);
+  EXPECT_EQ(mm->outputs()[1]->name(), "0#1");
+  EXPECT_EQ(Print(g),
+            "graph @g(%a: f32[8,4] input, %b: f32[8,3] input) {\n"
+            "  %0 = matmul %a, %b {transpose_a = true, epilogue = \"bgrad\"} "
+            ": (f32[4,3], f32[4])\n"
+            "  %1 = neg %0#1 : f32[4]\n"
+            "  return %0#0, %1\n"
+            "}\n");
+}
+
 TEST(GraphTest, ParamNamesMustBeValidAndUnique) {
   EXPECT_TRUE(IsValidParamName("w0"));
   EXPECT_TRUE(IsValidParamName("0.weight"));

@@ -100,6 +100,25 @@ TEST(VerifierTest, ErrorMessagesOnText) {
        "assign %a, %0: target %a is an input parameter, not state"},
       {"assign %s, %a return }",
        "assign %s, %a: value %a is f32[2] but state %s is f32[3]"},
+      // Several results: only a matmul's bias gradient.
+      {"%0 = full {shape = [8, 4], dtype = f32} : f32[8,4]"
+       " %1 = matmul %0, %0 {transpose_a = true, epilogue = \"bgrad\"}"
+       " : (f32[4,4], f32[8]) return }",
+       "%1 = matmul %0, %0: declared result #1 type f32[8] but inferred "
+       "f32[4]"},
+      {"%0 = full {shape = [8, 4], dtype = f32} : f32[8,4]"
+       " %1 = matmul %0, %0 {transpose_a = true} : (f32[4,4], f32[4]) return }",
+       "%1 = matmul %0, %0: matmul(f32[8, 4], f32[8, 4]): a second result "
+       "(the bias gradient) needs 2 operands and epilogue = \"bgrad\", got 2 "
+       "operands and epilogue ''"},
+      {"%0 = full {shape = [8, 4], dtype = f32} : f32[8,4]"
+       " %1 = matmul %0, %0 {transpose_a = true, epilogue = \"bgrad\"}"
+       " : (f32[4,4], f32[4], f32[4]) return }",
+       "%1 = matmul %0, %0: matmul(f32[8, 4], f32[8, 4]): expects 1 result, "
+       "or 2 with epilogue = \"bgrad\" (the product and the bias gradient), "
+       "got 3"},
+      {"%0 = add %a, %a : (f32[2], f32[2]) return }",
+       "%0 = add %a, %a: add(f32[2], f32[2]): expects 1 result, got 2"},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(VerifyText(absl::StrCat(kHead, c.body)), c.message)

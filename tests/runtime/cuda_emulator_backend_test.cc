@@ -449,9 +449,25 @@ TEST_F(EmulatorBackendTest, GemmMatchesADoubleLoop) {
     }
   }
   EXPECT_EQ(GetEmulatorStats(*backend_).gemms, 1);
+  // With the bias gradient: the row sums of A (runtime/cpu/gemm.h).
+  float* dgrad = upload(std::vector<float>(m, -1.0f));
+  args.gemm.bias_grad = dgrad;
+  ASSERT_TRUE(backend_->Gemm(args, 0).ok());
+  std::vector<float> grad = Read(dgrad, m);
+  for (int i = 0; i < m; ++i) {
+    double ref = 0;
+    for (int p = 0; p < k; ++p) ref += a[i * k + p];
+    EXPECT_NEAR(grad[i], ref, 1e-6 * k) << i;
+  }
   // Host memory as an operand is caught before it is queued.
-  args.gemm.a = a.data();
+  std::vector<float> host_grad(m);
+  args.gemm.bias_grad = host_grad.data();
   absl::Status s = backend_->Gemm(args, 0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("Gemm: the bias_grad"));
+  args.gemm.bias_grad = nullptr;
+  args.gemm.a = a.data();
+  s = backend_->Gemm(args, 0);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("Gemm: the A"));
 }
