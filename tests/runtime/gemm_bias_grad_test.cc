@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/util/expect_error.h"
 #include "ir/attrs.h"
 #include "ir/dtype.h"
 #include "ir/parser.h"
@@ -213,15 +214,7 @@ ir::Attrs BgradAttrs(bool ta) {
                    {AttrKey::kEpilogue, std::string("bgrad")}};
 }
 
-template <typename F>
-void ExpectError(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected stepjit::Error";
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_THAT(e.what(), HasSubstr(p));
-  }
-}
+using test::ExpectError;
 
 TEST(MatmulBiasGradOpTest, MatchesMatmulAndSum) {
   Generator gen(7);

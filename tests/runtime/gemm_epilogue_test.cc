@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/util/expect_error.h"
 #include "ir/attrs.h"
 #include "ir/host_math.h"
 #include "ir/scalar_def.h"
@@ -337,15 +338,7 @@ Tensor MatmulBias(const Tensor& a, const Tensor& b, const Tensor& bias,
   return Dispatch(OpId::kMatmul, {a, b, bias}, attrs);
 }
 
-template <typename F>
-void ExpectError(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected stepjit::Error";
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_THAT(e.what(), HasSubstr(p));
-  }
-}
+using test::ExpectError;
 
 // Against the unfused ops (matmul, add, activation) with the tolerance above;
 // batch 128 x 512 x 784 runs on oneDNN, 7 x 5 x 13 on OpenBLAS.

@@ -23,6 +23,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/util/expect_error.h"
 #include "ir/op.h"
 #include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
@@ -180,15 +181,7 @@ struct GradCheckOptions {
   return ::testing::AssertionSuccess();
 }
 
-template <typename F>
-void ExpectError(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected stepjit::Error";
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_THAT(e.what(), HasSubstr(p));
-  }
-}
+using test::ExpectError;
 
 // The harness itself must reject a wrong gradient: x * detach(x) backpropagates
 // x where d/dx x^2 = 2x.

@@ -31,6 +31,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/util/expect_error.h"
 #include "ir/dtype.h"
 #include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
@@ -334,16 +335,7 @@ bool Close(double got, double want, double rtol, double atol) {
          << ", atol " << tol.atol << "):" << os.str();
 }
 
-// Runs `f`, which must throw stepjit::Error whose message has every part.
-template <typename F>
-void ExpectError(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected stepjit::Error";
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_THAT(e.what(), HasSubstr(p));
-  }
-}
+using test::ExpectError;
 
 // ---------------------------------------------------------------------------
 // Unary elementwise.
