@@ -1,5 +1,5 @@
-// Fusion region lowering to CUDA C: scalar kernel, main kernel over F (grid-
-// stride loop or reduction partials), reduced kernel over R.
+// Fusion region lowering to CUDA C: the body's analysis, expressions, phases
+// and kernel signatures (the kernels themselves: cuda_emitter_kernels.cc).
 #include "codegen/cuda/cuda_emitter.h"
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include "codegen/cuda/cuda_c.h"
 #include "codegen/cuda/cuda_layout.h"
 #include "codegen/cuda/cuda_math.h"
+#include "codegen/cuda/region_emitter.h"
 #include "codegen/region_plan.h"
 #include "codegen/sha256.h"
 #include "ir/printer.h"
@@ -33,61 +34,13 @@ namespace {
 // the kernel names, hence of every cache key).
 constexpr char kLoweringVersion[] = "cuda-lowering-1";
 
-// Elements per thread and vector in pure elementwise regions.
-constexpr int kVector = 4;
-
 absl::Status Unsupported(absl::string_view why) {
   return absl::UnimplementedError(why);
 }
 
-class Emitter {
- public:
-  Emitter(const ir::Graph& body, const Plan& plan, const EmitOptions& options)
-      : body_(body),
-        plan_(plan),
-        options_(options),
-        bid_(options.device_functions ? "sj_bid" : "blockIdx.x"),
-        grid_(options.device_functions ? "sj_grid" : "gridDim.x") {}
+}  // namespace
 
-  absl::Status Run(const std::string& prefix, RegionSource& out);
-
- private:
-  using Env = absl::flat_hash_map<const Value*, std::string>;
-
-  void Analyze(RegionSource& out);
-  absl::StatusOr<std::string> Expr(const Node& n, Env& env, CudaStatements& s);
-  // `suffix` names vector registers instead of pointers: p0v.v[lane].
-  absl::Status EmitPhase(Domain d, Env& env, CudaStatements& s,
-                         const std::string& index,
-                         const std::string& suffix = "");
-  bool UsedIn(Domain d, const Value* v) const;
-  void Prologue(Domain d, Env& env, CudaStatements& s);
-  void LoadParams(Domain d, Env& env, CudaStatements& s,
-                  const std::string& index, const std::string& suffix = "");
-  absl::Status EmitVectorLoop(CudaStatements& s, const Env& env);
-  std::vector<std::string> Params() const;
-  std::string Signature(const std::string& name) const;
-  std::string Kernel(const std::string& name, const CudaStatements& s) const;
-  absl::Status EmitScalar(RegionSource& out);
-  absl::Status EmitMain(RegionSource& out);
-  absl::Status EmitReduced(RegionSource& out);
-
-  const ir::Graph& body_;
-  const Plan& plan_;
-  const EmitOptions& options_;
-  // The block index and the number of blocks the grid-stride loops use.
-  const char* const bid_;
-  const char* const grid_;
-  absl::flat_hash_map<const Value*, std::string> names_;
-  absl::flat_hash_map<const Value*, int> slots_;
-  absl::flat_hash_map<const Node*, int> acc_index_;
-  std::vector<const Node*> accs_;  // the reductions, by accumulator index
-  // The operands each node's code reads (fill_ and copy_ ignore `self`).
-  absl::flat_hash_map<const Node*, absl::flat_hash_set<const Value*>> reads_;
-  std::vector<const Value*> bcast_;  // broadcast operands, in first-use order
-  Layout layout_;
-  std::string text_;
-};
+namespace detail {
 
 void Emitter::Analyze(RegionSource& out) {
   for (size_t k = 0; k < body_.params().size(); ++k)
@@ -330,229 +283,6 @@ std::string Emitter::Kernel(const std::string& name,
   return absl::StrCat(Signature(name), " {\n", s.text, "}\n");
 }
 
-absl::Status Emitter::EmitScalar(RegionSource& out) {
-  CudaStatements s;
-  Env env;
-  Prologue(Domain::kScalar, env, s);
-  LoadParams(Domain::kScalar, env, s, "0");
-  RETURN_IF_ERROR(EmitPhase(Domain::kScalar, env, s, "0"));
-  std::vector<std::pair<int, const Value*>> slots;
-  for (const auto& [v, k] : slots_) slots.push_back({k, v});
-  std::sort(slots.begin(), slots.end());
-  for (const auto& [k, v] : slots)
-    s.Line(absl::StrCat("scratch[", k, "] = (double)", env.at(v), ";"));
-  const std::string name = absl::StrCat(out.name, "_scalar");
-  absl::StrAppend(&text_, Kernel(name, s));
-  out.kernels.push_back({name, 1, 1});
-  return absl::OkStatus();
-}
-
-// A pure elementwise region reads and writes kVector elements per thread as
-// one vector (16 bytes of f32) when every pointer is aligned for it: each
-// lane runs the scalar code in its own scope.
-absl::Status Emitter::EmitVectorLoop(CudaStatements& s, const Env& env) {
-  std::vector<std::string> aligned, loads, stores;
-  auto vec = [](DType t) {
-    return absl::StrCat("sj_vec<", MemType(t), ", ", kVector, ">");
-  };
-  auto check = [&](const std::string& ptr, DType t) {
-    aligned.push_back(absl::StrCat("(unsigned long long)", ptr, " % ",
-                                   kVector * ir::DTypeSize(t)));
-  };
-  for (size_t k = 0; k < body_.params().size(); ++k) {
-    const Value* p = body_.params()[k];
-    auto it = plan_.domain.find(p);
-    if (it == plan_.domain.end() || it->second != Domain::kFull ||
-        !UsedIn(Domain::kFull, p)) {
-      continue;
-    }
-    const DType t = p->type().dtype;
-    check(absl::StrCat("p", k), t);
-    loads.push_back(absl::StrCat("const ", vec(t), " p", k,
-                                 "v = reinterpret_cast<const ", vec(t), "*>(p",
-                                 k, ")[j];"));
-  }
-  std::vector<size_t> full_returns;
-  for (size_t k = 0; k < body_.returns().size(); ++k) {
-    const DType t = body_.returns()[k]->type().dtype;
-    if (plan_.domain.at(body_.returns()[k]) != Domain::kFull) continue;
-    check(absl::StrCat("r", k), t);
-    loads.push_back(absl::StrCat(vec(t), " r", k, "v;"));
-    stores.push_back(absl::StrCat("reinterpret_cast<", vec(t), "*>(r", k,
-                                  ")[j] = r", k, "v;"));
-  }
-  s.Line(absl::StrCat("const bool sj_aligned = (",
-                      absl::StrJoin(aligned, " | "), ") == 0;"));
-  s.Line("if (sj_aligned) {");
-  s.Line(absl::StrCat(
-      "  for (sj_index j = (sj_index)", bid_, " * blockDim.x + threadIdx.x; "
-      "j < ",
-      plan_.f_numel / kVector, "; j += (sj_index)", grid_, " * blockDim.x) {"));
-  s.indent = "      ";
-  for (const std::string& l : loads) s.Line(l);
-  for (int lane = 0; lane < kVector; ++lane) {
-    s.Line("{");
-    s.indent = "        ";
-    Env inner = env;
-    const std::string at = absl::StrCat(lane);
-    LoadParams(Domain::kFull, inner, s, at, "v.v");
-    RETURN_IF_ERROR(EmitPhase(Domain::kFull, inner, s, at, "v.v"));
-    s.indent = "      ";
-    s.Line("}");
-  }
-  for (const std::string& l : stores) s.Line(l);
-  s.indent = "  ";
-  s.Line("  }");
-  s.Line("}");
-  return absl::OkStatus();
-}
-
-absl::Status Emitter::EmitMain(RegionSource& out) {
-  CudaStatements s;
-  Env env;
-  Prologue(Domain::kFull, env, s);
-  const std::string name = absl::StrCat(out.name, "_main");
-  const int block = options_.block;
-  auto init_accs = [&] {
-    for (size_t a = 0; a < accs_.size(); ++a) {
-      s.Line(absl::StrCat("double a", a, " = ",
-                          accs_[a]->op() == OpId::kAmax
-                              ? "-__longlong_as_double(0x7ff0000000000000LL)"
-                              : "0.0",
-                          ";"));
-    }
-  };
-  // The loop body at F's element i, given the d<j> it needs.
-  auto element = [&](CudaStatements& b) -> absl::Status {
-    Env inner = env;
-    LoadParams(Domain::kFull, inner, b, "i");
-    return EmitPhase(Domain::kFull, inner, b, "i");
-  };
-  int64_t grid = 0;
-  const bool vector = layout_.strategy == ReductionStrategy::kNone &&
-                      bcast_.empty() && plan_.f_numel >= kVector;
-  if (vector) {
-    RETURN_IF_ERROR(EmitVectorLoop(s, env));
-    out.helpers |= kHelperVector;
-  }
-  if (layout_.strategy == ReductionStrategy::kNone) {
-    // Without vectors, or when a pointer is not aligned for them, or for the
-    // elements after the last whole vector.
-    s.Line(absl::StrCat(
-        "for (sj_index i = ",
-        vector ? absl::StrCat("(sj_aligned ? ",
-                              plan_.f_numel / kVector * kVector, " : 0) + ")
-               : "",
-        "(sj_index)", bid_, " * blockDim.x + threadIdx.x; i < ", plan_.f_numel,
-        "; i += (sj_index)", grid_, " * blockDim.x) {"));
-    s.indent = "    ";
-    // Only broadcast operands need the multi-index.
-    if (!bcast_.empty())
-      layout_.Unravel(false, "i", s, /*broadcast_only=*/true);
-    RETURN_IF_ERROR(element(s));
-    const int64_t threads = vector ? plan_.f_numel / kVector : plan_.f_numel;
-    grid = (threads + block - 1) / block;
-  } else if (layout_.strategy == ReductionStrategy::kBlockPerRow) {
-    s.Line(absl::StrCat("for (sj_index b = ", bid_, "; b < ", out.partials,
-                        "; b += ", grid_, ") {"));
-    s.indent = "    ";
-    if (layout_.HasKeptDims())
-      s.Line(absl::StrCat(
-          "const sj_index r = b",
-          layout_.chunks == 1 ? "" : absl::StrCat(" / ", layout_.chunks), ";"));
-    if (layout_.chunks > 1)
-      s.Line(absl::StrCat("const sj_index c = b % ", layout_.chunks, ";"));
-    layout_.Unravel(false, "r", s);
-    layout_.ChunkBounds(s);
-    init_accs();
-    s.Line(
-        "for (sj_index q = q_begin + threadIdx.x; q < q_end; q += blockDim.x) "
-        "{");
-    s.indent = "      ";
-    layout_.Unravel(true, "q", s);
-    s.Line(absl::StrCat("const sj_index i = ", layout_.Offset(0), ";"));
-    RETURN_IF_ERROR(element(s));
-    s.indent = "    ";
-    s.Line("}");
-    for (size_t a = 0; a < accs_.size(); ++a) {
-      s.Line(absl::StrCat("a", a, " = sj_block_",
-                          accs_[a]->op() == OpId::kAmax ? "amax" : "sum", "(a",
-                          a, ");"));
-    }
-    std::vector<std::string> stores;
-    for (size_t a = 0; a < accs_.size(); ++a)
-      stores.push_back(absl::StrCat("acc", a, "[b] = a", a, ";"));
-    s.Line(absl::StrCat("if (threadIdx.x == 0) { ", absl::StrJoin(stores, " "),
-                        " }"));
-    grid = out.partials;
-  } else {
-    s.Line(absl::StrCat(
-        "for (sj_index t = (sj_index)", bid_, " * blockDim.x + threadIdx.x; t "
-        "< ",
-        out.partials, "; t += (sj_index)", grid_, " * blockDim.x) {"));
-    s.indent = "    ";
-    if (layout_.HasKeptDims())
-      s.Line(absl::StrCat(
-          "const sj_index r = t",
-          layout_.chunks == 1 ? "" : absl::StrCat(" % ", plan_.r_numel), ";"));
-    if (layout_.chunks > 1)
-      s.Line(absl::StrCat("const sj_index c = t / ", plan_.r_numel, ";"));
-    layout_.Unravel(false, "r", s);
-    layout_.ChunkBounds(s);
-    init_accs();
-    s.Line("for (sj_index q = q_begin; q < q_end; ++q) {");
-    s.indent = "      ";
-    layout_.Unravel(true, "q", s);
-    s.Line(absl::StrCat("const sj_index i = ", layout_.Offset(0), ";"));
-    RETURN_IF_ERROR(element(s));
-    s.indent = "    ";
-    s.Line("}");
-    for (size_t a = 0; a < accs_.size(); ++a)
-      s.Line(absl::StrCat("acc", a, "[t] = a", a, ";"));
-    grid = (out.partials + block - 1) / block;
-  }
-  s.indent = "  ";
-  s.Line("}");
-  absl::StrAppend(&text_, Kernel(name, s));
-  out.kernels.push_back({name, std::min(grid, kMaxGrid), block});
-  return absl::OkStatus();
-}
-
-absl::Status Emitter::EmitReduced(RegionSource& out) {
-  CudaStatements s;
-  Env env;
-  Prologue(Domain::kReduced, env, s);
-  s.Line(absl::StrCat(
-      "for (sj_index r = (sj_index)", bid_, " * blockDim.x + threadIdx.x; r < ",
-      plan_.r_numel, "; r += (sj_index)", grid_, " * blockDim.x) {"));
-  s.indent = "    ";
-  for (size_t a = 0; a < accs_.size(); ++a) {
-    const Node* node = accs_[a];
-    s.Line(absl::StrCat("double a", a, " = acc", a, "[",
-                        layout_.AccIndex("r", "0"), "];"));
-    if (layout_.chunks == 1) continue;
-    const std::string part =
-        absl::StrCat("acc", a, "[", layout_.AccIndex("r", "c"), "]");
-    s.Line(absl::StrCat(
-        "for (sj_index c = 1; c < ", layout_.chunks, "; ++c) ",
-        node->op() == OpId::kAmax
-            ? absl::StrCat("a", a, " = sj_amax(a", a, ", ", part, ");")
-            : absl::StrCat("a", a, " += ", part, ";")));
-  }
-  LoadParams(Domain::kReduced, env, s, "r");
-  RETURN_IF_ERROR(EmitPhase(Domain::kReduced, env, s, "r"));
-  s.indent = "  ";
-  s.Line("}");
-  const std::string name = absl::StrCat(out.name, "_reduced");
-  absl::StrAppend(&text_, Kernel(name, s));
-  out.kernels.push_back(
-      {name,
-       std::min((plan_.r_numel + options_.block - 1) / options_.block,
-                kMaxGrid),
-       options_.block});
-  return absl::OkStatus();
-}
-
 absl::Status Emitter::Run(const std::string& prefix, RegionSource& out) {
   out.name = prefix;
   Analyze(out);
@@ -582,6 +312,10 @@ absl::Status Emitter::Run(const std::string& prefix, RegionSource& out) {
   return absl::OkStatus();
 }
 
+}  // namespace detail
+
+namespace {
+
 // A C identifier from a graph name ([A-Za-z0-9_.]).
 std::string Identifier(absl::string_view name) {
   std::string id(name);
@@ -609,7 +343,7 @@ absl::StatusOr<RegionSource> EmitRegion(const ir::Graph& body,
       ir::Print(body), kLoweringVersion, ";block=", options.block,
       options.device_functions ? ";device" : "")));
   RegionSource out;
-  Emitter emitter(body, plan, options);
+  detail::Emitter emitter(body, plan, options);
   RETURN_IF_ERROR(emitter.Run(
       absl::StrCat(Identifier(body.name()), "_", hash.substr(0, 12)), out));
   return out;

@@ -1,0 +1,81 @@
+// The fusion-region emitter behind EmitRegion (cuda_emitter.h), shared by
+// its two source files: cuda_emitter.cc (analysis, expressions, phases,
+// signatures) and cuda_emitter_kernels.cc (the scalar, main and reduced
+// kernels). Internal to codegen/cuda.
+#ifndef STEPJIT_CODEGEN_CUDA_REGION_EMITTER_H_
+#define STEPJIT_CODEGEN_CUDA_REGION_EMITTER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "codegen/cuda/cuda_c.h"
+#include "codegen/cuda/cuda_emitter.h"
+#include "codegen/cuda/cuda_layout.h"
+#include "codegen/region_plan.h"
+#include "ir/graph.h"
+
+namespace stepjit::codegen::cuda::detail {
+
+using ir::Node;
+using ir::Value;
+
+// Elements per thread and vector in pure elementwise regions.
+inline constexpr int kVector = 4;
+
+// Lowers one region body (see EmitRegion); Run fills a RegionSource.
+class Emitter {
+ public:
+  Emitter(const ir::Graph& body, const Plan& plan, const EmitOptions& options)
+      : body_(body),
+        plan_(plan),
+        options_(options),
+        bid_(options.device_functions ? "sj_bid" : "blockIdx.x"),
+        grid_(options.device_functions ? "sj_grid" : "gridDim.x") {}
+
+  absl::Status Run(const std::string& prefix, RegionSource& out);
+
+ private:
+  using Env = absl::flat_hash_map<const Value*, std::string>;
+
+  void Analyze(RegionSource& out);
+  absl::StatusOr<std::string> Expr(const Node& n, Env& env, CudaStatements& s);
+  // `suffix` names vector registers instead of pointers: p0v.v[lane].
+  absl::Status EmitPhase(Domain d, Env& env, CudaStatements& s,
+                         const std::string& index,
+                         const std::string& suffix = "");
+  bool UsedIn(Domain d, const Value* v) const;
+  void Prologue(Domain d, Env& env, CudaStatements& s);
+  void LoadParams(Domain d, Env& env, CudaStatements& s,
+                  const std::string& index, const std::string& suffix = "");
+  absl::Status EmitVectorLoop(CudaStatements& s, const Env& env);
+  std::vector<std::string> Params() const;
+  std::string Signature(const std::string& name) const;
+  std::string Kernel(const std::string& name, const CudaStatements& s) const;
+  absl::Status EmitScalar(RegionSource& out);
+  absl::Status EmitMain(RegionSource& out);
+  absl::Status EmitReduced(RegionSource& out);
+
+  const ir::Graph& body_;
+  const Plan& plan_;
+  const EmitOptions& options_;
+  // The block index and the number of blocks the grid-stride loops use.
+  const char* const bid_;
+  const char* const grid_;
+  absl::flat_hash_map<const Value*, std::string> names_;
+  absl::flat_hash_map<const Value*, int> slots_;
+  absl::flat_hash_map<const Node*, int> acc_index_;
+  std::vector<const Node*> accs_;  // the reductions, by accumulator index
+  // The operands each node's code reads (fill_ and copy_ ignore `self`).
+  absl::flat_hash_map<const Node*, absl::flat_hash_set<const Value*>> reads_;
+  std::vector<const Value*> bcast_;  // broadcast operands, in first-use order
+  Layout layout_;
+  std::string text_;
+};
+
+}  // namespace stepjit::codegen::cuda::detail
+
+#endif  // STEPJIT_CODEGEN_CUDA_REGION_EMITTER_H_
