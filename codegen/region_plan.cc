@@ -21,7 +21,9 @@ absl::Status Unsupported(absl::string_view why) {
   return absl::UnimplementedError(why);
 }
 
-bool DTypeSupported(DType t) { return IsFloat(t) || t == DType::kBool; }
+bool DTypeSupported(DType t, const AnalyzeOptions& options) {
+  return IsFloat(t) || t == DType::kBool || (options.allow_integers && ir::IsIntegral(t));
+}
 
 }  // namespace
 
@@ -29,7 +31,7 @@ absl::StatusOr<Plan> Analyze(const ir::Graph& body,
                              const AnalyzeOptions& options) {
   Plan plan;
   for (const Value* p : body.params()) {
-    if (!DTypeSupported(p->type().dtype)) {
+    if (!DTypeSupported(p->type().dtype, options)) {
       return Unsupported(
           absl::StrCat("dtype ", ir::DTypeName(p->type().dtype)));
     }
@@ -46,7 +48,7 @@ absl::StatusOr<Plan> Analyze(const ir::Graph& body,
           IsOrderPreservingView(op) || IsReduction(op))) {
       return Unsupported(absl::StrCat("op ", ir::OpName(op)));
     }
-    if (!DTypeSupported(n->output()->type().dtype)) {
+    if (!DTypeSupported(n->output()->type().dtype, options)) {
       return Unsupported(
           absl::StrCat("dtype ", ir::DTypeName(n->output()->type().dtype)));
     }

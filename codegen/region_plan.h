@@ -35,6 +35,10 @@ struct AnalyzeOptions {
   // A region of one element runs entirely as scalar work. Fused regions
   // refuse it (not worth a kernel); single-op eager kernels need it.
   bool allow_one_element = false;
+  // Integer (i32/i64) operands and results, for casts, comparisons, where
+  // and views; integer arithmetic and reductions stay refused. The CUDA
+  // emitter lowers them; the CPU backend leaves them to the interpreter.
+  bool allow_integers = false;
 };
 
 // Unimplemented (with the reason) when the body holds something the code

@@ -1,6 +1,8 @@
 // CUDA C spellings of loads, stores, conversions and the helper preamble.
 #include "codegen/cuda/cuda_c.h"
 
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
 #include "codegen/cuda/cuda_math.h"
 
@@ -9,7 +11,18 @@ namespace stepjit::codegen::cuda {
 using ir::DType;
 
 const char* RegType(DType t) {
-  return t == DType::kF64 ? "double" : t == DType::kBool ? "bool" : "float";
+  switch (t) {
+    case DType::kF64:
+      return "double";
+    case DType::kBool:
+      return "bool";
+    case DType::kI64:
+      return "long long";
+    case DType::kI32:
+      return "int";
+    default:
+      return "float";
+  }
 }
 const char* MemType(DType t) {
   switch (t) {
@@ -21,6 +34,10 @@ const char* MemType(DType t) {
       return "__nv_bfloat16";
     case DType::kBool:
       return "unsigned char";
+    case DType::kI64:
+      return "long long";
+    case DType::kI32:
+      return "int";
     default:
       return "float";
   }
@@ -35,17 +52,28 @@ std::string Round(const std::string& e, DType t) {
 std::string Convert(const std::string& e, DType from, DType to) {
   if (from == to) return e;
   if (to == DType::kBool) return absl::StrCat("(", e, " != 0)");
-  if (from == DType::kBool)
+  if (from == DType::kBool) {
+    if (ir::IsIntegral(to)) return absl::StrCat("(", RegType(to), ")(", e, " ? 1 : 0)");
     return to == DType::kF64 ? absl::StrCat("(", e, " ? 1.0 : 0.0)")
                              : absl::StrCat("(", e, " ? 1.0f : 0.0f)");
+  }
   std::string v = e;
-  if ((from == DType::kF64) != (to == DType::kF64))
+  // Integers convert with C's casts, as the eager Convert does (a float
+  // truncates toward zero; NaN and values out of range saturate on a GPU).
+  if (ir::IsIntegral(from) || ir::IsIntegral(to) ||
+      (from == DType::kF64) != (to == DType::kF64))
     v = absl::StrCat("(", RegType(to), ")", e);
   return Round(v, to);
 }
 
 std::string Constant(double v, DType t) {
   if (t == DType::kBool) return v != 0 ? "true" : "false";
+  if (t == DType::kI64) {
+    const int64_t i = static_cast<int64_t>(v);
+    // -2^63 has no literal: 2^63 does not fit the type the minus applies to.
+    return i == INT64_MIN ? "(-9223372036854775807LL - 1)" : absl::StrCat(i, "LL");
+  }
+  if (t == DType::kI32) return absl::StrCat("(int)", static_cast<int32_t>(v));
   return Round(CudaLiteral(v, t == DType::kF64), t);
 }
 

@@ -73,6 +73,7 @@ void Emitter::Analyze(RegionSource& out) {
         continue;
       if (v->producer() != nullptr && v->producer()->op() == OpId::kFull)
         continue;
+      if (ZeroDIntegerParam(v)) continue;  // read where used: see LoadParams
       const int s = static_cast<int>(slots_.size());
       slots_[v] = s;
     }
@@ -125,6 +126,11 @@ absl::StatusOr<std::string> Emitter::Expr(const Node& n, Env& env,
   // Operands are converted to the compute dtype first, as dispatch does.
   const DType compute = ComputeDType(n);
   if (compute == DType::kBool) return Unsupported("bool arithmetic");
+  if (ir::IsIntegral(compute) &&
+      !(op == OpId::kEq || op == OpId::kNe || op == OpId::kLt ||
+        op == OpId::kLe || op == OpId::kGt || op == OpId::kGe)) {
+    return Unsupported(absl::StrCat("integer arithmetic (", ir::OpName(op), ")"));
+  }
   CudaMath m{s, compute == DType::kF64};
   std::optional<std::string> result =
       ApplyScalarDef(m, n, [&](size_t k) { return in(k, compute); });
@@ -236,7 +242,13 @@ void Emitter::LoadParams(Domain d, Env& env, CudaStatements& s,
     auto it = plan_.domain.find(p);
     std::string at;
     if (!UsedIn(d, p)) continue;
-    if (it != plan_.domain.end() && it->second == d) {
+    if (d != Domain::kScalar && ZeroDIntegerParam(p)) {
+      // Every thread reads it: a double scratch slot would round it.
+      env[p] = names_.at(p);
+      s.Line(absl::StrCat("const ", RegType(p->type().dtype), " ", names_.at(p),
+                          " = ", Load(p->type().dtype, absl::StrCat("p", k), "0"), ";"));
+      continue;
+    } else if (it != plan_.domain.end() && it->second == d) {
       at = index;
     } else if (d == Domain::kFull && absl::c_linear_search(bcast_, p)) {
       at = layout_.Offset(1 + (absl::c_find(bcast_, p) - bcast_.begin()));
@@ -286,6 +298,11 @@ std::string Emitter::Kernel(const std::string& name,
 absl::Status Emitter::Run(const std::string& prefix, RegionSource& out) {
   out.name = prefix;
   Analyze(out);
+  // Scratch slots hold doubles, which would round 64-bit integers.
+  for (const auto& [v, slot] : slots_) {
+    if (ir::IsIntegral(v->type().dtype))
+      return Unsupported("an integer 0-d value shared between kernels");
+  }
   bool scalar_work = !slots_.empty();
   bool full_work = plan_.r_numel > 0;
   for (const Value* r : body_.returns()) {
@@ -335,8 +352,8 @@ absl::StatusOr<RegionSource> EmitRegion(const ir::Graph& body,
     return absl::InvalidArgumentError(absl::StrCat(
         "block size ", options.block, " is not a multiple of 32 up to 1024"));
   }
-  ASSIGN_OR_RETURN(Plan plan, Analyze(body, {.allow_one_element =
-                                                 options.allow_one_element}));
+  ASSIGN_OR_RETURN(Plan plan, Analyze(body, {.allow_one_element = options.allow_one_element,
+                                    .allow_integers = true}));
   // Names derive from the body's text, so the same region gives the same
   // source (and kernel cache key) in every process.
   const std::string hash = ToHex(Sha256Of(absl::StrCat(

@@ -168,6 +168,43 @@ INSTANTIATE_TEST_SUITE_P(FloatDTypes, EveryOpCompiles,
                                          DType::kBF16),
                          test::DTypeParamName);
 
+// The integer kernels: casts between i32/i64 and every other dtype, the
+// comparisons (with a 0-d operand too) and where, all in one translation
+// unit; integer arithmetic is refused (it runs on the host).
+TEST(CudaNvrtcTest, IntegerKernelsCompileForSm80AndSm90) {
+  SKIP_WITHOUT_NVRTC();
+  std::vector<RegionSource> kernels;
+  auto add = [&](OpId op, std::vector<TensorType> in, ir::Attrs attrs = {}) {
+    absl::StatusOr<RegionSource> k = EmitSingleOp(op, in, attrs);
+    ASSERT_TRUE(k.ok()) << ir::OpName(op) << ": " << k.status();
+    kernels.push_back(*std::move(k));
+  };
+  const DType all[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16,
+                       DType::kI64, DType::kI32, DType::kBool};
+  for (DType i : {DType::kI64, DType::kI32}) {
+    for (DType other : all) {
+      if (other == i) continue;
+      add(OpId::kCast, {{i, {1000}}}, {{AttrKey::kDTypeAttr, other}});
+      add(OpId::kCast, {{other, {1000}}}, {{AttrKey::kDTypeAttr, i}});
+    }
+    for (OpId op : {OpId::kEq, OpId::kNe, OpId::kLt, OpId::kLe, OpId::kGt, OpId::kGe}) {
+      add(op, {{i, {1000}}, {i, {1000}}});
+      add(op, {{i, {8, 125}}, {DType::kF32, {125}}});
+      add(op, {{i, {1000}}, {i, {}}});
+    }
+    add(OpId::kWhere, {{DType::kBool, {1000}}, {i, {1000}}, {i, {}}});
+    const absl::StatusOr<RegionSource> sum =
+        EmitSingleOp(OpId::kAdd, {{i, {1000}}, {i, {1000}}}, {});
+    EXPECT_TRUE(absl::IsUnimplemented(sum.status())) << sum.status();
+    EXPECT_TRUE(absl::StrContains(sum.status().message(), "integer arithmetic (add)"))
+        << sum.status();
+  }
+  std::vector<const RegionSource*> ptrs;
+  for (const RegionSource& k : kernels) ptrs.push_back(&k);
+  const std::vector<double> ms = CompileForAllArchs(CombineSources(ptrs), "integer_ops");
+  EXPECT_EQ(ms.size(), 2u);
+}
+
 // The golden fused regions and a few more shapes, in one translation unit.
 TEST(CudaNvrtcTest, FusedRegionsCompileForSm80AndSm90) {
   SKIP_WITHOUT_NVRTC();

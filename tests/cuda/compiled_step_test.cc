@@ -151,8 +151,8 @@ TEST_F(CudaTest, DropoutStepsReplayAsACudaGraphDrawingFreshMasks) {
 
 TEST_F(CudaTest, AHostRoundTripKeepsTheStepOutOfCudaGraphsAndSaysWhy) {
   StepRun eager(kCuda, false), compiled(kCuda, false);
-  // Integer math (the cast to i64, argmax of an integer tensor) has no CUDA
-  // kernel: it makes a host round trip, which capture refuses; the step
+  // Argmax of an integer tensor has no CUDA kernel (the cast to i64 has
+  // one): it makes a host round trip, which capture refuses; the step
   // then replays without a graph.
   auto step = [](StepRun& r, const Tensor& x, const Tensor& y) {
     r.opt->zero_grad();
