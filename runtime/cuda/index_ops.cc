@@ -152,9 +152,19 @@ void Launch(Backend& b, const std::string& kernel, int64_t threads, std::vector<
 bool IsFloat(DType t) { return ir::IsFloating(t); }
 std::string Suffix(DType t) { return std::string(ir::DTypeName(t)); }
 
+// Indices as the kernels read them: contiguous i64 (i32 ones converted by
+// a generated cast kernel, exactly).
+bool IndexDType(DType t) { return t == DType::kI64 || t == DType::kI32; }
+Tensor I64Indices(const Tensor& idx) {
+  if (idx.dtype() == DType::kI64) return ContiguousOnDevice(idx);
+  Tensor wide = empty(idx.shape(), {.dtype = DType::kI64, .device = idx.device()});
+  CopyInto(wide, idx);
+  return wide;
+}
+
 bool Embedding(Backend& b, const KernelArgs& k) {
-  if (!IsFloat(k.inputs[0].dtype()) || k.inputs[1].dtype() != DType::kI64) return false;
-  const Tensor w = ContiguousOnDevice(k.inputs[0]), idx = ContiguousOnDevice(k.inputs[1]);
+  if (!IsFloat(k.inputs[0].dtype()) || !IndexDType(k.inputs[1].dtype())) return false;
+  const Tensor w = ContiguousOnDevice(k.inputs[0]), idx = I64Indices(k.inputs[1]);
   long long n = idx.numel(), dim = w.shape()[1], rows = w.shape()[0];
   const void* wp = w.data_ptr();
   const void* ip = idx.data_ptr();
@@ -167,8 +177,8 @@ bool Embedding(Backend& b, const KernelArgs& k) {
 }
 
 bool EmbeddingBackward(Backend& b, const KernelArgs& k) {
-  if (!IsFloat(k.inputs[0].dtype()) || k.inputs[1].dtype() != DType::kI64) return false;
-  const Tensor g = ContiguousOnDevice(k.inputs[0]), idx = ContiguousOnDevice(k.inputs[1]);
+  if (!IsFloat(k.inputs[0].dtype()) || !IndexDType(k.inputs[1].dtype())) return false;
+  const Tensor g = ContiguousOnDevice(k.inputs[0]), idx = I64Indices(k.inputs[1]);
   long long n = idx.numel(), rows = k.out.shape()[0], dim = k.out.shape()[1];
   long long total = rows * dim;
   // Zeroed with a memset: kernels never go through Dispatch (a tracer

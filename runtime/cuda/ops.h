@@ -6,8 +6,9 @@
 // layer_norm/... as hand-written kernels (row_ops.h, random_ops.h,
 // index_ops.h), matmul through the backend's GEMM (cuBLASLt on a GPU). What
 // those do not cover (half-precision inputs to the index and random
-// kernels, integer inputs to the hand-written kernels, integer arithmetic;
-// integer casts and comparisons are generated kernels) runs on the host:
+// kernels, argmax of an integer tensor, integer arithmetic; integer casts
+// and comparisons are generated kernels, and embedding widens i32 indices
+// on the device) runs on the host:
 // operands are copied to the CPU, the CPU kernel runs, and the result is
 // copied back; EagerStats counts these host round trips.
 #ifndef STEPJIT_RUNTIME_CUDA_OPS_H_
