@@ -1,9 +1,11 @@
 // The executor's CUDA path: regions as NVRTC kernels, runs on the program's
 // stream, and CUDA-graph capture and replay.
 #include <chrono>
+#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "codegen/cuda/cuda_emitter.h"
+#include "codegen/cuda/dump.h"
 #include "codegen/cuda/multi_region.h"
 #include "ir/status.h"
 #include "runtime/cuda/backend.h"
@@ -190,6 +192,13 @@ void Program::GroupCudaRegions() {
     absl::StatusOr<codegen::cuda::MultiRegionSource> src =
         codegen::cuda::EmitMultiRegion(bodies, {.block = block});
     if (!src.ok()) continue;
+    if (!options_.dump_dir.empty()) {
+      // Its CUDA C beside the regions' (and PTX when STEPJIT_DUMP_CUDA asks).
+      const codegen::cuda::NvrtcOptions ptx{.arch = options_.cuda_ptx_arch, .want_ptx = true};
+      absl::Status st = codegen::cuda::DumpRegion(
+          options_.dump_dir, src->combined, options_.cuda_ptx_arch.empty() ? nullptr : &ptx);
+      if (!st.ok()) std::cerr << "stepjit: STEPJIT_DUMP: " << st.message() << "\n";
+    }
     absl::StatusOr<std::shared_ptr<const cuda::LoadedRegion>> module = cuda::LoadRegion(src->combined);
     if (!module.ok()) continue;
     auto group = std::make_shared<CudaRegionGroup>();
