@@ -10,20 +10,6 @@ namespace stepjit::codegen::cuda {
 
 using ir::DType;
 
-const char* RegType(DType t) {
-  switch (t) {
-    case DType::kF64:
-      return "double";
-    case DType::kBool:
-      return "bool";
-    case DType::kI64:
-      return "long long";
-    case DType::kI32:
-      return "int";
-    default:
-      return "float";
-  }
-}
 const char* MemType(DType t) {
   switch (t) {
     case DType::kF64:
@@ -41,6 +27,12 @@ const char* MemType(DType t) {
     default:
       return "float";
   }
+}
+
+const char* RegType(DType t) {
+  if (t == DType::kBool) return "bool";
+  // Halves compute in float; the others in their own type.
+  return t == DType::kF16 || t == DType::kBF16 ? "float" : MemType(t);
 }
 
 std::string Round(const std::string& e, DType t) {
