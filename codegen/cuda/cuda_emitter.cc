@@ -73,7 +73,6 @@ void Emitter::Analyze(RegionSource& out) {
         continue;
       if (v->producer() != nullptr && v->producer()->op() == OpId::kFull)
         continue;
-      if (ZeroDIntegerParam(v)) continue;  // read where used: see LoadParams
       const int s = static_cast<int>(slots_.size());
       slots_[v] = s;
     }
@@ -227,10 +226,12 @@ void Emitter::Prologue(Domain d, Env& env, CudaStatements& s) {
   for (const auto& [k, v] : slots) {
     env[v] = names_.at(v);
     const DType t = v->type().dtype;
+    const std::string slot = absl::StrCat("scratch[", k, "]");
     s.Line(absl::StrCat(
         "const ", RegType(t), " ", names_.at(v), " = ",
-        t == DType::kBool ? absl::StrCat("scratch[", k, "] != 0.0")
-                          : absl::StrCat("(", RegType(t), ")scratch[", k, "]"),
+        t == DType::kBool      ? absl::StrCat(slot, " != 0.0")
+        : ir::IsIntegral(t)    ? absl::StrCat("(", RegType(t), ")__double_as_longlong(", slot, ")")
+                               : absl::StrCat("(", RegType(t), ")", slot),
         ";"));
   }
 }
@@ -242,13 +243,7 @@ void Emitter::LoadParams(Domain d, Env& env, CudaStatements& s,
     auto it = plan_.domain.find(p);
     std::string at;
     if (!UsedIn(d, p)) continue;
-    if (d != Domain::kScalar && ZeroDIntegerParam(p)) {
-      // Every thread reads it: a double scratch slot would round it.
-      env[p] = names_.at(p);
-      s.Line(absl::StrCat("const ", RegType(p->type().dtype), " ", names_.at(p),
-                          " = ", Load(p->type().dtype, absl::StrCat("p", k), "0"), ";"));
-      continue;
-    } else if (it != plan_.domain.end() && it->second == d) {
+    if (it != plan_.domain.end() && it->second == d) {
       at = index;
     } else if (d == Domain::kFull && absl::c_linear_search(bcast_, p)) {
       at = layout_.Offset(1 + (absl::c_find(bcast_, p) - bcast_.begin()));
@@ -298,11 +293,6 @@ std::string Emitter::Kernel(const std::string& name,
 absl::Status Emitter::Run(const std::string& prefix, RegionSource& out) {
   out.name = prefix;
   Analyze(out);
-  // Scratch slots hold doubles, which would round 64-bit integers.
-  for (const auto& [v, slot] : slots_) {
-    if (ir::IsIntegral(v->type().dtype))
-      return Unsupported("an integer 0-d value shared between kernels");
-  }
   bool scalar_work = !slots_.empty();
   bool full_work = plan_.r_numel > 0;
   for (const Value* r : body_.returns()) {

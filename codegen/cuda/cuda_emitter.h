@@ -26,8 +26,8 @@
 // f16/bf16 values load and store as __half/__nv_bfloat16 and compute in
 // float, rounded after every op exactly as the eager kernels do. i32/i64
 // values (int, long long) take part in casts, comparisons and where; integer
-// arithmetic and reductions are refused, and a 0-d integer parameter is read
-// by each kernel instead of through a scratch slot. Indices are 32-bit
+// arithmetic and reductions are refused; a 0-d integer crosses kernels as
+// the bits of its scratch slot. Indices are 32-bit
 // unless F has (nearly) 2^31 elements or more.
 #ifndef STEPJIT_CODEGEN_CUDA_CUDA_EMITTER_H_
 #define STEPJIT_CODEGEN_CUDA_CUDA_EMITTER_H_

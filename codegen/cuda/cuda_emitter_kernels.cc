@@ -24,8 +24,14 @@ absl::Status Emitter::EmitScalar(RegionSource& out) {
   std::vector<std::pair<int, const Value*>> slots;
   for (const auto& [v, k] : slots_) slots.push_back({k, v});
   std::sort(slots.begin(), slots.end());
-  for (const auto& [k, v] : slots)
-    s.Line(absl::StrCat("scratch[", k, "] = (double)", env.at(v), ";"));
+  // Integers travel as their bits, which a double could not hold exactly.
+  for (const auto& [k, v] : slots) {
+    s.Line(absl::StrCat("scratch[", k, "] = ",
+                        ir::IsIntegral(v->type().dtype)
+                            ? absl::StrCat("__longlong_as_double((long long)", env.at(v), ")")
+                            : absl::StrCat("(double)", env.at(v)),
+                        ";"));
+  }
   const std::string name = absl::StrCat(out.name, "_scalar");
   absl::StrAppend(&text_, Kernel(name, s));
   out.kernels.push_back({name, 1, 1});

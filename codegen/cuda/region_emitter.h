@@ -48,11 +48,6 @@ class Emitter {
                          const std::string& index,
                          const std::string& suffix = "");
   bool UsedIn(Domain d, const Value* v) const;
-  // A 0-d i32/i64 parameter: loaded by every kernel that reads it, not
-  // passed through a (double) scratch slot.
-  bool ZeroDIntegerParam(const Value* v) const {
-    return body_.IsParam(v) && v->type().shape.empty() && ir::IsIntegral(v->type().dtype);
-  }
   void Prologue(Domain d, Env& env, CudaStatements& s);
   void LoadParams(Domain d, Env& env, CudaStatements& s,
                   const std::string& index, const std::string& suffix = "");

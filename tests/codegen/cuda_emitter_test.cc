@@ -203,12 +203,6 @@ TEST(CudaEmitterTest, RegionsItCannotLowerAreUnimplementedWithAReason) {
   return %0
 })",
        "a reduction of non-float values"},
-      {R"(graph @int_slot(%p0: f32[] input, %p1: i64[16] input) {
-  %0 = cast %p0 {dtype = i64} : i64[]
-  %1 = lt %p1, %0 : bool[16]
-  return %1
-})",
-       "an integer 0-d value shared between kernels"},
       {R"(graph @norm(%p0: f32[4,8] input) {
   %0 = softmax %p0 {dim = 1} : f32[4,8]
   return %0

@@ -73,6 +73,13 @@ TEST_F(CudaTest, IntegerComparisonsAndWhereRunOnTheDevice) {
   const Tensor big = from_vector(std::vector<int64_t>{(1LL << 40) + 1, -(1LL << 53) - 1}, {2});
   const Tensor big2 = from_vector(std::vector<int64_t>{(1LL << 40), -(1LL << 53) - 1}, {2});
   ExpectSame(eq(big.to(kCuda), big2.to(kCuda)), eq(big, big2), "eq past 2^24");
+  // A 0-d operand reaches the comparison kernel through a scratch slot: as
+  // its bits, since 2^53 + 1 has no double.
+  const Tensor odd = from_vector(std::vector<int64_t>{(1LL << 53) + 1}, {});
+  const Tensor near = from_vector(std::vector<int64_t>{(1LL << 53), (1LL << 53) + 1, 7}, {3});
+  ExpectSame(eq(near.to(kCuda), odd.to(kCuda)), eq(near, odd), "eq with a 0-d i64 past 2^53");
+  ExpectSame(lt(near.to(kCuda), cast(odd.to(kCuda), DType::kI32)), lt(near, cast(odd, DType::kI32)),
+             "lt with a 0-d i32");
   EXPECT_EQ(HostFallbacks(), before) << runtime::cuda::HostFallbackSummary();
 }
 
