@@ -131,8 +131,8 @@ class Program {
   // Compiles the fusion regions for the CUDA backend (Build on CUDA).
   absl::Status BuildCuda();
   // Forms cuda_groups_ from the compiled regions (ProgramOptions::
-  // cuda_multi_region).
-  void GroupCudaRegions();
+  // cuda_multi_region), emitted for blocks of `block` threads.
+  void GroupCudaRegions(int block);
   std::vector<Tensor> RunCuda(absl::Span<const Tensor> inputs,
                               absl::Span<const Tensor> state) const;
   // Records a run on the program's stream into cuda_graph_ (or clears

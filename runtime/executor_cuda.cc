@@ -165,7 +165,7 @@ absl::Status Program::BuildCuda() {
     ASSIGN_OR_RETURN(std::shared_ptr<const cuda::LoadedRegion> region, cuda::LoadRegion(*src));
     cuda_regions_[n.get()] = CudaRegion{std::move(region), ReturnAliases(*n->body())};
   }
-  if (options_.cuda_multi_region) GroupCudaRegions();
+  if (options_.cuda_multi_region) GroupCudaRegions(backend->Limits().preferred_block);
   codegen_ms_ = std::chrono::duration<double, std::milli>(
                       std::chrono::steady_clock::now() - start).count();
   graph_reason_ = options_.cuda_graphs ? NotCapturable(*graph_, cuda_regions_)
@@ -179,8 +179,7 @@ absl::Status Program::BuildCuda() {
   return absl::OkStatus();
 }
 
-void Program::GroupCudaRegions() {
-  const int block = cuda::BackendOrThrow().Limits().preferred_block;
+void Program::GroupCudaRegions(int block) {
   absl::flat_hash_map<const ir::Node*, int64_t> arg_bytes;
   for (const auto& [node, region] : cuda_regions_)
     arg_bytes[node] = codegen::cuda::MultiArgBytes(region.region->source);

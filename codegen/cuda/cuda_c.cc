@@ -92,6 +92,10 @@ std::string Store(DType t, const std::string& ptr, const std::string& index,
   return absl::StrCat(ptr, "[", index, "] = ", x, ";");
 }
 
+uint32_t DTypeHelpers(DType t) {
+  return t == DType::kF16 ? kHelperF16 : t == DType::kBF16 ? kHelperBF16 : 0u;
+}
+
 std::string Preamble(uint32_t helpers) {
   std::string s;
   if (helpers & kHelperF16) {

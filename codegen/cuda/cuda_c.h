@@ -39,6 +39,8 @@ enum Helpers : uint32_t {
   kHelperVector = 1u << 3,  // sj_vec, N elements loaded and stored as one
 };
 std::string Preamble(uint32_t helpers);
+// The helpers values of dtype `t` need (kHelperF16 / kHelperBF16, or none).
+uint32_t DTypeHelpers(ir::DType t);
 
 }  // namespace stepjit::codegen::cuda
 

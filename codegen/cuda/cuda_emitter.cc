@@ -300,12 +300,8 @@ absl::Status Emitter::Run(const std::string& prefix, RegionSource& out) {
     full_work |= plan_.domain.at(r) != Domain::kScalar;
   }
   out.helpers = accs_.empty() ? 0u : static_cast<uint32_t>(kHelperReduce);
-  auto note = [&](DType t) {
-    if (t == DType::kF16) out.helpers |= kHelperF16;
-    if (t == DType::kBF16) out.helpers |= kHelperBF16;
-  };
-  for (const Value* p : body_.params()) note(p->type().dtype);
-  for (const auto& n : body_.nodes()) note(n->output()->type().dtype);
+  for (const Value* p : body_.params()) out.helpers |= DTypeHelpers(p->type().dtype);
+  for (const auto& n : body_.nodes()) out.helpers |= DTypeHelpers(n->output()->type().dtype);
   if (scalar_work) RETURN_IF_ERROR(EmitScalar(out));
   if (full_work) RETURN_IF_ERROR(EmitMain(out));
   if (plan_.r_numel > 0) RETURN_IF_ERROR(EmitReduced(out));

@@ -119,6 +119,26 @@ absl::Status Emitter::EmitMain(RegionSource& out) {
     LoadParams(Domain::kFull, inner, b, "i");
     return EmitPhase(Domain::kFull, inner, b, "i");
   };
+  // Inside a loop over partial results: the reduced element r and chunk c
+  // of this partial (from `r_expr` and `c_expr`), its bounds and
+  // accumulators, and the loop over its chunk (`q_loop`).
+  auto partial = [&](const std::string& r_expr, const std::string& c_expr,
+                     const std::string& q_loop) -> absl::Status {
+    s.indent = "    ";
+    if (layout_.HasKeptDims()) s.Line(absl::StrCat("const sj_index r = ", r_expr, ";"));
+    if (layout_.chunks > 1) s.Line(absl::StrCat("const sj_index c = ", c_expr, ";"));
+    layout_.Unravel(false, "r", s);
+    layout_.ChunkBounds(s);
+    init_accs();
+    s.Line(absl::StrCat("for (sj_index ", q_loop, ") {"));
+    s.indent = "      ";
+    layout_.Unravel(true, "q", s);
+    s.Line(absl::StrCat("const sj_index i = ", layout_.Offset(0), ";"));
+    RETURN_IF_ERROR(element(s));
+    s.indent = "    ";
+    s.Line("}");
+    return absl::OkStatus();
+  };
   int64_t grid = 0;
   const bool vector = layout_.strategy == ReductionStrategy::kNone &&
                       bcast_.empty() && plan_.f_numel >= kVector;
@@ -146,25 +166,10 @@ absl::Status Emitter::EmitMain(RegionSource& out) {
   } else if (layout_.strategy == ReductionStrategy::kBlockPerRow) {
     s.Line(absl::StrCat("for (sj_index b = ", bid_, "; b < ", out.partials,
                         "; b += ", grid_, ") {"));
-    s.indent = "    ";
-    if (layout_.HasKeptDims())
-      s.Line(absl::StrCat(
-          "const sj_index r = b",
-          layout_.chunks == 1 ? "" : absl::StrCat(" / ", layout_.chunks), ";"));
-    if (layout_.chunks > 1)
-      s.Line(absl::StrCat("const sj_index c = b % ", layout_.chunks, ";"));
-    layout_.Unravel(false, "r", s);
-    layout_.ChunkBounds(s);
-    init_accs();
-    s.Line(
-        "for (sj_index q = q_begin + threadIdx.x; q < q_end; q += blockDim.x) "
-        "{");
-    s.indent = "      ";
-    layout_.Unravel(true, "q", s);
-    s.Line(absl::StrCat("const sj_index i = ", layout_.Offset(0), ";"));
-    RETURN_IF_ERROR(element(s));
-    s.indent = "    ";
-    s.Line("}");
+    RETURN_IF_ERROR(partial(
+        absl::StrCat("b", layout_.chunks == 1 ? "" : absl::StrCat(" / ", layout_.chunks)),
+        absl::StrCat("b % ", layout_.chunks),
+        "q = q_begin + threadIdx.x; q < q_end; q += blockDim.x"));
     for (size_t a = 0; a < accs_.size(); ++a) {
       s.Line(absl::StrCat("a", a, " = sj_block_",
                           accs_[a]->op() == OpId::kAmax ? "amax" : "sum", "(a",
@@ -181,23 +186,9 @@ absl::Status Emitter::EmitMain(RegionSource& out) {
         "for (sj_index t = (sj_index)", bid_, " * blockDim.x + threadIdx.x; t "
         "< ",
         out.partials, "; t += (sj_index)", grid_, " * blockDim.x) {"));
-    s.indent = "    ";
-    if (layout_.HasKeptDims())
-      s.Line(absl::StrCat(
-          "const sj_index r = t",
-          layout_.chunks == 1 ? "" : absl::StrCat(" % ", plan_.r_numel), ";"));
-    if (layout_.chunks > 1)
-      s.Line(absl::StrCat("const sj_index c = t / ", plan_.r_numel, ";"));
-    layout_.Unravel(false, "r", s);
-    layout_.ChunkBounds(s);
-    init_accs();
-    s.Line("for (sj_index q = q_begin; q < q_end; ++q) {");
-    s.indent = "      ";
-    layout_.Unravel(true, "q", s);
-    s.Line(absl::StrCat("const sj_index i = ", layout_.Offset(0), ";"));
-    RETURN_IF_ERROR(element(s));
-    s.indent = "    ";
-    s.Line("}");
+    RETURN_IF_ERROR(partial(
+        absl::StrCat("t", layout_.chunks == 1 ? "" : absl::StrCat(" % ", plan_.r_numel)),
+        absl::StrCat("t / ", plan_.r_numel), "q = q_begin; q < q_end; ++q"));
     for (size_t a = 0; a < accs_.size(); ++a)
       s.Line(absl::StrCat("acc", a, "[t] = a", a, ";"));
     grid = (out.partials + block - 1) / block;

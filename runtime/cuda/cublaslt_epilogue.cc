@@ -45,9 +45,7 @@ EpilogueKernelSource GemmEpilogueKernel(DType dtype,
       y = ir::ScalarDef<ir::OpId::kGeluTanh>::Apply(m, y);
       break;
   }
-  uint32_t helpers = 0;
-  if (dtype == DType::kF16) helpers |= codegen::cuda::kHelperF16;
-  if (dtype == DType::kBF16) helpers |= codegen::cuda::kHelperBF16;
+  const uint32_t helpers = codegen::cuda::DTypeHelpers(dtype);
   k.source = absl::StrCat(
       codegen::cuda::Preamble(helpers),
       "// C = act(C + bias) over a batch of row-major matrices, after a GEMM.\n"
@@ -74,9 +72,7 @@ EpilogueKernelSource GemmEpilogueKernel(DType dtype,
 EpilogueKernelSource GemmBiasGradKernel(DType dtype) {
   const std::string reg = codegen::cuda::RegType(dtype);
   const std::string mem = codegen::cuda::MemType(dtype);
-  uint32_t helpers = 0;
-  if (dtype == DType::kF16) helpers |= codegen::cuda::kHelperF16;
-  if (dtype == DType::kBF16) helpers |= codegen::cuda::kHelperBF16;
+  const uint32_t helpers = codegen::cuda::DTypeHelpers(dtype);
   EpilogueKernelSource k;
   k.name = absl::StrCat("sj_gemm_bias_grad_", ir::DTypeName(dtype));
   // One thread per row of op(A); with trans_a (a weight gradient's dY^T)
