@@ -93,74 +93,58 @@ State* Probe() {
   // drivers have only the first version, with the same signature.
   if (!Resolve(lib, "cuEventElapsedTime_v2", d.EventElapsedTime))
     Resolve(lib, "cuEventElapsedTime", d.EventElapsedTime);
-  const std::pair<const char*, bool> symbols[] = {
-      {"cuInit", Resolve(lib, "cuInit", d.Init)},
-      {"cuDriverGetVersion",
-       Resolve(lib, "cuDriverGetVersion", d.DriverGetVersion)},
-      {"cuGetErrorName", Resolve(lib, "cuGetErrorName", d.GetErrorName)},
-      {"cuGetErrorString", Resolve(lib, "cuGetErrorString", d.GetErrorString)},
-      {"cuDeviceGetCount", Resolve(lib, "cuDeviceGetCount", d.DeviceGetCount)},
-      {"cuDeviceGet", Resolve(lib, "cuDeviceGet", d.DeviceGet)},
-      {"cuDeviceGetName", Resolve(lib, "cuDeviceGetName", d.DeviceGetName)},
-      {"cuDeviceGetAttribute",
-       Resolve(lib, "cuDeviceGetAttribute", d.DeviceGetAttribute)},
-      {"cuDevicePrimaryCtxRetain",
-       Resolve(lib, "cuDevicePrimaryCtxRetain", d.DevicePrimaryCtxRetain)},
-      {"cuCtxGetCurrent", Resolve(lib, "cuCtxGetCurrent", d.CtxGetCurrent)},
-      {"cuCtxSetCurrent", Resolve(lib, "cuCtxSetCurrent", d.CtxSetCurrent)},
-      {"cuCtxSynchronize", Resolve(lib, "cuCtxSynchronize", d.CtxSynchronize)},
-      {"cuMemAlloc_v2", Resolve(lib, "cuMemAlloc_v2", d.MemAlloc)},
-      {"cuMemFree_v2", Resolve(lib, "cuMemFree_v2", d.MemFree)},
-      {"cuMemHostAlloc", Resolve(lib, "cuMemHostAlloc", d.MemHostAlloc)},
-      {"cuMemFreeHost", Resolve(lib, "cuMemFreeHost", d.MemFreeHost)},
-      {"cuMemcpyHtoD_v2", Resolve(lib, "cuMemcpyHtoD_v2", d.MemcpyHtoD)},
-      {"cuMemcpyDtoH_v2", Resolve(lib, "cuMemcpyDtoH_v2", d.MemcpyDtoH)},
-      {"cuMemcpyHtoDAsync_v2",
-       Resolve(lib, "cuMemcpyHtoDAsync_v2", d.MemcpyHtoDAsync)},
-      {"cuMemcpyDtoHAsync_v2",
-       Resolve(lib, "cuMemcpyDtoHAsync_v2", d.MemcpyDtoHAsync)},
-      {"cuMemcpyDtoDAsync_v2",
-       Resolve(lib, "cuMemcpyDtoDAsync_v2", d.MemcpyDtoDAsync)},
-      {"cuMemsetD8Async", Resolve(lib, "cuMemsetD8Async", d.MemsetD8Async)},
-      {"cuStreamCreate", Resolve(lib, "cuStreamCreate", d.StreamCreate)},
-      {"cuStreamDestroy_v2",
-       Resolve(lib, "cuStreamDestroy_v2", d.StreamDestroy)},
-      {"cuStreamSynchronize",
-       Resolve(lib, "cuStreamSynchronize", d.StreamSynchronize)},
-      {"cuStreamWaitEvent",
-       Resolve(lib, "cuStreamWaitEvent", d.StreamWaitEvent)},
-      {"cuEventCreate", Resolve(lib, "cuEventCreate", d.EventCreate)},
-      {"cuEventRecord", Resolve(lib, "cuEventRecord", d.EventRecord)},
-      {"cuEventQuery", Resolve(lib, "cuEventQuery", d.EventQuery)},
-      {"cuEventSynchronize",
-       Resolve(lib, "cuEventSynchronize", d.EventSynchronize)},
-      {"cuEventElapsedTime", d.EventElapsedTime != nullptr},
-      {"cuEventDestroy_v2", Resolve(lib, "cuEventDestroy_v2", d.EventDestroy)},
-      {"cuModuleLoadData", Resolve(lib, "cuModuleLoadData", d.ModuleLoadData)},
-      {"cuModuleUnload", Resolve(lib, "cuModuleUnload", d.ModuleUnload)},
-      {"cuModuleGetFunction",
-       Resolve(lib, "cuModuleGetFunction", d.ModuleGetFunction)},
-      {"cuLaunchKernel", Resolve(lib, "cuLaunchKernel", d.LaunchKernel)},
-      {"cuStreamBeginCapture_v2",
-       Resolve(lib, "cuStreamBeginCapture_v2", d.StreamBeginCapture)},
-      {"cuStreamEndCapture",
-       Resolve(lib, "cuStreamEndCapture", d.StreamEndCapture)},
-      {"cuThreadExchangeStreamCaptureMode",
-       Resolve(lib, "cuThreadExchangeStreamCaptureMode",
-               d.ThreadExchangeStreamCaptureMode)},
-      {"cuGraphInstantiateWithFlags",
-       Resolve(lib, "cuGraphInstantiateWithFlags", d.GraphInstantiate)},
-      {"cuGraphLaunch", Resolve(lib, "cuGraphLaunch", d.GraphLaunch)},
-      {"cuGraphExecDestroy",
-       Resolve(lib, "cuGraphExecDestroy", d.GraphExecDestroy)},
-      {"cuGraphDestroy", Resolve(lib, "cuGraphDestroy", d.GraphDestroy)},
+  // The first symbol this driver lacks (nullptr when it has them all).
+  const char* missing = nullptr;
+  auto need = [&](const char* name, auto& fn) {
+    if (!Resolve(lib, name, fn) && missing == nullptr) missing = name;
   };
-  for (const auto& [name, found] : symbols) {
-    if (!found) {
-      info.reason = absl::StrCat("the CUDA driver (libcuda.so.1) has no ", name,
-                                 "; it is too old");
-      return s;
-    }
+  need("cuInit", d.Init);
+  need("cuDriverGetVersion", d.DriverGetVersion);
+  need("cuGetErrorName", d.GetErrorName);
+  need("cuGetErrorString", d.GetErrorString);
+  need("cuDeviceGetCount", d.DeviceGetCount);
+  need("cuDeviceGet", d.DeviceGet);
+  need("cuDeviceGetName", d.DeviceGetName);
+  need("cuDeviceGetAttribute", d.DeviceGetAttribute);
+  need("cuDevicePrimaryCtxRetain", d.DevicePrimaryCtxRetain);
+  need("cuCtxGetCurrent", d.CtxGetCurrent);
+  need("cuCtxSetCurrent", d.CtxSetCurrent);
+  need("cuCtxSynchronize", d.CtxSynchronize);
+  need("cuMemAlloc_v2", d.MemAlloc);
+  need("cuMemFree_v2", d.MemFree);
+  need("cuMemHostAlloc", d.MemHostAlloc);
+  need("cuMemFreeHost", d.MemFreeHost);
+  need("cuMemcpyHtoD_v2", d.MemcpyHtoD);
+  need("cuMemcpyDtoH_v2", d.MemcpyDtoH);
+  need("cuMemcpyHtoDAsync_v2", d.MemcpyHtoDAsync);
+  need("cuMemcpyDtoHAsync_v2", d.MemcpyDtoHAsync);
+  need("cuMemcpyDtoDAsync_v2", d.MemcpyDtoDAsync);
+  need("cuMemsetD8Async", d.MemsetD8Async);
+  need("cuStreamCreate", d.StreamCreate);
+  need("cuStreamDestroy_v2", d.StreamDestroy);
+  need("cuStreamSynchronize", d.StreamSynchronize);
+  need("cuStreamWaitEvent", d.StreamWaitEvent);
+  need("cuEventCreate", d.EventCreate);
+  need("cuEventRecord", d.EventRecord);
+  need("cuEventQuery", d.EventQuery);
+  need("cuEventSynchronize", d.EventSynchronize);
+  if (d.EventElapsedTime == nullptr && missing == nullptr) missing = "cuEventElapsedTime";
+  need("cuEventDestroy_v2", d.EventDestroy);
+  need("cuModuleLoadData", d.ModuleLoadData);
+  need("cuModuleUnload", d.ModuleUnload);
+  need("cuModuleGetFunction", d.ModuleGetFunction);
+  need("cuLaunchKernel", d.LaunchKernel);
+  need("cuStreamBeginCapture_v2", d.StreamBeginCapture);
+  need("cuStreamEndCapture", d.StreamEndCapture);
+  need("cuThreadExchangeStreamCaptureMode", d.ThreadExchangeStreamCaptureMode);
+  need("cuGraphInstantiateWithFlags", d.GraphInstantiate);
+  need("cuGraphLaunch", d.GraphLaunch);
+  need("cuGraphExecDestroy", d.GraphExecDestroy);
+  need("cuGraphDestroy", d.GraphDestroy);
+  if (missing != nullptr) {
+    info.reason = absl::StrCat("the CUDA driver (libcuda.so.1) has no ", missing,
+                               "; it is too old");
+    return s;
   }
   if (CUresult r = d.Init(0); r != kSuccess) {
     info.reason = absl::StrCat("no usable CUDA device: cuInit failed with ",
