@@ -20,6 +20,7 @@
 #include "runtime/dispatch.h"
 #include "runtime/generator.h"
 #include "runtime/profiler.h"
+#include "runtime/testing_hooks.h"
 #include "runtime/thread_pool.h"
 
 namespace stepjit::runtime {
@@ -71,6 +72,8 @@ struct RunContext {
   // During CUDA-graph capture: every value the run creates, so that the
   // graph's buffers stay with it.
   std::vector<Tensor>* keep_alive = nullptr;
+  // In RunChecked: compares each generated region with its interpretation.
+  RegionChecker* checker = nullptr;
 };
 
 }  // namespace
@@ -210,6 +213,47 @@ void CollectLastUses(const ir::Graph& g, LastUseMap& out) {
   }
 }
 
+void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx);
+
+// A region's body op by op over `operands` (which in-place ops may write);
+// returns the body's returns.
+std::vector<Tensor> InterpretBody(const ir::Graph& body, absl::Span<const Tensor> operands,
+                                  RunContext& ctx) {
+  std::vector<Tensor> inner(body.num_values());
+  for (size_t i = 0; i < body.params().size(); ++i) inner[body.params()[i]->id()] = operands[i];
+  RunGraph(body, inner, ctx);
+  std::vector<Tensor> out;
+  for (const ir::Value* r : body.returns()) out.push_back(inner[r->id()]);
+  return out;
+}
+
+// RunChecked: `region` ran as generated code from operands `snapshot` holds
+// copies of; its body interpreted on them is the reference.
+void CheckRegion(const ir::Node& region, absl::Span<const Tensor> generated,
+                 absl::Span<const Tensor> snapshot, RunContext& ctx) {
+  ctx.checker->Compare(region, generated, InterpretBody(*region.body(), snapshot, ctx));
+}
+
+// RunCudaGroup, and under RunChecked the check of every member launched.
+bool RunGroup(const CudaRegionGroup& group, std::vector<Tensor>& env, RunContext& ctx) {
+  std::vector<std::vector<Tensor>> snapshots;
+  if (ctx.checker != nullptr) {
+    for (const ir::Node* m : group.members) {
+      std::vector<Tensor> in;
+      for (const ir::Value* v : m->inputs()) in.push_back(env[v->id()]);
+      snapshots.push_back(RegionChecker::Snapshot(in));
+    }
+  }
+  if (!RunCudaGroup(group, env, ctx.keep_alive)) return false;
+  for (size_t i = 0; i < snapshots.size(); ++i) {
+    const ir::Node& m = *group.members[i];
+    std::vector<Tensor> out;
+    for (const ir::Value* v : m.outputs()) out.push_back(env[v->id()]);
+    CheckRegion(m, out, snapshots[i], ctx);
+  }
+  return true;
+}
+
 void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
   const std::vector<std::vector<int>>& last_uses = ctx.last_uses->at(&g);
   const bool profiling = ProfilingEnabled();
@@ -256,17 +300,24 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
       case NodeKind::kFusion: {
         const ir::Graph& body = *node->body();
         if (auto grp = ctx.cuda_groups->find(node); grp != ctx.cuda_groups->end()) {
-          if (grp->second->members.front() == node && RunCudaGroup(*grp->second, env, ctx.keep_alive)) {
+          if (grp->second->members.front() == node && RunGroup(*grp->second, env, ctx)) {
             ctx.ran_in_group.insert(grp->second->members.begin(), grp->second->members.end());
           }
           if (ctx.ran_in_group.contains(node)) break;
         }
+        const auto k = ctx.regions->find(node);
+        const auto c = ctx.cuda_regions->find(node);
+        const bool generated = k != ctx.regions->end() || c != ctx.cuda_regions->end();
+        const std::vector<Tensor> snapshot = generated && ctx.checker != nullptr
+                                                 ? RegionChecker::Snapshot(in)
+                                                 : std::vector<Tensor>();
         std::optional<std::vector<Tensor>> out;
-        if (auto k = ctx.regions->find(node); k != ctx.regions->end()) {
+        if (k != ctx.regions->end()) {
           out = RunCompiled(k->second, body, in);
-        } else if (auto c = ctx.cuda_regions->find(node); c != ctx.cuda_regions->end()) {
+        } else if (c != ctx.cuda_regions->end()) {
           out = RunCompiledCuda(c->second, body, FactoryDevice(), in);
         }
+        if (out && ctx.checker != nullptr) CheckRegion(*node, *out, snapshot, ctx);
         if (out) {
           for (size_t i = 0; i < out->size(); ++i) env[node->outputs()[i]->id()] = (*out)[i];
           if (ctx.keep_alive != nullptr) {
@@ -275,12 +326,8 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
           }
           break;
         }
-        std::vector<Tensor> inner(body.num_values());
-        for (size_t i = 0; i < body.params().size(); ++i) inner[body.params()[i]->id()] = in[i];
-        RunGraph(body, inner, ctx);
-        for (size_t i = 0; i < node->outputs().size(); ++i) {
-          env[node->outputs()[i]->id()] = inner[body.returns()[i]->id()];
-        }
+        const std::vector<Tensor> results = InterpretBody(body, in, ctx);
+        for (size_t i = 0; i < results.size(); ++i) env[node->outputs()[i]->id()] = results[i];
         break;
       }
       case NodeKind::kAssign: {
@@ -375,7 +422,12 @@ absl::StatusOr<Program> Program::Build(const ir::Graph& graph, ProgramOptions op
                                                    .use_cache = options.use_cache};
     for (const auto& n : graph.nodes()) {
       if (n->kind() != NodeKind::kFusion) continue;
-      absl::StatusOr<codegen::cpu::RegionKernel> k = codegen::cpu::CompileRegion(*n->body(), copts);
+      // Test-only (runtime/testing_hooks.h): a wrong kernel, never cached.
+      const std::unique_ptr<ir::Graph> miscompiled = MiscompiledBodyForTesting(graph, *n);
+      absl::StatusOr<codegen::cpu::RegionKernel> k =
+          miscompiled ? codegen::cpu::CompileRegion(
+                            *miscompiled, {.want_optimized_ir = copts.want_optimized_ir, .use_cache = false})
+                      : codegen::cpu::CompileRegion(*n->body(), copts);
       if (k.ok()) {
         if (!options.dump_dir.empty()) DumpKernel(*k, options.dump_dir);
         p.codegen_ms_ += k->compile_ms;
@@ -395,10 +447,27 @@ std::vector<Tensor> Program::Run(absl::Span<const Tensor> inputs,
   return RunOnce(inputs, state, nullptr, nullptr);
 }
 
+std::vector<Tensor> Program::RunChecked(absl::Span<const Tensor> inputs,
+                                        absl::Span<const Tensor> state,
+                                        std::vector<RegionMismatch>* mismatches) const {
+  RegionChecker checker(*graph_);
+  std::vector<Tensor> out;
+  {
+    // As RunCuda's first run, on the caller's stream: no capture, and the
+    // host reads of the comparisons wait for the kernels they read.
+    std::optional<FactoryDeviceGuard> factories;
+    if (options_.device.is_cuda()) factories.emplace(options_.device);
+    out = RunOnce(inputs, state, nullptr, nullptr, &checker);
+  }
+  *mismatches = checker.Take();
+  return out;
+}
+
 std::vector<Tensor> Program::RunOnce(absl::Span<const Tensor> inputs,
                                      absl::Span<const Tensor> state,
                                      std::vector<Tensor>* keep_alive,
-                                     const uint64_t* philox_device) const {
+                                     const uint64_t* philox_device,
+                                     RegionChecker* checker) const {
   NoGradGuard no_grad;
   std::vector<Tensor> env(graph_->num_values());
   size_t next_input = 0, next_state = 0;
@@ -422,6 +491,7 @@ std::vector<Tensor> Program::RunOnce(absl::Span<const Tensor> inputs,
   ctx.keep_alive = keep_alive;
   ctx.philox_slots = &philox_slots_;
   ctx.philox_device = philox_device;
+  ctx.checker = checker;
   RunGraph(*graph_, env, ctx);
   std::vector<Tensor> out;
   for (const ir::Value* v : graph_->returns()) out.push_back(env[v->id()]);

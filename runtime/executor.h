@@ -14,14 +14,14 @@
 #include "codegen/cpu/region_kernel.h"
 #include "codegen/cuda/cuda_emitter.h"
 #include "ir/graph.h"
+#include "runtime/region_check.h"
 #include "runtime/tensor.h"
 
 namespace stepjit::runtime {
 
-// An executable form of a graph. This executor interprets every node with
-// the eager kernels (through Dispatch, with autograd off), so replays are
-// bit-identical to the traced eager step; generated kernels for fusion
-// regions plug in here later.
+// How a Program is built. A program runs each fusion region the backend
+// lowers as generated code and every other node (and region) through
+// Dispatch with the eager kernels, autograd off.
 struct ProgramOptions {
   // Compile fusion regions to native code (LLVM ORC) where the CPU backend
   // lowers them; other regions are interpreted. Non-contiguous operands are
@@ -98,6 +98,22 @@ class Program {
   std::vector<Tensor> Run(absl::Span<const Tensor> inputs,
                           absl::Span<const Tensor> state) const;
 
+  // The accuracy checker's run (CompileOptions::check). Runs as Run does,
+  // and every fusion region that runs as generated code (alone or in a
+  // multi-region launch) also runs interpreted, its body op by op through
+  // Dispatch (the eager kernels), on copies of its operands taken before the
+  // kernel (which may write donated operands in place). Each result is
+  // compared under DefaultTolerance (runtime/region_check.h); `mismatches`
+  // gets one entry per disagreeing result, in run order. The run continues
+  // with the generated results, so a later region is checked against its
+  // own interpretation of the compiled values (a wrong region does not make
+  // later ones look wrong), and state ends exactly as after Run. On CUDA it
+  // runs on the caller's stream without a CUDA graph; comparing reads every
+  // checked result back to the host. Costs a copy of every operand and an
+  // eager run of every generated region, plus the comparisons.
+  std::vector<Tensor> RunChecked(absl::Span<const Tensor> inputs, absl::Span<const Tensor> state,
+                                 std::vector<RegionMismatch>* mismatches) const;
+
   // Kernel launches one Run makes (views and no-op write-backs excluded).
   int kernels_per_run() const { return kernels_per_run_; }
   // Fusion regions running as generated code.
@@ -121,10 +137,10 @@ class Program {
 
  private:
   explicit Program(const ir::Graph* graph);
-  // keep_alive and philox_device: see RunContext (executor.cc).
+  // keep_alive, philox_device and checker: see RunContext (executor.cc).
   std::vector<Tensor> RunOnce(absl::Span<const Tensor> inputs, absl::Span<const Tensor> state,
-                              std::vector<Tensor>* keep_alive,
-                              const uint64_t* philox_device) const;
+                              std::vector<Tensor>* keep_alive, const uint64_t* philox_device,
+                              RegionChecker* checker = nullptr) const;
   // Before a graph launch: draws this replay's seeds and offsets and copies
   // them to the graph's Philox slots.
   void RefreshPhiloxSlots(CudaGraphReplay& g) const;

@@ -14,6 +14,7 @@
 #include "runtime/dispatch.h"
 #include "runtime/executor.h"
 #include "runtime/region_groups.h"
+#include "runtime/testing_hooks.h"
 
 namespace stepjit::runtime {
 
@@ -155,8 +156,10 @@ absl::Status Program::BuildCuda() {
   const auto start = std::chrono::steady_clock::now();
   for (const auto& n : graph_->nodes()) {
     if (!options_.codegen || n->kind() != NodeKind::kFusion) continue;
+    // Test-only (runtime/testing_hooks.h): a wrong kernel.
+    const std::unique_ptr<ir::Graph> miscompiled = MiscompiledBodyForTesting(*graph_, *n);
     absl::StatusOr<codegen::cuda::RegionSource> src = codegen::cuda::EmitRegion(
-        *n->body(), {.block = backend->Limits().preferred_block});
+        miscompiled ? *miscompiled : *n->body(), {.block = backend->Limits().preferred_block});
     if (!src.ok()) {
       if (absl::IsUnimplemented(src.status())) continue;  // interpreted
       return src.status();
@@ -186,7 +189,11 @@ void Program::GroupCudaRegions(int block) {
   for (const std::vector<const ir::Node*>& run :
        IndependentRegionRuns(*graph_, arg_bytes, codegen::cuda::kMaxMultiArgBytes)) {
     std::vector<const ir::Graph*> bodies;
-    for (const ir::Node* n : run) bodies.push_back(n->body());
+    std::vector<std::unique_ptr<ir::Graph>> miscompiled;  // test-only, as in BuildCuda
+    for (const ir::Node* n : run) {
+      miscompiled.push_back(MiscompiledBodyForTesting(*graph_, *n));
+      bodies.push_back(miscompiled.back() ? miscompiled.back().get() : n->body());
+    }
     // A group that does not build leaves its members to launch alone.
     absl::StatusOr<codegen::cuda::MultiRegionSource> src =
         codegen::cuda::EmitMultiRegion(bodies, {.block = block});
