@@ -12,8 +12,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "frontend/event_log.h"
 #include "frontend/guards.h"
+#include "frontend/specialization.h"
+#include "frontend/trace_record.h"
 #include "frontend/tracer.h"
+#include "frontend/verify.h"
 #include "passes/amp.h"
 #include "passes/pass_manager.h"
 #include "ir/printer.h"
@@ -73,15 +77,6 @@ std::string PipelineFor(const std::string& pipeline, Device device) {
   return absl::StrJoin(names, ",");
 }
 
-struct Specialization {
-  Signature signature;
-  Trace trace;  // empty graph when eager_only
-  StateGuards state_guards;
-  std::optional<runtime::Program> program;
-  bool eager_only = false;
-  std::string reason;  // why eager-only
-};
-
 }  // namespace
 
 struct StepCompiler::Impl {
@@ -93,12 +88,20 @@ struct StepCompiler::Impl {
   CompileStats stats;
   std::vector<std::unique_ptr<Specialization>> specs;
   const Specialization* last = nullptr;
-  std::vector<std::string> events;  // recompiles and fallbacks, in order
+  EventLog events;
+  // The accuracy checker: replays still to check, and the last report.
+  int check_pending = 0;
+  std::string check_report;
+  // Set when a shape-only re-trace could not stand for a call in a way that
+  // would repeat (the step keeps tensors it creates): no more re-traces.
+  std::string verify_off_reason;
 
-  void Event(std::string what) {
+  void Event(const std::string& cause, std::string what) {
     if (LogGuards()) std::cerr << "stepjit[" << options.name << "]: " << what << "\n";
-    events.push_back(std::move(what));
+    events.Add(cause, std::move(what));
   }
+
+  bool TraceLimitReached() const { return stats.traces >= options.max_traces; }
 
   static std::string DumpDir(size_t index) {
     const char* dir = std::getenv("STEPJIT_DUMP");
@@ -131,7 +134,10 @@ struct StepCompiler::Impl {
   absl::Status BindCompilerState(Trace& trace, Device device) {
     // The compiler's own state lives where the step runs.
     for (auto& [name, t] : compiler_state) {
-      if (t.device() != device) t = t.to(device);
+      if (t.device() != device) {
+        t = t.to(device);
+        MarkOwnedState(t);
+      }
     }
     std::vector<const ir::Value*> state_params;
     for (const ir::Value* p : trace.graph->params()) {
@@ -163,7 +169,7 @@ struct StepCompiler::Impl {
     ir::Print(graph, out);
   }
 
-  // Runs the step eagerly under the tracer and stores what it recorded.
+  // Runs the step eagerly under the tracer and compiles what it recorded.
   std::vector<Tensor> TraceCall(Signature signature, const std::vector<Tensor>& inputs,
                                 const std::function<std::vector<Tensor>()>& eager,
                                 Specialization* replace) {
@@ -177,15 +183,25 @@ struct StepCompiler::Impl {
       tracer.End({});
       throw;
     }
+    Trace trace = tracer.End(outputs);
+    const Device device = StepDevice(trace, inputs);
+    Install(Compile(std::move(signature), std::move(trace), device), replace, start);
+    return outputs;
+  }
+
+  // Verifies, optimizes and builds a recorded trace.
+  std::unique_ptr<Specialization> Compile(Signature signature, Trace trace, Device device) {
     auto spec = std::make_unique<Specialization>();
     spec->signature = std::move(signature);
-    spec->trace = tracer.End(outputs);
-    spec->state_guards = MakeStateGuards(spec->trace);
-    const Device device = StepDevice(spec->trace, inputs);
+    spec->trace = std::move(trace);
     if (!spec->trace.break_reason.empty()) {
       spec->eager_only = true;
       spec->reason = "graph break: " + spec->trace.break_reason;
-    } else if (absl::Status st = ir::Verify(*spec->trace.graph); !st.ok()) {
+      return spec;
+    }
+    spec->record = RecordTrace(spec->trace);
+    spec->unguarded = UnguardedState(spec->trace);
+    if (absl::Status st = ir::Verify(*spec->trace.graph); !st.ok()) {
       spec->eager_only = true;
       spec->reason = absl::StrCat("the traced graph failed verification: ", st.message());
     } else if (absl::Status st = Optimize(*spec->trace.graph, static_cast<size_t>(stats.traces), device);
@@ -217,6 +233,12 @@ struct StepCompiler::Impl {
         spec->program = *std::move(program);
       }
     }
+    return spec;
+  }
+
+  // Adds `spec` (in place of `replace` when set) and accounts for the trace.
+  Specialization* Install(std::unique_ptr<Specialization> spec, Specialization* replace,
+                          std::chrono::steady_clock::time_point start) {
     stats.compile_ms +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     ++stats.traces;
@@ -228,7 +250,7 @@ struct StepCompiler::Impl {
       stats.cached_regions = spec->program->cached_regions();
       stats.codegen_ms = spec->program->codegen_ms();
     }
-    if (spec->eager_only) Event(absl::StrCat("marked eager-only: ", spec->reason));
+    if (spec->eager_only) Event("eager-only", absl::StrCat("marked eager-only: ", spec->reason));
     size_t index;
     if (replace != nullptr) {
       for (index = 0; specs[index].get() != replace; ++index) {
@@ -240,7 +262,69 @@ struct StepCompiler::Impl {
     }
     last = specs[index].get();
     stats.specializations = static_cast<int>(specs.size());
-    return outputs;
+    return specs[index].get();
+  }
+
+  // A call that needs a new trace (`cause`, `what`): traces it, or runs it
+  // eagerly once max_traces traces exist.
+  std::optional<std::vector<Tensor>> Retrace(const std::string& cause, const std::string& what,
+                                             Signature sig, const std::vector<Tensor>& inputs,
+                                             const std::function<std::vector<Tensor>()>& eager,
+                                             Specialization* replace) {
+    ++stats.eager_calls;
+    if (TraceLimitReached()) {
+      Event("trace limit", absl::StrCat("running eagerly: ", what, "; ", options.max_traces,
+                                        " traces already made (max_traces)"));
+      ++stats.fallbacks;
+      eager();
+      return std::nullopt;
+    }
+    if (!what.empty()) Event(cause, absl::StrCat("recompiling: ", what));
+    TraceCall(std::move(sig), inputs, eager, replace);
+    return std::nullopt;
+  }
+
+  bool ShouldVerify(const Specialization& s) const {
+    if (options.verify == Verify::kOff || !verify_off_reason.empty()) return false;
+    if (options.verify == Verify::kAlways || !s.unguarded.empty()) return true;
+    if (s.replays < options.verify_first) return true;
+    return options.verify_every > 0 && s.replays % options.verify_every == 0;
+  }
+
+  // Re-traces the call shape-only; replays `s` when the step still records
+  // what `s` compiled, else compiles what it records now and replays that.
+  std::optional<std::vector<Tensor>> VerifiedReplay(Specialization& s, Signature sig,
+                                                    const std::vector<Tensor>& inputs,
+                                                    const std::function<std::vector<Tensor>()>& eager) {
+    const auto start = std::chrono::steady_clock::now();
+    ShapeOnlyTrace now = TraceShapesOnly(options.name, inputs, eager);
+    std::string diff;
+    if (now.inconclusive.empty()) diff = DiffTraces(s.record, RecordTrace(now.trace));
+    ++stats.verifications;
+    stats.verify_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (now.inconclusive.empty() && diff.empty()) return Replay(s, inputs);
+    if (!now.inconclusive.empty()) {
+      // The step itself still runs as written: eagerly, traced again.
+      if (now.inconclusive.find("kept a tensor") != std::string::npos) {
+        verify_off_reason = now.inconclusive;
+      }
+      return Retrace("inconclusive re-trace", now.inconclusive, std::move(sig), inputs, eager, &s);
+    }
+    ++stats.verify_mismatches;
+    const std::string what = absl::StrCat("a shape-only re-trace found the step changed: ", diff);
+    std::cerr << "stepjit[" << options.name << "]: warning: " << what << "\n";
+    if (TraceLimitReached()) return Retrace("re-trace found a change", what, std::move(sig), inputs, eager, &s);
+    Event("re-trace found a change", absl::StrCat("recompiling: ", what));
+    const Device device = StepDevice(now.trace, inputs);
+    Specialization* fresh = Install(Compile(std::move(sig), std::move(now.trace), device), &s, start);
+    if (fresh->eager_only) {
+      // Nothing to replay, and the call has not run for real yet.
+      ++stats.eager_calls;
+      eager();
+      return std::nullopt;
+    }
+    return Replay(*fresh, inputs);
   }
 
   std::optional<std::vector<Tensor>> Replay(Specialization& s, const std::vector<Tensor>& inputs) {
@@ -250,6 +334,7 @@ struct StepCompiler::Impl {
     }
     outputs.resize(s.trace.num_outputs);
     ++stats.replays;
+    ++s.replays;
     last = &s;
     return outputs;
   }
@@ -258,8 +343,14 @@ struct StepCompiler::Impl {
 StepCompiler::StepCompiler(CompileOptions options) : impl_(std::make_unique<Impl>()) {
   SJ_REQUIRE(options.warmup_steps >= 0, "compile: warmup_steps must be >= 0, got ",
              options.warmup_steps);
-  SJ_REQUIRE(options.max_specializations >= 1, "compile: max_specializations must be >= 1, got ",
-             options.max_specializations);
+  SJ_REQUIRE(options.max_traces >= 1, "compile: max_traces must be >= 1, got ",
+             options.max_traces);
+  SJ_REQUIRE(options.verify_first >= 0, "compile: verify_first must be >= 0, got ",
+             options.verify_first);
+  SJ_REQUIRE(options.verify_every >= 0, "compile: verify_every must be >= 0 (0: never "
+             "periodically), got ", options.verify_every);
+  SJ_REQUIRE(options.check_replays >= 0, "compile: check_replays must be >= 0, got ",
+             options.check_replays);
   SJ_REQUIRE(options.amp == DType::kF32 || options.amp == DType::kBF16 || options.amp == DType::kF16,
              "compile: amp must be f32 (off), bf16 or f16, got ", ir::DTypeName(options.amp));
   Impl& m = *impl_;
@@ -274,6 +365,7 @@ StepCompiler::StepCompiler(CompileOptions options) : impl_(std::make_unique<Impl
     m.compiler_state = {{passes::kAmpScaleParam, scalar_tensor(options.scaler.init_scale)},
                         {passes::kAmpGrowthParam, scalar_tensor(0.0)},
                         {passes::kAmpSkippedParam, scalar_tensor(0.0)}};
+    for (const auto& [name, t] : m.compiler_state) MarkOwnedState(t);
   }
   m.pipeline = prefix + options.pipeline;
   m.options = std::move(options);
@@ -291,44 +383,43 @@ std::optional<std::vector<Tensor>> StepCompiler::Call(
     return std::nullopt;
   }
   Signature sig = MakeSignature(inputs);
-  Specialization* same_signature = nullptr;
+  // The first specialization with this signature whose flags (module
+  // training modes) hold; flags select among specializations, so that
+  // alternating train() and eval() replays both.
+  Specialization* match = nullptr;
+  std::string flag_miss;
   for (auto& s : m.specs) {
-    if (s->signature == sig) {
-      same_signature = s.get();
-      break;
+    if (!(s->signature == sig)) continue;
+    if (std::string miss = CheckFlagGuards(s->trace); !miss.empty()) {
+      if (flag_miss.empty()) flag_miss = std::move(miss);
+      continue;
     }
+    match = s.get();
+    break;
   }
-  if (same_signature != nullptr) {
-    if (same_signature->eager_only) {
-      ++m.stats.eager_calls;
-      ++m.stats.fallbacks;
-      m.last = same_signature;
-      eager();
-      return std::nullopt;
+  if (match == nullptr) {
+    std::string what;
+    if (!flag_miss.empty()) {
+      what = flag_miss;
+    } else if (!m.specs.empty()) {
+      what = absl::StrCat("no specialization matches ", DescribeSignature(sig), "; closest: ",
+                          DescribeSignatureDiff(m.specs.back()->signature, sig));
     }
-    std::string miss = CheckStateGuards(same_signature->trace, same_signature->state_guards);
-    if (miss.empty()) return m.Replay(*same_signature, inputs);
-    m.Event(absl::StrCat("recompiling: ", miss));
-    ++m.stats.eager_calls;
-    m.TraceCall(std::move(sig), inputs, eager, same_signature);
-    return std::nullopt;
+    return m.Retrace(flag_miss.empty() ? "new signature" : "module flag", what, std::move(sig),
+                     inputs, eager, nullptr);
   }
-  if (static_cast<int>(m.specs.size()) >= m.options.max_specializations) {
-    m.Event(absl::StrCat("running eagerly: ", m.options.max_specializations,
-                         " specializations already exist (max_specializations) and none "
-                         "matches ", DescribeSignature(sig)));
+  if (match->eager_only) {
     ++m.stats.eager_calls;
     ++m.stats.fallbacks;
+    m.last = match;
     eager();
     return std::nullopt;
   }
-  if (!m.specs.empty()) {
-    m.Event(absl::StrCat("recompiling: no specialization matches ", DescribeSignature(sig),
-                         "; closest: ", DescribeSignatureDiff(m.specs.back()->signature, sig)));
+  if (std::string miss = CheckStateGuards(match->trace, match->state_guards); !miss.empty()) {
+    return m.Retrace("state guard", miss, std::move(sig), inputs, eager, match);
   }
-  ++m.stats.eager_calls;
-  m.TraceCall(std::move(sig), inputs, eager, nullptr);
-  return std::nullopt;
+  if (m.ShouldVerify(*match)) return m.VerifiedReplay(*match, std::move(sig), inputs, eager);
+  return m.Replay(*match, inputs);
 }
 
 CompileStats StepCompiler::stats() const {
@@ -376,12 +467,32 @@ std::string StepCompiler::explain() const {
          << "\n";
     }
   }
-  if (!m.stats.passes.empty()) os << "passes (last trace):\n" << m.stats.passes;
-  if (m.events.empty()) {
-    os << "no recompiles or fallbacks\n";
-  } else {
-    for (const std::string& e : m.events) os << "- " << e << "\n";
+  for (size_t i = 0; i < m.specs.size(); ++i) {
+    const Specialization& s = *m.specs[i];
+    if (!s.trace.flag_guards.empty()) {
+      os << "  specialization " << i << " is guarded on " << s.trace.flag_guards.size()
+         << " module training flag(s)\n";
+    }
+    if (!s.unguarded.empty()) {
+      os << "  specialization " << i << " reads " << s.unguarded.size()
+         << " tensor(s) captured from outside that no guard can see rebound ("
+         << absl::StrJoin(s.unguarded, ", ")
+         << "): every replay is re-traced shape-only to check them; pass them as step "
+            "arguments to avoid that cost\n";
+    }
   }
+  os << "verification: "
+     << (m.options.verify == Verify::kOff ? std::string("off")
+         : !m.verify_off_reason.empty()   ? "turned off: " + m.verify_off_reason
+         : m.options.verify == Verify::kAlways
+             ? std::string("a shape-only re-trace on every replay")
+             : absl::StrCat("a shape-only re-trace on the first ", m.options.verify_first,
+                            " replays of each specialization, then every ",
+                            m.options.verify_every, "th"))
+     << "; " << m.stats.verifications << " run (" << m.stats.verify_ms << " ms), "
+     << m.stats.verify_mismatches << " found the step changed\n";
+  if (!m.stats.passes.empty()) os << "passes (last trace):\n" << m.stats.passes;
+  os << m.events.ToString();
   return os.str();
 }
 
@@ -392,6 +503,13 @@ void StepCompiler::dump_ir(std::ostream& os) const {
     return;
   }
   ir::Print(*s->trace.graph, os);
+}
+
+std::string StepCompiler::check_report() const { return impl_->check_report; }
+
+void StepCompiler::check_next(int replays) {
+  SJ_REQUIRE(replays >= 0, "check_next: replays must be >= 0, got ", replays);
+  impl_->check_pending += replays;
 }
 
 }  // namespace frontend

@@ -12,19 +12,45 @@
 #include <vector>
 
 #include "runtime/amp/grad_scaler.h"
+#include "runtime/dispatch.h"
 #include "runtime/tensor.h"
 
 namespace stepjit {
 
 enum class Mode { kCompiled, kEager };
 
+// When a compiled step re-traces itself shape-only (frontend/verify.h) to
+// check that the graph it replays is still what the step does: host values
+// baked in as constants, captured tensors rebound, a different path.
+enum class Verify {
+  // The first `verify_first` replays of each specialization, then every
+  // `verify_every`-th; every call while the trace reads a captured tensor no
+  // guard can see rebound (explain() lists them).
+  kPeriodic,
+  kAlways,  // every replay
+  kOff,
+};
+
 struct CompileOptions {
   // kEager turns compilation off: every call runs the step as written.
   Mode mode = Mode::kCompiled;
   // Calls that run eagerly before tracing (optimizers create state lazily).
   int warmup_steps = 1;
-  // Distinct guard signatures traced before new ones run eagerly.
-  int max_specializations = 8;
+  // Traces of any cause (a new argument signature, a module's training
+  // flag, a failed state guard, a re-trace that found a changed constant)
+  // before calls that would need another one run eagerly (explain() says why).
+  int max_traces = 8;
+  Verify verify = Verify::kPeriodic;
+  int verify_first = 3;
+  int verify_every = 100;
+  // The accuracy checker (also STEPJIT_CHECK=1, or =N for the first N
+  // replays): the first `check_replays` replays of each specialization run
+  // compiled and eagerly from the same state and compare every output and
+  // state tensor; a divergence is bisected to the first fusion region that
+  // computes differently (or to the graph itself) and reported through
+  // check_report(), explain() and stderr. The eager result is kept.
+  bool check = false;
+  int check_replays = 3;
   std::string name = "train_step";
   // Passes run on each traced graph (STEPJIT_DISABLE=a,b skips some). A step
   // on CUDA also runs gemm-bgrad after the last fuse (the GEMM computes a
@@ -69,6 +95,14 @@ struct CompileStats {
   int cached_regions = 0;       // of those, loaded from the kernel cache (last trace)
   double codegen_ms = 0;        // kernel lowering + compile or cache load (last trace)
   std::string passes;           // per-pass statistics (last trace)
+  // Shape-only re-traces run, the time they took, and how many found the
+  // step changed (each of those retraced).
+  int64_t verifications = 0;
+  double verify_ms = 0;
+  int64_t verify_mismatches = 0;
+  // Accuracy-checker runs and how many found a divergence.
+  int64_t checks = 0;
+  int64_t check_failures = 0;
 };
 std::ostream& operator<<(std::ostream& os, const CompileStats& s);
 
@@ -89,6 +123,10 @@ class StepCompiler {
   CompileStats stats() const;
   std::string explain() const;
   void dump_ir(std::ostream& os) const;
+  // The accuracy checker's last report ("" before any check ran).
+  std::string check_report() const;
+  // Runs the accuracy checker on the next `replays` replays.
+  void check_next(int replays);
 
  private:
   struct Impl;
@@ -143,8 +181,11 @@ class CompiledStep {
     } else {
       std::optional<R> eager_result;
       auto replayed = core_->Call(inputs, [&] {
-        eager_result.emplace(step_(args...));
-        return frontend::StepResult<R>::Flatten(*eager_result);
+        R result = step_(args...);
+        std::vector<Tensor> flat = frontend::StepResult<R>::Flatten(result);
+        // A shape-only re-trace's results are not the call's.
+        if (!runtime::InMetaMode()) eager_result.emplace(std::move(result));
+        return flat;
       });
       if (replayed) return frontend::StepResult<R>::Unflatten(*replayed);
       return *std::move(eager_result);
@@ -154,6 +195,8 @@ class CompiledStep {
   CompileStats stats() const { return core_->stats(); }
   std::string explain() const { return core_->explain(); }
   void dump_ir(std::ostream& os) const { core_->dump_ir(os); }
+  std::string check_report() const { return core_->check_report(); }
+  void check_next(int replays = 1) { core_->check_next(replays); }
 
  private:
   F step_;

@@ -103,4 +103,27 @@ std::string CheckStateGuards(const Trace& trace, const StateGuards& guards) {
   return "";
 }
 
+std::string CheckFlagGuards(const Trace& trace) {
+  for (const FlagGuard& g : trace.flag_guards) {
+    if (*g.flag != g.value) {
+      return absl::StrCat("a ", g.what, " is ", *g.flag ? "on" : "off", " now, traced with it ",
+                          g.value ? "on" : "off", g.value ? " (train() was traced, now eval())"
+                                                          : " (eval() was traced, now train())");
+    }
+  }
+  return "";
+}
+
+std::vector<std::string> UnguardedState(const Trace& trace) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < trace.state.size(); ++i) {
+    const Tensor& t = trace.state[i];
+    if (t.impl()->owned_state) continue;
+    bool guarded_grad = false;
+    for (const GradGuard& g : trace.grad_guards) guarded_grad |= g.grad.get() == t.impl();
+    if (!guarded_grad) out.push_back(absl::StrCat("s", i, " ", DescribeTensor(t)));
+  }
+  return out;
+}
+
 }  // namespace stepjit::frontend

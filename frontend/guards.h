@@ -47,6 +47,15 @@ struct StateGuards {
 StateGuards MakeStateGuards(const Trace& trace);
 // "" when every state guard holds, else what changed.
 std::string CheckStateGuards(const Trace& trace, const StateGuards& guards);
+// "" when every host flag the trace read (module training flags) still has
+// its traced value, else which one changed.
+std::string CheckFlagGuards(const Trace& trace);
+// Descriptions of the state tensors no guard can see rebound: tensors the
+// step captured that are neither owned state (TensorImpl::owned_state: module
+// parameters, optimizer and scaler state) nor a .grad whose binding a grad
+// guard checks. C++ cannot see a lambda's captures, so only a re-trace of the
+// call notices that the user assigned such a variable a new tensor.
+std::vector<std::string> UnguardedState(const Trace& trace);
 
 }  // namespace stepjit::frontend
 

@@ -13,7 +13,8 @@ namespace {
 ir::TensorType TypeOf(const Tensor& t) { return {t.dtype(), t.shape()}; }
 }  // namespace
 
-Tracer::Tracer(std::string graph_name) : name_(std::move(graph_name)) {}
+Tracer::Tracer(std::string graph_name, bool remember_grads)
+    : name_(std::move(graph_name)), remember_grads_(remember_grads) {}
 
 Tracer::~Tracer() {
   if (active_) runtime::SetDispatchObserver(previous_);
@@ -115,13 +116,28 @@ void Tracer::OnGradRead(const Tensor& leaf, const Tensor& grad) {
   if (!grad_seen_.insert(leaf.impl()).second) return;
   grad_touched_.push_back(leaf);
   grad_guards_.push_back({leaf, grad.defined() ? grad.impl_ptr() : nullptr});
+  if (remember_grads_) {
+    grad_before_.push_back({leaf, grad.defined() ? std::make_shared<Tensor>(grad) : nullptr});
+  }
 }
 
 void Tracer::OnGradSet(const Tensor& leaf, const Tensor& grad) {
   grad_set_.insert(leaf.impl());
-  // Set before any read: the binding before the step does not matter.
+  // Set before any read: the binding before the step does not matter to the
+  // graph (only to a re-trace that must put it back).
   if (!grad_seen_.insert(leaf.impl()).second) return;
   grad_touched_.push_back(leaf);
+  if (remember_grads_) {
+    const AutogradMeta* meta = leaf.impl()->autograd.get();
+    grad_before_.push_back({leaf, meta != nullptr ? meta->grad : nullptr});
+  }
+}
+
+void Tracer::OnFlagRead(const std::shared_ptr<const bool>& flag, const char* what) {
+  for (const FlagGuard& g : flag_guards_) {
+    if (g.flag == flag) return;
+  }
+  flag_guards_.push_back({flag, *flag, what});
 }
 
 Trace Tracer::End(absl::Span<const Tensor> outputs) {
@@ -130,6 +146,8 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
   Trace trace;
   trace.num_ops = num_ops_;
   trace.break_reason = break_reason_;
+  trace.flag_guards = flag_guards_;
+  trace.grad_before = grad_before_;
   if (!break_reason_.empty()) return trace;
   std::vector<ir::Value*> returns;
   for (const Tensor& t : outputs) returns.push_back(ValueOf(t));

@@ -29,12 +29,29 @@ struct GradGuard {
   std::shared_ptr<TensorImpl> grad;
 };
 
+// A host flag (a module's training flag) the traced step read, and the
+// value it had: a replay is only valid while the flag keeps it.
+struct FlagGuard {
+  std::shared_ptr<const bool> flag;
+  bool value = false;
+  const char* what = "";
+};
+
+// A leaf's .grad binding before the step first touched it (a shape-only
+// re-trace puts these back: it must leave no trace of itself).
+struct GradBefore {
+  Tensor leaf;
+  std::shared_ptr<Tensor> grad;
+};
+
 struct Trace {
   std::unique_ptr<ir::Graph> graph;
   std::vector<Tensor> state;  // bound to the graph's state params, in order
   int num_outputs = 0;        // the step's own results: the first returns
   std::vector<GradBinding> grad_bindings;
   std::vector<GradGuard> grad_guards;
+  std::vector<FlagGuard> flag_guards;
+  std::vector<GradBefore> grad_before;
   // Non-empty when the step cannot be replayed (a graph break): the reason.
   std::string break_reason;
   int num_ops = 0;
@@ -42,7 +59,9 @@ struct Trace {
 
 class Tracer : public runtime::DispatchObserver {
  public:
-  explicit Tracer(std::string graph_name);
+  // `remember_grads`: fill Trace::grad_before (a shape-only re-trace needs
+  // it; a real trace does not, and holding old .grads would keep them alive).
+  explicit Tracer(std::string graph_name, bool remember_grads = false);
   ~Tracer() override;
 
   // Starts recording on this thread; the step's tensor arguments become inputs.
@@ -56,6 +75,7 @@ class Tracer : public runtime::DispatchObserver {
   void OnGradRead(const Tensor& leaf, const Tensor& grad) override;
   void OnGradSet(const Tensor& leaf, const Tensor& grad) override;
   void OnAlias(const Tensor& source, const Tensor& alias) override;
+  void OnFlagRead(const std::shared_ptr<const bool>& flag, const char* what) override;
 
  private:
   // The SSA value currently held by `t`; tensors first seen here were
@@ -64,6 +84,7 @@ class Tracer : public runtime::DispatchObserver {
   void Break(std::string reason);
 
   std::string name_;
+  bool remember_grads_;
   std::unique_ptr<ir::Graph> graph_;
   runtime::DispatchObserver* previous_ = nullptr;
   bool active_ = false;
@@ -88,6 +109,8 @@ class Tracer : public runtime::DispatchObserver {
   absl::flat_hash_set<const TensorImpl*> grad_seen_;
   absl::flat_hash_set<const TensorImpl*> grad_set_;  // rebound during the step
   std::vector<GradGuard> grad_guards_;
+  std::vector<FlagGuard> flag_guards_;
+  std::vector<GradBefore> grad_before_;
   std::string break_reason_;
   std::string last_op_;
   int num_ops_ = 0;

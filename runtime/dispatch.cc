@@ -23,6 +23,7 @@ namespace {
 
 thread_local DispatchObserver* t_observer = nullptr;
 thread_local Device t_factory_device = Device::cpu();
+thread_local bool t_meta = false;
 
 const cpu::KernelTable& CpuKernels() {
   static cpu::KernelTable table = {};
@@ -185,6 +186,10 @@ FactoryDeviceGuard::FactoryDeviceGuard(Device device) : previous_(t_factory_devi
 }
 FactoryDeviceGuard::~FactoryDeviceGuard() { t_factory_device = previous_; }
 
+MetaModeGuard::MetaModeGuard() : previous_(t_meta) { t_meta = true; }
+MetaModeGuard::~MetaModeGuard() { t_meta = previous_; }
+bool InMetaMode() { return t_meta; }
+
 DispatchObserver* SetDispatchObserver(DispatchObserver* observer) {
   DispatchObserver* prev = t_observer;
   t_observer = observer;
@@ -221,6 +226,19 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
   Tensor out;
   if (info.kind == OpKind::kView) {
     out = MakeView(op, inputs[0], attrs, out_type);
+  } else if (t_meta) {
+    if (ir::IsInplace(op)) {
+      SJ_REQUIRE(!(grad_on && inputs[0].requires_grad()), ir::OpName(op),
+                 ": a tensor that requires grad is being modified in place while "
+                 "grad mode is on; wrap the update in NoGradGuard");
+      out = inputs[0];
+    } else {
+      auto storage = std::make_shared<Storage>(
+          Storage::MetaTag{}, ir::NumElements(out_type.shape) * ir::DTypeSize(out_type.dtype),
+          device);
+      out = MakeTensor(std::move(storage), out_type.shape, ir::ContiguousStrides(out_type.shape),
+                       0, out_type.dtype);
+    }
   } else {
     absl::InlinedVector<Tensor, 4> converted(inputs.begin(), inputs.end());
     for (Tensor& t : converted) {

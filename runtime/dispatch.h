@@ -37,7 +37,12 @@ class DispatchObserver {
   // A leaf's .grad binding was read or replaced (no op runs for these, yet a
   // traced step must reproduce them).
   virtual void OnGradRead(const Tensor& leaf, const Tensor& grad) {}
+  // OnGradSet is called before the binding changes (leaf still holds the old one).
   virtual void OnGradSet(const Tensor& leaf, const Tensor& grad) {}
+  // A host flag the step's behaviour depends on was read (a module's training
+  // flag): a compiled step is only valid while it keeps the value read.
+  // `what` names it for messages.
+  virtual void OnFlagRead(const std::shared_ptr<const bool>& flag, const char* what) {}
   // `alias` shares `source`'s data without its autograd history (detach(),
   // and the tensors autograd saves for backward).
   virtual void OnAlias(const Tensor& source, const Tensor& alias) {}
@@ -46,6 +51,23 @@ class DispatchObserver {
 // previous one.
 DispatchObserver* SetDispatchObserver(DispatchObserver* observer);
 DispatchObserver* GetDispatchObserver();
+
+// Shape-only (meta) dispatch on this thread while alive: every op infers its
+// result type, records autograd and reports to the observer as usual, but
+// runs no kernel and writes nothing — results are meta tensors (no memory)
+// and in-place ops leave their target untouched. A compiled step re-traces
+// itself this way to check that what it replays is still what the step does.
+class MetaModeGuard {
+ public:
+  MetaModeGuard();
+  ~MetaModeGuard();
+  MetaModeGuard(const MetaModeGuard&) = delete;
+  MetaModeGuard& operator=(const MetaModeGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+bool InMetaMode();
 
 // CPU kernels: write `out` (already allocated with the inferred type) from
 // `inputs` (already converted to the op's compute dtype); `more_out` holds

@@ -14,6 +14,7 @@ namespace {
 std::atomic<int64_t> g_allocated{0};
 std::atomic<int64_t> g_peak{0};
 std::atomic<int64_t> g_num_allocs{0};
+std::atomic<int64_t> g_live_meta{0};
 constexpr int64_t kAlignment = 64;
 
 runtime::cuda::Backend& CudaBackendFor(Device device, const char* what) {
@@ -58,7 +59,16 @@ Storage::Storage(int64_t nbytes, Device device, bool pinned)
   g_num_allocs.fetch_add(1);
 }
 
+Storage::Storage(MetaTag, int64_t nbytes, Device device)
+    : nbytes_(nbytes), device_(device), meta_(true) {
+  g_live_meta.fetch_add(1, std::memory_order_relaxed);
+}
+
 Storage::~Storage() {
+  if (meta_) {
+    g_live_meta.fetch_sub(1, std::memory_order_relaxed);
+    return;
+  }
   if (device_.is_cuda()) {
     // The block may still be in use by queued work on the stream it was
     // allocated on; the allocator reuses it in that stream's order.
@@ -76,6 +86,8 @@ Storage::~Storage() {
 MemoryStats GetCpuMemoryStats() {
   return {g_allocated.load(), g_peak.load(), g_num_allocs.load()};
 }
+
+int64_t LiveMetaStorages() { return g_live_meta.load(std::memory_order_relaxed); }
 
 void ResetCpuPeakMemory() { g_peak.store(g_allocated.load()); }
 

@@ -18,6 +18,11 @@ class Storage {
   // page-locked host memory (CPU only; needs a CUDA backend), so that copies
   // to and from a GPU can run asynchronously.
   Storage(int64_t nbytes, Device device, bool pinned = false);
+  // A storage without memory for shape-only (meta) tensors: dispatch under
+  // runtime::MetaModeGuard records ops on them and runs no kernel, and any
+  // read of their data throws (Tensor::data_ptr).
+  struct MetaTag {};
+  Storage(MetaTag, int64_t nbytes, Device device);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -26,6 +31,7 @@ class Storage {
   int64_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
   bool pinned() const { return pinned_; }
+  bool is_meta() const { return meta_; }
 
   // Bumped by every in-place write; autograd checks it for saved tensors.
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
@@ -36,6 +42,7 @@ class Storage {
   int64_t nbytes_ = 0;
   Device device_;
   bool pinned_ = false;
+  bool meta_ = false;
   std::atomic<uint64_t> version_{0};
 };
 
@@ -46,6 +53,8 @@ struct MemoryStats {
   int64_t num_allocs = 0;
 };
 MemoryStats GetCpuMemoryStats();
+// Meta storages alive now (a shape-only re-trace must leave none behind).
+int64_t LiveMetaStorages();
 void ResetCpuPeakMemory();
 
 }  // namespace stepjit

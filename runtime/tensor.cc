@@ -57,6 +57,8 @@ bool Tensor::is_contiguous() const {
 }
 
 void* Tensor::data_ptr() const {
+  SJ_REQUIRE(!impl_->storage->is_meta(), "a shape-only (meta) ", ir::DTypeName(dtype()),
+             ir::ShapeToString(shape()), " tensor has no data to read or write");
   return static_cast<char*>(impl_->storage->data()) + impl_->offset * element_size();
 }
 
@@ -128,6 +130,8 @@ Tensor Tensor::to(Device device, bool non_blocking) const {
   if (auto* obs = runtime::GetDispatchObserver()) {
     obs->OnHostRead(*this, device.is_cuda() ? "to(cuda)" : "to(cpu)");
   }
+  SJ_REQUIRE(!storage()->is_meta(), "a shape-only (meta) tensor cannot be copied to ",
+             device.str());
   return runtime::cuda::ToDevice(*this, device, non_blocking);
 }
 
@@ -145,6 +149,8 @@ Tensor Tensor::pin_memory() const {
 namespace {
 // `t` readable by the host (CUDA tensors are copied over).
 Tensor HostReadable(const Tensor& t) {
+  SJ_REQUIRE(!t.storage()->is_meta(), "a shape-only (meta) ", ir::DTypeName(t.dtype()),
+             ir::ShapeToString(t.shape()), " tensor has no value to read to the host");
   return t.device().is_cpu() ? t : runtime::cuda::ToDevice(t, Device::cpu());
 }
 }  // namespace
@@ -245,9 +251,9 @@ void Tensor::set_grad(const Tensor& grad) const {
                ir::ShapeToString(grad.shape()), " does not match tensor ",
                ir::DTypeName(dtype()), ir::ShapeToString(shape()));
   }
+  if (auto* obs = runtime::GetDispatchObserver()) obs->OnGradSet(*this, grad);
   if (!impl_->autograd) impl_->autograd = std::make_unique<AutogradMeta>();
   impl_->autograd->grad = grad.defined() ? std::make_shared<Tensor>(grad) : nullptr;
-  if (auto* obs = runtime::GetDispatchObserver()) obs->OnGradSet(*this, grad);
 }
 const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
   static const std::shared_ptr<autograd::Node> kNone;
@@ -296,6 +302,7 @@ Tensor& Tensor::fill_(double value) {
 namespace {
 std::atomic<uint64_t> g_parameter_epoch{0};
 }  // namespace
+void MarkOwnedState(const Tensor& t) { t.impl()->owned_state = true; }
 uint64_t ParameterEpoch() { return g_parameter_epoch.load(std::memory_order_relaxed); }
 void BumpParameterEpoch() { g_parameter_epoch.fetch_add(1, std::memory_order_relaxed); }
 

@@ -49,6 +49,11 @@ struct TensorImpl {
   int64_t offset = 0;  // in elements
   DType dtype = DType::kF32;
   std::unique_ptr<AutogradMeta> autograd;
+  // Set by the owner of long-lived state (module parameters, optimizer and
+  // scaler state) that only ever updates it in place: a compiled step may
+  // bind it by identity. Other tensors a step captures could be rebound by
+  // the user without any guard seeing it (frontend/guards.h).
+  bool owned_state = false;
 };
 
 class Tensor {
@@ -162,6 +167,8 @@ Tensor from_vector(const std::vector<int64_t>& values, ShapeRef shape,
 
 // Counts replacements of module parameters (a compiled step's identity guard
 // compares it with the value it saw when tracing).
+// Marks `t` as state its owner updates only in place (TensorImpl::owned_state).
+void MarkOwnedState(const Tensor& t);
 uint64_t ParameterEpoch();
 void BumpParameterEpoch();
 

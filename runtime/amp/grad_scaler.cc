@@ -38,11 +38,17 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(Validated(options))
   growth_tracker_ = scalar_tensor(0.0, on);
   last_found_inf_ = scalar_tensor(0.0, on);
   skipped_steps_ = scalar_tensor(0.0, on);
+  for (const Tensor* t : {&scale_, &growth_tracker_, &last_found_inf_, &skipped_steps_}) {
+    MarkOwnedState(*t);
+  }
 }
 
 GradScaler::PerOptimizer& GradScaler::StateFor(const optim::Optimizer& opt) {
   PerOptimizer& s = per_opt_[&opt];
-  if (!s.found_inf.defined()) s.found_inf = scalar_tensor(0.0, {.device = options_.device});
+  if (!s.found_inf.defined()) {
+    s.found_inf = scalar_tensor(0.0, {.device = options_.device});
+    MarkOwnedState(s.found_inf);
+  }
   return s;
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/dispatch.h"
 
 namespace stepjit::nn {
 namespace {
@@ -59,6 +60,7 @@ Tensor Module::register_parameter(const std::string& name, Tensor tensor,
   // A parameter is a leaf: drop any history the caller built it with.
   if (!tensor.is_leaf()) tensor = tensor.detach();
   tensor.set_requires_grad(requires_grad);
+  MarkOwnedState(tensor);
   parameters_.emplace_back(name, tensor);
   return tensor;
 }
@@ -69,6 +71,7 @@ Tensor Module::replace_parameter(const std::string& name, Tensor tensor) {
     SJ_REQUIRE(tensor.defined(), "replace_parameter: '", name, "' would become undefined");
     if (!tensor.is_leaf()) tensor = tensor.detach();
     tensor.set_requires_grad(t.requires_grad());
+    MarkOwnedState(tensor);
     t = tensor;
     BumpParameterEpoch();
     OnParameterReplaced(name, tensor);
@@ -134,8 +137,13 @@ void Module::to(DType dtype) {
   ConvertInPlace(floating, [dtype](const Tensor& t) { return t.to(dtype); });
 }
 
+bool Module::is_training() const {
+  if (auto* obs = runtime::GetDispatchObserver()) obs->OnFlagRead(training_, "module training flag");
+  return *training_;
+}
+
 void Module::train(bool on) {
-  training_ = on;
+  *training_ = on;
   for (auto& [name, child] : children_) child->train(on);
 }
 

@@ -83,7 +83,9 @@ class Module {
 
   virtual void train(bool on = true);
   void eval() { train(false); }
-  bool is_training() const { return training_; }
+  // Reported to the dispatch observer: a compiled step whose trace read it
+  // is guarded on its value (a flip selects or traces another specialization).
+  bool is_training() const;
 
   void zero_grad(bool set_to_none = true);
 
@@ -100,7 +102,9 @@ class Module {
 
   NamedTensors parameters_;
   NamedModules children_;
-  bool training_ = true;
+  // Shared so that a compiled step's guard can read the flag without
+  // keeping the module alive.
+  std::shared_ptr<bool> training_ = std::make_shared<bool>(true);
 };
 
 // A copyable handle to a shared Impl (libtorch's ModuleHolder): lets users

@@ -36,6 +36,8 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
                              .device = step_count().device()};
   beta1_ = scalar_tensor(options_.beta1, scalar);
   beta2_ = scalar_tensor(options_.beta2, scalar);
+  MarkOwnedState(beta1_);
+  MarkOwnedState(beta2_);
 }
 
 void AdamW::step() {
@@ -55,6 +57,8 @@ void AdamW::step() {
     if (!s.exp_avg.defined()) {
       s.exp_avg = zeros_like(p);
       s.exp_avg_sq = zeros_like(p);
+      MarkOwnedState(s.exp_avg);
+      MarkOwnedState(s.exp_avg_sq);
     }
     if (o.weight_decay != 0.0) p.mul_(decay);
     s.exp_avg.lerp_(g, 1.0 - o.beta1);

@@ -32,6 +32,8 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr, const char* name)
                               .device = params_.front().device()};
   lr_ = scalar_tensor(lr, options);
   step_ = scalar_tensor(0.0, options);
+  MarkOwnedState(lr_);
+  MarkOwnedState(step_);
 }
 
 void Optimizer::zero_grad(bool set_to_none) {

@@ -42,6 +42,7 @@ void SGD::step() {
       if (!buf.defined()) {
         // PyTorch starts the buffer at the (decayed) grad, undamped.
         buf = g.clone();
+        MarkOwnedState(buf);
       } else {
         buf.mul_(o.momentum).add_(g, 1.0 - o.dampening);
       }

@@ -133,9 +133,9 @@ TEST(CompileTest, NewDtypeRetraces) {
       << fast.explain();
 }
 
-TEST(CompileTest, PastTheSpecializationLimitRunsEagerlyAndExplains) {
+TEST(CompileTest, PastTheTraceLimitRunsEagerlyAndExplains) {
   auto fast = compile([](const Tensor& x) { return x * 2.0; },
-                      {.warmup_steps = 0, .max_specializations = 2});
+                      {.warmup_steps = 0, .max_traces = 2});
   for (int64_t n : {1, 2, 3, 3}) {
     Tensor x = arange(0, static_cast<double>(n), 1, {.dtype = DType::kF32});
     EXPECT_EQ(Values(fast(x)), Values(x * 2.0));
@@ -143,7 +143,7 @@ TEST(CompileTest, PastTheSpecializationLimitRunsEagerlyAndExplains) {
   CompileStats s = fast.stats();
   EXPECT_EQ(s.specializations, 2);
   EXPECT_EQ(s.fallbacks, 2);
-  EXPECT_NE(fast.explain().find("2 specializations already exist (max_specializations)"),
+  EXPECT_NE(fast.explain().find("2 traces already made (max_traces)"),
             std::string::npos)
       << fast.explain();
 }

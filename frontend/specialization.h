@@ -1,0 +1,34 @@
+// Specialization: one traced and compiled form of a step, with everything that decides when it may replay.
+#ifndef STEPJIT_FRONTEND_SPECIALIZATION_H_
+#define STEPJIT_FRONTEND_SPECIALIZATION_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "frontend/guards.h"
+#include "frontend/trace_record.h"
+#include "frontend/tracer.h"
+#include "runtime/executor.h"
+
+namespace stepjit::frontend {
+
+struct Specialization {
+  Signature signature;
+  Trace trace;  // empty graph when eager_only
+  // The trace as recorded, before any pass changed its graph: what a
+  // shape-only re-trace is compared with.
+  TraceRecord record;
+  // State tensors no guard sees rebound (UnguardedState): each replay is
+  // re-traced shape-only while there are any.
+  std::vector<std::string> unguarded;
+  StateGuards state_guards;
+  std::optional<runtime::Program> program;
+  bool eager_only = false;
+  std::string reason;  // why eager-only
+  int64_t replays = 0;
+};
+
+}  // namespace stepjit::frontend
+
+#endif  // STEPJIT_FRONTEND_SPECIALIZATION_H_
