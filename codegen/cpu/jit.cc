@@ -76,6 +76,7 @@ class Jit {
     const CacheKey key{k.llvm_ir_raw, JitCompilerId(), TargetId(),
                        absl::StrCat("O2;", options.cache_tag)};
     const std::string digest = key.Digest();
+    k.cache_key = digest;
     std::optional<std::string> object;
     if (options.use_cache) {
       if (auto it = loaded_.find(digest); it != loaded_.end()) {

@@ -37,6 +37,7 @@ struct JitLoadResult {
   JitAddresses fns;
   std::string llvm_ir_raw;  // the module as handed in
   std::string llvm_ir;      // after -O2 (empty on a cache hit unless asked)
+  std::string cache_key;    // CacheKey::Digest() of the object (kernel_cache.h)
   bool cache_hit = false;
 };
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/cpu/jit.h"
@@ -73,9 +74,9 @@ class Lowering {
       if (d == Domain::kScalar) continue;
       for (const Value* v : n->inputs()) {
         auto it = plan_.domain.find(v);
-        if (it != plan_.domain.end() && it->second == Domain::kScalar && !slots_.contains(v)) {
-          const int s = static_cast<int>(slots_.size());
-          slots_[v] = s;
+        if (it != plan_.domain.end() && it->second == Domain::kScalar &&
+            !absl::c_linear_search(slots_, v)) {
+          slots_.push_back(v);
         }
       }
     }
@@ -222,7 +223,8 @@ class Lowering {
   void LoadSlots(llvm::Value* ptrs, Env& env) {
     if (slots_.empty()) return;
     llvm::Value* scratch = Base(ptrs, scratch_index_);
-    for (const auto& [v, s] : slots_) {
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      const Value* v = slots_[s];
       llvm::Type* reg = RegType(ctx_, v->type().dtype);
       llvm::Type* slot = reg->isIntegerTy(1) ? b_.getInt8Ty() : reg;
       llvm::Value* addr = b_.CreateBitCast(b_.CreateConstGEP1_64(b_.getInt64Ty(),
@@ -250,8 +252,8 @@ class Lowering {
     }
     if (!slots_.empty()) {
       llvm::Value* scratch = b_.CreateBitCast(Base(ptrs, scratch_index_), b_.getInt64Ty()->getPointerTo());
-      for (const auto& [v, s] : slots_) {
-        llvm::Value* x = env.at(v);
+      for (size_t s = 0; s < slots_.size(); ++s) {
+        llvm::Value* x = env.at(slots_[s]);
         if (x->getType()->isIntegerTy(1)) x = b_.CreateZExt(x, b_.getInt8Ty());
         b_.CreateStore(x, b_.CreateBitCast(b_.CreateConstGEP1_64(b_.getInt64Ty(), scratch, s),
                                            x->getType()->getPointerTo()));
@@ -528,7 +530,11 @@ class Lowering {
   llvm::IRBuilder<> b_;
   llvm::MDNode* group_ = nullptr;
   int scratch_index_ = 0;
-  absl::flat_hash_map<const Value*, int> slots_;
+  // The 0-d values the loops read, by scratch slot, in first-use order. A
+  // vector, not a map keyed by Value*: the emitted code walks the slots, and
+  // an address-keyed order would differ between processes and defeat the disk
+  // cache (tests/codegen/deterministic_codegen_test.cc).
+  std::vector<const Value*> slots_;
   absl::flat_hash_map<const Node*, int> acc_index_;
   std::vector<const Node*> acc_nodes_;  // by accumulator index
   JitSymbols symbols_;
@@ -568,6 +574,7 @@ absl::StatusOr<RegionKernel> CompileRegion(const ir::Graph& body, const RegionCo
   k.reduced = reinterpret_cast<LoopFn>(loaded.fns.reduced);
   k.llvm_ir_raw = std::move(loaded.llvm_ir_raw);
   k.llvm_ir = std::move(loaded.llvm_ir);
+  k.cache_key = std::move(loaded.cache_key);
   k.cache_hit = loaded.cache_hit;
   k.compile_ms = MsSince(t0);
   return k;

@@ -56,6 +56,8 @@ struct RegionKernel {
   std::string llvm_ir_raw;        // LLVM IR as lowered
   std::string llvm_ir;            // after the -O2 pipeline (empty on a cache hit
                                   // unless want_optimized_ir was set)
+  std::string cache_key;          // the object's kernel cache key digest: the
+                                  // same in every process for the same body
   bool cache_hit = false;         // object loaded from the kernel cache
   double compile_ms = 0;          // lowering + optimization + codegen (or load)
 };
