@@ -416,7 +416,18 @@ std::optional<std::vector<Tensor>> StepCompiler::Call(
     return std::nullopt;
   }
   if (std::string miss = CheckStateGuards(match->trace, match->state_guards); !miss.empty()) {
-    return m.Retrace("state guard", miss, std::move(sig), inputs, eager, match);
+    if (match->settled_after_miss) {
+      return m.Retrace("state guard", miss, std::move(sig), inputs, eager, match);
+    }
+    // New state (a replaced parameter) gets its lazily created companions
+    // (its .grad, optimizer moments) on its first step: one eager call lets
+    // them settle, so that one trace, on the next call, covers what follows.
+    match->settled_after_miss = true;
+    m.Event("state guard", absl::StrCat("running eagerly, tracing on the next call: ", miss));
+    ++m.stats.eager_calls;
+    m.last = match;
+    eager();
+    return std::nullopt;
   }
   if (m.ShouldVerify(*match)) return m.VerifiedReplay(*match, std::move(sig), inputs, eager);
   return m.Replay(*match, inputs);

@@ -27,6 +27,8 @@ struct Specialization {
   bool eager_only = false;
   std::string reason;  // why eager-only
   int64_t replays = 0;
+  // A state guard failed and one call ran eagerly since: the next miss retraces.
+  bool settled_after_miss = false;
 };
 
 }  // namespace stepjit::frontend

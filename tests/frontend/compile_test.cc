@@ -158,7 +158,9 @@ TEST(CompileTest, ReplacedParameterIsCaughtByTheIdentityGuard) {
   std::shared_ptr<nn::LinearImpl> first = a.model.at<nn::LinearImpl>(0);
   Tensor fresh = zeros({32, 20});
   first->replace_parameter("weight", fresh);
-  fast(in.x, in.y);  // must retrace: the forward now reads `fresh`
+  fast(in.x, in.y);  // eager: the forward now reads `fresh`, whose .grad is new
+  fast(in.x, in.y);  // retraced
+  fast(in.x, in.y);  // replayed
   EXPECT_EQ(fast.stats().traces, 2);
   EXPECT_TRUE(fresh.grad().defined());
   EXPECT_NE(fast.explain().find("parameter was replaced"), std::string::npos) << fast.explain();
