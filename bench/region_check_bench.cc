@@ -16,7 +16,8 @@
 namespace stepjit::bench {
 namespace {
 
-constexpr char kStep[] = R"(graph @step(%x: f32[256,1024] input, %b: f32[1024] state, %t: f32[] state, %beta: f64[] state, %g: f32[512,784] input, %m: f32[512,784] state, %v: f32[512,784] state) {
+constexpr char kStep[] =
+    R"(graph @step(%x: f32[256,1024] input, %b: f32[1024] state, %t: f32[] state, %beta: f64[] state, %g: f32[512,784] input, %m: f32[512,784] state, %v: f32[512,784] state) {
   %0 = fusion @chain(%x, %b) : (f32[256,1024], f32[1024]) {
     graph @chain(%p0: f32[256,1024] input, %p1: f32[1024] input) {
       %0 = mul %p0, %p0 : f32[256,1024]
@@ -59,19 +60,24 @@ void BM_RegionCheck(benchmark::State& state, bool checked) {
   absl::StatusOr<runtime::Program> p = runtime::Program::Build(**graph);
   SJ_CHECK(p.ok(), p.status().message());
   Generator gen(1);
-  const std::vector<Tensor> inputs = {randn({256, 1024}, {}, &gen), randn({512, 784}, {}, &gen)};
+  const std::vector<Tensor> inputs = {randn({256, 1024}, {}, &gen),
+                                      randn({512, 784}, {}, &gen)};
   const std::vector<Tensor> st = {randn({1024}, {}, &gen), scalar_tensor(1.0),
                                   scalar_tensor(0.999, {.dtype = DType::kF64}),
-                                  randn({512, 784}, {}, &gen), rand({512, 784}, {}, &gen)};
+                                  randn({512, 784}, {}, &gen),
+                                  rand({512, 784}, {}, &gen)};
   std::vector<runtime::RegionMismatch> mismatches;
   for (auto _ : state) {
-    std::vector<Tensor> out = checked ? p->RunChecked(inputs, st, &mismatches) : p->Run(inputs, st);
+    std::vector<Tensor> out =
+        checked ? p->RunChecked(inputs, st, &mismatches) : p->Run(inputs, st);
     benchmark::DoNotOptimize(out[0].data_ptr());
   }
-  SJ_CHECK(mismatches.empty(), "the program's regions disagree with their interpretation");
+  SJ_CHECK(mismatches.empty(),
+           "the program's regions disagree with their interpretation");
 }
 BENCHMARK_CAPTURE(BM_RegionCheck, run, false)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_RegionCheck, run_checked, true)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_RegionCheck, run_checked, true)
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace stepjit::bench

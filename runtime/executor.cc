@@ -424,10 +424,10 @@ absl::StatusOr<Program> Program::Build(const ir::Graph& graph, ProgramOptions op
       if (n->kind() != NodeKind::kFusion) continue;
       // Test-only (runtime/testing_hooks.h): a wrong kernel, never cached.
       const std::unique_ptr<ir::Graph> miscompiled = MiscompiledBodyForTesting(graph, *n);
+      codegen::cpu::RegionCompileOptions o = copts;
+      if (miscompiled) o.use_cache = false;
       absl::StatusOr<codegen::cpu::RegionKernel> k =
-          miscompiled ? codegen::cpu::CompileRegion(
-                            *miscompiled, {.want_optimized_ir = copts.want_optimized_ir, .use_cache = false})
-                      : codegen::cpu::CompileRegion(*n->body(), copts);
+          codegen::cpu::CompileRegion(miscompiled ? *miscompiled : *n->body(), o);
       if (k.ok()) {
         if (!options.dump_dir.empty()) DumpKernel(*k, options.dump_dir);
         p.codegen_ms_ += k->compile_ms;

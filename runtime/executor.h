@@ -110,7 +110,9 @@ class Program {
   // later ones look wrong), and state ends exactly as after Run. On CUDA it
   // runs on the caller's stream without a CUDA graph; comparing reads every
   // checked result back to the host. Costs a copy of every operand and an
-  // eager run of every generated region, plus the comparisons.
+  // eager run of every generated region, plus the comparisons (about 3x a
+  // Run, bench/region_check_bench.cc); with profiling on, the reference's
+  // ops are recorded too.
   std::vector<Tensor> RunChecked(absl::Span<const Tensor> inputs, absl::Span<const Tensor> state,
                                  std::vector<RegionMismatch>* mismatches) const;
 

@@ -1,4 +1,5 @@
-// Tensor comparison under a dtype's tolerance, and the one-line reports of the accuracy checker.
+// Tensor comparison under a dtype's tolerance, and the one-line reports of the
+// accuracy checker.
 #include "runtime/region_check.h"
 
 #include <algorithm>
@@ -20,10 +21,16 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // for every float dtype), integers and bool as i64 (exact, where f64 would
 // round past 2^53).
 std::vector<double> FloatValues(const Tensor& t) {
-  return t.to(Device::cpu()).to(ir::DType::kF64).contiguous().to_vector<double>();
+  return t.to(Device::cpu())
+      .to(ir::DType::kF64)
+      .contiguous()
+      .to_vector<double>();
 }
 std::vector<int64_t> IntValues(const Tensor& t) {
-  return t.to(Device::cpu()).to(ir::DType::kI64).contiguous().to_vector<int64_t>();
+  return t.to(Device::cpu())
+      .to(ir::DType::kI64)
+      .contiguous()
+      .to_vector<int64_t>();
 }
 
 // Absolute and relative error of one element, and whether it agrees.
@@ -73,23 +80,30 @@ class DiffBuilder {
 
 Tolerance DefaultTolerance(ir::DType t) {
   switch (t) {
-    case ir::DType::kF64: return {1e-12, 1e-12};
-    case ir::DType::kF32: return {1e-5, 1e-6};
+    case ir::DType::kF64:
+      return {1e-12, 1e-12};
+    case ir::DType::kF32:
+      return {1e-5, 1e-6};
     case ir::DType::kF16:
-    case ir::DType::kBF16: return {1e-2, 1e-3};
+    case ir::DType::kBF16:
+      return {1e-2, 1e-3};
     case ir::DType::kI64:
     case ir::DType::kI32:
-    case ir::DType::kBool: return {0, 0};
+    case ir::DType::kBool:
+      return {0, 0};
   }
   return {};
 }
 
 TensorDiff CompareTensors(const Tensor& got, const Tensor& want) {
-  const Tolerance a = DefaultTolerance(got.dtype()), b = DefaultTolerance(want.dtype());
-  return CompareTensors(got, want, {std::max(a.rtol, b.rtol), std::max(a.atol, b.atol)});
+  const Tolerance a = DefaultTolerance(got.dtype()),
+                  b = DefaultTolerance(want.dtype());
+  return CompareTensors(got, want,
+                        {std::max(a.rtol, b.rtol), std::max(a.atol, b.atol)});
 }
 
-TensorDiff CompareTensors(const Tensor& got, const Tensor& want, Tolerance tol) {
+TensorDiff CompareTensors(const Tensor& got, const Tensor& want,
+                          Tolerance tol) {
   const int64_t n = want.numel();
   DiffBuilder d(n);
   if (got.shape() != want.shape()) {
@@ -101,7 +115,8 @@ TensorDiff CompareTensors(const Tensor& got, const Tensor& want, Tolerance tol) 
   }
   if (ir::IsFloating(got.dtype()) || ir::IsFloating(want.dtype())) {
     const std::vector<double> g = FloatValues(got), w = FloatValues(want);
-    for (int64_t i = 0; i < n; ++i) d.Add(i, g[i], w[i], Compare(g[i], w[i], tol));
+    for (int64_t i = 0; i < n; ++i)
+      d.Add(i, g[i], w[i], Compare(g[i], w[i], tol));
     return d.Take();
   }
   const std::vector<int64_t> g = IntValues(got), w = IntValues(want);
@@ -109,7 +124,9 @@ TensorDiff CompareTensors(const Tensor& got, const Tensor& want, Tolerance tol) 
     // Exact, in i64; the difference as a double only sizes the error.
     const double gd = static_cast<double>(g[i]), wd = static_cast<double>(w[i]);
     ElementError e;
-    if (g[i] != w[i]) e = {std::fabs(gd - wd), w[i] != 0 ? std::fabs(gd - wd) / std::fabs(wd) : kInf, false};
+    if (g[i] != w[i])
+      e = {std::fabs(gd - wd),
+           w[i] != 0 ? std::fabs(gd - wd) / std::fabs(wd) : kInf, false};
     d.Add(i, gd, wd, e);
   }
   return d.Take();
@@ -117,9 +134,10 @@ TensorDiff CompareTensors(const Tensor& got, const Tensor& want, Tolerance tol) 
 
 std::string ToString(const TensorDiff& diff, ir::ShapeRef shape) {
   if (diff.shape_differs) return "shapes differ";
-  std::string out = absl::StrCat(diff.mismatched_elements, " of ", diff.numel,
-                                 " elements differ; max abs error ", diff.max_abs_error,
-                                 ", max rel error ", diff.max_rel_error);
+  std::string out =
+      absl::StrCat(diff.mismatched_elements, " of ", diff.numel,
+                   " elements differ; max abs error ", diff.max_abs_error,
+                   ", max rel error ", diff.max_rel_error);
   if (diff.worst_index < 0) return out;
   std::vector<int64_t> coords(shape.size());
   int64_t rest = diff.worst_index;
@@ -127,15 +145,16 @@ std::string ToString(const TensorDiff& diff, ir::ShapeRef shape) {
     coords[d] = rest % shape[d];
     rest /= shape[d];
   }
-  absl::StrAppend(&out, "; worst at [", absl::StrJoin(coords, ", "), "]: got ", diff.got_at_worst,
-                  ", want ", diff.want_at_worst);
+  absl::StrAppend(&out, "; worst at [", absl::StrJoin(coords, ", "), "]: got ",
+                  diff.got_at_worst, ", want ", diff.want_at_worst);
   return out;
 }
 
 std::string ToString(const RegionMismatch& m) {
-  return absl::StrCat(m.region, " result ", m.output, " (", m.value, ", from `", m.op_ir,
-                      "`, node ", m.node_index, ", ", ir::PrintType(m.type), "): ",
-                      ToString(static_cast<const TensorDiff&>(m), m.type.shape));
+  return absl::StrCat(
+      m.region, " result ", m.output, " (", m.value, ", from `", m.op_ir,
+      "`, node ", m.node_index, ", ", ir::PrintType(m.type),
+      "): ", ToString(static_cast<const TensorDiff&>(m), m.type.shape));
 }
 
 RegionChecker::RegionChecker(const ir::Graph& graph) : graph_(graph) {}
@@ -147,7 +166,8 @@ std::vector<Tensor> RegionChecker::Snapshot(absl::Span<const Tensor> operands) {
   return out;
 }
 
-void RegionChecker::Compare(const ir::Node& region, absl::Span<const Tensor> generated,
+void RegionChecker::Compare(const ir::Node& region,
+                            absl::Span<const Tensor> generated,
                             absl::Span<const Tensor> interpreted) {
   ++regions_checked_;
   const ir::Graph& body = *region.body();

@@ -67,16 +67,17 @@ std::string ToString(const TensorDiff& diff, ir::ShapeRef shape);
 // body interpreted on the same operands. The error fields (TensorDiff) are
 // those of the generated result (`got`) against the interpreted one (`want`).
 struct RegionMismatch : TensorDiff {
-  std::string region;    // the fusion node's callee, e.g. "fused_3"
-  int node_index = -1;   // position in the top-level graph's nodes()
-  int output = 0;        // which result of the region
-  std::string op;        // the body op producing that result ("lerp_"), or
-                         // "parameter" when the body returns a parameter
-  std::string op_ir;     // that op as the body prints it: "%6 = lerp_ %p3, %p2, %5"
-  std::string value;     // the result's name in the top-level graph: "%9#1"
-  std::string call_ir;   // "%9 = fusion @fused_3(%g, %m, %v, %w0, %lr)"
-  ir::TensorType type;   // of the result
-  std::string region_ir; // the region's body as IR text
+  std::string region;   // the fusion node's callee, e.g. "fused_3"
+  int node_index = -1;  // position in the top-level graph's nodes()
+  int output = 0;       // which result of the region
+  // The body op producing that result ("lerp_"; "parameter" when the body
+  // returns a parameter), and as the body prints it ("%6 = lerp_ %p3, %p2").
+  std::string op;
+  std::string op_ir;
+  std::string value;      // the result's name in the top-level graph: "%9#1"
+  std::string call_ir;    // "%9 = fusion @fused_3(%g, %m, %v, %w0, %lr)"
+  ir::TensorType type;    // of the result
+  std::string region_ir;  // the region's body as IR text
 };
 
 // One line: "fused_3 result 1 (%9#1, from `%6 = lerp_ %p3, %p2, %5`, node 7,

@@ -1,4 +1,5 @@
-// The test-only miscompile hook: a copy of a region's body with one op replaced, for lowering only.
+// The test-only miscompile hook: a copy of a region's body with one op
+// replaced, for lowering only.
 #include "runtime/testing_hooks.h"
 
 #include <algorithm>
@@ -23,16 +24,19 @@ namespace {
 std::atomic<ScopedMiscompileRegion::State*> g_active{nullptr};
 
 bool HoldsOp(const ir::Graph& body, ir::OpId op) {
-  return std::any_of(body.nodes().begin(), body.nodes().end(), [&](const auto& n) {
-    return n->kind() == ir::NodeKind::kOp && n->op() == op;
-  });
+  return std::any_of(body.nodes().begin(), body.nodes().end(),
+                     [&](const auto& n) {
+                       return n->kind() == ir::NodeKind::kOp && n->op() == op;
+                     });
 }
 
-bool IsTarget(const ir::Graph& graph, const ir::Node& region, const ScopedMiscompileRegion::State& s) {
+bool IsTarget(const ir::Graph& graph, const ir::Node& region,
+              const ScopedMiscompileRegion::State& s) {
   if (!HoldsOp(*region.body(), s.from)) return false;
   if (!s.region.empty()) return region.body()->name() == s.region;
   for (const auto& n : graph.nodes()) {
-    if (n->kind() == ir::NodeKind::kFusion && HoldsOp(*n->body(), s.from)) return n.get() == &region;
+    if (n->kind() == ir::NodeKind::kFusion && HoldsOp(*n->body(), s.from))
+      return n.get() == &region;
   }
   return false;
 }
@@ -40,7 +44,8 @@ bool IsTarget(const ir::Graph& graph, const ir::Node& region, const ScopedMiscom
 // `body` with its first `from` op replaced by `to` (same operands, attributes
 // and result types); nullptr when the body holds anything but ops, which no
 // backend lowers anyway.
-std::unique_ptr<ir::Graph> Substituted(const ir::Graph& body, ir::OpId from, ir::OpId to) {
+std::unique_ptr<ir::Graph> Substituted(const ir::Graph& body, ir::OpId from,
+                                       ir::OpId to) {
   auto out = std::make_unique<ir::Graph>(body.name());
   absl::flat_hash_map<const ir::Value*, ir::Value*> map;
   for (const ir::Value* p : body.params()) {
@@ -58,8 +63,10 @@ std::unique_ptr<ir::Graph> Substituted(const ir::Graph& body, ir::OpId from, ir:
       op = to;
       replaced = true;
     }
-    const ir::Node* copy = out->AddOp(op, std::move(inputs), n->attrs(), std::move(types));
-    for (size_t i = 0; i < n->outputs().size(); ++i) map[n->outputs()[i]] = copy->outputs()[i];
+    const ir::Node* copy =
+        out->AddOp(op, std::move(inputs), n->attrs(), std::move(types));
+    for (size_t i = 0; i < n->outputs().size(); ++i)
+      map[n->outputs()[i]] = copy->outputs()[i];
   }
   std::vector<ir::Value*> returns;
   for (const ir::Value* r : body.returns()) returns.push_back(map.at(r));
@@ -69,11 +76,13 @@ std::unique_ptr<ir::Graph> Substituted(const ir::Graph& body, ir::OpId from, ir:
 
 }  // namespace
 
-ScopedMiscompileRegion::ScopedMiscompileRegion(std::string region, ir::OpId from, ir::OpId to)
+ScopedMiscompileRegion::ScopedMiscompileRegion(std::string region,
+                                               ir::OpId from, ir::OpId to)
     : state_(std::make_unique<State>()) {
   const ir::OpInfo &a = ir::GetOpInfo(from), &b = ir::GetOpInfo(to);
-  SJ_CHECK(a.min_arity == b.min_arity && a.max_arity == b.max_arity, "ScopedMiscompileRegion: ",
-           a.name, " and ", b.name, " take different numbers of operands");
+  SJ_CHECK(a.min_arity == b.min_arity && a.max_arity == b.max_arity,
+           "ScopedMiscompileRegion: ", a.name, " and ", b.name,
+           " take different numbers of operands");
   state_->region = std::move(region);
   state_->from = from;
   state_->to = to;
@@ -89,13 +98,15 @@ std::vector<std::string> ScopedMiscompileRegion::miscompiled() const {
   return state_->hits;
 }
 
-std::unique_ptr<ir::Graph> MiscompiledBodyForTesting(const ir::Graph& graph, const ir::Node& region) {
+std::unique_ptr<ir::Graph> MiscompiledBodyForTesting(const ir::Graph& graph,
+                                                     const ir::Node& region) {
   ScopedMiscompileRegion::State* s = g_active.load(std::memory_order_acquire);
   if (s == nullptr || !IsTarget(graph, region, *s)) return nullptr;
   std::unique_ptr<ir::Graph> body = Substituted(*region.body(), s->from, s->to);
   if (body != nullptr) {
     absl::MutexLock lock(&s->mu);
-    if (std::find(s->hits.begin(), s->hits.end(), body->name()) == s->hits.end()) {
+    if (std::find(s->hits.begin(), s->hits.end(), body->name()) ==
+        s->hits.end()) {
       s->hits.push_back(body->name());
     }
   }

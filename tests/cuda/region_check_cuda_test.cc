@@ -37,7 +37,8 @@ Program BuildOnCuda(const ir::Graph& g, bool multi_region) {
 
 // With multi_region, `post` and `adamw` (consecutive, independent) launch
 // as one kernel per phase; without, one by one.
-class RegionCheckCudaTest : public CudaTest, public ::testing::WithParamInterface<bool> {};
+class RegionCheckCudaTest : public CudaTest,
+                            public ::testing::WithParamInterface<bool> {};
 
 TEST_P(RegionCheckCudaTest, CleanProgramHasNoMismatchAndEndsAsRun) {
   std::unique_ptr<ir::Graph> g = ParseVerified(kStep);
@@ -46,16 +47,19 @@ TEST_P(RegionCheckCudaTest, CleanProgramHasNoMismatchAndEndsAsRun) {
   ASSERT_EQ(p.compiled_regions(), 3);
   EXPECT_EQ(p.cuda_region_groups(), GetParam() ? 1 : 0);
   const Start start(7, kCuda);
-  std::vector<Tensor> checked_state = start.StateCopy(), run_state = start.StateCopy();
+  std::vector<Tensor> checked_state = start.StateCopy(),
+                      run_state = start.StateCopy();
   std::vector<RegionMismatch> mismatches;
-  const std::vector<Tensor> checked = p.RunChecked(start.inputs, checked_state, &mismatches);
+  const std::vector<Tensor> checked =
+      p.RunChecked(start.inputs, checked_state, &mismatches);
   EXPECT_TRUE(mismatches.empty()) << ToString(mismatches.front());
   const std::vector<Tensor> run = p.Run(start.inputs, run_state);
   for (size_t i = 0; i < run.size(); ++i) {
     EXPECT_EQ(test::Values(checked[i]), test::Values(run[i])) << "output " << i;
   }
   for (size_t i = 0; i < run_state.size(); ++i) {
-    EXPECT_EQ(test::Values(checked_state[i]), test::Values(run_state[i])) << "state " << i;
+    EXPECT_EQ(test::Values(checked_state[i]), test::Values(run_state[i]))
+        << "state " << i;
   }
   EXPECT_EQ(checked_state[1].item(), 4.0);
 }
@@ -69,12 +73,14 @@ TEST_P(RegionCheckCudaTest, MiscompiledRegionIsNamed) {
     const Program p = BuildOnCuda(*g, GetParam());
     EXPECT_EQ(miscompile.miscompiled(), std::vector<std::string>{"adamw"});
     const Start start(8, kCuda);
-    std::vector<Tensor> checked_state = start.StateCopy(), run_state = start.StateCopy();
+    std::vector<Tensor> checked_state = start.StateCopy(),
+                        run_state = start.StateCopy();
     p.RunChecked(start.inputs, checked_state, &mismatches);
     // The miscompiled kernel is what Run runs too: the same wrong state.
     p.Run(start.inputs, run_state);
     for (size_t i = 0; i < run_state.size(); ++i) {
-      EXPECT_TRUE(CompareTensors(checked_state[i], run_state[i], {0, 0}).ok()) << "state " << i;
+      EXPECT_TRUE(CompareTensors(checked_state[i], run_state[i], {0, 0}).ok())
+          << "state " << i;
     }
   }
   ASSERT_EQ(mismatches.size(), 1u);

@@ -1,5 +1,6 @@
-// The program the accuracy checker's tests run (tests/runtime/region_check_test.cc
-// on the CPU, tests/cuda/region_check_cuda_test.cc on CUDA), and its inputs.
+// The program the accuracy checker's tests run
+// (tests/runtime/region_check_test.cc on the CPU,
+// tests/cuda/region_check_cuda_test.cc on CUDA), and its inputs.
 #ifndef STEPJIT_TESTS_RUNTIME_REGION_CHECK_STEP_H_
 #define STEPJIT_TESTS_RUNTIME_REGION_CHECK_STEP_H_
 
@@ -17,7 +18,8 @@ namespace stepjit::test {
 // the chain's sum (so it runs on whatever the chain computed), and an
 // AdamW-like update that writes its step count and moments into their
 // state buffers (in_place: memory planning donated them).
-inline constexpr char kStep[] = R"(graph @step(%x: f32[32,48] input, %b: f32[48] state, %t: f32[] state, %beta: f64[] state, %g: f32[40,33] input, %m: f32[40,33] state, %v: f32[40,33] state) {
+inline constexpr char kStep[] =
+    R"(graph @step(%x: f32[32,48] input, %b: f32[48] state, %t: f32[] state, %beta: f64[] state, %g: f32[40,33] input, %m: f32[40,33] state, %v: f32[40,33] state) {
   %0 = fusion @chain(%x, %b) : (f32[32,48], f32[48]) {
     graph @chain(%p0: f32[32,48] input, %p1: f32[48] input) {
       %0 = mul %p0, %p0 : f32[32,48]
@@ -70,7 +72,8 @@ struct Start {
   explicit Start(uint64_t seed, Device device = Device::cpu()) {
     Generator g(seed);
     inputs = {randn({32, 48}, {}, &g), randn({40, 33}, {}, &g)};
-    state = {randn({48}, {}, &g), scalar_tensor(3.0), scalar_tensor(0.999, {.dtype = DType::kF64}),
+    state = {randn({48}, {}, &g), scalar_tensor(3.0),
+             scalar_tensor(0.999, {.dtype = DType::kF64}),
              randn({40, 33}, {}, &g), rand({40, 33}, {}, &g)};
     for (Tensor& t : inputs) t = t.to(device);
     for (Tensor& t : state) t = t.to(device);

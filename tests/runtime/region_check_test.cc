@@ -7,6 +7,8 @@
 // eager kernels) and Run on the same starting state. RunChecked and Run run
 // the same kernels, so their outputs and final state must agree bit for bit;
 // compiled against interpreted, within DefaultTolerance.
+#include "runtime/region_check.h"
+
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -19,7 +21,6 @@
 #include "ir/status.h"
 #include "runtime/executor.h"
 #include "runtime/ops.h"
-#include "runtime/region_check.h"
 #include "runtime/testing_hooks.h"
 #include "tests/runtime/region_check_step.h"
 
@@ -36,11 +37,13 @@ std::vector<double> Values(const Tensor& t) {
 }
 
 // Bit for bit (NaN equal to NaN).
-void ExpectSame(const std::vector<Tensor>& got, const std::vector<Tensor>& want, const char* what) {
+void ExpectSame(const std::vector<Tensor>& got, const std::vector<Tensor>& want,
+                const char* what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
     const TensorDiff d = CompareTensors(got[i], want[i], {0, 0});
-    EXPECT_TRUE(d.ok()) << what << " " << i << ": " << ToString(d, want[i].shape());
+    EXPECT_TRUE(d.ok()) << what << " " << i << ": "
+                        << ToString(d, want[i].shape());
   }
 }
 
@@ -56,10 +59,12 @@ TEST(RegionCheckTest, CleanProgramHasNoMismatchAndRunsAsRun) {
   const Program compiled = Build(*g), interpreted = Build(*g, false);
   ASSERT_EQ(compiled.compiled_regions(), 3);
   const Start start(1);
-  std::vector<Tensor> checked_state = start.StateCopy(), run_state = start.StateCopy(),
+  std::vector<Tensor> checked_state = start.StateCopy(),
+                      run_state = start.StateCopy(),
                       eager_state = start.StateCopy();
   std::vector<RegionMismatch> mismatches = {RegionMismatch{}};
-  const std::vector<Tensor> checked = compiled.RunChecked(start.inputs, checked_state, &mismatches);
+  const std::vector<Tensor> checked =
+      compiled.RunChecked(start.inputs, checked_state, &mismatches);
   EXPECT_TRUE(mismatches.empty()) << ToString(mismatches.front());
   const std::vector<Tensor> run = compiled.Run(start.inputs, run_state);
   const std::vector<Tensor> eager = interpreted.Run(start.inputs, eager_state);
@@ -72,7 +77,8 @@ TEST(RegionCheckTest, CleanProgramHasNoMismatchAndRunsAsRun) {
     EXPECT_TRUE(CompareTensors(checked[i], eager[i]).ok()) << "output " << i;
   }
   for (size_t i = 0; i < eager_state.size(); ++i) {
-    EXPECT_TRUE(CompareTensors(checked_state[i], eager_state[i]).ok()) << "state " << i;
+    EXPECT_TRUE(CompareTensors(checked_state[i], eager_state[i]).ok())
+        << "state " << i;
   }
 }
 
@@ -110,13 +116,16 @@ TEST(RegionCheckTest, MiscompiledRegionIsNamedWithItsResultOpAndError) {
   // most elements move far beyond f32's tolerance.
   EXPECT_GT(m.mismatched_elements, m.numel / 2);
   EXPECT_GT(m.max_rel_error, 0.1);
-  EXPECT_TRUE(absl::StrContains(m.region_ir, "%4 = sub %3, %2 : f64[]")) << m.region_ir;
+  EXPECT_TRUE(absl::StrContains(m.region_ir, "%4 = sub %3, %2 : f64[]"))
+      << m.region_ir;
   // The generated value is the one in the state: v moved by the wrong step.
   const std::vector<double> v = Values(checked_state[4]);
   ASSERT_GE(m.worst_index, 0);
   EXPECT_EQ(v[m.worst_index], m.got_at_worst);
   const std::string line = ToString(m);
-  EXPECT_TRUE(absl::StartsWith(line, "adamw result 2 (%2#2, from `%8 = addcmul_ %p4, %7, %7`, node 2, f32[40,33]): "))
+  EXPECT_TRUE(absl::StartsWith(line,
+                               "adamw result 2 (%2#2, from `%8 = addcmul_ %p4, "
+                               "%7, %7`, node 2, f32[40,33]): "))
       << line;
   EXPECT_TRUE(absl::StrContains(line, "worst at [")) << line;
 }
@@ -190,10 +199,12 @@ TEST(RegionCheckTest, NanAndInfinityAgreeWithThemselves) {
   start.inputs[0] = from_vector(x, {32, 48});
   // A NaN moment m stays NaN (and makes v NaN there); v = +-inf stays so.
   start.state[3].view({-1}).slice(0, 0, 1).fill_(nan);
-  start.state[4].view({-1}).slice(0, 1, 3).copy_(from_vector(std::vector<float>{inf, -inf}, {2}));
+  start.state[4].view({-1}).slice(0, 1, 3).copy_(
+      from_vector(std::vector<float>{inf, -inf}, {2}));
   std::vector<Tensor> state = start.StateCopy();
   std::vector<RegionMismatch> mismatches;
-  const std::vector<Tensor> out = compiled.RunChecked(start.inputs, state, &mismatches);
+  const std::vector<Tensor> out =
+      compiled.RunChecked(start.inputs, state, &mismatches);
   EXPECT_TRUE(mismatches.empty()) << ToString(mismatches.front());
   EXPECT_TRUE(std::isnan(Values(out[0])[0]));
   EXPECT_EQ(Values(out[0])[5], 1.0);  // tanh(inf)
@@ -212,23 +223,34 @@ TEST(CompareTensorsTest, ToleranceByDtype) {
   EXPECT_TRUE(CompareTensors(full({4}, 1e-7), zeros({4})).ok());
   EXPECT_FALSE(CompareTensors(full({4}, 1e-5), zeros({4})).ok());
   const Tensor one64 = full({2}, 1.0, {.dtype = DType::kF64});
-  EXPECT_TRUE(CompareTensors(full({2}, 1.0 + 1e-13, {.dtype = DType::kF64}), one64).ok());
-  EXPECT_FALSE(CompareTensors(full({2}, 1.0 + 1e-10, {.dtype = DType::kF64}), one64).ok());
+  EXPECT_TRUE(
+      CompareTensors(full({2}, 1.0 + 1e-13, {.dtype = DType::kF64}), one64)
+          .ok());
+  EXPECT_FALSE(
+      CompareTensors(full({2}, 1.0 + 1e-10, {.dtype = DType::kF64}), one64)
+          .ok());
   // One bf16 step above 1 (2^-7) is within; two are not.
   const Tensor one16 = full({2}, 1.0, {.dtype = DType::kBF16});
-  EXPECT_TRUE(CompareTensors(full({2}, 1.0078125, {.dtype = DType::kBF16}), one16).ok());
-  EXPECT_FALSE(CompareTensors(full({2}, 1.015625, {.dtype = DType::kBF16}), one16).ok());
+  EXPECT_TRUE(
+      CompareTensors(full({2}, 1.0078125, {.dtype = DType::kBF16}), one16)
+          .ok());
+  EXPECT_FALSE(
+      CompareTensors(full({2}, 1.015625, {.dtype = DType::kBF16}), one16).ok());
   // Integers exactly, past 2^53 too.
   const int64_t big = (int64_t{1} << 53) + 1;
   const Tensor ints = from_vector(std::vector<int64_t>{big, 2}, {2});
   EXPECT_TRUE(CompareTensors(ints, ints.clone()).ok());
-  EXPECT_FALSE(CompareTensors(from_vector(std::vector<int64_t>{big - 1, 2}, {2}), ints).ok());
+  EXPECT_FALSE(
+      CompareTensors(from_vector(std::vector<int64_t>{big - 1, 2}, {2}), ints)
+          .ok());
 }
 
 TEST(CompareTensorsTest, NanAndInfinityRules) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
-  auto t = [](std::vector<double> v) { return from_vector(v, {static_cast<int64_t>(v.size())}); };
+  auto t = [](std::vector<double> v) {
+    return from_vector(v, {static_cast<int64_t>(v.size())});
+  };
   EXPECT_TRUE(CompareTensors(t({nan, inf, -inf}), t({nan, inf, -inf})).ok());
   const TensorDiff nan_vs_one = CompareTensors(t({1, nan}), t({1, 1}));
   EXPECT_EQ(nan_vs_one.mismatched_elements, 1);
@@ -241,14 +263,16 @@ TEST(CompareTensorsTest, NanAndInfinityRules) {
 
 TEST(CompareTensorsTest, ReportsTheWorstElementWithCoordinates) {
   const Tensor want = zeros({2, 3});
-  const Tensor got = from_vector(std::vector<float>{0, 0.5f, 0, 0, 0, 2}, {2, 3});
+  const Tensor got =
+      from_vector(std::vector<float>{0, 0.5f, 0, 0, 0, 2}, {2, 3});
   const TensorDiff d = CompareTensors(got, want);
   EXPECT_EQ(d.numel, 6);
   EXPECT_EQ(d.mismatched_elements, 2);
   EXPECT_EQ(d.worst_index, 5);
   EXPECT_EQ(d.max_abs_error, 2);
   EXPECT_EQ(ToString(d, want.shape()),
-            "2 of 6 elements differ; max abs error 2, max rel error inf; worst at [1, 2]: got 2, want 0");
+            "2 of 6 elements differ; max abs error 2, max rel error inf; worst "
+            "at [1, 2]: got 2, want 0");
   const TensorDiff shapes = CompareTensors(zeros({3, 2}), want);
   EXPECT_TRUE(shapes.shape_differs);
   EXPECT_FALSE(shapes.ok());
