@@ -1,5 +1,5 @@
 // Compiled-kernel cache: objects and cubins kept in memory and on disk,
-// verified on load.
+// verified on load, the disk layer bounded by LRU eviction.
 #include "codegen/kernel_cache.h"
 
 #include <fcntl.h>
@@ -11,11 +11,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string_view>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "codegen/cache_eviction.h"
 #include "codegen/sha256.h"
 
 namespace stepjit::codegen {
@@ -162,31 +165,54 @@ std::optional<std::string> ReadFile(const std::string& path) {
   return bytes;
 }
 
-}  // namespace
+std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? "" : value;
+}
 
-std::string CacheKey::Digest() const { return ToHex(KeyDigest(*this)); }
-
-CacheOptions CacheOptions::FromEnvironment() {
-  auto env = [](const char* name) -> std::string {
-    const char* value = std::getenv(name);
-    return value == nullptr ? "" : value;
-  };
-  if (std::string dir = env("STEPJIT_CACHE_DIR"); !dir.empty()) {
-    return {dir == "off" ? "" : dir};
+std::string DiskDirFromEnvironment() {
+  if (std::string dir = Env("STEPJIT_CACHE_DIR"); !dir.empty()) {
+    return dir == "off" ? "" : dir;
   }
   // The XDG spec says to ignore a relative XDG_CACHE_HOME.
-  if (std::string xdg = env("XDG_CACHE_HOME"); !xdg.empty() && xdg[0] == '/') {
-    return {xdg + "/stepjit"};
+  if (std::string xdg = Env("XDG_CACHE_HOME"); !xdg.empty() && xdg[0] == '/') {
+    return xdg + "/stepjit";
   }
-  std::string home = env("HOME");
+  std::string home = Env("HOME");
   if (home.empty()) {
     if (const passwd* pw = getpwuid(getuid());
         pw != nullptr && pw->pw_dir != nullptr) {
       home = pw->pw_dir;
     }
   }
-  if (home.empty()) return {};
-  return {home + "/.cache/stepjit"};
+  if (home.empty()) return "";
+  return home + "/.cache/stepjit";
+}
+
+// A bad cap must not stop a training run, nor silently turn into "no cap".
+int64_t MaxDiskBytesFromEnvironment() {
+  const std::string text = Env("STEPJIT_CACHE_MAX_MB");
+  if (text.empty()) return kDefaultMaxDiskMiB << 20;
+  int64_t mib = 0;
+  if (!absl::SimpleAtoi(text, &mib) || mib <= 0 ||
+      mib > (std::numeric_limits<int64_t>::max() >> 20)) {
+    Warn(absl::StrCat("STEPJIT_CACHE_MAX_MB='", text,
+                      "' is not a positive whole number of MiB; using the "
+                      "default of ",
+                      kDefaultMaxDiskMiB,
+                      " MiB (STEPJIT_CACHE_DIR=off disables the disk cache)"));
+    return kDefaultMaxDiskMiB << 20;
+  }
+  return mib << 20;
+}
+
+}  // namespace
+
+std::string CacheKey::Digest() const { return ToHex(KeyDigest(*this)); }
+
+CacheOptions CacheOptions::FromEnvironment() {
+  return {.disk_dir = DiskDirFromEnvironment(),
+          .max_disk_bytes = MaxDiskBytesFromEnvironment()};
 }
 
 KernelCache& KernelCache::Global() {
@@ -195,7 +221,8 @@ KernelCache& KernelCache::Global() {
 }
 
 KernelCache::KernelCache(CacheOptions options)
-    : disk_dir_(std::move(options.disk_dir)) {
+    : disk_dir_(std::move(options.disk_dir)),
+      max_disk_bytes_(options.max_disk_bytes) {
   if (disk_dir_.empty()) return;
   std::string reason = MakeDirectory(disk_dir_);
   if (reason.empty()) reason = UnsafeDirectoryReason(disk_dir_);
@@ -263,6 +290,7 @@ std::optional<std::string> KernelCache::LoadEntry(const std::string& digest) {
     ++stats_.corrupt_entries;
     return std::nullopt;
   }
+  MarkUsed(path);
   return bytes->substr(kHeaderSize);
 }
 
@@ -313,6 +341,12 @@ void KernelCache::WriteEntry(const Sha256::Digest& key_digest,
       dir_fd >= 0) {
     fsync(dir_fd);
     close(dir_fd);
+  }
+  const EvictionResult evicted =
+      EvictLeastRecentlyUsed(disk_dir_, max_disk_bytes_, digest + ".bin");
+  if (evicted.entries_removed > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.evictions += evicted.entries_removed;
   }
 }
 

@@ -1,5 +1,6 @@
 // Compiled-kernel cache: objects and cubins kept in memory and on disk,
-// verified on load.
+// verified on load, the disk layer bounded by a size cap with
+// least-recently-used eviction.
 #ifndef STEPJIT_CODEGEN_KERNEL_CACHE_H_
 #define STEPJIT_CODEGEN_KERNEL_CACHE_H_
 
@@ -27,12 +28,21 @@ struct CacheKey {
   std::string Digest() const;
 };
 
+inline constexpr int64_t kDefaultMaxDiskMiB = 1024;
+
 struct CacheOptions {
   // Directory for the disk layer; empty keeps the cache in memory only.
   std::string disk_dir;
+  // The disk layer's size cap, in bytes of entry files. A store that takes
+  // the directory past it deletes the least recently used entries (stored or
+  // loaded longest ago, by any process) until it fits again; see
+  // codegen/cache_eviction.h.
+  int64_t max_disk_bytes = kDefaultMaxDiskMiB << 20;
 
-  // $STEPJIT_CACHE_DIR if set ("off" disables the disk layer), else
-  // $XDG_CACHE_HOME/stepjit, else ~/.cache/stepjit.
+  // Directory: $STEPJIT_CACHE_DIR if set ("off" disables the disk layer),
+  // else $XDG_CACHE_HOME/stepjit, else ~/.cache/stepjit. Cap:
+  // $STEPJIT_CACHE_MAX_MB MiB, a positive whole number; anything else warns
+  // on stderr and keeps the default of kDefaultMaxDiskMiB.
   static CacheOptions FromEnvironment();
 };
 
@@ -42,12 +52,20 @@ struct CacheStats {
   int64_t misses = 0;
   int64_t stores = 0;
   int64_t corrupt_entries = 0;  // disk entries rejected and deleted
+  int64_t evictions = 0;        // disk entries deleted to honor the size cap
 };
 
 // Thread-safe. An entry on disk is `<digest>.bin`: a header (magic, format
 // version, key digest, payload SHA-256, payload length) and the payload. A
 // blob is only ever returned after all of these check out, so a truncated or
 // tampered file is recompiled rather than executed.
+//
+// Several processes may share the directory. Entries are written to a
+// temporary file and renamed, so readers see whole entries or none; a load
+// marks its entry used; each store then evicts the least recently used
+// entries beyond max_disk_bytes. An entry another process evicted is a miss
+// here (and is recompiled and stored again). The memory layer is not
+// bounded: it holds what this process has used.
 class KernelCache {
  public:
   // The process-wide cache, configured from the environment on first use.
@@ -68,6 +86,7 @@ class KernelCache {
   CacheStats stats() const;
   // The directory in use; empty when the disk layer is off.
   const std::string& disk_dir() const { return disk_dir_; }
+  int64_t max_disk_bytes() const { return max_disk_bytes_; }
   // Where the entry for `key` lives (or would live) on disk; empty when off.
   std::string EntryPath(const CacheKey& key) const;
 
@@ -76,6 +95,7 @@ class KernelCache {
   void WriteEntry(const Sha256::Digest& key_digest, const std::string& blob);
 
   std::string disk_dir_;
+  int64_t max_disk_bytes_;
   // std::mutex rather than absl::Mutex: Debian's prebuilt abseil carries no
   // ThreadSanitizer annotations, so TSan could not check this class.
   mutable std::mutex mu_;  // guards memory_ and stats_

@@ -1,10 +1,14 @@
 // Tests for SHA-256 and the kernel cache: hits, disk persistence, corrupt
-// entries, safety.
+// entries, safety, the size cap and its least-recently-used eviction.
 #include "codegen/kernel_cache.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <ctime>
 
 #include <filesystem>
 #include <fstream>
@@ -390,6 +394,146 @@ TEST(KernelCacheTest, ConcurrentStoresAndLookups) {
   }
   EXPECT_EQ(reader.stats().disk_hits, kKeys);
   EXPECT_EQ(reader.stats().corrupt_entries, 0);
+}
+
+
+// Every entry in these tests is this many bytes on disk (header + Blob()).
+constexpr int64_t kEntryBytes = 84 + 1000;
+
+// Ages `path` as if it was last stored or loaded `seconds` ago.
+void SetAge(const std::string& path, int seconds) {
+  const timespec t = {time(nullptr) - seconds, 0};
+  const timespec times[2] = {t, t};
+  ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0) << path;
+}
+
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() == ".bin") names.push_back(entry.path().filename());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// The entry file names of Key(k) for each of `keys`, sorted.
+std::vector<std::string> EntriesOf(const std::vector<std::string>& keys) {
+  std::vector<std::string> names;
+  for (const std::string& k : keys) names.push_back(Key(k).Digest() + ".bin");
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(KernelCacheCapTest, LeastRecentlyUsedEntriesGoFirst) {
+  TempDir tmp;
+  KernelCache writer({tmp.path()});  // the default cap: nothing is evicted
+  for (const char* k : {"a", "b", "c"}) writer.Store(Key(k), Blob(k[0]));
+  SetAge(writer.EntryPath(Key("a")), 300);
+  SetAge(writer.EntryPath(Key("b")), 200);
+  SetAge(writer.EntryPath(Key("c")), 100);
+
+  // Another process, with room for three entries, loads the oldest one:
+  // that load makes it the most recently used.
+  KernelCache capped({.disk_dir = tmp.path(), .max_disk_bytes = 3 * kEntryBytes + 100});
+  EXPECT_EQ(capped.Lookup(Key("a")), Blob('a'));
+  EXPECT_EQ(capped.stats().evictions, 0);
+
+  capped.Store(Key("d"), Blob('d'));
+  EXPECT_EQ(Entries(tmp.path()), EntriesOf({"a", "c", "d"}));
+  EXPECT_EQ(capped.stats().evictions, 1);
+  SetAge(capped.EntryPath(Key("d")), 50);  // d is now older than a
+  capped.Store(Key("e"), Blob('e'));
+  EXPECT_EQ(Entries(tmp.path()), EntriesOf({"a", "d", "e"}));
+  EXPECT_EQ(capped.stats().evictions, 2);
+
+  // An evicted entry is a plain miss, not a corrupt one.
+  KernelCache later({tmp.path()});
+  EXPECT_EQ(later.Lookup(Key("b")), std::nullopt);
+  EXPECT_EQ(later.Lookup(Key("a")), Blob('a'));
+  EXPECT_EQ(later.stats().corrupt_entries, 0);
+}
+
+TEST(KernelCacheCapTest, AnEntryLargerThanTheCapOutlivesOnlyItsOwnStore) {
+  TempDir tmp;
+  KernelCache cache({.disk_dir = tmp.path(), .max_disk_bytes = 100});
+  cache.Store(Key("x"), Blob(1));
+  EXPECT_EQ(Entries(tmp.path()), EntriesOf({"x"}));
+  cache.Store(Key("y"), Blob(2));
+  EXPECT_EQ(Entries(tmp.path()), EntriesOf({"y"}));
+  EXPECT_EQ(cache.stats().evictions, 1);
+  EXPECT_EQ(cache.Lookup(Key("x")), Blob(1));  // still in this process's memory
+}
+
+TEST(KernelCacheCapTest, StoresRemoveTemporaryFilesOfDeadWritesOnly) {
+  TempDir tmp;
+  const std::string dead = tmp.Sub(".0123.tmp.99999.0");
+  const std::string live = tmp.Sub(".4567.tmp.99998.0");
+  const std::string foreign = tmp.Sub("notes.txt");
+  for (const std::string& path : {dead, live, foreign}) WriteBytes(path, "partial");
+  SetAge(dead, 2 * 60 * 60);
+  SetAge(foreign, 2 * 60 * 60);
+  KernelCache({tmp.path()}).Store(Key("k"), Blob(3));
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(foreign));  // not the cache's to delete
+}
+
+TEST(KernelCacheCapTest, EnvironmentSetsTheCapInMiB) {
+  {
+    ScopedEnv cap("STEPJIT_CACHE_MAX_MB", nullptr);
+    EXPECT_EQ(CacheOptions::FromEnvironment().max_disk_bytes, int64_t{1024} << 20);
+  }
+  {
+    ScopedEnv cap("STEPJIT_CACHE_MAX_MB", "64");
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(CacheOptions::FromEnvironment().max_disk_bytes, int64_t{64} << 20);
+    EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  }
+  for (const char* bad : {"abc", "0", "-5", "1.5", "64MB", "99999999999999999999",
+                          "9223372036854775807"}) {
+    ScopedEnv cap("STEPJIT_CACHE_MAX_MB", bad);
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(CacheOptions::FromEnvironment().max_disk_bytes, int64_t{1024} << 20) << bad;
+    const std::string warning = ::testing::internal::GetCapturedStderr();
+    EXPECT_CONTAINS(warning, absl::StrCat("STEPJIT_CACHE_MAX_MB='", bad, "'"));
+    EXPECT_CONTAINS(warning, "positive whole number of MiB");
+    EXPECT_CONTAINS(warning, "default of 1024 MiB");
+  }
+}
+
+// Processes sharing one directory with a cap of a few entries: each
+// iteration is a fresh cache (an empty memory layer, as a new process has),
+// so every lookup reads the disk while other threads store and evict.
+TEST(KernelCacheCapTest, ProcessesSharingATinyCacheNeverSeeABadEntry) {
+  TempDir tmp;
+  constexpr int kThreads = 4;
+  constexpr int kKeys = 12;
+  constexpr int64_t kCap = 4 * kEntryBytes;
+  std::vector<std::thread> threads;
+  std::vector<int> wrong(kThreads, 0), corrupt(kThreads, 0), hits(kThreads, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 30; ++round) {
+        KernelCache cache({.disk_dir = tmp.path(), .max_disk_bytes = kCap});
+        const int k = (round * 5 + t * 3) % kKeys;
+        const CacheKey key = Key(absl::StrCat("kernel_", k));
+        std::optional<std::string> hit = cache.Lookup(key);
+        if (hit) ++hits[t];
+        if (hit && *hit != Blob(k)) ++wrong[t];
+        if (!hit) cache.Store(key, Blob(k));
+        corrupt[t] += static_cast<int>(cache.stats().corrupt_entries);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(wrong, std::vector<int>(kThreads, 0));
+  EXPECT_EQ(corrupt, std::vector<int>(kThreads, 0));
+  int total_hits = 0;
+  for (int h : hits) total_hits += h;
+  EXPECT_GT(total_hits, 0) << "no lookup found an entry: the test read nothing";
+  // Quiet now: one more store leaves the directory within the cap.
+  KernelCache({.disk_dir = tmp.path(), .max_disk_bytes = kCap}).Store(Key("last"), Blob(0));
+  EXPECT_LE(static_cast<int64_t>(Entries(tmp.path()).size()) * kEntryBytes, kCap);
 }
 
 }  // namespace
