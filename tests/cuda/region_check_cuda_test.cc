@@ -29,8 +29,10 @@ using test::Start;
 const Device kCuda = Device::cuda(0);
 
 Program BuildOnCuda(const ir::Graph& g, bool multi_region) {
-  absl::StatusOr<Program> p =
-      Program::Build(g, {.device = kCuda, .cuda_multi_region = multi_region});
+  runtime::ProgramOptions options;
+  options.device = kCuda;
+  options.cuda_multi_region = multi_region;
+  absl::StatusOr<Program> p = Program::Build(g, options);
   SJ_CHECK(p.ok(), p.status().message());
   return *std::move(p);
 }

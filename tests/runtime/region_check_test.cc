@@ -48,7 +48,9 @@ void ExpectSame(const std::vector<Tensor>& got, const std::vector<Tensor>& want,
 }
 
 Program Build(const ir::Graph& g, bool codegen = true) {
-  absl::StatusOr<Program> p = Program::Build(g, {.codegen = codegen});
+  ProgramOptions options;
+  options.codegen = codegen;
+  absl::StatusOr<Program> p = Program::Build(g, options);
   SJ_CHECK(p.ok(), p.status().message());
   return *std::move(p);
 }
