@@ -9,9 +9,11 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "frontend/checker.h"
 #include "frontend/event_log.h"
 #include "frontend/guards.h"
 #include "frontend/specialization.h"
@@ -89,7 +91,10 @@ struct StepCompiler::Impl {
   std::vector<std::unique_ptr<Specialization>> specs;
   const Specialization* last = nullptr;
   EventLog events;
-  // The accuracy checker: replays still to check, and the last report.
+  // The accuracy checker: replays of each new specialization to check
+  // (options.check, STEPJIT_CHECK), replays asked for by check_next(), and
+  // the last report.
+  int check_replays = 0;
   int check_pending = 0;
   std::string check_report;
   // Set when a shape-only re-trace could not stand for a call in a way that
@@ -201,6 +206,7 @@ struct StepCompiler::Impl {
     }
     spec->record = RecordTrace(spec->trace);
     spec->unguarded = UnguardedState(spec->trace);
+    spec->traced_state = spec->trace.state.size();
     if (absl::Status st = ir::Verify(*spec->trace.graph); !st.ok()) {
       spec->eager_only = true;
       spec->reason = absl::StrCat("the traced graph failed verification: ", st.message());
@@ -231,6 +237,7 @@ struct StepCompiler::Impl {
         spec->reason = absl::StrCat("building the program failed: ", program.status().message());
       } else {
         spec->program = *std::move(program);
+        spec->check_left = check_replays;
       }
     }
     return spec;
@@ -303,7 +310,7 @@ struct StepCompiler::Impl {
     ++stats.verifications;
     stats.verify_ms +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (now.inconclusive.empty() && diff.empty()) return Replay(s, inputs);
+    if (now.inconclusive.empty() && diff.empty()) return Replay(s, inputs, eager);
     if (!now.inconclusive.empty()) {
       // The step itself still runs as written: eagerly, traced again.
       if (now.inconclusive.find("kept a tensor") != std::string::npos) {
@@ -324,7 +331,34 @@ struct StepCompiler::Impl {
       eager();
       return std::nullopt;
     }
-    return Replay(*fresh, inputs);
+    return Replay(*fresh, inputs, eager);
+  }
+
+  // Replays `s`, or runs the call through the accuracy checker when one is due.
+  std::optional<std::vector<Tensor>> Replay(Specialization& s, const std::vector<Tensor>& inputs,
+                                            const std::function<std::vector<Tensor>()>& eager) {
+    if (s.check_left <= 0 && check_pending <= 0) return Replay(s, inputs);
+    if (s.check_left > 0) {
+      --s.check_left;
+    } else {
+      --check_pending;
+    }
+    ++stats.checks;
+    ++stats.eager_calls;
+    last = &s;
+    CheckResult r = CheckCall(absl::StrCat(options.name, ", call ", stats.calls), *s.program,
+                              s.trace, s.traced_state, options.amp, inputs, eager);
+    check_report = std::move(r.report);
+    if (r.diverged) {
+      ++stats.check_failures;
+      std::cerr << check_report;
+      // Never replay what was seen computing wrong results.
+      s.eager_only = true;
+      s.reason = absl::StrCat("the accuracy checker found the compiled step diverging: ",
+                              check_report.substr(0, check_report.find('\n')));
+      Event("accuracy check", s.reason);
+    }
+    return std::nullopt;
   }
 
   std::optional<std::vector<Tensor>> Replay(Specialization& s, const std::vector<Tensor>& inputs) {
@@ -368,6 +402,14 @@ StepCompiler::StepCompiler(CompileOptions options) : impl_(std::make_unique<Impl
     for (const auto& [name, t] : m.compiler_state) MarkOwnedState(t);
   }
   m.pipeline = prefix + options.pipeline;
+  m.check_replays = options.check ? options.check_replays : 0;
+  if (const char* env = std::getenv("STEPJIT_CHECK"); env != nullptr && *env != '\0') {
+    int n = 0;
+    SJ_REQUIRE(absl::SimpleAtoi(env, &n) && n >= 0,
+               "STEPJIT_CHECK: expected 0 (off), 1 (check the first ", options.check_replays,
+               " replays of each specialization) or N (the first N), got '", env, "'");
+    m.check_replays = n == 0 ? 0 : n == 1 ? std::max(options.check_replays, 1) : n;
+  }
   m.options = std::move(options);
 }
 
@@ -430,7 +472,7 @@ std::optional<std::vector<Tensor>> StepCompiler::Call(
     return std::nullopt;
   }
   if (m.ShouldVerify(*match)) return m.VerifiedReplay(*match, std::move(sig), inputs, eager);
-  return m.Replay(*match, inputs);
+  return m.Replay(*match, inputs, eager);
 }
 
 CompileStats StepCompiler::stats() const {
@@ -502,6 +544,10 @@ std::string StepCompiler::explain() const {
                             m.options.verify_every, "th"))
      << "; " << m.stats.verifications << " run (" << m.stats.verify_ms << " ms), "
      << m.stats.verify_mismatches << " found the step changed\n";
+  if (m.stats.checks > 0) {
+    os << "accuracy checks: " << m.stats.checks << " run, " << m.stats.check_failures
+       << " diverged; last: " << m.check_report.substr(0, m.check_report.find('\n')) << "\n";
+  }
   if (!m.stats.passes.empty()) os << "passes (last trace):\n" << m.stats.passes;
   os << m.events.ToString();
   return os.str();

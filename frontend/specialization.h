@@ -27,6 +27,10 @@ struct Specialization {
   bool eager_only = false;
   std::string reason;  // why eager-only
   int64_t replays = 0;
+  // Of trace.state, the step's own tensors (the rest are the compiler's).
+  size_t traced_state = 0;
+  // Replays still to run through the accuracy checker.
+  int check_left = 0;
   // A state guard failed and one call ran eagerly since: the next miss retraces.
   bool settled_after_miss = false;
 };
