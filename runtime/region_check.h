@@ -96,7 +96,6 @@ class RegionChecker {
   // result order) and records each that disagrees.
   void Compare(const ir::Node& region, absl::Span<const Tensor> generated,
                absl::Span<const Tensor> interpreted);
-  int regions_checked() const { return regions_checked_; }
   std::vector<RegionMismatch> Take() { return std::move(mismatches_); }
 
  private:
@@ -105,7 +104,6 @@ class RegionChecker {
   std::optional<ir::ValueNames> names_;
   absl::flat_hash_map<const ir::Node*, int> positions_;
   std::vector<RegionMismatch> mismatches_;
-  int regions_checked_ = 0;
 };
 
 }  // namespace stepjit::runtime
