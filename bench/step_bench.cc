@@ -5,6 +5,9 @@
 //       --benchmark_report_aggregates_only=true   (one command line)
 // Counters of compiled runs: kernels per replay, ops_traced (the ops the
 // eager step dispatches) and compile_ms (trace, passes and code generation).
+// Step/<w>/compiled runs with verification off; compiled_verify_always adds
+// a shape-only re-trace to every call (verify_us, verify_us_per_op: its own
+// cost) and compiled_check_always the accuracy checker.
 #include <benchmark/benchmark.h>
 
 #include "bench/workloads.h"
@@ -15,8 +18,20 @@
 namespace stepjit::bench {
 namespace {
 
-void BM_Step(benchmark::State& state, const Workload* w, bool compiled) {
-  WorkloadRun run(*w, CompileOptions{.mode = compiled ? Mode::kCompiled : Mode::kEager});
+// What a compiled replay adds on top of the program: nothing (verify off),
+// a shape-only re-trace per call (verify always), or the accuracy checker
+// per call (the eager step plus every region run twice, then compared).
+enum class Extra { kNone, kVerifyAlways, kCheckAlways };
+
+void BM_Step(benchmark::State& state, const Workload* w, bool compiled,
+             Extra extra = Extra::kNone) {
+  CompileOptions options{.mode = compiled ? Mode::kCompiled : Mode::kEager};
+  options.verify = extra == Extra::kVerifyAlways ? Verify::kAlways : Verify::kOff;
+  if (extra == Extra::kCheckAlways) {
+    options.check = true;
+    options.check_replays = 1 << 30;
+  }
+  WorkloadRun run(*w, options);
   for (int64_t i = 0; i < run.StepsToWarm(); ++i) run.Step();
   for (auto _ : state) {
     Tensor loss = run.Step();
@@ -27,6 +42,13 @@ void BM_Step(benchmark::State& state, const Workload* w, bool compiled) {
     state.counters["kernels"] = s.kernels_per_step;
     state.counters["ops_traced"] = s.ops_per_step;
     state.counters["compile_ms"] = s.compile_ms;
+    if (extra == Extra::kVerifyAlways && s.verifications > 0) {
+      // The re-trace alone, per call and per traced op.
+      state.counters["verify_us"] = 1e3 * s.verify_ms / static_cast<double>(s.verifications);
+      state.counters["verify_us_per_op"] =
+          1e3 * s.verify_ms / static_cast<double>(s.verifications) / s.ops_per_step;
+    }
+    if (extra == Extra::kCheckAlways) state.counters["check_failures"] = s.check_failures;
   }
   state.counters["batch_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()),
                                                      benchmark::Counter::kIsRate);
@@ -84,6 +106,14 @@ int Register() {
       benchmark::RegisterBenchmark(
           ("Step/" + w.name + (compiled ? "/compiled" : "/eager")).c_str(),
           [&w, compiled](benchmark::State& s) { BM_Step(s, &w, compiled); })
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
+    for (auto [suffix, extra] : {std::pair{"verify_always", Extra::kVerifyAlways},
+                                 std::pair{"check_always", Extra::kCheckAlways}}) {
+      benchmark::RegisterBenchmark(
+          ("Step/" + w.name + "/compiled_" + suffix).c_str(),
+          [&w, extra](benchmark::State& s) { BM_Step(s, &w, true, extra); })
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     }
