@@ -8,6 +8,7 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/cpu/jit.h"
 #include "codegen/cpu/llvm_math.h"
@@ -103,7 +104,6 @@ class Lowering {
       if (outer_reduced) k.parallel = false;
       else k.split_align = k.row;
     }
-    k.name = prefix;
     symbols_.scalar = scalar_work ? prefix + "_scalar" : "";
     symbols_.main = prefix + "_main";
     symbols_.reduced = plan_.r_numel > 0 ? prefix + "_reduced" : "";
@@ -552,11 +552,18 @@ absl::StatusOr<RegionKernel> CompileRegion(const ir::Graph& body, const RegionCo
   auto ctx = std::make_unique<llvm::LLVMContext>();
   auto module = std::make_unique<llvm::Module>("stepjit", *ctx);
   // Symbols derive from the body's text, so a later process emits the same
-  // IR for the same region and finds it in the disk cache.
-  const std::string text = ir::Print(body);
-  const std::string prefix =
-      absl::StrCat(body.name(), "_", ToHex(Sha256Of(absl::StrCat(text, kLoweringVersion))).substr(0, 12));
+  // IR for the same region and finds it in the disk cache. The text leaves
+  // out the region's name: the fuse pass numbers regions, and bodies that
+  // differ only in that number (a bias gradient per layer) share a kernel.
+  std::string text = ir::Print(body);
+  if (const std::string header = absl::StrCat("graph @", body.name(), "(");
+      absl::StartsWith(text, header)) {
+    text.replace(0, header.size(), "graph @region(");
+  }
+  const std::string hash = ToHex(Sha256Of(absl::StrCat(text, kLoweringVersion))).substr(0, 12);
+  const std::string prefix = absl::StrCat("sj_", hash);
   RegionKernel k;
+  k.name = absl::StrCat(body.name(), "_", hash);
   Lowering lowering(body, plan, *ctx, *module);
   RETURN_IF_ERROR(lowering.Run(prefix, k));
   std::string verify;

@@ -39,7 +39,7 @@ struct Accumulator {
 };
 
 struct RegionKernel {
-  std::string name;               // symbol prefix; also names dump files
+  std::string name;               // <region>_<hash of the body>: names dump files
   ScalarFn scalar = nullptr;      // null when the region has no 0-d work
   LoopFn main = nullptr;          // over elements [begin, end) of F
   LoopFn reduced = nullptr;       // over [begin, end) of R; null without reductions

@@ -1,6 +1,7 @@
 // Code generation is a function of the region body alone: separate processes
 // lowering the same graph emit byte-identical LLVM IR and CUDA C and compute
-// the same kernel cache keys, so a warm start finds every kernel on disk.
+// the same kernel cache keys, so a warm start finds every kernel on disk; and
+// CPU regions that differ only in name share one kernel.
 // Heap addresses and abseil's per-process hash seed differ between
 // processes, so anything emitted in the order of a pointer-keyed container
 // shows up here as a difference.
@@ -249,6 +250,38 @@ TEST(DeterministicCodegenTest, SameIrAndKeysInEveryProcess) {
         << "process " << p << " emitted different code than process 0:"
         << Differences(outputs[0], outputs[p]);
   }
+}
+
+// The fuse pass numbers regions; two layers' bias gradients are the same
+// body under different numbers, and compile once.
+TEST(DeterministicCodegenTest, RegionsDifferingOnlyInNameShareAKernel) {
+  constexpr char kBody[] = R"(
+graph @NAME(%p0: bool[8,16] input, %p1: f32[8,16] input, %p2: f32[16] input) {
+  %0 = full {shape = [], value = 0.0, dtype = f32} : f32[]
+  %1 = where %p0, %p1, %0 : f32[8,16]
+  %2 = sum %1 {dims = [0], keepdim = true} : f32[1,16]
+  %3 = reshape %2 {shape = [16]} : f32[16]
+  %4 = full {shape = [], value = 0.25, dtype = f32} : f32[]
+  %5 = lerp_ %p2, %3, %4 {in_place = true} : f32[16]
+  return %1, %3, %5
+})";
+  std::vector<cpu::RegionKernel> kernels;
+  for (const char* name : {"fused_5", "fused_8"}) {
+    std::string text = kBody;
+    text.replace(text.find("NAME"), 4, name);
+    absl::StatusOr<std::unique_ptr<ir::Graph>> g = ir::ParseGraph(text);
+    ASSERT_TRUE(g.ok()) << g.status();
+    absl::StatusOr<cpu::RegionKernel> k = cpu::CompileRegion(**g);
+    ASSERT_TRUE(k.ok()) << k.status();
+    kernels.push_back(*std::move(k));
+  }
+  EXPECT_EQ(kernels[0].cache_key, kernels[1].cache_key);
+  EXPECT_EQ(kernels[0].llvm_ir_raw, kernels[1].llvm_ir_raw);
+  EXPECT_TRUE(kernels[1].cache_hit);
+  EXPECT_EQ(kernels[0].main, kernels[1].main);
+  // Dumps and profiles still tell the regions apart.
+  EXPECT_EQ(kernels[0].name.rfind("fused_5_", 0), 0u) << kernels[0].name;
+  EXPECT_EQ(kernels[1].name.rfind("fused_8_", 0), 0u) << kernels[1].name;
 }
 
 }  // namespace
