@@ -51,6 +51,66 @@ class Builder {
   std::vector<Node*>& order_;
 };
 
+// A cast from f16/bf16 to f32/f64: exact, and finite exactly when its input is.
+bool IsExactWidening(DType from, DType to) {
+  return (from == DType::kF16 || from == DType::kBF16) && (to == DType::kF32 || to == DType::kF64);
+}
+
+// The gradient seeds of the step's backward() calls, in order.
+std::vector<const Node*> GradSeeds(const ir::Graph& g) {
+  std::vector<const Node*> seeds;
+  for (const auto& n : g.nodes()) {
+    if (n->kind() == NodeKind::kOp && n->op() == OpId::kFull &&
+        n->attrs().GetString(AttrKey::kRole) == kGradSeedRole) {
+      seeds.push_back(n.get());
+    }
+  }
+  return seeds;
+}
+
+// The gradients backward() bound to leaves' .grad, as the values that
+// computed them. The tracer returns every rebound .grad; a returned value
+// that depends on a seed, followed back through the in-place ops that
+// updated it (clip_grad_norm_'s mul_), leads to the op that produced it.
+// Everything that reads .grad (clipping, the optimizer, the return) reads
+// that value or a later version of it. A value computed from gradients
+// (clip_grad_norm_'s total norm, returned) is not itself one, nor is a seed
+// (backward() on a leaf binds it as the leaf's .grad).
+absl::flat_hash_set<const Value*> GradientRoots(const ir::Graph& g) {
+  absl::flat_hash_set<const Value*> seeds;
+  for (const Node* seed : GradSeeds(g)) seeds.insert(seed->output());
+  if (seeds.empty()) return {};
+  absl::flat_hash_set<const Value*> tainted = seeds;
+  for (const auto& n : g.nodes()) {
+    for (const Value* v : n->inputs()) {
+      if (tainted.contains(v)) {
+        tainted.insert(n->outputs().begin(), n->outputs().end());
+        break;
+      }
+    }
+  }
+  absl::flat_hash_set<const Value*> roots;
+  for (const Value* r : g.returns()) {
+    const Value* v = r;
+    for (const Node* p = v->producer(); p != nullptr && p->kind() == NodeKind::kOp &&
+                                        ir::IsInplace(p->op());
+         p = v->producer()) {
+      v = p->inputs()[0];
+    }
+    if (v->producer() != nullptr && tainted.contains(v) && !seeds.contains(v)) roots.insert(v);
+  }
+  absl::flat_hash_set<const Value*> from_roots, gradients;
+  for (const auto& n : g.nodes()) {
+    bool reads_root = false;
+    for (const Value* v : n->inputs()) reads_root |= roots.contains(v) || from_roots.contains(v);
+    for (const Value* out : n->outputs()) {
+      if (reads_root) from_roots.insert(out);
+      else if (roots.contains(out)) gradients.insert(out);
+    }
+  }
+  return gradients;
+}
+
 absl::Status RequireUnfused(const ir::Graph& g, absl::string_view pass) {
   for (const auto& n : g.nodes()) {
     if (n->kind() == NodeKind::kFusion) {
@@ -85,20 +145,14 @@ absl::StatusOr<bool> AutocastGraph(ir::Graph& g, DType low, PassStats& stats) {
     casts[key] = c;
     return c;
   };
-  // Returned values whose dtype changes (a weight's grad from a bf16
-  // matmul) are cast back right after they are computed, and the
-  // optimizer's in-place updates read that f32 copy, as they read .grad in
-  // eager autocast; the cast then fuses into the optimizer's region.
-  const absl::flat_hash_set<const Value*> returned(g.returns().begin(), g.returns().end());
-  absl::flat_hash_map<const Value*, Value*> restored;
+  // A gradient keeps its leaf's dtype, as the backward of eager autocast's
+  // cast gives it: where its low-precision producer computes it, it is cast
+  // back, and every use (the returned .grad, clip_grad_norm_, the
+  // optimizer) reads that copy, so their math runs in f32.
+  const absl::flat_hash_set<const Value*> gradients = GradientRoots(g);
+  ValueReplacer restored;
   for (Node* n : original) {
-    if (n->kind() == NodeKind::kOp && ir::IsInplace(n->op())) {
-      for (size_t i = 0; i < n->inputs().size(); ++i) {
-        if (auto it = restored.find(n->inputs()[i]); it != restored.end()) {
-          n->ReplaceInput(static_cast<int>(i), it->second);
-        }
-      }
-    }
+    restored.ApplyTo(*n);
     if (n->kind() == NodeKind::kAssign) {
       Value* state = n->inputs()[0];
       Value* v = n->inputs()[1];
@@ -133,12 +187,17 @@ absl::StatusOr<bool> AutocastGraph(ir::Graph& g, DType low, PassStats& stats) {
       ++retyped;
     }
     order.push_back(n);
-    Value* v = n->output();
-    if (returned.contains(v) && v->type().dtype != traced.at(v)) {
-      ASSIGN_OR_RETURN(restored[v], cast(v, traced.at(v)));
+    for (Value* v : n->outputs()) {
+      const DType now = v->type().dtype, was = traced.at(v);
+      if (!gradients.contains(v) || now == was) continue;
+      ASSIGN_OR_RETURN(Value * copy, cast(v, was));
+      restored.Replace(v, copy);
+      // A matmul reading the copy reads `v` itself: narrowing undoes the cast.
+      if (IsExactWidening(now, was)) casts[std::make_pair(copy, now)] = v;
     }
   }
-  // The step's results (loss, grads) keep the dtypes the f32 step had.
+  restored.ApplyToReturns(g);
+  // The step's other results (the loss) keep the dtypes the f32 step had.
   std::vector<Value*> rets = g.returns();
   for (Value*& r : rets) {
     auto it = traced.find(r);
@@ -174,39 +233,37 @@ absl::StatusOr<bool> InsertGradScaler(ir::Graph& g, PassStats& stats) {
       return absl::FailedPreconditionError("grad-scaler: the graph already has %amp_scale");
     }
   }
-  std::vector<Node*> original;
-  for (const auto& n : g.nodes()) original.push_back(n.get());
-  size_t seed_pos = original.size();
-  for (size_t i = 0; i < original.size(); ++i) {
-    const Node* n = original[i];
-    if (n->kind() == NodeKind::kOp && n->op() == OpId::kFull &&
-        n->attrs().GetString(AttrKey::kRole) == kGradSeedRole) {
-      seed_pos = i;
-      break;
-    }
-  }
-  if (seed_pos == original.size()) {
+  const std::vector<const Node*> seeds = GradSeeds(g);
+  if (seeds.empty()) {
     return absl::FailedPreconditionError(
         "grad-scaler: the step calls no backward() (no node has role = \"grad_seed\"); loss "
         "scaling needs the traced gradient seed");
+  }
+  // A second backward() accumulates into .grad in place, after the first
+  // gradient was unscaled (and checked for inf): its part would stay
+  // scaled, or unscaled and unchecked.
+  if (seeds.size() > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "grad-scaler: the step calls backward() ", seeds.size(),
+        " times; loss scaling of gradients accumulated within one step is not supported"));
+  }
+  const Node* seed = seeds.front();
+  const absl::flat_hash_set<const Value*> grads = GradientRoots(g);
+  if (grads.empty()) {
+    return absl::FailedPreconditionError(
+        "grad-scaler: no returned value depends on the gradient seed, so there are no gradients "
+        "to unscale (the step must leave .grad bound)");
+  }
+  std::vector<Node*> original;
+  size_t seed_pos = 0;
+  for (const auto& n : g.nodes()) {
+    if (n.get() == seed) seed_pos = original.size();
+    original.push_back(n.get());
   }
   const GradScalerPassConfig cfg = t_scaler_config;
   Value* scale = g.AddParam(kAmpScaleParam, {DType::kF32, {}}, ir::ParamKind::kState);
   Value* growth = g.AddParam(kAmpGrowthParam, {DType::kF32, {}}, ir::ParamKind::kState);
   Value* skipped = g.AddParam(kAmpSkippedParam, {DType::kF32, {}}, ir::ParamKind::kState);
-
-  // Values that depend on the seed, and which returns they are.
-  absl::flat_hash_set<const Value*> tainted = {original[seed_pos]->output()};
-  for (size_t i = seed_pos + 1; i < original.size(); ++i) {
-    const Node* n = original[i];
-    bool t = false;
-    for (const Value* v : n->inputs()) t |= tainted.contains(v);
-    if (t) tainted.insert(n->outputs().begin(), n->outputs().end());
-  }
-  absl::flat_hash_set<const Value*> grads;
-  for (const Value* r : g.returns()) {
-    if (tainted.contains(r)) grads.insert(r);
-  }
 
   std::vector<Node*> order;
   Builder b(g, order);
@@ -227,6 +284,8 @@ absl::StatusOr<bool> InsertGradScaler(ir::Graph& g, PassStats& stats) {
     }
     for (Value* out : n->outputs()) {
       if (!grads.contains(out)) continue;
+      // Unscaled once, where the gradient is computed: every reader of
+      // .grad (clip_grad_norm_, the optimizer, the return) sees g / scale.
       ASSIGN_OR_RETURN(Value * g_unscaled, b.Op(OpId::kMul, {out, inv}));
       replace.Replace(out, g_unscaled);
       // found_inf reads the scaled grad (finite exactly when the unscaled
@@ -238,11 +297,10 @@ absl::StatusOr<bool> InsertGradScaler(ir::Graph& g, PassStats& stats) {
       // fuse into) the optimizer's region.
       Value* checked = out;
       if (const Node* p = checked->producer(); p != nullptr && p->kind() == NodeKind::kOp &&
-                                                p->op() == OpId::kCast) {
-        const DType from = p->inputs()[0]->type().dtype, to = checked->type().dtype;
-        if ((from == DType::kF16 || from == DType::kBF16) && (to == DType::kF32 || to == DType::kF64)) {
-          checked = p->inputs()[0];
-        }
+                                                p->op() == OpId::kCast &&
+                                                IsExactWidening(p->inputs()[0]->type().dtype,
+                                                                checked->type().dtype)) {
+        checked = p->inputs()[0];
       }
       ASSIGN_OR_RETURN(Value * zero, b.Const(0.0, DType::kF32));
       ASSIGN_OR_RETURN(Value * times0, b.Op(OpId::kMul, {checked, zero}));
@@ -257,11 +315,6 @@ absl::StatusOr<bool> InsertGradScaler(ir::Graph& g, PassStats& stats) {
       }
       ++unscaled;
     }
-  }
-  if (found == nullptr) {
-    return absl::FailedPreconditionError(
-        "grad-scaler: no returned value depends on the gradient seed, so there are no gradients "
-        "to unscale (the step must leave .grad bound)");
   }
   ASSIGN_OR_RETURN(Value * zero, b.Const(0.0, DType::kF32));
   ASSIGN_OR_RETURN(Value * skip, b.Op(OpId::kGt, {found, zero}));
