@@ -174,12 +174,14 @@ std::string EmitAll() {
     absl::StatusOr<cuda::RegionSource> c = cuda::EmitRegion(body);
     EXPECT_TRUE(c.ok()) << body.name() << ": " << c.status();
     if (!k.ok() || !c.ok()) return "";
-    absl::StrAppend(&out, "=== cpu ", body.name(), "\nkey ", k->cache_key, "\n", k->llvm_ir_raw,
-                    "=== cuda ", body.name(), "\n", c->source);
+    absl::StrAppend(&out, "=== cpu ", body.name(), "\nkey ", k->cache_key, "\n",
+                    k->llvm_ir_raw, "=== cuda ", body.name(), "\n", c->source);
   }
-  absl::StatusOr<cuda::MultiRegionSource> multi = cuda::EmitMultiRegion(bodies, {});
+  absl::StatusOr<cuda::MultiRegionSource> multi =
+      cuda::EmitMultiRegion(bodies, {});
   EXPECT_TRUE(multi.ok()) << multi.status();
-  if (multi.ok()) absl::StrAppend(&out, "=== multi-region\n", multi->combined.source);
+  if (multi.ok())
+    absl::StrAppend(&out, "=== multi-region\n", multi->combined.source);
   return out;
 }
 
@@ -187,14 +189,16 @@ std::string EmitAll() {
 // named by $STEPJIT_TEST_DETERMINISM_OUT.
 TEST(DeterministicCodegenChild, Emit) {
   const char* out = std::getenv(kChildOut);
-  if (out == nullptr) GTEST_SKIP() << "runs only as the child of SameIrAndKeysInEveryProcess";
+  if (out == nullptr)
+    GTEST_SKIP() << "runs only as the child of SameIrAndKeysInEveryProcess";
   const std::string text = EmitAll();
   ASSERT_FALSE(text.empty());
   std::ofstream(out, std::ios::binary) << text;
 }
 
 // The "=== " sections of EmitAll's text, in order.
-std::vector<std::pair<std::string, std::string>> Sections(const std::string& text) {
+std::vector<std::pair<std::string, std::string>> Sections(
+    const std::string& text) {
   std::vector<std::pair<std::string, std::string>> sections;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     if (absl::ConsumePrefix(&line, "=== ")) {
@@ -219,7 +223,8 @@ std::string Differences(const std::string& a, const std::string& b) {
     size_t i = 0;
     while (i < la.size() && i < lb.size() && la[i] == lb[i]) ++i;
     absl::StrAppend(&out, "\n[", sa[s].first, "] line ", i + 1, ": ",
-                    i < la.size() ? la[i] : "<end>", "  vs  ", i < lb.size() ? lb[i] : "<end>");
+                    i < la.size() ? la[i] : "<end>", "  vs  ",
+                    i < lb.size() ? lb[i] : "<end>");
   }
   return out;
 }
@@ -227,14 +232,16 @@ std::string Differences(const std::string& a, const std::string& b) {
 TEST(DeterministicCodegenTest, SameIrAndKeysInEveryProcess) {
   constexpr int kProcesses = 3;
   const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / absl::StrCat("stepjit_determinism_", getpid());
+      std::filesystem::temp_directory_path() /
+      absl::StrCat("stepjit_determinism_", getpid());
   std::filesystem::create_directories(dir);
   std::vector<std::string> outputs;
   for (int p = 0; p < kProcesses; ++p) {
     const std::string file = (dir / absl::StrCat("child", p, ".txt")).string();
     // Memory-only cache: every child lowers and compiles from scratch.
-    const std::string cmd = absl::StrCat("STEPJIT_CACHE_DIR=off ", kChildOut, "='", file, "' /proc/",
-                                         getpid(), "/exe --gtest_filter=DeterministicCodegenChild.* >/dev/null 2>&1");
+    const std::string cmd = absl::StrCat(
+        "STEPJIT_CACHE_DIR=off ", kChildOut, "='", file, "' /proc/", getpid(),
+        "/exe --gtest_filter=DeterministicCodegenChild.* >/dev/null 2>&1");
     const int rc = std::system(cmd.c_str());
     ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << cmd;
     std::ifstream in(file, std::ios::binary);
@@ -243,7 +250,8 @@ TEST(DeterministicCodegenTest, SameIrAndKeysInEveryProcess) {
     outputs.push_back(text.str());
   }
   std::filesystem::remove_all(dir);
-  ASSERT_NE(outputs[0].find("=== cpu adamw\nkey "), std::string::npos) << outputs[0];
+  ASSERT_NE(outputs[0].find("=== cpu adamw\nkey "), std::string::npos)
+      << outputs[0];
   ASSERT_NE(outputs[0].find("=== multi-region"), std::string::npos);
   for (int p = 1; p < kProcesses; ++p) {
     EXPECT_TRUE(outputs[p] == outputs[0])

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <ctime>
-
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -396,7 +395,6 @@ TEST(KernelCacheTest, ConcurrentStoresAndLookups) {
   EXPECT_EQ(reader.stats().corrupt_entries, 0);
 }
 
-
 // Every entry in these tests is this many bytes on disk (header + Blob()).
 constexpr int64_t kEntryBytes = 84 + 1000;
 
@@ -410,7 +408,8 @@ void SetAge(const std::string& path, int seconds) {
 std::vector<std::string> Entries(const std::string& dir) {
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.path().extension() == ".bin") names.push_back(entry.path().filename());
+    if (entry.path().extension() == ".bin")
+      names.push_back(entry.path().filename());
   }
   std::sort(names.begin(), names.end());
   return names;
@@ -434,7 +433,8 @@ TEST(KernelCacheCapTest, LeastRecentlyUsedEntriesGoFirst) {
 
   // Another process, with room for three entries, loads the oldest one:
   // that load makes it the most recently used.
-  KernelCache capped({.disk_dir = tmp.path(), .max_disk_bytes = 3 * kEntryBytes + 100});
+  KernelCache capped(
+      {.disk_dir = tmp.path(), .max_disk_bytes = 3 * kEntryBytes + 100});
   EXPECT_EQ(capped.Lookup(Key("a")), Blob('a'));
   EXPECT_EQ(capped.stats().evictions, 0);
 
@@ -469,7 +469,8 @@ TEST(KernelCacheCapTest, StoresRemoveTemporaryFilesOfDeadWritesOnly) {
   const std::string dead = tmp.Sub(".0123.tmp.99999.0");
   const std::string live = tmp.Sub(".4567.tmp.99998.0");
   const std::string foreign = tmp.Sub("notes.txt");
-  for (const std::string& path : {dead, live, foreign}) WriteBytes(path, "partial");
+  for (const std::string& path : {dead, live, foreign})
+    WriteBytes(path, "partial");
   SetAge(dead, 2 * 60 * 60);
   SetAge(foreign, 2 * 60 * 60);
   KernelCache({tmp.path()}).Store(Key("k"), Blob(3));
@@ -481,19 +482,23 @@ TEST(KernelCacheCapTest, StoresRemoveTemporaryFilesOfDeadWritesOnly) {
 TEST(KernelCacheCapTest, EnvironmentSetsTheCapInMiB) {
   {
     ScopedEnv cap("STEPJIT_CACHE_MAX_MB", nullptr);
-    EXPECT_EQ(CacheOptions::FromEnvironment().max_disk_bytes, int64_t{1024} << 20);
+    EXPECT_EQ(CacheOptions::FromEnvironment().max_disk_bytes,
+              int64_t{1024} << 20);
   }
   {
     ScopedEnv cap("STEPJIT_CACHE_MAX_MB", "64");
     ::testing::internal::CaptureStderr();
-    EXPECT_EQ(CacheOptions::FromEnvironment().max_disk_bytes, int64_t{64} << 20);
+    EXPECT_EQ(CacheOptions::FromEnvironment().max_disk_bytes,
+              int64_t{64} << 20);
     EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
   }
-  for (const char* bad : {"abc", "0", "-5", "1.5", "64MB", "99999999999999999999",
-                          "9223372036854775807"}) {
+  for (const char* bad : {"abc", "0", "-5", "1.5", "64MB",
+                          "99999999999999999999", "9223372036854775807"}) {
     ScopedEnv cap("STEPJIT_CACHE_MAX_MB", bad);
     ::testing::internal::CaptureStderr();
-    EXPECT_EQ(CacheOptions::FromEnvironment().max_disk_bytes, int64_t{1024} << 20) << bad;
+    EXPECT_EQ(CacheOptions::FromEnvironment().max_disk_bytes,
+              int64_t{1024} << 20)
+        << bad;
     const std::string warning = ::testing::internal::GetCapturedStderr();
     EXPECT_CONTAINS(warning, absl::StrCat("STEPJIT_CACHE_MAX_MB='", bad, "'"));
     EXPECT_CONTAINS(warning, "positive whole number of MiB");
@@ -532,8 +537,10 @@ TEST(KernelCacheCapTest, ProcessesSharingATinyCacheNeverSeeABadEntry) {
   for (int h : hits) total_hits += h;
   EXPECT_GT(total_hits, 0) << "no lookup found an entry: the test read nothing";
   // Quiet now: one more store leaves the directory within the cap.
-  KernelCache({.disk_dir = tmp.path(), .max_disk_bytes = kCap}).Store(Key("last"), Blob(0));
-  EXPECT_LE(static_cast<int64_t>(Entries(tmp.path()).size()) * kEntryBytes, kCap);
+  KernelCache({.disk_dir = tmp.path(), .max_disk_bytes = kCap})
+      .Store(Key("last"), Blob(0));
+  EXPECT_LE(static_cast<int64_t>(Entries(tmp.path()).size()) * kEntryBytes,
+            kCap);
 }
 
 }  // namespace
