@@ -142,3 +142,33 @@ TEST(CheckerTest, BadCheckOptionsAreRefused) {
 
 }  // namespace
 }  // namespace stepjit
+
+namespace stepjit {
+namespace {
+
+// Mixed precision applied by the compiler: the eager reference runs in f32
+// without a scaler, so the comparison uses f16's tolerance. SGD exposes a
+// gradient consumer reading scaled or low-precision values (the update would
+// be off by the loss scale), clipping a norm of scaled values.
+TEST(CheckerTest, CompilerAppliedF16WithSgdAndClippingAgreesWithEager) {
+  manual_seed(21);
+  nn::Sequential model(nn::Linear(6, 16), nn::ReLU(), nn::Linear(16, 3));
+  optim::SGD opt(model.parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+  auto fast = compile(
+      [&](const Tensor& x, const Tensor& y) {
+        opt.zero_grad();
+        Tensor loss = cross_entropy(model(x), y);
+        loss.backward();
+        nn::utils::clip_grad_norm_(model.parameters(), 0.5);
+        opt.step();
+        return loss;
+      },
+      {.check = true, .check_replays = 3, .amp = DType::kF16});
+  Data d(6);
+  for (int i = 0; i < 6; ++i) fast(d.x[i], d.y[i]);
+  EXPECT_EQ(fast.stats().checks, 3);
+  EXPECT_EQ(fast.stats().check_failures, 0) << fast.check_report();
+}
+
+}  // namespace
+}  // namespace stepjit
