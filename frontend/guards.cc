@@ -23,6 +23,14 @@ Signature MakeSignature(const std::vector<Tensor>& inputs) {
   for (const Tensor& t : inputs) {
     SJ_REQUIRE(t.defined(), "compiled step: an argument is an undefined tensor");
     s.inputs.push_back({t.dtype(), t.shape(), t.device(), t.requires_grad()});
+    int first = static_cast<int>(s.storage_of.size());
+    for (size_t j = 0; j < s.storage_of.size(); ++j) {
+      if (inputs[j].storage() == t.storage()) {
+        first = static_cast<int>(j);
+        break;
+      }
+    }
+    s.storage_of.push_back(first);
   }
   s.grad_mode = GradMode::is_enabled();
   s.autocast = amp::IsAutocastEnabled();
@@ -50,6 +58,16 @@ std::string DescribeSignatureDiff(const Signature& cached, const Signature& now)
     if (!(cached.inputs[i] == now.inputs[i])) {
       return absl::StrCat("argument x", i, " is ", Describe(now.inputs[i]), ", traced as ",
                           Describe(cached.inputs[i]));
+    }
+  }
+  for (size_t i = 0; i < now.inputs.size(); ++i) {
+    if (cached.storage_of[i] != now.storage_of[i]) {
+      auto says = [&](int first) {
+        return first == static_cast<int>(i) ? std::string("its own tensor")
+                                            : absl::StrCat("the same storage as x", first);
+      };
+      return absl::StrCat("argument x", i, " is ", says(now.storage_of[i]), ", traced as ",
+                          says(cached.storage_of[i]));
     }
   }
   if (cached.grad_mode != now.grad_mode) {

@@ -21,6 +21,11 @@ struct TensorSpec {
 // The part of a call that selects a specialization.
 struct Signature {
   std::vector<TensorSpec> inputs;
+  // For each argument, the first argument sharing its storage (itself when
+  // none): a graph traced with distinct arguments reads each from its own
+  // param, one traced with x passed twice reads x for both, and in-place
+  // writes through one alias are seen by the other only when they share.
+  std::vector<int> storage_of;
   bool grad_mode = true;
   // amp::Autocast around the call: the traced casts depend on it.
   bool autocast = false;

@@ -212,3 +212,25 @@ TEST(NeverStaleTest, ReplacingAParameterOnceRetracesOnce) {
 
 }  // namespace
 }  // namespace stepjit
+
+namespace stepjit {
+namespace {
+
+// Traced with one tensor passed twice, the graph reads both uses from the
+// first argument; called with two different tensors it must not replay that.
+TEST(NeverStaleTest, ArgumentsAliasedDifferentlyFromTheTraceRetrace) {
+  auto step = [](const Tensor& a, const Tensor& b) { return sum(a * 2.0 + b); };
+  auto fast = compile(step, {.warmup_steps = 0});
+  const Tensor x = arange(0, 4, 1, {.dtype = DType::kF32});
+  const Tensor y = full({4}, 10.0);
+  fast(x, x);
+  fast(x, x);
+  EXPECT_EQ(fast(x, y).item(), step(x, y).item());
+  EXPECT_EQ(fast(x, x).item(), step(x, x).item());
+  EXPECT_NE(fast.explain().find("argument x1 is its own tensor, traced as the same storage as x0"),
+            std::string::npos)
+      << fast.explain();
+}
+
+}  // namespace
+}  // namespace stepjit
