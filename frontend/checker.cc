@@ -1,4 +1,4 @@
-// Accuracy checker: snapshot, compiled run with region checks, restore, eager run, compare.
+// Accuracy checker: snapshot, compiled run with region checks, restore, eager run, compare, bisect.
 #include "frontend/checker.h"
 
 #include "absl/strings/str_cat.h"
@@ -7,16 +7,6 @@
 
 namespace stepjit::frontend {
 namespace {
-
-struct Named {
-  std::string name;
-  Tensor got, want;
-};
-
-runtime::Tolerance ToleranceFor(DType t, DType amp) {
-  if (ir::IsFloating(t) && amp != DType::kF32) return runtime::DefaultTolerance(amp);
-  return runtime::DefaultTolerance(t);
-}
 
 std::vector<Tensor> Clones(const std::vector<Tensor>& ts) {
   std::vector<Tensor> out;
@@ -34,8 +24,109 @@ void SetGradOf(const Tensor& leaf, std::shared_ptr<Tensor> grad) {
   leaf.impl()->autograd->grad = std::move(grad);
 }
 
+void CopyInto(const std::vector<Tensor>& to, const std::vector<Tensor>& from, size_t begin,
+              size_t end) {
+  NoGradGuard no_grad;
+  for (size_t i = begin; i < end; ++i) Tensor(to[i]).copy_(from[i]);
+}
+
 std::string Describe(const Tensor& t) {
   return absl::StrCat(ir::DTypeName(t.dtype()), ir::ShapeToString(t.shape()));
+}
+
+// What one run of the step left: its outputs, its state (the step's own
+// tensors), and the .grad of each bound leaf.
+struct Results {
+  std::vector<Tensor> outputs, state, grads;
+};
+
+// Takes a run's returns (outputs, then .grad bindings) and the state as it is.
+Results Collect(const Trace& trace, size_t traced_state, const std::vector<Tensor>& returns) {
+  Results r;
+  for (int i = 0; i < trace.num_outputs && i < static_cast<int>(returns.size()); ++i) {
+    r.outputs.push_back(returns[i].clone());
+  }
+  for (size_t i = 0; i < traced_state; ++i) r.state.push_back(trace.state[i].clone());
+  for (const GradBinding& b : trace.grad_bindings) {
+    const bool bound = b.return_index >= 0 && b.return_index < static_cast<int>(returns.size());
+    r.grads.push_back(bound ? returns[b.return_index].clone() : Tensor());
+  }
+  return r;
+}
+
+struct Verdict {
+  int compared = 0, bad = 0, total = 0;
+  std::string worst;  // "<name> <type>: <diff>"
+};
+
+Verdict Compare(const Trace& trace, const Results& got, const Results& want, DType amp) {
+  Verdict v;
+  double worst_rel = -1;
+  auto one = [&](const std::string& name, const Tensor& g, const Tensor& w) {
+    ++v.total;
+    if (g.defined() != w.defined()) {
+      ++v.bad;
+      if (worst_rel < 0) v.worst = absl::StrCat(name, ": defined on one side only");
+      return;
+    }
+    if (!g.defined()) return;
+    ++v.compared;
+    const runtime::Tolerance tol = ir::IsFloating(w.dtype()) && amp != DType::kF32
+                                       ? runtime::DefaultTolerance(amp)
+                                       : runtime::DefaultTolerance(w.dtype());
+    const runtime::TensorDiff d = runtime::CompareTensors(g, w, tol);
+    if (d.ok()) return;
+    ++v.bad;
+    const double rel = d.shape_differs ? std::numeric_limits<double>::infinity() : d.max_rel_error;
+    if (rel > worst_rel) {
+      worst_rel = rel;
+      v.worst = absl::StrCat(name, " ", Describe(w), ": ",
+                             d.shape_differs ? std::string("shapes differ")
+                                             : runtime::ToString(d, w.shape()));
+    }
+  };
+  for (size_t i = 0; i < got.outputs.size() && i < want.outputs.size(); ++i) {
+    one(absl::StrCat("output ", i), got.outputs[i], want.outputs[i]);
+  }
+  for (size_t i = 0; i < got.state.size() && i < want.state.size(); ++i) {
+    const Tensor& t = trace.state[i];
+    one(absl::StrCat("state %s", i, t.requires_grad() && t.is_leaf() ? " (a parameter)" : ""),
+        got.state[i], want.state[i]);
+  }
+  for (size_t i = 0; i < got.grads.size() && i < want.grads.size(); ++i) {
+    one(absl::StrCat(".grad of a ", Describe(trace.grad_bindings[i].leaf), " leaf"), got.grads[i],
+        want.grads[i]);
+  }
+  return v;
+}
+
+// The first graph of the pipeline (the trace, then after each pass) whose
+// interpreted run from `before` disagrees with `eager`.
+std::string Bisect(const PassBisection& b, const Trace& trace, size_t traced_state, DType amp,
+                   const std::vector<Tensor>& before, const Results& eager) {
+  for (size_t k = 0; k <= b.pipeline.size(); ++k) {
+    CopyInto(trace.state, before, 0, before.size());
+    const std::string graph = k == 0 ? std::string("the traced graph (before any pass)")
+                                     : absl::StrCat("the graph after pass ", k, " `",
+                                                    b.pipeline[k - 1], "`");
+    absl::StatusOr<std::vector<Tensor>> returns = b.run(static_cast<int>(k));
+    if (!returns.ok()) {
+      return absl::StrCat("pass bisection stopped: running ", graph,
+                          " interpreted failed: ", returns.status().message(), "\n");
+    }
+    const Verdict v = Compare(trace, Collect(trace, traced_state, *returns), eager, amp);
+    if (v.bad == 0) continue;
+    if (k == 0) {
+      return absl::StrCat("pass bisection: ", graph, ", run op by op, already disagrees (",
+                          v.worst, "): the step does something the tracer did not record "
+                          "(a write through data_ptr(), host state it keeps)\n");
+    }
+    return absl::StrCat("pass bisection: ", graph, " is the first to disagree when run op by "
+                        "op (", v.worst, "); STEPJIT_DISABLE=", b.pipeline[k - 1],
+                        " and STEPJIT_DUMP=<dir> show it\n");
+  }
+  return "pass bisection: every graph of the pipeline agrees when run op by op; the "
+         "divergence comes from running the program itself (its memory plan or kernels)\n";
 }
 
 }  // namespace
@@ -43,7 +134,8 @@ std::string Describe(const Tensor& t) {
 CheckResult CheckCall(const std::string& label, const runtime::Program& program,
                       const Trace& trace, size_t traced_state, DType amp,
                       const std::vector<Tensor>& inputs,
-                      const std::function<std::vector<Tensor>()>& eager) {
+                      const std::function<std::vector<Tensor>()>& eager,
+                      const PassBisection* bisection) {
   const std::vector<Tensor>& state = trace.state;
   const std::vector<Tensor> before = Clones(state);
   std::vector<std::shared_ptr<Tensor>> grads_before;
@@ -51,86 +143,38 @@ CheckResult CheckCall(const std::string& label, const runtime::Program& program,
 
   // Compiled, as a replay would leave things.
   std::vector<runtime::RegionMismatch> regions;
-  std::vector<Tensor> compiled = program.RunChecked(inputs, state, &regions);
+  const std::vector<Tensor> returns = program.RunChecked(inputs, state, &regions);
   for (const GradBinding& b : trace.grad_bindings) {
-    b.leaf.set_grad(b.return_index >= 0 ? compiled[b.return_index] : Tensor());
+    b.leaf.set_grad(b.return_index >= 0 ? returns[b.return_index] : Tensor());
   }
-  compiled.resize(trace.num_outputs);
-  const std::vector<Tensor> compiled_out = Clones(compiled);
-  const std::vector<Tensor> compiled_state = Clones(state);
-  std::vector<Tensor> compiled_grads;
-  for (const GradBinding& b : trace.grad_bindings) compiled_grads.push_back(b.leaf.grad());
+  const Results compiled = Collect(trace, traced_state, returns);
+  const std::vector<Tensor> compiler_state = Clones(state);
 
   // Back to the start, then the reference.
-  {
-    NoGradGuard no_grad;
-    for (size_t i = 0; i < state.size(); ++i) Tensor(state[i]).copy_(before[i]);
-  }
+  CopyInto(state, before, 0, state.size());
   for (size_t i = 0; i < trace.grad_bindings.size(); ++i) {
     SetGradOf(trace.grad_bindings[i].leaf, grads_before[i]);
   }
   CheckResult result;
   result.outputs = eager();
-  {
-    NoGradGuard no_grad;
-    for (size_t i = traced_state; i < state.size(); ++i) {
-      Tensor(state[i]).copy_(compiled_state[i]);
-    }
-  }
+  Results reference;
+  for (const Tensor& t : result.outputs) reference.outputs.push_back(t);
+  for (size_t i = 0; i < traced_state; ++i) reference.state.push_back(state[i]);
+  for (const GradBinding& b : trace.grad_bindings) reference.grads.push_back(b.leaf.grad());
+  // The compiler's own state (the loss scale) goes on from the compiled run.
+  CopyInto(state, compiler_state, traced_state, state.size());
 
-  std::vector<Named> pairs;
-  for (size_t i = 0; i < compiled_out.size() && i < result.outputs.size(); ++i) {
-    pairs.push_back({absl::StrCat("output ", i), compiled_out[i], result.outputs[i]});
-  }
-  for (size_t i = 0; i < traced_state; ++i) {
-    const bool param = state[i].requires_grad() && state[i].is_leaf();
-    pairs.push_back({absl::StrCat("state %s", i, param ? " (a parameter)" : ""), compiled_state[i],
-                     state[i]});
-  }
-  for (size_t i = 0; i < trace.grad_bindings.size(); ++i) {
-    const Tensor& leaf = trace.grad_bindings[i].leaf;
-    pairs.push_back({absl::StrCat(".grad of a ", Describe(leaf), " leaf"), compiled_grads[i],
-                     leaf.grad()});
-  }
-  int compared = 0, bad = 0;
-  const Named* worst = nullptr;
-  runtime::TensorDiff worst_diff;
-  for (const Named& p : pairs) {
-    if (p.got.defined() != p.want.defined()) {
-      ++bad;
-      if (worst == nullptr) {
-        worst = &p;
-        worst_diff.shape_differs = true;
-      }
-      continue;
-    }
-    if (!p.got.defined()) continue;
-    ++compared;
-    const runtime::TensorDiff d =
-        runtime::CompareTensors(p.got, p.want, ToleranceFor(p.want.dtype(), amp));
-    if (d.ok()) continue;
-    ++bad;
-    if (worst == nullptr || worst_diff.ok() ||
-        (!worst_diff.shape_differs && d.max_rel_error > worst_diff.max_rel_error)) {
-      worst = &p;
-      worst_diff = d;
-    }
-  }
-  if (bad == 0 && regions.empty()) {
-    result.report = absl::StrCat("stepjit check [", label, "]: OK — ", compared,
+  const Verdict v = Compare(trace, compiled, reference, amp);
+  if (v.bad == 0 && regions.empty()) {
+    result.report = absl::StrCat("stepjit check [", label, "]: OK — ", v.compared,
                                  " outputs, state tensors and grads match the eager step\n");
     return result;
   }
   result.diverged = true;
   std::string& r = result.report;
-  if (bad > 0) {
-    r = absl::StrCat("stepjit check [", label, "]: DIVERGED — ", bad, " of ", pairs.size(),
-                     " tensors differ from the eager step; worst: ", worst->name, " ",
-                     Describe(worst->want), ": ",
-                     worst_diff.shape_differs
-                         ? std::string("defined on one side only or of another shape")
-                         : runtime::ToString(worst_diff, worst->want.shape()),
-                     "\n");
+  if (v.bad > 0) {
+    r = absl::StrCat("stepjit check [", label, "]: DIVERGED — ", v.bad, " of ", v.total,
+                     " tensors differ from the eager step; worst: ", v.worst, "\n");
   } else {
     r = absl::StrCat("stepjit check [", label, "]: DIVERGED inside — the step's results agree "
                      "with eager within tolerance, but a generated region does not agree with "
@@ -145,11 +189,17 @@ CheckResult CheckCall(const std::string& label, const runtime::Program& program,
       absl::StrAppend(&r, "(", regions.size() - 1,
                       " later region results also disagree; they may only inherit the error)\n");
     }
-  } else {
-    absl::StrAppend(&r, "every generated region agrees with its body run op by op: the graph "
-                        "itself computes differently from the eager step (a tracer or pass "
-                        "bug); STEPJIT_DISABLE=<pass>,... and STEPJIT_DUMP=<dir> bisect the "
-                        "passes\n");
+    return result;
+  }
+  absl::StrAppend(&r, "every generated region agrees with its body run op by op: the graph "
+                      "itself computes differently from the eager step (a tracer or pass bug)\n");
+  if (bisection != nullptr) {
+    // The bisection runs overwrite the state: keep the eager results.
+    const Results eager_results{Clones(reference.outputs), Clones(reference.state),
+                                Clones(reference.grads)};
+    const std::vector<Tensor> after = Clones(state);
+    absl::StrAppend(&r, Bisect(*bisection, trace, traced_state, amp, before, eager_results));
+    CopyInto(state, after, 0, state.size());
   }
   return result;
 }

@@ -12,7 +12,9 @@
 // eager step runs in f32 then). On a divergence the report names the worst
 // tensor and the first generated region whose kernel disagrees with its
 // body; when every region agrees, the graph itself computes differently
-// from the step (a tracer or pass bug), and the report says so.
+// from the step (a tracer or pass bug): the traced graph and the graph after
+// each pass are run interpreted from the same start, and the report names
+// the first that disagrees with the eager step.
 #ifndef STEPJIT_FRONTEND_CHECKER_H_
 #define STEPJIT_FRONTEND_CHECKER_H_
 
@@ -20,10 +22,20 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "frontend/tracer.h"
 #include "runtime/executor.h"
 
 namespace stepjit::frontend {
+
+// Pass bisection for a divergence no generated region explains: `run(k)`
+// runs the step's traced graph after the first k passes of `pipeline`,
+// interpreted op by op, from the state tensors as they are, and returns the
+// graph's returns (the step's outputs, then the .grad bindings).
+struct PassBisection {
+  std::vector<std::string> pipeline;
+  std::function<absl::StatusOr<std::vector<Tensor>>(int k)> run;
+};
 
 struct CheckResult {
   bool diverged = false;
@@ -41,7 +53,8 @@ struct CheckResult {
 CheckResult CheckCall(const std::string& label, const runtime::Program& program,
                       const Trace& trace, size_t traced_state, DType amp,
                       const std::vector<Tensor>& inputs,
-                      const std::function<std::vector<Tensor>()>& eager);
+                      const std::function<std::vector<Tensor>()>& eager,
+                      const PassBisection* bisection = nullptr);
 
 }  // namespace stepjit::frontend
 

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,7 @@
 #include "frontend/verify.h"
 #include "passes/amp.h"
 #include "passes/pass_manager.h"
+#include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "runtime/autograd/grad_mode.h"
@@ -207,6 +209,9 @@ struct StepCompiler::Impl {
     spec->record = RecordTrace(spec->trace);
     spec->unguarded = UnguardedState(spec->trace);
     spec->traced_state = spec->trace.state.size();
+    spec->device = device;
+    // Kept always: check_next() may ask for a check (and its bisection) later.
+    spec->traced_ir = ir::Print(*spec->trace.graph);
     if (absl::Status st = ir::Verify(*spec->trace.graph); !st.ok()) {
       spec->eager_only = true;
       spec->reason = absl::StrCat("the traced graph failed verification: ", st.message());
@@ -334,6 +339,46 @@ struct StepCompiler::Impl {
     return Replay(*fresh, inputs, eager);
   }
 
+  // Runs `s`'s traced graph after the first k passes, interpreted.
+  PassBisection BisectionFor(const Specialization& s, const std::vector<Tensor>& inputs) {
+    PassBisection b;
+    const passes::PipelineOptions env = passes::FromEnvironment();
+    for (absl::string_view name : absl::StrSplit(PipelineFor(pipeline, s.device), ',')) {
+      const std::string pass(absl::StripAsciiWhitespace(name));
+      if (pass.empty() || absl::c_linear_search(env.disabled, pass)) continue;
+      b.pipeline.push_back(pass);
+    }
+    b.run = [this, &s, &inputs, names = b.pipeline](int k) -> absl::StatusOr<std::vector<Tensor>> {
+      ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph, ir::ParseGraph(s.traced_ir, "trace"));
+      if (k > 0) {
+        passes::PipelineStats pstats;
+        passes::ScopedGradScalerConfig config({.growth_factor = options.scaler.growth_factor,
+                                               .backoff_factor = options.scaler.backoff_factor,
+                                               .growth_interval = options.scaler.growth_interval});
+        const std::vector<std::string> prefix(names.begin(), names.begin() + k);
+        RETURN_IF_ERROR(passes::RunPipeline(*graph, absl::StrJoin(prefix, ","),
+                                            passes::PipelineOptions{}, &pstats));
+      }
+      runtime::ProgramOptions popts;
+      popts.codegen = false;
+      popts.use_cache = false;
+      popts.device = s.device;
+      popts.cuda_graphs = false;
+      ASSIGN_OR_RETURN(runtime::Program program, runtime::Program::Build(*graph, popts));
+      size_t state_params = 0;
+      for (const ir::Value* p : graph->params()) {
+        state_params += graph->param_kind(p) == ir::ParamKind::kState ? 1 : 0;
+      }
+      if (state_params > s.trace.state.size()) {
+        return absl::InternalError(absl::StrCat("the graph reads ", state_params,
+                                                " state tensors, the step binds ",
+                                                s.trace.state.size()));
+      }
+      return program.Run(inputs, absl::MakeConstSpan(s.trace.state).first(state_params));
+    };
+    return b;
+  }
+
   // Replays `s`, or runs the call through the accuracy checker when one is due.
   std::optional<std::vector<Tensor>> Replay(Specialization& s, const std::vector<Tensor>& inputs,
                                             const std::function<std::vector<Tensor>()>& eager) {
@@ -346,8 +391,9 @@ struct StepCompiler::Impl {
     ++stats.checks;
     ++stats.eager_calls;
     last = &s;
+    const PassBisection bisection = BisectionFor(s, inputs);
     CheckResult r = CheckCall(absl::StrCat(options.name, ", call ", stats.calls), *s.program,
-                              s.trace, s.traced_state, options.amp, inputs, eager);
+                              s.trace, s.traced_state, options.amp, inputs, eager, &bisection);
     check_report = std::move(r.report);
     if (r.diverged) {
       ++stats.check_failures;

@@ -19,6 +19,9 @@ struct Specialization {
   // The trace as recorded, before any pass changed its graph: what a
   // shape-only re-trace is compared with.
   TraceRecord record;
+  // The traced graph's text, for the accuracy checker's pass bisection.
+  std::string traced_ir;
+  Device device = Device::cpu();
   // State tensors no guard sees rebound (UnguardedState): each replay is
   // re-traced shape-only while there are any.
   std::vector<std::string> unguarded;

@@ -125,6 +125,10 @@ TEST(CheckerTest, DivergenceOutsideGeneratedCodeBlamesTheGraph) {
   EXPECT_NE(report.find("the graph itself computes differently from the eager step"),
             std::string::npos)
       << report;
+  EXPECT_NE(report.find("pass bisection: the traced graph (before any pass), run op by op, "
+                        "already disagrees"),
+            std::string::npos)
+      << report;
 }
 
 TEST(CheckerTest, BadCheckOptionsAreRefused) {
@@ -168,6 +172,43 @@ TEST(CheckerTest, CompilerAppliedF16WithSgdAndClippingAgreesWithEager) {
   for (int i = 0; i < 6; ++i) fast(d.x[i], d.y[i]);
   EXPECT_EQ(fast.stats().checks, 3);
   EXPECT_EQ(fast.stats().check_failures, 0) << fast.check_report();
+}
+
+}  // namespace
+}  // namespace stepjit
+
+namespace stepjit {
+namespace {
+
+// With compiler-applied loss scaling, a batch whose gradients overflow is
+// skipped, while the eager step (which has no scaler) applies NaN updates: a
+// legitimate divergence that no generated region explains. The pass
+// bisection must pin it on the grad-scaler pass, not on autocast.
+TEST(CheckerTest, PassBisectionNamesThePassAfterWhichTheGraphDisagrees) {
+  manual_seed(21);
+  nn::Sequential model(nn::Linear(6, 16), nn::ReLU(), nn::Linear(16, 3));
+  optim::SGD opt(model.parameters(), optim::SGDOptions{.lr = 0.05});
+  auto fast = compile(
+      [&](const Tensor& x, const Tensor& y) {
+        opt.zero_grad();
+        Tensor loss = cross_entropy(model(x), y);
+        loss.backward();
+        opt.step();
+        return loss;
+      },
+      {.amp = DType::kBF16, .loss_scaling = true});
+  Data d(5);
+  for (int i = 0; i < 4; ++i) fast(d.x[i], d.y[i]);
+  fast.check_next();
+  fast(full({7, 6}, std::numeric_limits<double>::infinity()), d.y[4]);
+  const std::string report = fast.check_report();
+  EXPECT_NE(report.find("DIVERGED"), std::string::npos) << report;
+  EXPECT_NE(report.find("every generated region agrees with its body"), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("pass bisection: the graph after pass 2 `grad-scaler` is the first to "
+                        "disagree"),
+            std::string::npos)
+      << report;
 }
 
 }  // namespace
