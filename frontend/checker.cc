@@ -1,4 +1,5 @@
-// Accuracy checker: snapshot, compiled run with region checks, restore, eager run, compare, bisect.
+// Accuracy checker: snapshot, compiled run with region checks, restore, eager
+// run, compare, bisect.
 #include "frontend/checker.h"
 
 #include "absl/strings/str_cat.h"
@@ -20,12 +21,13 @@ std::shared_ptr<Tensor> GradOf(const Tensor& leaf) {
 }
 
 void SetGradOf(const Tensor& leaf, std::shared_ptr<Tensor> grad) {
-  if (!leaf.impl()->autograd) leaf.impl()->autograd = std::make_unique<AutogradMeta>();
+  if (!leaf.impl()->autograd)
+    leaf.impl()->autograd = std::make_unique<AutogradMeta>();
   leaf.impl()->autograd->grad = std::move(grad);
 }
 
-void CopyInto(const std::vector<Tensor>& to, const std::vector<Tensor>& from, size_t begin,
-              size_t end) {
+void CopyInto(const std::vector<Tensor>& to, const std::vector<Tensor>& from,
+              size_t begin, size_t end) {
   NoGradGuard no_grad;
   for (size_t i = begin; i < end; ++i) Tensor(to[i]).copy_(from[i]);
 }
@@ -41,14 +43,18 @@ struct Results {
 };
 
 // Takes a run's returns (outputs, then .grad bindings) and the state as it is.
-Results Collect(const Trace& trace, size_t traced_state, const std::vector<Tensor>& returns) {
+Results Collect(const Trace& trace, size_t traced_state,
+                const std::vector<Tensor>& returns) {
   Results r;
-  for (int i = 0; i < trace.num_outputs && i < static_cast<int>(returns.size()); ++i) {
+  for (int i = 0; i < trace.num_outputs && i < static_cast<int>(returns.size());
+       ++i) {
     r.outputs.push_back(returns[i].clone());
   }
-  for (size_t i = 0; i < traced_state; ++i) r.state.push_back(trace.state[i].clone());
+  for (size_t i = 0; i < traced_state; ++i)
+    r.state.push_back(trace.state[i].clone());
   for (const GradBinding& b : trace.grad_bindings) {
-    const bool bound = b.return_index >= 0 && b.return_index < static_cast<int>(returns.size());
+    const bool bound = b.return_index >= 0 &&
+                       b.return_index < static_cast<int>(returns.size());
     r.grads.push_back(bound ? returns[b.return_index].clone() : Tensor());
   }
   return r;
@@ -59,25 +65,29 @@ struct Verdict {
   std::string worst;  // "<name> <type>: <diff>"
 };
 
-Verdict Compare(const Trace& trace, const Results& got, const Results& want, DType amp) {
+Verdict Compare(const Trace& trace, const Results& got, const Results& want,
+                DType amp) {
   Verdict v;
   double worst_rel = -1;
   auto one = [&](const std::string& name, const Tensor& g, const Tensor& w) {
     ++v.total;
     if (g.defined() != w.defined()) {
       ++v.bad;
-      if (worst_rel < 0) v.worst = absl::StrCat(name, ": defined on one side only");
+      if (worst_rel < 0)
+        v.worst = absl::StrCat(name, ": defined on one side only");
       return;
     }
     if (!g.defined()) return;
     ++v.compared;
-    const runtime::Tolerance tol = ir::IsFloating(w.dtype()) && amp != DType::kF32
-                                       ? runtime::DefaultTolerance(amp)
-                                       : runtime::DefaultTolerance(w.dtype());
+    const runtime::Tolerance tol =
+        ir::IsFloating(w.dtype()) && amp != DType::kF32
+            ? runtime::DefaultTolerance(amp)
+            : runtime::DefaultTolerance(w.dtype());
     const runtime::TensorDiff d = runtime::CompareTensors(g, w, tol);
     if (d.ok()) return;
     ++v.bad;
-    const double rel = d.shape_differs ? std::numeric_limits<double>::infinity() : d.max_rel_error;
+    const double rel = d.shape_differs ? std::numeric_limits<double>::infinity()
+                                       : d.max_rel_error;
     if (rel > worst_rel) {
       worst_rel = rel;
       v.worst = absl::StrCat(name, " ", Describe(w), ": ",
@@ -90,43 +100,55 @@ Verdict Compare(const Trace& trace, const Results& got, const Results& want, DTy
   }
   for (size_t i = 0; i < got.state.size() && i < want.state.size(); ++i) {
     const Tensor& t = trace.state[i];
-    one(absl::StrCat("state %s", i, t.requires_grad() && t.is_leaf() ? " (a parameter)" : ""),
+    one(absl::StrCat("state %s", i,
+                     t.requires_grad() && t.is_leaf() ? " (a parameter)" : ""),
         got.state[i], want.state[i]);
   }
   for (size_t i = 0; i < got.grads.size() && i < want.grads.size(); ++i) {
-    one(absl::StrCat(".grad of a ", Describe(trace.grad_bindings[i].leaf), " leaf"), got.grads[i],
-        want.grads[i]);
+    one(absl::StrCat(".grad of a ", Describe(trace.grad_bindings[i].leaf),
+                     " leaf"),
+        got.grads[i], want.grads[i]);
   }
   return v;
 }
 
 // The first graph of the pipeline (the trace, then after each pass) whose
 // interpreted run from `before` disagrees with `eager`.
-std::string Bisect(const PassBisection& b, const Trace& trace, size_t traced_state, DType amp,
+std::string Bisect(const PassBisection& b, const Trace& trace,
+                   size_t traced_state, DType amp,
                    const std::vector<Tensor>& before, const Results& eager) {
   for (size_t k = 0; k <= b.pipeline.size(); ++k) {
     CopyInto(trace.state, before, 0, before.size());
-    const std::string graph = k == 0 ? std::string("the traced graph (before any pass)")
-                                     : absl::StrCat("the graph after pass ", k, " `",
-                                                    b.pipeline[k - 1], "`");
+    const std::string graph =
+        k == 0 ? std::string("the traced graph (before any pass)")
+               : absl::StrCat("the graph after pass ", k, " `",
+                              b.pipeline[k - 1], "`");
     absl::StatusOr<std::vector<Tensor>> returns = b.run(static_cast<int>(k));
     if (!returns.ok()) {
       return absl::StrCat("pass bisection stopped: running ", graph,
-                          " interpreted failed: ", returns.status().message(), "\n");
+                          " interpreted failed: ", returns.status().message(),
+                          "\n");
     }
-    const Verdict v = Compare(trace, Collect(trace, traced_state, *returns), eager, amp);
+    const Verdict v =
+        Compare(trace, Collect(trace, traced_state, *returns), eager, amp);
     if (v.bad == 0) continue;
     if (k == 0) {
-      return absl::StrCat("pass bisection: ", graph, ", run op by op, already disagrees (",
-                          v.worst, "): the step does something the tracer did not record "
-                          "(a write through data_ptr(), host state it keeps)\n");
+      return absl::StrCat(
+          "pass bisection: ", graph, ", run op by op, already disagrees (",
+          v.worst,
+          "): the step does something the tracer did not record "
+          "(a write through data_ptr(), host state it keeps)\n");
     }
-    return absl::StrCat("pass bisection: ", graph, " is the first to disagree when run op by "
-                        "op (", v.worst, "); STEPJIT_DISABLE=", b.pipeline[k - 1],
+    return absl::StrCat("pass bisection: ", graph,
+                        " is the first to disagree when run op by "
+                        "op (",
+                        v.worst, "); STEPJIT_DISABLE=", b.pipeline[k - 1],
                         " and STEPJIT_DUMP=<dir> show it\n");
   }
-  return "pass bisection: every graph of the pipeline agrees when run op by op; the "
-         "divergence comes from running the program itself (its memory plan or kernels)\n";
+  return "pass bisection: every graph of the pipeline agrees when run op by "
+         "op; the "
+         "divergence comes from running the program itself (its memory plan or "
+         "kernels)\n";
 }
 
 }  // namespace
@@ -139,11 +161,13 @@ CheckResult CheckCall(const std::string& label, const runtime::Program& program,
   const std::vector<Tensor>& state = trace.state;
   const std::vector<Tensor> before = Clones(state);
   std::vector<std::shared_ptr<Tensor>> grads_before;
-  for (const GradBinding& b : trace.grad_bindings) grads_before.push_back(GradOf(b.leaf));
+  for (const GradBinding& b : trace.grad_bindings)
+    grads_before.push_back(GradOf(b.leaf));
 
   // Compiled, as a replay would leave things.
   std::vector<runtime::RegionMismatch> regions;
-  const std::vector<Tensor> returns = program.RunChecked(inputs, state, &regions);
+  const std::vector<Tensor> returns =
+      program.RunChecked(inputs, state, &regions);
   for (const GradBinding& b : trace.grad_bindings) {
     b.leaf.set_grad(b.return_index >= 0 ? returns[b.return_index] : Tensor());
   }
@@ -160,45 +184,59 @@ CheckResult CheckCall(const std::string& label, const runtime::Program& program,
   Results reference;
   for (const Tensor& t : result.outputs) reference.outputs.push_back(t);
   for (size_t i = 0; i < traced_state; ++i) reference.state.push_back(state[i]);
-  for (const GradBinding& b : trace.grad_bindings) reference.grads.push_back(b.leaf.grad());
+  for (const GradBinding& b : trace.grad_bindings)
+    reference.grads.push_back(b.leaf.grad());
   // The compiler's own state (the loss scale) goes on from the compiled run.
   CopyInto(state, compiler_state, traced_state, state.size());
 
   const Verdict v = Compare(trace, compiled, reference, amp);
   if (v.bad == 0 && regions.empty()) {
-    result.report = absl::StrCat("stepjit check [", label, "]: OK — ", v.compared,
-                                 " outputs, state tensors and grads match the eager step\n");
+    result.report = absl::StrCat(
+        "stepjit check [", label, "]: OK — ", v.compared,
+        " outputs, state tensors and grads match the eager step\n");
     return result;
   }
   result.diverged = true;
   std::string& r = result.report;
   if (v.bad > 0) {
-    r = absl::StrCat("stepjit check [", label, "]: DIVERGED — ", v.bad, " of ", v.total,
-                     " tensors differ from the eager step; worst: ", v.worst, "\n");
+    r = absl::StrCat(
+        "stepjit check [", label, "]: DIVERGED — ", v.bad, " of ", v.total,
+        " tensors differ from the eager step; worst: ", v.worst, "\n");
   } else {
-    r = absl::StrCat("stepjit check [", label, "]: DIVERGED inside — the step's results agree "
-                     "with eager within tolerance, but a generated region does not agree with "
+    r = absl::StrCat("stepjit check [", label,
+                     "]: DIVERGED inside — the step's results agree "
+                     "with eager within tolerance, but a generated region does "
+                     "not agree with "
                      "its own body\n");
   }
   if (!regions.empty()) {
     const runtime::RegionMismatch& first = regions.front();
-    absl::StrAppend(&r, "guilty region (the first whose generated kernel disagrees with its body "
-                        "run op by op): ", runtime::ToString(first), "\n",
-                    first.call_ir, "\n", first.region_ir);
+    absl::StrAppend(&r,
+                    "guilty region (the first whose generated kernel disagrees "
+                    "with its body "
+                    "run op by op): ",
+                    runtime::ToString(first), "\n", first.call_ir, "\n",
+                    first.region_ir);
     if (regions.size() > 1) {
       absl::StrAppend(&r, "(", regions.size() - 1,
-                      " later region results also disagree; they may only inherit the error)\n");
+                      " later region results also disagree; they may only "
+                      "inherit the error)\n");
     }
     return result;
   }
-  absl::StrAppend(&r, "every generated region agrees with its body run op by op: the graph "
-                      "itself computes differently from the eager step (a tracer or pass bug)\n");
+  absl::StrAppend(
+      &r,
+      "every generated region agrees with its body run op by op: the graph "
+      "itself computes differently from the eager step (a tracer or pass "
+      "bug)\n");
   if (bisection != nullptr) {
     // The bisection runs overwrite the state: keep the eager results.
-    const Results eager_results{Clones(reference.outputs), Clones(reference.state),
+    const Results eager_results{Clones(reference.outputs),
+                                Clones(reference.state),
                                 Clones(reference.grads)};
     const std::vector<Tensor> after = Clones(state);
-    absl::StrAppend(&r, Bisect(*bisection, trace, traced_state, amp, before, eager_results));
+    absl::StrAppend(&r, Bisect(*bisection, trace, traced_state, amp, before,
+                               eager_results));
     CopyInto(state, after, 0, state.size());
   }
   return result;

@@ -1,4 +1,5 @@
-// The accuracy checker: one call run compiled and eagerly from the same state, compared, and bisected.
+// The accuracy checker: one call run compiled and eagerly from the same state,
+// compared, and bisected.
 //
 // compile(step, {.check = true}) (or STEPJIT_CHECK=1 / =N) runs the first
 // replays of each specialization this way; CompiledStep::check_next(n) asks

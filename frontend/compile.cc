@@ -1,45 +1,40 @@
-// StepCompiler: warmup, tracing, guard checks, specializations, fallback and reports.
+// StepCompiler: warmup, tracing, guard checks, specializations, fallback and
+// reports.
 #include "frontend/compile.h"
 
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
-#include "absl/algorithm/container.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "frontend/checker.h"
 #include "frontend/event_log.h"
 #include "frontend/guards.h"
 #include "frontend/specialization.h"
+#include "frontend/specializer.h"
 #include "frontend/trace_record.h"
 #include "frontend/tracer.h"
 #include "frontend/verify.h"
-#include "passes/amp.h"
-#include "passes/pass_manager.h"
-#include "ir/parser.h"
 #include "ir/printer.h"
-#include "ir/verifier.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/executor.h"
 
 namespace stepjit {
 
 std::ostream& operator<<(std::ostream& os, const CompileStats& s) {
-  return os << "calls " << s.calls << ", replays " << s.replays << ", eager calls "
-            << s.eager_calls << " (fallbacks " << s.fallbacks << "), traces " << s.traces
-            << " (recompiles " << s.recompiles << "), specializations " << s.specializations
-            << ", compile " << s.compile_ms << " ms, ops/step " << s.ops_per_step
-            << ", kernels/step " << s.kernels_per_step << " (" << s.native_regions
-            << " regions as native code, " << s.cached_regions << " from the kernel cache, codegen "
-            << s.codegen_ms << " ms), planned peak "
-            << s.planned_peak_bytes << " B";
+  return os << "calls " << s.calls << ", replays " << s.replays
+            << ", eager calls " << s.eager_calls << " (fallbacks "
+            << s.fallbacks << "), traces " << s.traces << " (recompiles "
+            << s.recompiles << "), specializations " << s.specializations
+            << ", compile " << s.compile_ms << " ms, ops/step "
+            << s.ops_per_step << ", kernels/step " << s.kernels_per_step << " ("
+            << s.native_regions << " regions as native code, "
+            << s.cached_regions << " from the kernel cache, codegen "
+            << s.codegen_ms << " ms), planned peak " << s.planned_peak_bytes
+            << " B";
 }
 
 namespace frontend {
@@ -53,42 +48,11 @@ bool LogGuards() {
   return on;
 }
 
-// Where a traced step runs: the device of its CUDA inputs or state, if any.
-Device StepDevice(const Trace& trace, const std::vector<Tensor>& inputs) {
-  for (const Tensor& t : inputs) {
-    if (t.defined() && t.device().is_cuda()) return t.device();
-  }
-  for (const Tensor& t : trace.state) {
-    if (t.defined() && t.device().is_cuda()) return t.device();
-  }
-  return Device::cpu();
-}
-
-// The pipeline a step on `device` runs. On CUDA, gemm-bgrad follows the
-// last fuse: cuBLASLt's BGRADB epilogue sums a weight gradient's bias
-// gradient while it reads dY. On the CPU the sum stays a kernel of its own,
-// keeping replays bit-identical to the eager step.
-std::string PipelineFor(const std::string& pipeline, Device device) {
-  std::vector<std::string> names = absl::StrSplit(pipeline, ',');
-  int last_fuse = -1;
-  for (size_t i = 0; i < names.size(); ++i) {
-    const absl::string_view name = absl::StripAsciiWhitespace(names[i]);
-    if (name == "gemm-bgrad") return pipeline;
-    if (name == "fuse") last_fuse = static_cast<int>(i);
-  }
-  if (!device.is_cuda() || last_fuse < 0) return pipeline;
-  names.insert(names.begin() + last_fuse + 1, "gemm-bgrad");
-  return absl::StrJoin(names, ",");
-}
-
 }  // namespace
 
 struct StepCompiler::Impl {
   CompileOptions options;
-  std::string pipeline;  // options.pipeline behind the amp passes
-  bool loss_scaling = false;
-  // Tensors for the state params the grad-scaler pass adds, by name.
-  std::vector<std::pair<std::string, Tensor>> compiler_state;
+  std::unique_ptr<Specializer> specializer;
   CompileStats stats;
   std::vector<std::unique_ptr<Specialization>> specs;
   const Specialization* last = nullptr;
@@ -104,82 +68,18 @@ struct StepCompiler::Impl {
   std::string verify_off_reason;
 
   void Event(const std::string& cause, std::string what) {
-    if (LogGuards()) std::cerr << "stepjit[" << options.name << "]: " << what << "\n";
+    if (LogGuards())
+      std::cerr << "stepjit[" << options.name << "]: " << what << "\n";
     events.Add(cause, std::move(what));
   }
 
   bool TraceLimitReached() const { return stats.traces >= options.max_traces; }
 
-  static std::string DumpDir(size_t index) {
-    const char* dir = std::getenv("STEPJIT_DUMP");
-    if (dir == nullptr || *dir == '\0') return "";
-    std::filesystem::path path(dir);
-    if (index > 0) path /= absl::StrCat("trace", index);
-    return path.string();
-  }
-
-  // Writes 000-trace.ir, then runs the pipeline for `device` (which dumps
-  // NNN-<pass>.ir); trace k > 0 dumps into the subdirectory trace<k>.
-  absl::Status Optimize(ir::Graph& graph, size_t index, Device device) {
-    DumpTrace(graph, index);
-    passes::PipelineOptions popts = passes::FromEnvironment();
-    popts.dump_dir = DumpDir(index);
-    passes::PipelineStats pstats;
-    passes::ScopedGradScalerConfig scaler_config({.growth_factor = options.scaler.growth_factor,
-                                                  .backoff_factor = options.scaler.backoff_factor,
-                                                  .growth_interval = options.scaler.growth_interval});
-    RETURN_IF_ERROR(passes::RunPipeline(graph, PipelineFor(pipeline, device), popts, &pstats));
-    stats.passes = pstats.ToString();
-    if (const passes::PassStats* mp = pstats.Find("memory-plan")) {
-      stats.planned_peak_bytes = mp->Get("planned peak bytes");
-    }
-    return absl::OkStatus();
-  }
-
-  // State params added by passes (grad-scaler's %amp_*) are bound to the
-  // compiler's own tensors, after the traced state.
-  absl::Status BindCompilerState(Trace& trace, Device device) {
-    // The compiler's own state lives where the step runs.
-    for (auto& [name, t] : compiler_state) {
-      if (t.device() != device) {
-        t = t.to(device);
-        MarkOwnedState(t);
-      }
-    }
-    std::vector<const ir::Value*> state_params;
-    for (const ir::Value* p : trace.graph->params()) {
-      if (trace.graph->param_kind(p) == ir::ParamKind::kState) state_params.push_back(p);
-    }
-    for (size_t i = trace.state.size(); i < state_params.size(); ++i) {
-      auto it = std::find_if(compiler_state.begin(), compiler_state.end(),
-                             [&](const auto& e) { return e.first == state_params[i]->name(); });
-      if (it == compiler_state.end()) {
-        return absl::InternalError(absl::StrCat("a pass added state param %", state_params[i]->name(),
-                                                " that the compiler does not bind"));
-      }
-      trace.state.push_back(it->second);
-    }
-    return absl::OkStatus();
-  }
-
-  void DumpTrace(const ir::Graph& graph, size_t index) const {
-    const std::string dir = DumpDir(index);
-    if (dir.empty()) return;
-    std::filesystem::path path(dir);
-    std::error_code ec;
-    std::filesystem::create_directories(path, ec);
-    std::ofstream out(path / "000-trace.ir");
-    if (!out) {
-      std::cerr << "stepjit: STEPJIT_DUMP: cannot write " << (path / "000-trace.ir") << "\n";
-      return;
-    }
-    ir::Print(graph, out);
-  }
-
   // Runs the step eagerly under the tracer and compiles what it recorded.
-  std::vector<Tensor> TraceCall(Signature signature, const std::vector<Tensor>& inputs,
-                                const std::function<std::vector<Tensor>()>& eager,
-                                Specialization* replace) {
+  std::vector<Tensor> TraceCall(
+      Signature signature, const std::vector<Tensor>& inputs,
+      const std::function<std::vector<Tensor>()>& eager,
+      Specialization* replace) {
     const auto start = std::chrono::steady_clock::now();
     Tracer tracer(options.name);
     tracer.Begin(inputs);
@@ -192,77 +92,41 @@ struct StepCompiler::Impl {
     }
     Trace trace = tracer.End(outputs);
     const Device device = StepDevice(trace, inputs);
-    Install(Compile(std::move(signature), std::move(trace), device), replace, start);
+    Install(Build(std::move(signature), std::move(trace), device), replace,
+            start);
     return outputs;
   }
 
-  // Verifies, optimizes and builds a recorded trace.
-  std::unique_ptr<Specialization> Compile(Signature signature, Trace trace, Device device) {
-    auto spec = std::make_unique<Specialization>();
-    spec->signature = std::move(signature);
-    spec->trace = std::move(trace);
-    if (!spec->trace.break_reason.empty()) {
-      spec->eager_only = true;
-      spec->reason = "graph break: " + spec->trace.break_reason;
-      return spec;
-    }
-    spec->record = RecordTrace(spec->trace);
-    spec->unguarded = UnguardedState(spec->trace);
-    spec->traced_state = spec->trace.state.size();
-    spec->device = device;
-    // Kept always: check_next() may ask for a check (and its bisection) later.
-    spec->traced_ir = ir::Print(*spec->trace.graph);
-    if (absl::Status st = ir::Verify(*spec->trace.graph); !st.ok()) {
-      spec->eager_only = true;
-      spec->reason = absl::StrCat("the traced graph failed verification: ", st.message());
-    } else if (absl::Status st = Optimize(*spec->trace.graph, static_cast<size_t>(stats.traces), device);
-               !st.ok()) {
-      spec->eager_only = true;
-      spec->reason = absl::StrCat("the pass pipeline failed: ", st.message());
-    } else if (absl::Status st = BindCompilerState(spec->trace, device); !st.ok()) {
-      spec->eager_only = true;
-      spec->reason = std::string(st.message());
-    } else {
-      // The guards cover the state the compiler added too.
-      spec->state_guards = MakeStateGuards(spec->trace);
-      runtime::ProgramOptions popts;
-      popts.dump_dir = DumpDir(static_cast<size_t>(stats.traces));
-      popts.device = device;
-      popts.cuda_graphs = options.cuda_graphs;
-      popts.cuda_multi_region = options.cuda_multi_region;
-      if (const char* cuda = std::getenv("STEPJIT_DUMP_CUDA"); cuda != nullptr && *cuda != '\0') {
-        // cu | ptx | ptx:sm_XX
-        const std::string v = cuda;
-        popts.dump_cuda = v != "0";
-        if (v.rfind("ptx", 0) == 0) popts.cuda_ptx_arch = v.size() > 4 ? v.substr(4) : "sm_90";
-      }
-      auto program = runtime::Program::Build(*spec->trace.graph, popts);
-      if (!program.ok()) {
-        spec->eager_only = true;
-        spec->reason = absl::StrCat("building the program failed: ", program.status().message());
-      } else {
-        spec->program = *std::move(program);
-        spec->check_left = check_replays;
-      }
-    }
+  std::unique_ptr<Specialization> Build(Signature signature, Trace trace,
+                                        Device device) {
+    auto spec = specializer->Build(std::move(signature), std::move(trace),
+                                   device, static_cast<size_t>(stats.traces));
+    if (spec->program) spec->check_left = check_replays;
     return spec;
   }
 
   // Adds `spec` (in place of `replace` when set) and accounts for the trace.
-  Specialization* Install(std::unique_ptr<Specialization> spec, Specialization* replace,
+  Specialization* Install(std::unique_ptr<Specialization> spec,
+                          Specialization* replace,
                           std::chrono::steady_clock::time_point start) {
-    stats.compile_ms +=
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    stats.compile_ms += std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - start)
+                            .count();
     ++stats.traces;
     if (stats.traces > 1) ++stats.recompiles;
     stats.ops_per_step = spec->trace.num_ops;
+    if (!spec->pass_stats.empty()) {
+      stats.passes = spec->pass_stats;
+      stats.planned_peak_bytes = spec->planned_peak_bytes;
+    }
     if (spec->program) {
       stats.kernels_per_step = spec->program->kernels_per_run();
       stats.native_regions = spec->program->compiled_regions();
       stats.cached_regions = spec->program->cached_regions();
       stats.codegen_ms = spec->program->codegen_ms();
     }
-    if (spec->eager_only) Event("eager-only", absl::StrCat("marked eager-only: ", spec->reason));
+    if (spec->eager_only)
+      Event("eager-only", absl::StrCat("marked eager-only: ", spec->reason));
     size_t index;
     if (replace != nullptr) {
       for (index = 0; specs[index].get() != replace; ++index) {
@@ -279,14 +143,16 @@ struct StepCompiler::Impl {
 
   // A call that needs a new trace (`cause`, `what`): traces it, or runs it
   // eagerly once max_traces traces exist.
-  std::optional<std::vector<Tensor>> Retrace(const std::string& cause, const std::string& what,
-                                             Signature sig, const std::vector<Tensor>& inputs,
-                                             const std::function<std::vector<Tensor>()>& eager,
-                                             Specialization* replace) {
+  std::optional<std::vector<Tensor>> Retrace(
+      const std::string& cause, const std::string& what, Signature sig,
+      const std::vector<Tensor>& inputs,
+      const std::function<std::vector<Tensor>()>& eager,
+      Specialization* replace) {
     ++stats.eager_calls;
     if (TraceLimitReached()) {
-      Event("trace limit", absl::StrCat("running eagerly: ", what, "; ", options.max_traces,
-                                        " traces already made (max_traces)"));
+      Event("trace limit",
+            absl::StrCat("running eagerly: ", what, "; ", options.max_traces,
+                         " traces already made (max_traces)"));
       ++stats.fallbacks;
       eager();
       return std::nullopt;
@@ -297,7 +163,8 @@ struct StepCompiler::Impl {
   }
 
   bool ShouldVerify(const Specialization& s) const {
-    if (options.verify == Verify::kOff || !verify_off_reason.empty()) return false;
+    if (options.verify == Verify::kOff || !verify_off_reason.empty())
+      return false;
     if (options.verify == Verify::kAlways || !s.unguarded.empty()) return true;
     if (s.replays < options.verify_first) return true;
     return options.verify_every > 0 && s.replays % options.verify_every == 0;
@@ -305,31 +172,39 @@ struct StepCompiler::Impl {
 
   // Re-traces the call shape-only; replays `s` when the step still records
   // what `s` compiled, else compiles what it records now and replays that.
-  std::optional<std::vector<Tensor>> VerifiedReplay(Specialization& s, Signature sig,
-                                                    const std::vector<Tensor>& inputs,
-                                                    const std::function<std::vector<Tensor>()>& eager) {
+  std::optional<std::vector<Tensor>> VerifiedReplay(
+      Specialization& s, Signature sig, const std::vector<Tensor>& inputs,
+      const std::function<std::vector<Tensor>()>& eager) {
     const auto start = std::chrono::steady_clock::now();
     ShapeOnlyTrace now = TraceShapesOnly(options.name, inputs, eager);
     std::string diff;
-    if (now.inconclusive.empty()) diff = DiffTraces(s.record, RecordTrace(now.trace));
+    if (now.inconclusive.empty())
+      diff = DiffTraces(s.record, RecordTrace(now.trace));
     ++stats.verifications;
-    stats.verify_ms +=
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (now.inconclusive.empty() && diff.empty()) return Replay(s, inputs, eager);
+    stats.verify_ms += std::chrono::duration<double, std::milli>(
+                           std::chrono::steady_clock::now() - start)
+                           .count();
+    if (now.inconclusive.empty() && diff.empty())
+      return Replay(s, inputs, eager);
     if (!now.inconclusive.empty()) {
       // The step itself still runs as written: eagerly, traced again.
       if (now.inconclusive.find("kept a tensor") != std::string::npos) {
         verify_off_reason = now.inconclusive;
       }
-      return Retrace("inconclusive re-trace", now.inconclusive, std::move(sig), inputs, eager, &s);
+      return Retrace("inconclusive re-trace", now.inconclusive, std::move(sig),
+                     inputs, eager, &s);
     }
     ++stats.verify_mismatches;
-    const std::string what = absl::StrCat("a shape-only re-trace found the step changed: ", diff);
+    const std::string what =
+        absl::StrCat("a shape-only re-trace found the step changed: ", diff);
     std::cerr << "stepjit[" << options.name << "]: warning: " << what << "\n";
-    if (TraceLimitReached()) return Retrace("re-trace found a change", what, std::move(sig), inputs, eager, &s);
+    if (TraceLimitReached())
+      return Retrace("re-trace found a change", what, std::move(sig), inputs,
+                     eager, &s);
     Event("re-trace found a change", absl::StrCat("recompiling: ", what));
     const Device device = StepDevice(now.trace, inputs);
-    Specialization* fresh = Install(Compile(std::move(sig), std::move(now.trace), device), &s, start);
+    Specialization* fresh =
+        Install(Build(std::move(sig), std::move(now.trace), device), &s, start);
     if (fresh->eager_only) {
       // Nothing to replay, and the call has not run for real yet.
       ++stats.eager_calls;
@@ -339,49 +214,10 @@ struct StepCompiler::Impl {
     return Replay(*fresh, inputs, eager);
   }
 
-  // Runs `s`'s traced graph after the first k passes, interpreted.
-  PassBisection BisectionFor(const Specialization& s, const std::vector<Tensor>& inputs) {
-    PassBisection b;
-    const passes::PipelineOptions env = passes::FromEnvironment();
-    for (absl::string_view name : absl::StrSplit(PipelineFor(pipeline, s.device), ',')) {
-      const std::string pass(absl::StripAsciiWhitespace(name));
-      if (pass.empty() || absl::c_linear_search(env.disabled, pass)) continue;
-      b.pipeline.push_back(pass);
-    }
-    b.run = [this, &s, &inputs, names = b.pipeline](int k) -> absl::StatusOr<std::vector<Tensor>> {
-      ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph, ir::ParseGraph(s.traced_ir, "trace"));
-      if (k > 0) {
-        passes::PipelineStats pstats;
-        passes::ScopedGradScalerConfig config({.growth_factor = options.scaler.growth_factor,
-                                               .backoff_factor = options.scaler.backoff_factor,
-                                               .growth_interval = options.scaler.growth_interval});
-        const std::vector<std::string> prefix(names.begin(), names.begin() + k);
-        RETURN_IF_ERROR(passes::RunPipeline(*graph, absl::StrJoin(prefix, ","),
-                                            passes::PipelineOptions{}, &pstats));
-      }
-      runtime::ProgramOptions popts;
-      popts.codegen = false;
-      popts.use_cache = false;
-      popts.device = s.device;
-      popts.cuda_graphs = false;
-      ASSIGN_OR_RETURN(runtime::Program program, runtime::Program::Build(*graph, popts));
-      size_t state_params = 0;
-      for (const ir::Value* p : graph->params()) {
-        state_params += graph->param_kind(p) == ir::ParamKind::kState ? 1 : 0;
-      }
-      if (state_params > s.trace.state.size()) {
-        return absl::InternalError(absl::StrCat("the graph reads ", state_params,
-                                                " state tensors, the step binds ",
-                                                s.trace.state.size()));
-      }
-      return program.Run(inputs, absl::MakeConstSpan(s.trace.state).first(state_params));
-    };
-    return b;
-  }
-
   // Replays `s`, or runs the call through the accuracy checker when one is due.
-  std::optional<std::vector<Tensor>> Replay(Specialization& s, const std::vector<Tensor>& inputs,
-                                            const std::function<std::vector<Tensor>()>& eager) {
+  std::optional<std::vector<Tensor>> Replay(
+      Specialization& s, const std::vector<Tensor>& inputs,
+      const std::function<std::vector<Tensor>()>& eager) {
     if (s.check_left <= 0 && check_pending <= 0) return Replay(s, inputs);
     if (s.check_left > 0) {
       --s.check_left;
@@ -391,23 +227,26 @@ struct StepCompiler::Impl {
     ++stats.checks;
     ++stats.eager_calls;
     last = &s;
-    const PassBisection bisection = BisectionFor(s, inputs);
-    CheckResult r = CheckCall(absl::StrCat(options.name, ", call ", stats.calls), *s.program,
-                              s.trace, s.traced_state, options.amp, inputs, eager, &bisection);
+    const PassBisection bisection = specializer->BisectionFor(s, inputs);
+    CheckResult r = CheckCall(
+        absl::StrCat(options.name, ", call ", stats.calls), *s.program, s.trace,
+        s.traced_state, options.amp, inputs, eager, &bisection);
     check_report = std::move(r.report);
     if (r.diverged) {
       ++stats.check_failures;
       std::cerr << check_report;
       // Never replay what was seen computing wrong results.
       s.eager_only = true;
-      s.reason = absl::StrCat("the accuracy checker found the compiled step diverging: ",
-                              check_report.substr(0, check_report.find('\n')));
+      s.reason = absl::StrCat(
+          "the accuracy checker found the compiled step diverging: ",
+          check_report.substr(0, check_report.find('\n')));
       Event("accuracy check", s.reason);
     }
     return std::nullopt;
   }
 
-  std::optional<std::vector<Tensor>> Replay(Specialization& s, const std::vector<Tensor>& inputs) {
+  std::optional<std::vector<Tensor>> Replay(Specialization& s,
+                                            const std::vector<Tensor>& inputs) {
     std::vector<Tensor> outputs = s.program->Run(inputs, s.trace.state);
     for (const GradBinding& b : s.trace.grad_bindings) {
       b.leaf.set_grad(b.return_index >= 0 ? outputs[b.return_index] : Tensor());
@@ -420,41 +259,39 @@ struct StepCompiler::Impl {
   }
 };
 
-StepCompiler::StepCompiler(CompileOptions options) : impl_(std::make_unique<Impl>()) {
-  SJ_REQUIRE(options.warmup_steps >= 0, "compile: warmup_steps must be >= 0, got ",
-             options.warmup_steps);
+StepCompiler::StepCompiler(CompileOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  SJ_REQUIRE(options.warmup_steps >= 0,
+             "compile: warmup_steps must be >= 0, got ", options.warmup_steps);
   SJ_REQUIRE(options.max_traces >= 1, "compile: max_traces must be >= 1, got ",
              options.max_traces);
-  SJ_REQUIRE(options.verify_first >= 0, "compile: verify_first must be >= 0, got ",
-             options.verify_first);
-  SJ_REQUIRE(options.verify_every >= 0, "compile: verify_every must be >= 0 (0: never "
-             "periodically), got ", options.verify_every);
-  SJ_REQUIRE(options.check_replays >= 0, "compile: check_replays must be >= 0, got ",
+  SJ_REQUIRE(options.verify_first >= 0,
+             "compile: verify_first must be >= 0, got ", options.verify_first);
+  SJ_REQUIRE(options.verify_every >= 0,
+             "compile: verify_every must be >= 0 (0: never "
+             "periodically), got ",
+             options.verify_every);
+  SJ_REQUIRE(options.check_replays >= 0,
+             "compile: check_replays must be >= 0, got ",
              options.check_replays);
-  SJ_REQUIRE(options.amp == DType::kF32 || options.amp == DType::kBF16 || options.amp == DType::kF16,
-             "compile: amp must be f32 (off), bf16 or f16, got ", ir::DTypeName(options.amp));
+  SJ_REQUIRE(options.amp == DType::kF32 || options.amp == DType::kBF16 ||
+                 options.amp == DType::kF16,
+             "compile: amp must be f32 (off), bf16 or f16, got ",
+             ir::DTypeName(options.amp));
   Impl& m = *impl_;
-  m.loss_scaling = options.loss_scaling.value_or(options.amp == DType::kF16);
-  std::string prefix;
-  if (options.amp != DType::kF32) {
-    prefix = options.amp == DType::kBF16 ? "autocast-bf16," : "autocast-f16,";
-  }
-  if (m.loss_scaling) {
-    const amp::GradScaler validated(options.scaler);  // same checks and messages
-    prefix += "grad-scaler,";
-    m.compiler_state = {{passes::kAmpScaleParam, scalar_tensor(options.scaler.init_scale)},
-                        {passes::kAmpGrowthParam, scalar_tensor(0.0)},
-                        {passes::kAmpSkippedParam, scalar_tensor(0.0)}};
-    for (const auto& [name, t] : m.compiler_state) MarkOwnedState(t);
-  }
-  m.pipeline = prefix + options.pipeline;
+  m.specializer = std::make_unique<Specializer>(options);
   m.check_replays = options.check ? options.check_replays : 0;
-  if (const char* env = std::getenv("STEPJIT_CHECK"); env != nullptr && *env != '\0') {
+  if (const char* env = std::getenv("STEPJIT_CHECK");
+      env != nullptr && *env != '\0') {
     int n = 0;
     SJ_REQUIRE(absl::SimpleAtoi(env, &n) && n >= 0,
-               "STEPJIT_CHECK: expected 0 (off), 1 (check the first ", options.check_replays,
-               " replays of each specialization) or N (the first N), got '", env, "'");
-    m.check_replays = n == 0 ? 0 : n == 1 ? std::max(options.check_replays, 1) : n;
+               "STEPJIT_CHECK: expected 0 (off), 1 (check the first ",
+               options.check_replays,
+               " replays of each specialization) or N (the first N), got '",
+               env, "'");
+    m.check_replays = n == 0   ? 0
+                      : n == 1 ? std::max(options.check_replays, 1)
+                               : n;
   }
   m.options = std::move(options);
 }
@@ -462,10 +299,12 @@ StepCompiler::StepCompiler(CompileOptions options) : impl_(std::make_unique<Impl
 StepCompiler::~StepCompiler() = default;
 
 std::optional<std::vector<Tensor>> StepCompiler::Call(
-    const std::vector<Tensor>& inputs, const std::function<std::vector<Tensor>()>& eager) {
+    const std::vector<Tensor>& inputs,
+    const std::function<std::vector<Tensor>()>& eager) {
   Impl& m = *impl_;
   ++m.stats.calls;
-  if (m.options.mode == Mode::kEager || m.stats.calls <= m.options.warmup_steps) {
+  if (m.options.mode == Mode::kEager ||
+      m.stats.calls <= m.options.warmup_steps) {
     ++m.stats.eager_calls;
     eager();
     return std::nullopt;
@@ -490,11 +329,12 @@ std::optional<std::vector<Tensor>> StepCompiler::Call(
     if (!flag_miss.empty()) {
       what = flag_miss;
     } else if (!m.specs.empty()) {
-      what = absl::StrCat("no specialization matches ", DescribeSignature(sig), "; closest: ",
-                          DescribeSignatureDiff(m.specs.back()->signature, sig));
+      what = absl::StrCat(
+          "no specialization matches ", DescribeSignature(sig),
+          "; closest: ", DescribeSignatureDiff(m.specs.back()->signature, sig));
     }
-    return m.Retrace(flag_miss.empty() ? "new signature" : "module flag", what, std::move(sig),
-                     inputs, eager, nullptr);
+    return m.Retrace(flag_miss.empty() ? "new signature" : "module flag", what,
+                     std::move(sig), inputs, eager, nullptr);
   }
   if (match->eager_only) {
     ++m.stats.eager_calls;
@@ -503,29 +343,34 @@ std::optional<std::vector<Tensor>> StepCompiler::Call(
     eager();
     return std::nullopt;
   }
-  if (std::string miss = CheckStateGuards(match->trace, match->state_guards); !miss.empty()) {
+  if (std::string miss = CheckStateGuards(match->trace, match->state_guards);
+      !miss.empty()) {
     if (match->settled_after_miss) {
-      return m.Retrace("state guard", miss, std::move(sig), inputs, eager, match);
+      return m.Retrace("state guard", miss, std::move(sig), inputs, eager,
+                       match);
     }
     // New state (a replaced parameter) gets its lazily created companions
     // (its .grad, optimizer moments) on its first step: one eager call lets
     // them settle, so that one trace, on the next call, covers what follows.
     match->settled_after_miss = true;
-    m.Event("state guard", absl::StrCat("running eagerly, tracing on the next call: ", miss));
+    m.Event("state guard",
+            absl::StrCat("running eagerly, tracing on the next call: ", miss));
     ++m.stats.eager_calls;
     m.last = match;
     eager();
     return std::nullopt;
   }
-  if (m.ShouldVerify(*match)) return m.VerifiedReplay(*match, std::move(sig), inputs, eager);
+  if (m.ShouldVerify(*match))
+    return m.VerifiedReplay(*match, std::move(sig), inputs, eager);
   return m.Replay(*match, inputs, eager);
 }
 
 CompileStats StepCompiler::stats() const {
   CompileStats s = impl_->stats;
-  if (impl_->loss_scaling) {
-    s.loss_scale = impl_->compiler_state[0].second.item();
-    s.skipped_steps = static_cast<int64_t>(impl_->compiler_state[2].second.item());
+  if (impl_->specializer->loss_scaling()) {
+    s.loss_scale = impl_->specializer->compiler_state()[0].second.item();
+    s.skipped_steps = static_cast<int64_t>(
+        impl_->specializer->compiler_state()[2].second.item());
   }
   return s;
 }
@@ -534,34 +379,42 @@ std::string StepCompiler::explain() const {
   const Impl& m = *impl_;
   std::ostringstream os;
   os << "stepjit: step '" << m.options.name << "' — " << m.stats << "\n";
-  if (m.options.mode == Mode::kEager) os << "compilation is off (mode = eager)\n";
-  if (m.options.amp != DType::kF32 || m.loss_scaling) {
+  if (m.options.mode == Mode::kEager)
+    os << "compilation is off (mode = eager)\n";
+  if (m.options.amp != DType::kF32 || m.specializer->loss_scaling()) {
     os << "mixed precision: "
-       << (m.options.amp == DType::kF32 ? std::string("off")
-                                        : absl::StrCat("autocast-", ir::DTypeName(m.options.amp), " pass"));
-    if (m.loss_scaling) {
+       << (m.options.amp == DType::kF32
+               ? std::string("off")
+               : absl::StrCat("autocast-", ir::DTypeName(m.options.amp),
+                              " pass"));
+    if (m.specializer->loss_scaling()) {
       const CompileStats s = stats();
-      os << ", loss scaling (grad-scaler pass): scale " << s.loss_scale << ", " << s.skipped_steps
-         << " steps skipped for inf/NaN grads";
+      os << ", loss scaling (grad-scaler pass): scale " << s.loss_scale << ", "
+         << s.skipped_steps << " steps skipped for inf/NaN grads";
     }
     os << "\n";
   }
   for (size_t i = 0; i < m.specs.size(); ++i) {
     const Specialization& s = *m.specs[i];
-    os << "specialization " << i << ": " << DescribeSignature(s.signature) << ": "
-       << (s.eager_only ? "eager-only (" + s.reason + ")" : "compiled") << "\n";
+    os << "specialization " << i << ": " << DescribeSignature(s.signature)
+       << ": " << (s.eager_only ? "eager-only (" + s.reason + ")" : "compiled")
+       << "\n";
     if (s.program && s.program->device().is_cuda()) {
       os << "  on " << s.program->device().str() << ": "
          << (s.program->uses_cuda_graph()
-                 ? absl::StrCat("replayed as a CUDA graph (", s.program->cuda_graph_replays(),
+                 ? absl::StrCat("replayed as a CUDA graph (",
+                                s.program->cuda_graph_replays(),
                                 " graph launches)")
-                 : absl::StrCat("no CUDA graph: ", s.program->cuda_graph_reason()))
+                 : absl::StrCat("no CUDA graph: ",
+                                s.program->cuda_graph_reason()))
          << "; "
          << (s.program->cuda_region_groups() > 0
-                 ? absl::StrCat(s.program->cuda_grouped_regions(), " regions launched as ",
+                 ? absl::StrCat(s.program->cuda_grouped_regions(),
+                                " regions launched as ",
                                 s.program->cuda_region_groups(),
-                                s.program->cuda_region_groups() == 1 ? " multi-region kernel group"
-                                                                     : " multi-region kernel groups")
+                                s.program->cuda_region_groups() == 1
+                                    ? " multi-region kernel group"
+                                    : " multi-region kernel groups")
                  : std::string("no multi-region kernels"))
          << "\n";
     }
@@ -569,14 +422,15 @@ std::string StepCompiler::explain() const {
   for (size_t i = 0; i < m.specs.size(); ++i) {
     const Specialization& s = *m.specs[i];
     if (!s.trace.flag_guards.empty()) {
-      os << "  specialization " << i << " is guarded on " << s.trace.flag_guards.size()
-         << " module training flag(s)\n";
+      os << "  specialization " << i << " is guarded on "
+         << s.trace.flag_guards.size() << " module training flag(s)\n";
     }
     if (!s.unguarded.empty()) {
       os << "  specialization " << i << " reads " << s.unguarded.size()
          << " tensor(s) captured from outside that no guard can see rebound ("
          << absl::StrJoin(s.unguarded, ", ")
-         << "): every replay is re-traced shape-only to check them; pass them as step "
+         << "): every replay is re-traced shape-only to check them; pass them "
+            "as step "
             "arguments to avoid that cost\n";
     }
   }
@@ -585,14 +439,16 @@ std::string StepCompiler::explain() const {
          : !m.verify_off_reason.empty()   ? "turned off: " + m.verify_off_reason
          : m.options.verify == Verify::kAlways
              ? std::string("a shape-only re-trace on every replay")
-             : absl::StrCat("a shape-only re-trace on the first ", m.options.verify_first,
+             : absl::StrCat("a shape-only re-trace on the first ",
+                            m.options.verify_first,
                             " replays of each specialization, then every ",
                             m.options.verify_every, "th"))
-     << "; " << m.stats.verifications << " run (" << m.stats.verify_ms << " ms), "
-     << m.stats.verify_mismatches << " found the step changed\n";
+     << "; " << m.stats.verifications << " run (" << m.stats.verify_ms
+     << " ms), " << m.stats.verify_mismatches << " found the step changed\n";
   if (m.stats.checks > 0) {
-    os << "accuracy checks: " << m.stats.checks << " run, " << m.stats.check_failures
-       << " diverged; last: " << m.check_report.substr(0, m.check_report.find('\n')) << "\n";
+    os << "accuracy checks: " << m.stats.checks << " run, "
+       << m.stats.check_failures << " diverged; last: "
+       << m.check_report.substr(0, m.check_report.find('\n')) << "\n";
   }
   if (!m.stats.passes.empty()) os << "passes (last trace):\n" << m.stats.passes;
   os << m.events.ToString();
@@ -602,7 +458,8 @@ std::string StepCompiler::explain() const {
 void StepCompiler::dump_ir(std::ostream& os) const {
   const Specialization* s = impl_->last;
   if (s == nullptr || !s->trace.graph) {
-    os << "// stepjit: no traced graph for '" << impl_->options.name << "' yet\n";
+    os << "// stepjit: no traced graph for '" << impl_->options.name
+       << "' yet\n";
     return;
   }
   ir::Print(*s->trace.graph, os);

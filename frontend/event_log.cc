@@ -20,7 +20,8 @@ int64_t EventLog::count(const std::string& cause) const {
 std::string EventLog::ToString() const {
   if (total_ == 0) return "no recompiles or fallbacks\n";
   std::string out = "recompiles and fallbacks by cause:\n";
-  for (const auto& [cause, n] : counts_) absl::StrAppend(&out, "  ", cause, ": ", n, "\n");
+  for (const auto& [cause, n] : counts_)
+    absl::StrAppend(&out, "  ", cause, ": ", n, "\n");
   if (total_ > static_cast<int64_t>(recent_.size())) {
     absl::StrAppend(&out, "the last ", recent_.size(), " events:\n");
   } else {

@@ -1,4 +1,5 @@
-// EventLog: why a compiled step retraced or ran eagerly — counts per cause and the last few events.
+// EventLog: why a compiled step retraced or ran eagerly — counts per cause and
+// the last few events.
 //
 // A step that retraces on every call must not grow memory on every call: the
 // log keeps one counter per cause and only the most recent messages.

@@ -1,4 +1,5 @@
-// Specialization: one traced and compiled form of a step, with everything that decides when it may replay.
+// Specialization: one traced and compiled form of a step, with everything that
+// decides when it may replay.
 #ifndef STEPJIT_FRONTEND_SPECIALIZATION_H_
 #define STEPJIT_FRONTEND_SPECIALIZATION_H_
 
@@ -29,12 +30,16 @@ struct Specialization {
   std::optional<runtime::Program> program;
   bool eager_only = false;
   std::string reason;  // why eager-only
+  // Per-pass statistics and memory-plan's planned peak, from its build.
+  std::string pass_stats;
+  int64_t planned_peak_bytes = 0;
   int64_t replays = 0;
   // Of trace.state, the step's own tensors (the rest are the compiler's).
   size_t traced_state = 0;
   // Replays still to run through the accuracy checker.
   int check_left = 0;
-  // A state guard failed and one call ran eagerly since: the next miss retraces.
+  // A state guard failed and one call ran eagerly since: the next miss
+  // retraces.
   bool settled_after_miss = false;
 };
 

@@ -1,4 +1,5 @@
-// Trace records: canonical operand numbering, random-op normalization and user-facing diffs.
+// Trace records: canonical operand numbering, random-op normalization and
+// user-facing diffs.
 #include "frontend/trace_record.h"
 
 #include "absl/container/flat_hash_map.h"
@@ -12,8 +13,10 @@ using ir::AttrKey;
 
 // Seeds and absolute offsets of random ops vary from call to call; the
 // offsets' pattern (which draws share a slice) is what the graph means.
-ir::Attrs Normalized(const ir::Node& node, absl::flat_hash_map<int64_t, int64_t>& offsets) {
-  if (node.kind() != ir::NodeKind::kOp || ir::GetOpInfo(node.op()).kind != ir::OpKind::kRandom) {
+ir::Attrs Normalized(const ir::Node& node,
+                     absl::flat_hash_map<int64_t, int64_t>& offsets) {
+  if (node.kind() != ir::NodeKind::kOp ||
+      ir::GetOpInfo(node.op()).kind != ir::OpKind::kRandom) {
     return node.attrs();
   }
   ir::Attrs out;
@@ -21,7 +24,9 @@ ir::Attrs Normalized(const ir::Node& node, absl::flat_hash_map<int64_t, int64_t>
     if (key == AttrKey::kSeed) continue;
     if (key == AttrKey::kOffset) {
       const int64_t rank = static_cast<int64_t>(offsets.size());
-      out.Set(key, offsets.try_emplace(node.attrs().GetInt(AttrKey::kOffset), rank).first->second);
+      out.Set(key,
+              offsets.try_emplace(node.attrs().GetInt(AttrKey::kOffset), rank)
+                  .first->second);
       continue;
     }
     out.Set(key, value);
@@ -30,14 +35,17 @@ ir::Attrs Normalized(const ir::Node& node, absl::flat_hash_map<int64_t, int64_t>
 }
 
 std::string NodeName(const TraceRecord::Node& n, size_t index) {
-  if (n.kind == ir::NodeKind::kAssign) return absl::StrCat("write-back #", index);
-  return absl::StrCat("op #", index, " (", ir::OpName(n.op), " -> ", ir::PrintType(n.type), ")");
+  if (n.kind == ir::NodeKind::kAssign)
+    return absl::StrCat("write-back #", index);
+  return absl::StrCat("op #", index, " (", ir::OpName(n.op), " -> ",
+                      ir::PrintType(n.type), ")");
 }
 
 std::string AttrText(const ir::Attrs& attrs, AttrKey key) {
   const ir::AttrValue* v = attrs.Find(key);
-  return v == nullptr ? std::string("unset")
-                      : absl::StrCat(ir::AttrKeyName(key), "=", ir::PrintAttrValue(*v));
+  return v == nullptr
+             ? std::string("unset")
+             : absl::StrCat(ir::AttrKeyName(key), "=", ir::PrintAttrValue(*v));
 }
 
 // The first attribute whose value differs between `a` and `b`.
@@ -45,11 +53,13 @@ std::string DiffAttrs(const ir::Attrs& a, const ir::Attrs& b) {
   for (const auto& [key, value] : a.items()) {
     const ir::AttrValue* other = b.Find(key);
     if (other == nullptr || !(*other == value)) {
-      return absl::StrCat(AttrText(b, key), " now, traced with ", AttrText(a, key));
+      return absl::StrCat(AttrText(b, key), " now, traced with ",
+                          AttrText(a, key));
     }
   }
   for (const auto& [key, value] : b.items()) {
-    if (!a.Has(key)) return absl::StrCat(AttrText(b, key), " now, traced without it");
+    if (!a.Has(key))
+      return absl::StrCat(AttrText(b, key), " now, traced without it");
   }
   return "";
 }
@@ -73,7 +83,8 @@ TraceRecord RecordTrace(const Trace& trace) {
   int next = static_cast<int>(r.params.size());
   absl::flat_hash_map<int64_t, int64_t> offsets;
   for (const auto& node : g.nodes()) {
-    TraceRecord::Node n{node->kind(), node->op(), {}, Normalized(*node, offsets), {}};
+    TraceRecord::Node n{
+        node->kind(), node->op(), {}, Normalized(*node, offsets), {}};
     for (const ir::Value* v : node->inputs()) n.inputs.push_back(index.at(v));
     if (node->output() != nullptr) n.type = node->output()->type();
     for (const ir::Value* v : node->outputs()) index[v] = next++;
@@ -94,16 +105,18 @@ std::string DiffTraces(const TraceRecord& traced, const TraceRecord& now) {
     const TraceRecord::Param& b = now.params[i];
     if (a.kind != b.kind || !(a.type == b.type)) {
       return absl::StrCat("graph parameter ", i, " is ", ir::PrintType(b.type),
-                          b.kind == ir::ParamKind::kState ? " state" : " input", " now, traced as ",
-                          ir::PrintType(a.type),
+                          b.kind == ir::ParamKind::kState ? " state" : " input",
+                          " now, traced as ", ir::PrintType(a.type),
                           a.kind == ir::ParamKind::kState ? " state" : " input",
                           ": the step reads different tensors from outside");
     }
     if (a.state != b.state) {
-      return absl::StrCat("the step reads a different ", ir::PrintType(b.type),
-                          " tensor from outside than when it was traced (graph parameter ", i,
-                          "): a tensor the step captures was rebound; pass it as an argument, "
-                          "or update it in place (copy_, fill_) instead of assigning a new tensor");
+      return absl::StrCat(
+          "the step reads a different ", ir::PrintType(b.type),
+          " tensor from outside than when it was traced (graph parameter ", i,
+          "): a tensor the step captures was rebound; pass it as an argument, "
+          "or update it in place (copy_, fill_) instead of assigning a new "
+          "tensor");
     }
   }
   const size_t nodes = std::min(traced.nodes.size(), now.nodes.size());
@@ -111,32 +124,37 @@ std::string DiffTraces(const TraceRecord& traced, const TraceRecord& now) {
     const TraceRecord::Node& a = traced.nodes[i];
     const TraceRecord::Node& b = now.nodes[i];
     if (a.kind != b.kind || a.op != b.op) {
-      return absl::StrCat(NodeName(b, i), " is where the traced step had ", NodeName(a, i),
-                          ": the step takes a different path now (a host value or flag it "
-                          "reads changed)");
+      return absl::StrCat(
+          NodeName(b, i), " is where the traced step had ", NodeName(a, i),
+          ": the step takes a different path now (a host value or flag it "
+          "reads changed)");
     }
     if (a.inputs != b.inputs) {
-      return absl::StrCat(NodeName(b, i), " reads different operands than when traced");
+      return absl::StrCat(NodeName(b, i),
+                          " reads different operands than when traced");
     }
     if (!(a.attrs == b.attrs)) {
-      return absl::StrCat(NodeName(b, i), " has ", DiffAttrs(a.attrs, b.attrs),
-                          ": a host number entered the graph as a constant (a captured double, "
-                          "or a setter such as opt.set_lr() called inside the step); make it a "
-                          "0-d tensor updated outside the step (fill_) so that a change needs "
-                          "no retrace");
+      return absl::StrCat(
+          NodeName(b, i), " has ", DiffAttrs(a.attrs, b.attrs),
+          ": a host number entered the graph as a constant (a captured double, "
+          "or a setter such as opt.set_lr() called inside the step); make it a "
+          "0-d tensor updated outside the step (fill_) so that a change needs "
+          "no retrace");
     }
     if (!(a.type == b.type)) {
-      return absl::StrCat(NodeName(b, i), " gives ", ir::PrintType(b.type), " now, traced as ",
-                          ir::PrintType(a.type));
+      return absl::StrCat(NodeName(b, i), " gives ", ir::PrintType(b.type),
+                          " now, traced as ", ir::PrintType(a.type));
     }
   }
   if (traced.params.size() != now.params.size()) {
-    return absl::StrCat("the step reads ", now.params.size(), " graph parameters now, traced with ",
+    return absl::StrCat("the step reads ", now.params.size(),
+                        " graph parameters now, traced with ",
                         traced.params.size());
   }
   if (traced.nodes.size() != now.nodes.size()) {
-    return absl::StrCat("the step records ", now.nodes.size(), " ops now, traced with ",
-                        traced.nodes.size(), ": it takes a different path (a host value or "
+    return absl::StrCat("the step records ", now.nodes.size(),
+                        " ops now, traced with ", traced.nodes.size(),
+                        ": it takes a different path (a host value or "
                         "flag it reads changed)");
   }
   if (traced.returns != now.returns || traced.num_outputs != now.num_outputs) {

@@ -1,4 +1,5 @@
-// TraceRecord: what a trace recorded, in a form two traces of one step compare in.
+// TraceRecord: what a trace recorded, in a form two traces of one step compare
+// in.
 //
 // A compiled step keeps the record of its trace (taken before any pass ran)
 // and compares it with a shape-only re-trace of a later call: ops,

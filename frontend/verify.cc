@@ -1,4 +1,5 @@
-// Shape-only re-trace: meta dispatch under a tracer, then undo what the run touched.
+// Shape-only re-trace: meta dispatch under a tracer, then undo what the run
+// touched.
 #include "frontend/verify.h"
 
 #include <exception>
@@ -9,8 +10,9 @@
 
 namespace stepjit::frontend {
 
-ShapeOnlyTrace TraceShapesOnly(const std::string& name, const std::vector<Tensor>& inputs,
-                               const std::function<std::vector<Tensor>()>& step) {
+ShapeOnlyTrace TraceShapesOnly(
+    const std::string& name, const std::vector<Tensor>& inputs,
+    const std::function<std::vector<Tensor>()>& step) {
   ShapeOnlyTrace out;
   Generator& generator = default_generator();
   const uint64_t offset = generator.offset();
@@ -24,7 +26,8 @@ ShapeOnlyTrace TraceShapesOnly(const std::string& name, const std::vector<Tensor
       try {
         outputs = step();
       } catch (const std::exception& e) {
-        out.inconclusive = absl::StrCat("the step threw during the shape-only re-trace: ", e.what());
+        out.inconclusive = absl::StrCat(
+            "the step threw during the shape-only re-trace: ", e.what());
       }
       out.trace = tracer.End(outputs);
     }
@@ -36,12 +39,13 @@ ShapeOnlyTrace TraceShapesOnly(const std::string& name, const std::vector<Tensor
   }
   generator.set_offset(offset);
   if (out.inconclusive.empty() && !out.trace.break_reason.empty()) {
-    out.inconclusive = absl::StrCat("the shape-only re-trace hit a graph break: ",
-                                    out.trace.break_reason);
+    out.inconclusive = absl::StrCat(
+        "the shape-only re-trace hit a graph break: ", out.trace.break_reason);
   }
   if (out.inconclusive.empty() && LiveMetaStorages() != live_before) {
     out.inconclusive =
-        "the step kept a tensor it created during the shape-only re-trace (it stored it in "
+        "the step kept a tensor it created during the shape-only re-trace (it "
+        "stored it in "
         "state outside the step, e.g. lazily created optimizer state)";
   }
   return out;

@@ -1,4 +1,5 @@
-// Shape-only re-trace: run a step once with meta dispatch to see what it would record now.
+// Shape-only re-trace: run a step once with meta dispatch to see what it would
+// record now.
 //
 // C++ cannot inspect what a step's lambda captures, so guards cannot see a
 // captured double that changed, a setter such as opt.set_lr(x) called inside
@@ -29,8 +30,9 @@ struct ShapeOnlyTrace {
 // `name`. Leaves every tensor, every .grad binding and the default
 // generator's offset as they were. The step's own host-side effects (a
 // counter it increments) do happen: it really is called.
-ShapeOnlyTrace TraceShapesOnly(const std::string& name, const std::vector<Tensor>& inputs,
-                               const std::function<std::vector<Tensor>()>& step);
+ShapeOnlyTrace TraceShapesOnly(
+    const std::string& name, const std::vector<Tensor>& inputs,
+    const std::function<std::vector<Tensor>()>& step);
 
 }  // namespace stepjit::frontend
 

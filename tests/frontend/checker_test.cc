@@ -1,5 +1,6 @@
-// The accuracy checker: compiled vs eager from the same state, a miscompiled region caught
-// and named, a graph-level divergence told apart, and the eager results kept.
+// The accuracy checker: compiled vs eager from the same state, a miscompiled
+// region caught and named, a graph-level divergence told apart, and the eager
+// results kept.
 #include <sstream>
 
 #include "frontend/stepjit.h"
@@ -9,7 +10,9 @@
 namespace stepjit {
 namespace {
 
-std::vector<float> Values(const Tensor& t) { return t.contiguous().to(DType::kF32).to_vector<float>(); }
+std::vector<float> Values(const Tensor& t) {
+  return t.contiguous().to(DType::kF32).to_vector<float>();
+}
 
 struct Twin {
   nn::Sequential model = [] {
@@ -39,26 +42,32 @@ struct Data {
 
 void ExpectSameParameters(Twin& a, Twin& b) {
   for (size_t i = 0; i < a.model.parameters().size(); ++i) {
-    EXPECT_EQ(Values(a.model.parameters()[i]), Values(b.model.parameters()[i])) << "param " << i;
+    EXPECT_EQ(Values(a.model.parameters()[i]), Values(b.model.parameters()[i]))
+        << "param " << i;
   }
 }
 
 TEST(CheckerTest, CleanStepPassesAndStaysBitIdenticalToEager) {
   Twin a, b;
-  auto fast = compile([&](const Tensor& x, const Tensor& y) { return a.Step(x, y); },
-                      {.check = true, .check_replays = 3});
+  auto fast =
+      compile([&](const Tensor& x, const Tensor& y) { return a.Step(x, y); },
+              {.check = true, .check_replays = 3});
   Data d(8);
   for (int i = 0; i < 8; ++i) {
-    EXPECT_EQ(Values(fast(d.x[i], d.y[i])), Values(b.Step(d.x[i], d.y[i]))) << "step " << i;
+    EXPECT_EQ(Values(fast(d.x[i], d.y[i])), Values(b.Step(d.x[i], d.y[i])))
+        << "step " << i;
   }
   ExpectSameParameters(a, b);
   const CompileStats s = fast.stats();
   EXPECT_EQ(s.checks, 3);
   EXPECT_EQ(s.check_failures, 0);
   EXPECT_EQ(s.replays, 3);  // 1 warmup, 1 trace, 3 checked, then replays
-  EXPECT_EQ(fast.check_report().rfind("stepjit check [train_step, call 5]: OK", 0), 0u)
+  EXPECT_EQ(
+      fast.check_report().rfind("stepjit check [train_step, call 5]: OK", 0),
+      0u)
       << fast.check_report();
-  EXPECT_NE(fast.explain().find("accuracy checks: 3 run, 0 diverged"), std::string::npos)
+  EXPECT_NE(fast.explain().find("accuracy checks: 3 run, 0 diverged"),
+            std::string::npos)
       << fast.explain();
 }
 
@@ -68,34 +77,43 @@ TEST(CheckerTest, MiscompiledRegionIsCaughtAndNamedAndTheEagerResultIsKept) {
   // The AdamW update's denominator: sqrt(v) computed as exp(v). (Softmax
   // regions run interpreted, so the first `mul` would not be generated code.)
   hook.emplace("", ir::OpId::kSqrt, ir::OpId::kExp);
-  auto fast = compile([&](const Tensor& x, const Tensor& y) { return a.Step(x, y); },
-                      {.check = true, .check_replays = 1});
+  auto fast =
+      compile([&](const Tensor& x, const Tensor& y) { return a.Step(x, y); },
+              {.check = true, .check_replays = 1});
   Data d(6);
   for (int i = 0; i < 6; ++i) {
-    EXPECT_EQ(Values(fast(d.x[i], d.y[i])), Values(b.Step(d.x[i], d.y[i]))) << "step " << i;
+    EXPECT_EQ(Values(fast(d.x[i], d.y[i])), Values(b.Step(d.x[i], d.y[i])))
+        << "step " << i;
   }
   ASSERT_EQ(hook->miscompiled().size(), 1u);
   const std::string region = hook->miscompiled()[0];
   // The checked call kept the eager results, and later calls run eagerly.
   ExpectSameParameters(a, b);
   EXPECT_EQ(fast.stats().replays, 0);
-  EXPECT_NE(fast.explain().find("eager-only (the accuracy checker found"), std::string::npos)
+  EXPECT_NE(fast.explain().find("eager-only (the accuracy checker found"),
+            std::string::npos)
       << fast.explain();
   const std::string report = fast.check_report();
-  EXPECT_EQ(report.rfind("stepjit check [train_step, call 3]: DIVERGED", 0), 0u) << report;
+  EXPECT_EQ(report.rfind("stepjit check [train_step, call 3]: DIVERGED", 0), 0u)
+      << report;
   EXPECT_NE(report.find("worst: "), std::string::npos) << report;
-  EXPECT_NE(report.find("guilty region (the first whose generated kernel disagrees with its "
-                        "body run op by op): " + region + " result"),
-            std::string::npos)
+  EXPECT_NE(
+      report.find(
+          "guilty region (the first whose generated kernel disagrees with its "
+          "body run op by op): " +
+          region + " result"),
+      std::string::npos)
       << report;
   EXPECT_NE(report.find("fusion @" + region), std::string::npos) << report;
   EXPECT_EQ(fast.stats().check_failures, 1);
-  EXPECT_NE(fast.explain().find("accuracy checks: 1 run, 1 diverged"), std::string::npos);
+  EXPECT_NE(fast.explain().find("accuracy checks: 1 run, 1 diverged"),
+            std::string::npos);
 }
 
 TEST(CheckerTest, CheckNextChecksOnDemand) {
   Twin a;
-  auto fast = compile([&](const Tensor& x, const Tensor& y) { return a.Step(x, y); });
+  auto fast =
+      compile([&](const Tensor& x, const Tensor& y) { return a.Step(x, y); });
   Data d(6);
   for (int i = 0; i < 4; ++i) fast(d.x[i], d.y[i]);
   EXPECT_EQ(fast.stats().checks, 0);
@@ -115,31 +133,37 @@ TEST(CheckerTest, DivergenceOutsideGeneratedCodeBlamesTheGraph) {
     counter.data<float>()[0] += 1.0f;  // invisible to the tracer
     return sum(x * w) + counter;
   };
-  auto fast = compile(step, {.warmup_steps = 0, .check = true, .check_replays = 1});
+  auto fast =
+      compile(step, {.warmup_steps = 0, .check = true, .check_replays = 1});
   const Tensor x = arange(1, 5, 1, {.dtype = DType::kF32});
   fast(x);
   fast(x);
   const std::string report = fast.check_report();
   EXPECT_NE(report.find("DIVERGED"), std::string::npos) << report;
   EXPECT_NE(report.find("worst: "), std::string::npos) << report;
-  EXPECT_NE(report.find("the graph itself computes differently from the eager step"),
-            std::string::npos)
+  EXPECT_NE(
+      report.find("the graph itself computes differently from the eager step"),
+      std::string::npos)
       << report;
-  EXPECT_NE(report.find("pass bisection: the traced graph (before any pass), run op by op, "
-                        "already disagrees"),
-            std::string::npos)
+  EXPECT_NE(
+      report.find(
+          "pass bisection: the traced graph (before any pass), run op by op, "
+          "already disagrees"),
+      std::string::npos)
       << report;
 }
 
 TEST(CheckerTest, BadCheckOptionsAreRefused) {
   auto make = [] {
-    return compile([](const Tensor& x) { return x * 2.0; }, {.check = true, .check_replays = -1});
+    return compile([](const Tensor& x) { return x * 2.0; },
+                   {.check = true, .check_replays = -1});
   };
   try {
     make();
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("check_replays must be >= 0, got -1"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("check_replays must be >= 0, got -1"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -157,7 +181,8 @@ namespace {
 TEST(CheckerTest, CompilerAppliedF16WithSgdAndClippingAgreesWithEager) {
   manual_seed(21);
   nn::Sequential model(nn::Linear(6, 16), nn::ReLU(), nn::Linear(16, 3));
-  optim::SGD opt(model.parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+  optim::SGD opt(model.parameters(),
+                 optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
   auto fast = compile(
       [&](const Tensor& x, const Tensor& y) {
         opt.zero_grad();
@@ -203,9 +228,11 @@ TEST(CheckerTest, PassBisectionNamesThePassAfterWhichTheGraphDisagrees) {
   fast(full({7, 6}, std::numeric_limits<double>::infinity()), d.y[4]);
   const std::string report = fast.check_report();
   EXPECT_NE(report.find("DIVERGED"), std::string::npos) << report;
-  EXPECT_NE(report.find("every generated region agrees with its body"), std::string::npos)
+  EXPECT_NE(report.find("every generated region agrees with its body"),
+            std::string::npos)
       << report;
-  EXPECT_NE(report.find("pass bisection: the graph after pass 2 `grad-scaler` is the first to "
+  EXPECT_NE(report.find("pass bisection: the graph after pass 2 `grad-scaler` "
+                        "is the first to "
                         "disagree"),
             std::string::npos)
       << report;

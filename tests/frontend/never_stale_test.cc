@@ -1,5 +1,6 @@
-// A compiled step never replays a stale graph: training flags, rebound captured tensors,
-// host numbers baked in as constants, and bounded retracing (issue: silent failures).
+// A compiled step never replays a stale graph: training flags, rebound captured
+// tensors, host numbers baked in as constants, and bounded retracing (issue:
+// silent failures).
 //
 // Every test runs the same step eagerly as the reference, on twin models that
 // start identical, and expects the compiled results to equal it exactly
@@ -12,16 +13,20 @@
 namespace stepjit {
 namespace {
 
-std::vector<float> Values(const Tensor& t) { return t.contiguous().to(DType::kF32).to_vector<float>(); }
+std::vector<float> Values(const Tensor& t) {
+  return t.contiguous().to(DType::kF32).to_vector<float>();
+}
 
 nn::Sequential DropoutModel() {
   manual_seed(11);
-  return nn::Sequential(nn::Linear(6, 16), nn::ReLU(), nn::Dropout(0.5), nn::Linear(16, 3));
+  return nn::Sequential(nn::Linear(6, 16), nn::ReLU(), nn::Dropout(0.5),
+                        nn::Linear(16, 3));
 }
 
 struct DropoutTwin {
   nn::Sequential model = DropoutModel();
-  optim::SGD opt{model.parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9}};
+  optim::SGD opt{model.parameters(),
+                 optim::SGDOptions{.lr = 0.05, .momentum = 0.9}};
   Tensor Step(const Tensor& x, const Tensor& y) {
     opt.zero_grad();
     Tensor loss = cross_entropy(model(x), y);
@@ -31,9 +36,11 @@ struct DropoutTwin {
   }
 };
 
-TEST(NeverStaleTest, EvalAfterTrainSelectsAnotherSpecializationAndTrainReplaysAgain) {
+TEST(NeverStaleTest,
+     EvalAfterTrainSelectsAnotherSpecializationAndTrainReplaysAgain) {
   DropoutTwin a, b;
-  auto fast = compile([&](const Tensor& x, const Tensor& y) { return a.Step(x, y); });
+  auto fast =
+      compile([&](const Tensor& x, const Tensor& y) { return a.Step(x, y); });
   Generator data(3);
   Tensor x = randn({8, 6}, {}, &data);
   Tensor y = randint(0, 3, {8}, {.dtype = DType::kI64}, &data);
@@ -57,13 +64,15 @@ TEST(NeverStaleTest, EvalAfterTrainSelectsAnotherSpecializationAndTrainReplaysAg
   b.model.eval();
   for (int i = 12; i < 14; ++i) both("eval again", i);
   for (size_t i = 0; i < a.model.parameters().size(); ++i) {
-    EXPECT_EQ(Values(a.model.parameters()[i]), Values(b.model.parameters()[i])) << "param " << i;
+    EXPECT_EQ(Values(a.model.parameters()[i]), Values(b.model.parameters()[i]))
+        << "param " << i;
   }
   const CompileStats s = fast.stats();
   EXPECT_EQ(s.traces, 2) << fast.explain();  // one per mode, each kept
   EXPECT_EQ(s.specializations, 2);
-  EXPECT_NE(fast.explain().find("module training flag is off now, traced with it on"),
-            std::string::npos)
+  EXPECT_NE(
+      fast.explain().find("module training flag is off now, traced with it on"),
+      std::string::npos)
       << fast.explain();
 }
 
@@ -78,10 +87,13 @@ TEST(NeverStaleTest, ReboundCapturedTensorRetraces) {
   }
   EXPECT_EQ(fast(x).item(), 20.0);
   const std::string why = fast.explain();
-  EXPECT_NE(why.find("tensor(s) captured from outside that no guard can see rebound (s0 f32[4])"),
+  EXPECT_NE(why.find("tensor(s) captured from outside that no guard can see "
+                     "rebound (s0 f32[4])"),
             std::string::npos)
       << why;
-  EXPECT_NE(why.find("a tensor the step captures was rebound"), std::string::npos) << why;
+  EXPECT_NE(why.find("a tensor the step captures was rebound"),
+            std::string::npos)
+      << why;
   EXPECT_EQ(fast.stats().traces, 2);
   // Unguarded state is re-traced on every replay, not only periodically.
   EXPECT_EQ(fast.stats().verifications, fast.stats().replays);
@@ -89,7 +101,8 @@ TEST(NeverStaleTest, ReboundCapturedTensorRetraces) {
 
 TEST(NeverStaleTest, InPlaceUpdateOfACapturedTensorNeedsNoRetrace) {
   Tensor scale = full({4}, 1.0);
-  auto fast = compile([&](const Tensor& x) { return sum(x * scale); }, {.warmup_steps = 0});
+  auto fast = compile([&](const Tensor& x) { return sum(x * scale); },
+                      {.warmup_steps = 0});
   const Tensor x = arange(1, 5, 1);
   fast(x);
   fast(x);
@@ -108,8 +121,10 @@ TEST(NeverStaleTest, ChangedHostDoubleIsFoundNamedAndRetraced) {
     EXPECT_EQ(fast(x).item(), step(x).item()) << "call " << i;
   }
   const std::string why = fast.explain();
-  EXPECT_NE(why.find("op #0 (full -> f32[]) has value=1.5 now, traced with value=0.5"),
-            std::string::npos)
+  EXPECT_NE(
+      why.find(
+          "op #0 (full -> f32[]) has value=1.5 now, traced with value=0.5"),
+      std::string::npos)
       << why;
   EXPECT_NE(why.find("make it a 0-d tensor"), std::string::npos) << why;
   EXPECT_EQ(fast.stats().verify_mismatches, 4);
@@ -120,8 +135,8 @@ TEST(NeverStaleTest, DefaultVerificationCatchesAChangeOnTheFirstReplays) {
   auto step = [&](const Tensor& x) { return sum(x * alpha); };
   auto fast = compile(step, {.warmup_steps = 0});
   const Tensor x = arange(1, 5, 1);
-  fast(x);        // traced
-  alpha = 2.0;    // before the first replay: the periodic check runs there
+  fast(x);      // traced
+  alpha = 2.0;  // before the first replay: the periodic check runs there
   EXPECT_EQ(fast(x).item(), 20.0);
   EXPECT_EQ(fast.stats().verify_mismatches, 1);
 }
@@ -133,7 +148,8 @@ TEST(NeverStaleTest, VerifyOffKeepsTheTracedConstantAndSaysSo) {
   const Tensor x = arange(1, 5, 1);
   fast(x);
   alpha = 2.0;
-  EXPECT_EQ(fast(x).item(), 5.0);  // documented: nothing re-traces with verify off
+  EXPECT_EQ(fast(x).item(),
+            5.0);  // documented: nothing re-traces with verify off
   EXPECT_NE(fast.explain().find("verification: off"), std::string::npos);
 }
 
@@ -158,7 +174,8 @@ TEST(NeverStaleTest, SetLrInsideTheStepFollowsTheScheduleWhenVerifiedAlways) {
     EXPECT_EQ(got, Values(b.Step(x, y))) << "step " << i;
   }
   for (size_t i = 0; i < a.model.parameters().size(); ++i) {
-    EXPECT_EQ(Values(a.model.parameters()[i]), Values(b.model.parameters()[i])) << "param " << i;
+    EXPECT_EQ(Values(a.model.parameters()[i]), Values(b.model.parameters()[i]))
+        << "param " << i;
   }
   EXPECT_NE(fast.explain().find("fill_"), std::string::npos) << fast.explain();
 }
@@ -167,7 +184,8 @@ TEST(NeverStaleTest, ReplacingAParameterEveryCallStopsRetracingAtTheLimit) {
   DropoutTwin a, b;
   a.model.eval();
   b.model.eval();
-  auto fast = compile([&](const Tensor& x, const Tensor& y) { return a.Step(x, y); });
+  auto fast =
+      compile([&](const Tensor& x, const Tensor& y) { return a.Step(x, y); });
   Generator data(5);
   Tensor x = randn({4, 6}, {}, &data);
   Tensor y = randint(0, 3, {4}, {.dtype = DType::kI64}, &data);
@@ -186,7 +204,8 @@ TEST(NeverStaleTest, ReplacingAParameterEveryCallStopsRetracingAtTheLimit) {
   EXPECT_EQ(s.traces, 8);  // max_traces
   EXPECT_GT(s.fallbacks, 280);
   const std::string why = fast.explain();
-  EXPECT_NE(why.find("8 traces already made (max_traces)"), std::string::npos) << why;
+  EXPECT_NE(why.find("8 traces already made (max_traces)"), std::string::npos)
+      << why;
   // Bounded: counts per cause and the last few events, not one line per call.
   EXPECT_LE(why.size(), explain_size_at_150 + 32) << why;
 }
@@ -195,7 +214,8 @@ TEST(NeverStaleTest, ReplacingAParameterOnceRetracesOnce) {
   DropoutTwin a, b;
   a.model.eval();
   b.model.eval();
-  auto fast = compile([&](const Tensor& x, const Tensor& y) { return a.Step(x, y); });
+  auto fast =
+      compile([&](const Tensor& x, const Tensor& y) { return a.Step(x, y); });
   Generator data(6);
   Tensor x = randn({4, 6}, {}, &data);
   Tensor y = randint(0, 3, {4}, {.dtype = DType::kI64}, &data);
@@ -227,8 +247,10 @@ TEST(NeverStaleTest, ArgumentsAliasedDifferentlyFromTheTraceRetrace) {
   fast(x, x);
   EXPECT_EQ(fast(x, y).item(), step(x, y).item());
   EXPECT_EQ(fast(x, x).item(), step(x, x).item());
-  EXPECT_NE(fast.explain().find("argument x1 is its own tensor, traced as the same storage as x0"),
-            std::string::npos)
+  EXPECT_NE(
+      fast.explain().find(
+          "argument x1 is its own tensor, traced as the same storage as x0"),
+      std::string::npos)
       << fast.explain();
 }
 

@@ -1,0 +1,256 @@
+// Specializer: amp and pass pipelines, compiler-owned state, program building
+// and pass-by-pass rebuilds.
+#include "frontend/specializer.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "absl/algorithm/container.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "ir/status.h"
+#include "ir/verifier.h"
+#include "passes/amp.h"
+#include "passes/pass_manager.h"
+#include "runtime/amp/grad_scaler.h"
+
+namespace stepjit::frontend {
+namespace {
+
+// The pipeline a step on `device` runs. On CUDA, gemm-bgrad follows the
+// last fuse: cuBLASLt's BGRADB epilogue sums a weight gradient's bias
+// gradient while it reads dY. On the CPU the sum stays a kernel of its own,
+// keeping replays bit-identical to the eager step.
+std::string PipelineFor(const std::string& pipeline, Device device) {
+  std::vector<std::string> names = absl::StrSplit(pipeline, ',');
+  int last_fuse = -1;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const absl::string_view name = absl::StripAsciiWhitespace(names[i]);
+    if (name == "gemm-bgrad") return pipeline;
+    if (name == "fuse") last_fuse = static_cast<int>(i);
+  }
+  if (!device.is_cuda() || last_fuse < 0) return pipeline;
+  names.insert(names.begin() + last_fuse + 1, "gemm-bgrad");
+  return absl::StrJoin(names, ",");
+}
+
+// STEPJIT_DUMP's directory for trace `index` (trace k > 0 dumps into the
+// subdirectory trace<k>), or "" when dumping is off.
+std::string DumpDir(size_t index) {
+  const char* dir = std::getenv("STEPJIT_DUMP");
+  if (dir == nullptr || *dir == '\0') return "";
+  std::filesystem::path path(dir);
+  if (index > 0) path /= absl::StrCat("trace", index);
+  return path.string();
+}
+
+void DumpTrace(const ir::Graph& graph, size_t index) {
+  const std::string dir = DumpDir(index);
+  if (dir.empty()) return;
+  std::filesystem::path path(dir);
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  std::ofstream out(path / "000-trace.ir");
+  if (!out) {
+    std::cerr << "stepjit: STEPJIT_DUMP: cannot write "
+              << (path / "000-trace.ir") << "\n";
+    return;
+  }
+  ir::Print(graph, out);
+}
+
+}  // namespace
+
+// Where a traced step runs: the device of its CUDA inputs or state, if any.
+Device StepDevice(const Trace& trace, const std::vector<Tensor>& inputs) {
+  for (const Tensor& t : inputs) {
+    if (t.defined() && t.device().is_cuda()) return t.device();
+  }
+  for (const Tensor& t : trace.state) {
+    if (t.defined() && t.device().is_cuda()) return t.device();
+  }
+  return Device::cpu();
+}
+
+Specializer::Specializer(const CompileOptions& options)
+    : options_(options),
+      loss_scaling_(options.loss_scaling.value_or(options.amp == DType::kF16)) {
+  std::string prefix;
+  if (options.amp != DType::kF32) {
+    prefix = options.amp == DType::kBF16 ? "autocast-bf16," : "autocast-f16,";
+  }
+  if (loss_scaling_) {
+    const amp::GradScaler validated(
+        options.scaler);  // same checks and messages
+    prefix += "grad-scaler,";
+    compiler_state_ = {
+        {passes::kAmpScaleParam, scalar_tensor(options.scaler.init_scale)},
+        {passes::kAmpGrowthParam, scalar_tensor(0.0)},
+        {passes::kAmpSkippedParam, scalar_tensor(0.0)}};
+    for (const auto& [name, t] : compiler_state_) MarkOwnedState(t);
+  }
+  pipeline_ = prefix + options.pipeline;
+}
+
+// Verifies, optimizes and builds a recorded trace.
+std::unique_ptr<Specialization> Specializer::Build(Signature signature,
+                                                   Trace trace, Device device,
+                                                   size_t index) {
+  auto spec = std::make_unique<Specialization>();
+  spec->signature = std::move(signature);
+  spec->trace = std::move(trace);
+  if (!spec->trace.break_reason.empty()) {
+    spec->eager_only = true;
+    spec->reason = "graph break: " + spec->trace.break_reason;
+    return spec;
+  }
+  spec->record = RecordTrace(spec->trace);
+  spec->unguarded = UnguardedState(spec->trace);
+  spec->traced_state = spec->trace.state.size();
+  spec->device = device;
+  // Kept always: check_next() may ask for a check (and its bisection) later.
+  spec->traced_ir = ir::Print(*spec->trace.graph);
+  if (absl::Status st = ir::Verify(*spec->trace.graph); !st.ok()) {
+    spec->eager_only = true;
+    spec->reason =
+        absl::StrCat("the traced graph failed verification: ", st.message());
+  } else if (absl::Status st =
+                 Optimize(*spec->trace.graph, index, device, *spec);
+             !st.ok()) {
+    spec->eager_only = true;
+    spec->reason = absl::StrCat("the pass pipeline failed: ", st.message());
+  } else if (absl::Status st = BindCompilerState(spec->trace, device);
+             !st.ok()) {
+    spec->eager_only = true;
+    spec->reason = std::string(st.message());
+  } else {
+    // The guards cover the state the compiler added too.
+    spec->state_guards = MakeStateGuards(spec->trace);
+    runtime::ProgramOptions popts;
+    popts.dump_dir = DumpDir(index);
+    popts.device = device;
+    popts.cuda_graphs = options_.cuda_graphs;
+    popts.cuda_multi_region = options_.cuda_multi_region;
+    if (const char* cuda = std::getenv("STEPJIT_DUMP_CUDA");
+        cuda != nullptr && *cuda != '\0') {
+      // cu | ptx | ptx:sm_XX
+      const std::string v = cuda;
+      popts.dump_cuda = v != "0";
+      if (v.rfind("ptx", 0) == 0)
+        popts.cuda_ptx_arch = v.size() > 4 ? v.substr(4) : "sm_90";
+    }
+    auto program = runtime::Program::Build(*spec->trace.graph, popts);
+    if (!program.ok()) {
+      spec->eager_only = true;
+      spec->reason = absl::StrCat("building the program failed: ",
+                                  program.status().message());
+    } else {
+      spec->program = *std::move(program);
+    }
+  }
+  return spec;
+}
+
+// Writes 000-trace.ir, then runs the pipeline for `device` (which dumps
+// NNN-<pass>.ir); trace k > 0 dumps into the subdirectory trace<k>.
+absl::Status Specializer::Optimize(ir::Graph& graph, size_t index,
+                                   Device device, Specialization& spec) const {
+  DumpTrace(graph, index);
+  passes::PipelineOptions popts = passes::FromEnvironment();
+  popts.dump_dir = DumpDir(index);
+  passes::PipelineStats pstats;
+  passes::ScopedGradScalerConfig scaler_config(
+      {.growth_factor = options_.scaler.growth_factor,
+       .backoff_factor = options_.scaler.backoff_factor,
+       .growth_interval = options_.scaler.growth_interval});
+  RETURN_IF_ERROR(passes::RunPipeline(graph, PipelineFor(pipeline_, device),
+                                      popts, &pstats));
+  spec.pass_stats = pstats.ToString();
+  if (const passes::PassStats* mp = pstats.Find("memory-plan")) {
+    spec.planned_peak_bytes = mp->Get("planned peak bytes");
+  }
+  return absl::OkStatus();
+}
+
+// State params added by passes (grad-scaler's %amp_*) are bound to the
+// compiler's own tensors, after the traced state.
+absl::Status Specializer::BindCompilerState(Trace& trace, Device device) {
+  // The compiler's own state lives where the step runs.
+  for (auto& [name, t] : compiler_state_) {
+    if (t.device() != device) {
+      t = t.to(device);
+      MarkOwnedState(t);
+    }
+  }
+  std::vector<const ir::Value*> state_params;
+  for (const ir::Value* p : trace.graph->params()) {
+    if (trace.graph->param_kind(p) == ir::ParamKind::kState)
+      state_params.push_back(p);
+  }
+  for (size_t i = trace.state.size(); i < state_params.size(); ++i) {
+    auto it = std::find_if(
+        compiler_state_.begin(), compiler_state_.end(),
+        [&](const auto& e) { return e.first == state_params[i]->name(); });
+    if (it == compiler_state_.end()) {
+      return absl::InternalError(
+          absl::StrCat("a pass added state param %", state_params[i]->name(),
+                       " that the compiler does not bind"));
+    }
+    trace.state.push_back(it->second);
+  }
+  return absl::OkStatus();
+}
+
+// Runs `s`'s traced graph after the first k passes, interpreted.
+PassBisection Specializer::BisectionFor(
+    const Specialization& s, const std::vector<Tensor>& inputs) const {
+  PassBisection b;
+  const passes::PipelineOptions env = passes::FromEnvironment();
+  for (absl::string_view name :
+       absl::StrSplit(PipelineFor(pipeline_, s.device), ',')) {
+    const std::string pass(absl::StripAsciiWhitespace(name));
+    if (pass.empty() || absl::c_linear_search(env.disabled, pass)) continue;
+    b.pipeline.push_back(pass);
+  }
+  b.run = [this, &s, &inputs,
+           names = b.pipeline](int k) -> absl::StatusOr<std::vector<Tensor>> {
+    ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph,
+                     ir::ParseGraph(s.traced_ir, "trace"));
+    if (k > 0) {
+      passes::PipelineStats pstats;
+      passes::ScopedGradScalerConfig config(
+          {.growth_factor = options_.scaler.growth_factor,
+           .backoff_factor = options_.scaler.backoff_factor,
+           .growth_interval = options_.scaler.growth_interval});
+      const std::vector<std::string> prefix(names.begin(), names.begin() + k);
+      RETURN_IF_ERROR(passes::RunPipeline(*graph, absl::StrJoin(prefix, ","),
+                                          passes::PipelineOptions{}, &pstats));
+    }
+    runtime::ProgramOptions popts;
+    popts.codegen = false;
+    popts.use_cache = false;
+    popts.device = s.device;
+    popts.cuda_graphs = false;
+    ASSIGN_OR_RETURN(runtime::Program program,
+                     runtime::Program::Build(*graph, popts));
+    size_t state_params = 0;
+    for (const ir::Value* p : graph->params()) {
+      state_params += graph->param_kind(p) == ir::ParamKind::kState ? 1 : 0;
+    }
+    if (state_params > s.trace.state.size()) {
+      return absl::InternalError(absl::StrCat("the graph reads ", state_params,
+                                              " state tensors, the step binds ",
+                                              s.trace.state.size()));
+    }
+    return program.Run(inputs,
+                       absl::MakeConstSpan(s.trace.state).first(state_params));
+  };
+  return b;
+}
+
+}  // namespace stepjit::frontend

@@ -1,0 +1,66 @@
+// Specializer: from a recorded trace to a Specialization ready to replay, and
+// back pass by pass.
+//
+// It owns what every trace of one compiled step shares: the pass pipeline
+// (with the autocast and grad-scaler passes that CompileOptions::amp and
+// loss_scaling put in front), the tensors the compiler itself adds as state
+// (the loss scale and its counters), and the program options. The accuracy
+// checker's pass bisection rebuilds a specialization's traced graph after
+// any prefix of that pipeline.
+#ifndef STEPJIT_FRONTEND_SPECIALIZER_H_
+#define STEPJIT_FRONTEND_SPECIALIZER_H_
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "frontend/checker.h"
+#include "frontend/compile.h"
+#include "frontend/specialization.h"
+
+namespace stepjit::frontend {
+
+// Where a traced step runs: the device of its CUDA inputs or state, if any.
+Device StepDevice(const Trace& trace, const std::vector<Tensor>& inputs);
+
+class Specializer {
+ public:
+  // Checks the scaler options (amp::GradScaler's messages).
+  explicit Specializer(const CompileOptions& options);
+
+  // Verifies, optimizes and builds `trace` (trace number `index`, for
+  // STEPJIT_DUMP), on `device`. A trace that cannot replay comes back
+  // eager_only with the reason.
+  std::unique_ptr<Specialization> Build(Signature signature, Trace trace,
+                                        Device device, size_t index);
+
+  // Runs `s`'s traced graph after the first k passes, interpreted, on
+  // `inputs` (which must outlive the result) and s's state.
+  PassBisection BisectionFor(const Specialization& s,
+                             const std::vector<Tensor>& inputs) const;
+
+  bool loss_scaling() const { return loss_scaling_; }
+  // The grad-scaler pass's state, by param name: scale, growth, skipped.
+  const std::vector<std::pair<std::string, Tensor>>& compiler_state() const {
+    return compiler_state_;
+  }
+
+ private:
+  // Writes 000-trace.ir, then runs the pipeline for `device` (which dumps
+  // NNN-<pass>.ir); records the pass statistics in `spec`.
+  absl::Status Optimize(ir::Graph& graph, size_t index, Device device,
+                        Specialization& spec) const;
+  // Binds the state params passes added (grad-scaler's %amp_*) to the
+  // compiler's own tensors, after the traced state.
+  absl::Status BindCompilerState(Trace& trace, Device device);
+
+  CompileOptions options_;
+  bool loss_scaling_;
+  std::string pipeline_;  // options.pipeline behind the amp passes
+  std::vector<std::pair<std::string, Tensor>> compiler_state_;
+};
+
+}  // namespace stepjit::frontend
+
+#endif  // STEPJIT_FRONTEND_SPECIALIZER_H_
