@@ -240,3 +240,36 @@ TEST(CheckerTest, PassBisectionNamesThePassAfterWhichTheGraphDisagrees) {
 
 }  // namespace
 }  // namespace stepjit
+
+namespace stepjit {
+namespace {
+
+TEST(CheckerTest, StepjitCheckEnvironmentTurnsTheCheckerOn) {
+  struct Env {
+    explicit Env(const char* v) { setenv("STEPJIT_CHECK", v, 1); }
+    ~Env() { unsetenv("STEPJIT_CHECK"); }
+  };
+  {
+    Env env("2");
+    Twin a;
+    auto fast = compile([&](const Tensor& x, const Tensor& y) { return a.Step(x, y); });
+    Data d(6);
+    for (int i = 0; i < 6; ++i) fast(d.x[i], d.y[i]);
+    EXPECT_EQ(fast.stats().checks, 2);
+    EXPECT_EQ(fast.stats().check_failures, 0) << fast.check_report();
+  }
+  Env env("yes");
+  try {
+    compile([](const Tensor& x) { return x * 2.0; });
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("STEPJIT_CHECK: expected 0 (off), 1 (check the first 3 "
+                                         "replays of each specialization) or N (the first N), "
+                                         "got 'yes'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace stepjit
