@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "codegen/region_plan.h"
 #include "ir/status.h"
 
 namespace stepjit::runtime {
@@ -34,8 +35,11 @@ bool IsTarget(const ir::Graph& graph, const ir::Node& region,
               const ScopedMiscompileRegion::State& s) {
   if (!HoldsOp(*region.body(), s.from)) return false;
   if (!s.region.empty()) return region.body()->name() == s.region;
+  // Unnamed: the first candidate a code generator lowers. A region that runs
+  // interpreted (softmax, losses) would make the miscompile a no-op.
   for (const auto& n : graph.nodes()) {
-    if (n->kind() == ir::NodeKind::kFusion && HoldsOp(*n->body(), s.from))
+    if (n->kind() == ir::NodeKind::kFusion && HoldsOp(*n->body(), s.from) &&
+        codegen::Analyze(*n->body()).ok())
       return n.get() == &region;
   }
   return false;

@@ -27,7 +27,8 @@ namespace stepjit::runtime {
 class ScopedMiscompileRegion {
  public:
   // `region`: the region's callee name ("fused_3"); empty: the first region
-  // of the graph (in node order) holding a `from` op. `from` and `to` must
+  // of the graph (in node order) holding a `from` op that a code generator
+  // lowers (codegen::Analyze accepts it). `from` and `to` must
   // be ops of the same arity.
   ScopedMiscompileRegion(std::string region, ir::OpId from, ir::OpId to);
   ~ScopedMiscompileRegion();

@@ -74,9 +74,8 @@ TEST(CheckerTest, CleanStepPassesAndStaysBitIdenticalToEager) {
 TEST(CheckerTest, MiscompiledRegionIsCaughtAndNamedAndTheEagerResultIsKept) {
   Twin a, b;
   std::optional<runtime::ScopedMiscompileRegion> hook;
-  // The AdamW update's denominator: sqrt(v) computed as exp(v). (Softmax
-  // regions run interpreted, so the first `mul` would not be generated code.)
-  hook.emplace("", ir::OpId::kSqrt, ir::OpId::kExp);
+  // The first generated region with a `mul`: it computes `add` instead.
+  hook.emplace("", ir::OpId::kMul, ir::OpId::kAdd);
   auto fast =
       compile([&](const Tensor& x, const Tensor& y) { return a.Step(x, y); },
               {.check = true, .check_replays = 1});
