@@ -57,6 +57,9 @@ Trains a 784-512-512-10 ReLU MLP on Fashion-MNIST with AdamW.
   --loss-scaling     use dynamic loss scaling with bf16 too (always on for f16)
   --compare-amp      run each mode in f32 and with --amp (default bf16) and
                      print them side by side, with the scaler's skipped steps
+  --check            compiled mode: run the accuracy checker on the first 3
+                     replays (compiled vs eager from the same state; the
+                     verdict is in the explain() summary)
   --json             print one JSON result line on stdout (epoch lines go to
                      stderr)
   --quiet            no progress bar and no epoch lines
@@ -76,6 +79,7 @@ struct Flags {
   DType amp = DType::kF32;  // kF32: none
   bool loss_scaling = false;
   bool compare_amp = false;
+  bool check = false;
   bool json = false;
   bool quiet = false;
   Device device = Device::cpu();
@@ -91,7 +95,8 @@ std::string ParseFlags(int argc, char** argv, Flags& f, bool& help) {
       arg.resize(eq);
     }
     const bool is_switch = arg == "--help" || arg == "-h" || arg == "--json" ||
-                           arg == "--quiet" || arg == "--loss-scaling" || arg == "--compare-amp";
+                           arg == "--quiet" || arg == "--loss-scaling" || arg == "--compare-amp" ||
+                           arg == "--check";
     if (is_switch) {
       if (inline_value) return arg + " takes no value";
       help |= arg == "--help" || arg == "-h";
@@ -99,6 +104,7 @@ std::string ParseFlags(int argc, char** argv, Flags& f, bool& help) {
       f.quiet |= arg == "--quiet";
       f.loss_scaling |= arg == "--loss-scaling";
       f.compare_amp |= arg == "--compare-amp";
+      f.check |= arg == "--check";
       continue;
     }
     auto value = [&]() -> std::optional<std::string> {
@@ -296,6 +302,7 @@ RunResult Run(const Flags& f, const data::Dataset& train,
     return loss;
   };
   auto fast = compile(step, {.mode = compiled ? Mode::kCompiled : Mode::kEager,
+                             .check = f.check,
                              .amp = compiled ? amp_dtype : DType::kF32,
                              .loss_scaling = compiled && scaling});
 
@@ -352,6 +359,7 @@ RunResult Run(const Flags& f, const data::Dataset& train,
   r.skipped_steps = compiled ? fast.stats().skipped_steps : (scaling ? scaler.skipped_steps() : 0);
   if (compiled && !f.quiet) {
     std::fprintf(log, "%s", fast.explain().c_str());
+    if (fast.stats().check_failures > 0) std::fprintf(log, "%s", fast.check_report().c_str());
     std::fflush(log);
   }
   return r;
