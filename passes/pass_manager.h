@@ -62,9 +62,6 @@ struct PassInfo {
   absl::string_view summary;
 };
 
-// The default compile pipeline.
-inline constexpr absl::string_view kDefaultPipeline = "canonicalize,cse,dce";
-
 // Every registered pass, in table order.
 std::vector<PassInfo> ListPasses();
 // The registered pass called `name`, or nullptr.

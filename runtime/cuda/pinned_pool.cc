@@ -83,7 +83,7 @@ absl::StatusOr<void*> AllocatePinned(size_t bytes) {
     return ptr;
   }
   ASSIGN_OR_RETURN(void* ptr, b->HostAllocPinned(size));
-  p.blocks[ptr] = Block{.size = size, .live = true};
+  p.blocks[ptr] = Block{.size = size, .live = true, .uses = {}};
   ++p.stats.backend_allocs;
   return ptr;
 }

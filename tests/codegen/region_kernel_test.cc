@@ -429,8 +429,11 @@ TEST(RegionKernelTest, FusedPatternsInEveryFloatDTypeMatchTheInterpreter) {
     const std::string name(ir::DTypeName(dt));
     auto g = Parse(absl::StrReplaceAll(kPatterns, {{"DT", name}}));
     ASSERT_NE(g, nullptr);
-    auto generated = runtime::Program::Build(*g, {.codegen = true, .use_cache = false});
-    auto interpreted = runtime::Program::Build(*g, {.codegen = false});
+    runtime::ProgramOptions generate, interpret;
+    generate.use_cache = false;
+    interpret.codegen = false;
+    auto generated = runtime::Program::Build(*g, generate);
+    auto interpreted = runtime::Program::Build(*g, interpret);
     ASSERT_TRUE(generated.ok()) << generated.status();
     ASSERT_TRUE(interpreted.ok()) << interpreted.status();
     EXPECT_EQ(generated->compiled_regions(), 3) << name;

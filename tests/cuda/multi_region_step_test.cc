@@ -120,8 +120,9 @@ constexpr char kSharedBuffer[] = R"(graph @shared(%x: f32[4096] input, %y: f32[8
 TEST_F(CudaTest, MembersSharingAWrittenBufferLaunchOneByOne) {
   absl::StatusOr<std::unique_ptr<ir::Graph>> graph = ir::ParseGraph(kSharedBuffer);
   ASSERT_TRUE(graph.ok()) << graph.status();
-  absl::StatusOr<runtime::Program> program =
-      runtime::Program::Build(**graph, {.device = kCuda});
+  runtime::ProgramOptions options;
+  options.device = kCuda;
+  absl::StatusOr<runtime::Program> program = runtime::Program::Build(**graph, options);
   ASSERT_TRUE(program.ok()) << program.status();
   EXPECT_EQ(program->cuda_region_groups(), 1);
   Generator g(4);
@@ -139,7 +140,9 @@ TEST_F(CudaTest, MembersSharingAWrittenBufferLaunchOneByOne) {
     ASSERT_EQ(now[i], static_cast<double>(static_cast<float>(old[i] + xs[i]))) << i;
   }
   // The reader's kernel, then the writer's: two launches, not one.
-  if (runtime::cuda::IsEmulatorBackend(*runtime::cuda::GetBackend())) EXPECT_EQ(launches, 2);
+  if (runtime::cuda::IsEmulatorBackend(*runtime::cuda::GetBackend())) {
+    EXPECT_EQ(launches, 2);
+  }
 }
 
 }  // namespace

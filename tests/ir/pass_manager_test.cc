@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "frontend/compile.h"
 #include "gtest/gtest.h"
 #include "ir/graph.h"
 #include "ir/parser.h"
@@ -50,8 +51,8 @@ TEST(PassManagerTest, RegistryListsPassesInTableOrder) {
   ASSERT_NE(FindPass("cse"), nullptr);
   EXPECT_EQ(FindPass("cse")->name, "cse");
   EXPECT_EQ(FindPass("frob"), nullptr);
-  // The default pipeline names only registered passes.
-  EXPECT_TRUE(ParsePipeline(kDefaultPipeline).ok());
+  // compile()'s default pipeline names only registered passes.
+  EXPECT_TRUE(ParsePipeline(stepjit::CompileOptions{}.pipeline).ok());
 }
 
 TEST(PassManagerTest, ParsePipelineIgnoresSpacesAndEmptyEntries) {

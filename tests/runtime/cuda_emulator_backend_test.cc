@@ -171,7 +171,9 @@ TEST_F(EmulatorBackendTest, CopiesRoundTripAndCheckProvenance) {
 }
 
 TEST_F(EmulatorBackendTest, OutOfMemoryAtTheLimit) {
-  backend_ = MakeEmulatorBackend({.memory_limit_bytes = 1000});
+  EmulatorOptions options;
+  options.memory_limit_bytes = 1000;
+  backend_ = MakeEmulatorBackend(options);
   void* a = Alloc(600);
   absl::StatusOr<void*> b = backend_->DeviceAlloc(600);
   EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
