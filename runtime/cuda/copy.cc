@@ -67,9 +67,11 @@ void Check(const absl::Status& s, absl::string_view what) {
 
 const FixedModule& CopyModule() {
   static const FixedModule* m = [] {
-    auto* module = new FixedModule{.name = "sj_fixed", .source = kFixedKernels, .kernels = {}};
+    auto* module = new FixedModule{
+        .name = "sj_fixed", .source = kFixedKernels, .kernels = {}};
     for (const char* kind : {"copy", "fill"}) {
-      for (int n : {1, 2, 4, 8}) module->kernels.push_back(absl::StrCat("sj_", kind, "_", n));
+      for (int n : {1, 2, 4, 8})
+        module->kernels.push_back(absl::StrCat("sj_", kind, "_", n));
     }
     return module;
   }();

@@ -33,7 +33,8 @@ __device__ __forceinline__ void sj_put(__nv_bfloat16* p, float v) {
 FixedModule FloatKernelModule(std::string name, const char* body,
                               std::initializer_list<const char*> bases,
                               std::initializer_list<const char*> extra) {
-  FixedModule m{.name = std::move(name), .source = KernelHelpers() + body, .kernels = {}};
+  FixedModule m{
+      .name = std::move(name), .source = KernelHelpers() + body, .kernels = {}};
   for (const char* base : bases) {
     for (const char* dtype : {"f32", "f64", "f16", "bf16"}) {
       m.kernels.push_back(absl::StrCat("sj_", base, "_", dtype));

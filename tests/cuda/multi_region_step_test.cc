@@ -122,7 +122,8 @@ TEST_F(CudaTest, MembersSharingAWrittenBufferLaunchOneByOne) {
   ASSERT_TRUE(graph.ok()) << graph.status();
   runtime::ProgramOptions options;
   options.device = kCuda;
-  absl::StatusOr<runtime::Program> program = runtime::Program::Build(**graph, options);
+  absl::StatusOr<runtime::Program> program =
+      runtime::Program::Build(**graph, options);
   ASSERT_TRUE(program.ok()) << program.status();
   EXPECT_EQ(program->cuda_region_groups(), 1);
   Generator g(4);
