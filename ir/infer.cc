@@ -1,4 +1,4 @@
-// Shape and dtype inference rules, one case per op family.
+// Shape and dtype inference rules: one helper per op kind of ir/ops.def.
 #include "ir/infer.h"
 
 #include <algorithm>
@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ir/infer_matmul.h"
+#include "ir/scalar_def.h"
 #include "ir/status.h"
 
 namespace stepjit::ir {
@@ -23,20 +24,31 @@ int Category(DType t) {
 
 bool IsFloatUnary(OpId op) {
   switch (op) {
-    case OpId::kExp: case OpId::kLog: case OpId::kSqrt: case OpId::kRsqrt:
-    case OpId::kReciprocal: case OpId::kTanh: case OpId::kErf: case OpId::kSigmoid:
-    case OpId::kGelu: case OpId::kGeluTanh: case OpId::kSin: case OpId::kCos:
+    case OpId::kExp:
+    case OpId::kLog:
+    case OpId::kSqrt:
+    case OpId::kRsqrt:
+    case OpId::kReciprocal:
+    case OpId::kTanh:
+    case OpId::kErf:
+    case OpId::kSigmoid:
+    case OpId::kGelu:
+    case OpId::kGeluTanh:
+    case OpId::kSin:
+    case OpId::kCos:
       return true;
     default:
       return false;
   }
 }
 
+// The comparisons: the ops ir/scalar_def.h defines with a boolean result.
 bool IsCompare(OpId op) {
   switch (op) {
-    case OpId::kEq: case OpId::kNe: case OpId::kLt: case OpId::kLe:
-    case OpId::kGt: case OpId::kGe:
-      return true;
+#define SJ_COMPARE_CASE(e, expr) case OpId::k##e:
+    SJ_COMPARE_SCALAR_DEFS(SJ_COMPARE_CASE)
+#undef SJ_COMPARE_CASE
+    return true;
     default:
       return false;
   }
@@ -44,6 +56,8 @@ bool IsCompare(OpId op) {
 
 DType ToFloat(DType t) { return IsFloating(t) ? t : DType::kF32; }
 
+// Elementwise ops broadcast their operands and promote dtypes as PyTorch does;
+// float-only unaries, div and pow give a float, comparisons a bool.
 absl::StatusOr<TensorType> InferElementwise(OpId op,
                                             absl::Span<const TensorType> in,
                                             const Attrs& attrs) {
@@ -65,16 +79,20 @@ absl::StatusOr<TensorType> InferElementwise(OpId op,
   DType dt = ResultType(in);
   if (in.size() == 1 && IsFloatUnary(op)) dt = ToFloat(dt);
   if (dt == DType::kBool && (op == OpId::kNeg || op == OpId::kSub)) {
-    return InvalidInputs(op, in, "bool tensors do not support negation/subtraction");
+    return InvalidInputs(op, in,
+                         "bool tensors do not support negation/subtraction");
   }
   if (op == OpId::kDiv || op == OpId::kPow) dt = ToFloat(dt);
   if (IsCompare(op)) dt = DType::kBool;
   return TensorType{dt, shape};
 }
 
-absl::StatusOr<TensorType> InferReduction(OpId op, const TensorType& x,
-                                          const Attrs& attrs,
-                                          absl::Span<const TensorType> in) {
+// Reductions drop the reduced dims (or keep them as 1); sum widens integers
+// to i64, argmax gives i64 and mean/var need a float.
+absl::StatusOr<TensorType> InferReduction(OpId op,
+                                          absl::Span<const TensorType> in,
+                                          const Attrs& attrs) {
+  const TensorType& x = in[0];
   std::vector<int64_t> dims = attrs.GetInts(AttrKey::kDims);
   if (op == OpId::kArgmax) dims = {attrs.GetInt(AttrKey::kDim)};
   auto norm = NormalizeDims(dims, static_cast<int64_t>(x.shape.size()));
@@ -83,26 +101,387 @@ absl::StatusOr<TensorType> InferReduction(OpId op, const TensorType& x,
   Shape out;
   for (int64_t d = 0; d < static_cast<int64_t>(x.shape.size()); ++d) {
     bool reduced = std::find(norm->begin(), norm->end(), d) != norm->end();
-    if (reduced && x.shape[d] == 0 && (op == OpId::kAmax || op == OpId::kArgmax)) {
-      return InvalidInputs(op, in, absl::StrCat("cannot reduce over dim ", d,
-                                          " of size 0 (no identity)"));
+    if (reduced && x.shape[d] == 0 &&
+        (op == OpId::kAmax || op == OpId::kArgmax)) {
+      return InvalidInputs(op, in,
+                           absl::StrCat("cannot reduce over dim ", d,
+                                        " of size 0 (no identity)"));
     }
-    if (!reduced) out.push_back(x.shape[d]);
-    else if (keepdim) out.push_back(1);
+    if (!reduced) {
+      out.push_back(x.shape[d]);
+    } else if (keepdim)
+      out.push_back(1);
   }
   DType dt = x.dtype;
   switch (op) {
-    case OpId::kSum: dt = IsFloating(x.dtype) ? x.dtype : DType::kI64; break;
+    case OpId::kSum:
+      dt = IsFloating(x.dtype) ? x.dtype : DType::kI64;
+      break;
     case OpId::kMean:
     case OpId::kVar:
       if (!IsFloating(x.dtype)) {
         return InvalidInputs(op, in, "needs a floating-point input");
       }
       break;
-    case OpId::kArgmax: dt = DType::kI64; break;
-    default: break;
+    case OpId::kArgmax:
+      dt = DType::kI64;
+      break;
+    default:
+      break;
   }
   return TensorType{dt, out};
+}
+
+// Softmax and log_softmax keep their float input's type; `dim` must exist.
+absl::StatusOr<TensorType> InferSoftmax(OpId op,
+                                        absl::Span<const TensorType> in,
+                                        const Attrs& attrs) {
+  const int64_t rank = static_cast<int64_t>(in[0].shape.size());
+  if (WrapDim(attrs.GetInt(AttrKey::kDim), rank) < 0) {
+    return InvalidInputs(
+        op, in,
+        absl::StrCat("dim ", attrs.GetInt(AttrKey::kDim), " out of range"));
+  }
+  if (!IsFloating(in[0].dtype)) {
+    return InvalidInputs(op, in, "needs a float input");
+  }
+  return in[0];
+}
+
+// Layer norm keeps its float input's type; weight/bias have the shape of the
+// last `normalized_ndim` dims.
+absl::StatusOr<TensorType> InferLayerNorm(OpId op,
+                                          absl::Span<const TensorType> in,
+                                          const Attrs& attrs) {
+  const int64_t rank = static_cast<int64_t>(in[0].shape.size());
+  const int64_t k = attrs.GetInt(AttrKey::kNormalizedNdim, 1);
+  if (k < 1 || k > rank) {
+    return InvalidInputs(
+        op, in, absl::StrCat("normalized_ndim ", k, " must be in [1, rank]"));
+  }
+  ShapeRef norm = ShapeRef(in[0].shape).subspan(rank - k);
+  for (size_t i = 1; i < in.size(); ++i) {
+    if (ShapeRef(in[i].shape) != norm) {
+      return InvalidInputs(
+          op, in,
+          absl::StrCat("weight/bias must have the normalized shape ",
+                       ShapeToString(norm)));
+    }
+  }
+  if (!IsFloating(in[0].dtype)) {
+    return InvalidInputs(op, in, "needs a float input");
+  }
+  return in[0];
+}
+
+// Row-wise normalizations: the output has the input's type.
+absl::StatusOr<TensorType> InferNormalization(OpId op,
+                                              absl::Span<const TensorType> in,
+                                              const Attrs& attrs) {
+  switch (op) {
+    case OpId::kSoftmax:
+    case OpId::kLogSoftmax:
+      return InferSoftmax(op, in, attrs);
+    case OpId::kLayerNorm:
+      return InferLayerNorm(op, in, attrs);
+    default:
+      return InvalidInputs(op, in, "no type rule");
+  }
+}
+
+// A loss's `reduction` attribute: "none" keeps the per-element `unreduced`
+// type, "mean" and "sum" give a 0-d result of the same dtype.
+absl::StatusOr<TensorType> ReducedLossType(OpId op,
+                                           absl::Span<const TensorType> in,
+                                           const Attrs& attrs,
+                                           TensorType unreduced) {
+  std::string red = attrs.GetString(AttrKey::kReduction, "mean");
+  if (red == "none") return unreduced;
+  if (red != "mean" && red != "sum") {
+    return InvalidInputs(
+        op, in,
+        absl::StrCat("reduction must be mean, sum or none, got '", red, "'"));
+  }
+  return TensorType{unreduced.dtype, {}};
+}
+
+// Cross entropy of float logits [N, C] against i64 class targets [N].
+absl::StatusOr<TensorType> InferCrossEntropy(OpId op,
+                                             absl::Span<const TensorType> in,
+                                             const Attrs& attrs) {
+  if (in[0].shape.size() != 2 || in[1].shape.size() != 1 ||
+      in[1].shape[0] != in[0].shape[0]) {
+    return InvalidInputs(op, in, "expects logits [N, C] and targets [N]");
+  }
+  if (in[1].dtype != DType::kI64) {
+    return InvalidInputs(op, in, "targets must be i64");
+  }
+  if (!IsFloating(in[0].dtype)) {
+    return InvalidInputs(op, in, "logits must be float");
+  }
+  return ReducedLossType(op, in, attrs,
+                         TensorType{in[0].dtype, {in[0].shape[0]}});
+}
+
+// Mean squared error of an input against a target of the same float type.
+absl::StatusOr<TensorType> InferMseLoss(OpId op,
+                                        absl::Span<const TensorType> in,
+                                        const Attrs& attrs) {
+  if (in[0].shape != in[1].shape) {
+    return InvalidInputs(op, in, "input and target must have the same shape");
+  }
+  if (!IsFloating(in[0].dtype) || in[0].dtype != in[1].dtype) {
+    return InvalidInputs(op, in,
+                         "input and target must have the same float dtype");
+  }
+  return ReducedLossType(op, in, attrs, in[0]);
+}
+
+// Losses: per-row or per-element values, reduced as `reduction` asks.
+absl::StatusOr<TensorType> InferLoss(OpId op, absl::Span<const TensorType> in,
+                                     const Attrs& attrs) {
+  switch (op) {
+    case OpId::kCrossEntropy:
+      return InferCrossEntropy(op, in, attrs);
+    case OpId::kMseLoss:
+      return InferMseLoss(op, in, attrs);
+    default:
+      return InvalidInputs(op, in, "no type rule");
+  }
+}
+
+// Permute reorders the dims; `dims` must be a permutation of [0, rank).
+absl::StatusOr<TensorType> InferPermute(OpId op,
+                                        absl::Span<const TensorType> in,
+                                        const Attrs& attrs) {
+  const int64_t rank = static_cast<int64_t>(in[0].shape.size());
+  std::vector<int64_t> dims = attrs.GetInts(AttrKey::kDims);
+  if (static_cast<int64_t>(dims.size()) != rank) {
+    return InvalidInputs(
+        op, in,
+        absl::StrCat("permutation [", absl::StrJoin(dims, ", "),
+                     "] does not have ", rank, " dims"));
+  }
+  std::vector<int64_t> seen(rank, 0);
+  Shape out;
+  for (int64_t d : dims) {
+    int64_t w = WrapDim(d, rank);
+    if (w < 0 || seen[w]++) {
+      return InvalidInputs(op, in,
+                           absl::StrCat("[", absl::StrJoin(dims, ", "),
+                                        "] is not a permutation"));
+    }
+    out.push_back(in[0].shape[w]);
+  }
+  return TensorType{in[0].dtype, out};
+}
+
+// Slice clamps start/end into the dim as Python slicing does, then strides.
+absl::StatusOr<TensorType> InferSlice(OpId op, absl::Span<const TensorType> in,
+                                      const Attrs& attrs) {
+  const int64_t rank = static_cast<int64_t>(in[0].shape.size());
+  int64_t d = WrapDim(attrs.GetInt(AttrKey::kDim), rank);
+  int64_t step = attrs.GetInt(AttrKey::kStep, 1);
+  if (d < 0 || rank == 0) {
+    return InvalidInputs(op, in, "slice dim out of range");
+  }
+  if (step <= 0) {
+    return InvalidInputs(op, in,
+                         absl::StrCat("slice step must be > 0, got ", step));
+  }
+  int64_t size = in[0].shape[d];
+  int64_t start = attrs.GetInt(AttrKey::kStart);
+  int64_t end = attrs.GetInt(AttrKey::kEnd);
+  if (start < 0) start += size;
+  if (end < 0) end += size;
+  start = std::clamp<int64_t>(start, 0, size);
+  end = std::clamp<int64_t>(end, start, size);
+  Shape out = in[0].shape;
+  out[d] = (end - start + step - 1) / step;
+  return TensorType{in[0].dtype, out};
+}
+
+// Expand broadcasts size-1 dims (and adds leading ones); -1 keeps a dim.
+absl::StatusOr<TensorType> InferExpand(OpId op, absl::Span<const TensorType> in,
+                                       const Attrs& attrs) {
+  const int64_t rank = static_cast<int64_t>(in[0].shape.size());
+  std::vector<int64_t> to = attrs.GetInts(AttrKey::kShape);
+  if (to.size() < static_cast<size_t>(rank)) {
+    return InvalidInputs(op, in,
+                         absl::StrCat("cannot expand to fewer dims: [",
+                                      absl::StrJoin(to, ", "), "]"));
+  }
+  Shape out(to.begin(), to.end());
+  const size_t lead = to.size() - rank;
+  for (int64_t i = 0; i < rank; ++i) {
+    int64_t have = in[0].shape[i], want = to[lead + i];
+    if (want == -1) want = have;
+    if (have != want && have != 1) {
+      return InvalidInputs(op, in,
+                           absl::StrCat("cannot expand dim ", i, " of size ",
+                                        have, " to ", want));
+    }
+    out[lead + i] = want;
+  }
+  return TensorType{in[0].dtype, out};
+}
+
+// Squeeze drops the listed size-1 dims (all size-1 dims when none are listed).
+TensorType InferSqueeze(absl::Span<const TensorType> in, const Attrs& attrs) {
+  const int64_t rank = static_cast<int64_t>(in[0].shape.size());
+  std::vector<int64_t> dims = attrs.GetInts(AttrKey::kDims);
+  Shape out;
+  for (int64_t i = 0; i < rank; ++i) {
+    bool listed = dims.empty();
+    for (int64_t d : dims) listed |= WrapDim(d, rank) == i;
+    if (!(listed && in[0].shape[i] == 1)) out.push_back(in[0].shape[i]);
+  }
+  return TensorType{in[0].dtype, out};
+}
+
+// Unsqueeze inserts a size-1 dim at `dim` of the result.
+absl::StatusOr<TensorType> InferUnsqueeze(OpId op,
+                                          absl::Span<const TensorType> in,
+                                          const Attrs& attrs) {
+  const int64_t rank = static_cast<int64_t>(in[0].shape.size());
+  int64_t d = WrapDim(attrs.GetInt(AttrKey::kDim), rank + 1);
+  if (d < 0) return InvalidInputs(op, in, "unsqueeze dim out of range");
+  Shape out = in[0].shape;
+  out.insert(out.begin() + d, 1);
+  return TensorType{in[0].dtype, out};
+}
+
+// Views keep the input's dtype and change only the shape.
+absl::StatusOr<TensorType> InferView(OpId op, absl::Span<const TensorType> in,
+                                     const Attrs& attrs) {
+  switch (op) {
+    case OpId::kReshape: {
+      auto s = InferReshape(in[0].shape, attrs.GetInts(AttrKey::kShape));
+      if (!s.ok()) return InvalidInputs(op, in, s.status().message());
+      return TensorType{in[0].dtype, *s};
+    }
+    case OpId::kPermute:
+      return InferPermute(op, in, attrs);
+    case OpId::kSlice:
+      return InferSlice(op, in, attrs);
+    case OpId::kExpand:
+      return InferExpand(op, in, attrs);
+    case OpId::kSqueeze:
+      return InferSqueeze(in, attrs);
+    case OpId::kUnsqueeze:
+      return InferUnsqueeze(op, in, attrs);
+    default:
+      return InvalidInputs(op, in, "no type rule");
+  }
+}
+
+// Embedding gathers rows of a float [num_embeddings, dim] weight: the result
+// is indices.shape + [dim].
+absl::StatusOr<TensorType> InferEmbedding(OpId op,
+                                          absl::Span<const TensorType> in) {
+  if (in[0].shape.size() != 2 || !IsFloating(in[0].dtype)) {
+    return InvalidInputs(op, in,
+                         "weight must be a float [num_embeddings, dim] tensor");
+  }
+  if (!IsIntegral(in[1].dtype)) {
+    return InvalidInputs(op, in, "indices must be i64 or i32");
+  }
+  Shape out = in[1].shape;
+  out.push_back(in[0].shape[1]);
+  return TensorType{in[0].dtype, out};
+}
+
+// Embedding's backward scatters a grad of indices.shape + [dim] into a
+// [num_weights, dim] weight gradient.
+absl::StatusOr<TensorType> InferEmbeddingBackward(
+    OpId op, absl::Span<const TensorType> in, const Attrs& attrs) {
+  Shape expect = in[1].shape;
+  if (in[0].shape.empty()) {
+    return InvalidInputs(op, in, "grad must have a trailing dim");
+  }
+  expect.push_back(in[0].shape.back());
+  if (expect != in[0].shape) {
+    return InvalidInputs(op, in, "grad must be indices.shape + [dim]");
+  }
+  return TensorType{in[0].dtype,
+                    {attrs.GetInt(AttrKey::kNumWeights), in[0].shape.back()}};
+}
+
+// Data movement: copies, gathers and scatters; shapes come from the operands
+// or from attributes that name the destination.
+absl::StatusOr<TensorType> InferDataMovement(OpId op,
+                                             absl::Span<const TensorType> in,
+                                             const Attrs& attrs) {
+  switch (op) {
+    case OpId::kContiguous:
+      return in[0];
+    case OpId::kEmbedding:
+      return InferEmbedding(op, in);
+    case OpId::kEmbeddingBackward:
+      return InferEmbeddingBackward(op, in, attrs);
+    case OpId::kSliceBackward: {
+      std::vector<int64_t> s = attrs.GetInts(AttrKey::kInputShape);
+      return TensorType{in[0].dtype, Shape(s.begin(), s.end())};
+    }
+    case OpId::kOneHot: {
+      if (!IsIntegral(in[0].dtype)) {
+        return InvalidInputs(op, in, "indices must be integers");
+      }
+      Shape out = in[0].shape;
+      out.push_back(attrs.GetInt(AttrKey::kNumClasses));
+      return TensorType{attrs.GetDType(AttrKey::kDTypeAttr), out};
+    }
+    default:
+      return InvalidInputs(op, in, "no type rule");
+  }
+}
+
+// Factories and random ops: those without operands make a tensor of the
+// `shape` and `dtype` attributes; one with an operand (dropout) keeps its type.
+absl::StatusOr<TensorType> InferGenerator(OpId op,
+                                          absl::Span<const TensorType> in,
+                                          const Attrs& attrs) {
+  if (!in.empty()) return in[0];
+  std::vector<int64_t> s = attrs.GetInts(AttrKey::kShape);
+  for (int64_t d : s) {
+    if (d < 0) return InvalidInputs(op, in, absl::StrCat("negative size ", d));
+  }
+  return TensorType{attrs.GetDType(AttrKey::kDTypeAttr),
+                    Shape(s.begin(), s.end())};
+}
+
+// In-place updates keep the target's type; every operand broadcasts to it,
+// and arithmetic (not copy_/fill_) needs a floating-point target.
+absl::StatusOr<TensorType> InferInplaceUpdate(OpId op,
+                                              absl::Span<const TensorType> in) {
+  for (size_t i = 1; i < in.size(); ++i) {
+    auto b = BroadcastShapes(in[0].shape, in[i].shape);
+    if (!b.ok() || *b != in[0].shape) {
+      return InvalidInputs(
+          op, in,
+          absl::StrCat("operand ", i, " of shape ", ShapeToString(in[i].shape),
+                       " does not broadcast to ", ShapeToString(in[0].shape)));
+    }
+  }
+  if (op != OpId::kCopyInplace && op != OpId::kFillInplace &&
+      !IsFloating(in[0].dtype)) {
+    return InvalidInputs(op, in,
+                         "in-place arithmetic needs a floating-point target");
+  }
+  return in[0];
+}
+
+// The op table's arity bounds; the error gives the expected count or range.
+absl::Status CheckArity(OpId op, absl::Span<const TensorType> in) {
+  const OpInfo& info = GetOpInfo(op);
+  const int n = static_cast<int>(in.size());
+  if (n >= info.min_arity && n <= info.max_arity) return absl::OkStatus();
+  return InvalidInputs(op, in,
+                       absl::StrCat("expects ", info.min_arity,
+                                    info.min_arity == info.max_arity
+                                        ? ""
+                                        : absl::StrCat("..", info.max_arity),
+                                    " inputs, got ", n));
 }
 
 }  // namespace
@@ -111,8 +490,8 @@ absl::Status InvalidInputs(OpId op, absl::Span<const TensorType> in,
                            absl::string_view problem) {
   std::vector<std::string> parts;
   for (const auto& t : in) parts.push_back(Describe(t));
-  return absl::InvalidArgumentError(
-      absl::StrCat(OpName(op), "(", absl::StrJoin(parts, ", "), "): ", problem));
+  return absl::InvalidArgumentError(absl::StrCat(
+      OpName(op), "(", absl::StrJoin(parts, ", "), "): ", problem));
 }
 
 absl::StatusOr<Shape> BroadcastShapes(ShapeRef a, ShapeRef b) {
@@ -122,10 +501,9 @@ absl::StatusOr<Shape> BroadcastShapes(ShapeRef a, ShapeRef b) {
     int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
     int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
     if (da != db && da != 1 && db != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("shapes ", ShapeToString(a), " and ", ShapeToString(b),
-                       " are not broadcastable (dim ", i, ": ", da, " vs ", db,
-                       ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shapes ", ShapeToString(a), " and ", ShapeToString(b),
+          " are not broadcastable (dim ", i, ": ", da, " vs ", db, ")"));
     }
     out[i] = da == 1 ? db : da;
   }
@@ -189,219 +567,36 @@ absl::StatusOr<Shape> InferReshape(ShapeRef from, std::vector<int64_t> to) {
     known = numel;
   }
   if (known != numel) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot reshape ", ShapeToString(from), " (", numel, " elements) to [",
-        absl::StrJoin(to, ", "), "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot reshape ", ShapeToString(from), " (", numel,
+                     " elements) to [", absl::StrJoin(to, ", "), "]"));
   }
   return Shape(to.begin(), to.end());
 }
 
 absl::StatusOr<TensorType> InferType(OpId op, absl::Span<const TensorType> in,
                                      const Attrs& attrs) {
-  const OpInfo& info = GetOpInfo(op);
-  const int n = static_cast<int>(in.size());
-  if (n < info.min_arity || n > info.max_arity) {
-    return InvalidInputs(op, in,
-                   absl::StrCat("expects ", info.min_arity,
-                                info.min_arity == info.max_arity
-                                    ? ""
-                                    : absl::StrCat("..", info.max_arity),
-                                " inputs, got ", n));
-  }
-  const int64_t rank = n > 0 ? static_cast<int64_t>(in[0].shape.size()) : 0;
-  switch (info.kind) {
+  RETURN_IF_ERROR(CheckArity(op, in));
+  switch (GetOpInfo(op).kind) {
     case OpKind::kElementwise:
       return InferElementwise(op, in, attrs);
     case OpKind::kReduction:
-      return InferReduction(op, in[0], attrs, in);
+      return InferReduction(op, in, attrs);
+    case OpKind::kNormalization:
+      return InferNormalization(op, in, attrs);
+    case OpKind::kLoss:
+      return InferLoss(op, in, attrs);
     case OpKind::kMatmul:
       return InferMatmul(in, attrs);
-    case OpKind::kInplaceUpdate: {
-      for (int i = 1; i < n; ++i) {
-        auto b = BroadcastShapes(in[0].shape, in[i].shape);
-        if (!b.ok() || *b != in[0].shape) {
-          return InvalidInputs(op, in, absl::StrCat("operand ", i, " of shape ",
-                                              ShapeToString(in[i].shape),
-                                              " does not broadcast to ",
-                                              ShapeToString(in[0].shape)));
-        }
-      }
-      if (op != OpId::kCopyInplace && op != OpId::kFillInplace &&
-          !IsFloating(in[0].dtype)) {
-        return InvalidInputs(op, in, "in-place arithmetic needs a floating-point target");
-      }
-      return in[0];
-    }
-    default:
-      break;
-  }
-  switch (op) {
-    case OpId::kSoftmax:
-    case OpId::kLogSoftmax: {
-      if (WrapDim(attrs.GetInt(AttrKey::kDim), rank) < 0) {
-        return InvalidInputs(op, in, absl::StrCat("dim ", attrs.GetInt(AttrKey::kDim),
-                                            " out of range"));
-      }
-      if (!IsFloating(in[0].dtype)) return InvalidInputs(op, in, "needs a float input");
-      return in[0];
-    }
-    case OpId::kLayerNorm: {
-      const int64_t k = attrs.GetInt(AttrKey::kNormalizedNdim, 1);
-      if (k < 1 || k > rank) {
-        return InvalidInputs(op, in, absl::StrCat("normalized_ndim ", k,
-                                            " must be in [1, rank]"));
-      }
-      ShapeRef norm = ShapeRef(in[0].shape).subspan(rank - k);
-      for (int i = 1; i < n; ++i) {
-        if (ShapeRef(in[i].shape) != norm) {
-          return InvalidInputs(op, in, absl::StrCat("weight/bias must have the normalized shape ",
-                                              ShapeToString(norm)));
-        }
-      }
-      if (!IsFloating(in[0].dtype)) return InvalidInputs(op, in, "needs a float input");
-      return in[0];
-    }
-    case OpId::kCrossEntropy: {
-      if (in[0].shape.size() != 2 || in[1].shape.size() != 1 ||
-          in[1].shape[0] != in[0].shape[0]) {
-        return InvalidInputs(op, in, "expects logits [N, C] and targets [N]");
-      }
-      if (in[1].dtype != DType::kI64) return InvalidInputs(op, in, "targets must be i64");
-      if (!IsFloating(in[0].dtype)) return InvalidInputs(op, in, "logits must be float");
-      std::string red = attrs.GetString(AttrKey::kReduction, "mean");
-      if (red == "none") return TensorType{in[0].dtype, {in[0].shape[0]}};
-      if (red != "mean" && red != "sum") {
-        return InvalidInputs(op, in, absl::StrCat("reduction must be mean, sum or none, got '", red, "'"));
-      }
-      return TensorType{in[0].dtype, {}};
-    }
-    case OpId::kMseLoss: {
-      if (in[0].shape != in[1].shape) {
-        return InvalidInputs(op, in, "input and target must have the same shape");
-      }
-      if (!IsFloating(in[0].dtype) || in[0].dtype != in[1].dtype) {
-        return InvalidInputs(op, in, "input and target must have the same float dtype");
-      }
-      std::string red = attrs.GetString(AttrKey::kReduction, "mean");
-      if (red == "none") return in[0];
-      if (red != "mean" && red != "sum") {
-        return InvalidInputs(op, in, absl::StrCat("reduction must be mean, sum or none, got '", red, "'"));
-      }
-      return TensorType{in[0].dtype, {}};
-    }
-    case OpId::kReshape: {
-      auto s = InferReshape(in[0].shape, attrs.GetInts(AttrKey::kShape));
-      if (!s.ok()) return InvalidInputs(op, in, s.status().message());
-      return TensorType{in[0].dtype, *s};
-    }
-    case OpId::kPermute: {
-      std::vector<int64_t> dims = attrs.GetInts(AttrKey::kDims);
-      if (static_cast<int64_t>(dims.size()) != rank) {
-        return InvalidInputs(op, in, absl::StrCat("permutation [", absl::StrJoin(dims, ", "),
-                                            "] does not have ", rank, " dims"));
-      }
-      std::vector<int64_t> seen(rank, 0);
-      Shape out;
-      for (int64_t d : dims) {
-        int64_t w = WrapDim(d, rank);
-        if (w < 0 || seen[w]++) {
-          return InvalidInputs(op, in, absl::StrCat("[", absl::StrJoin(dims, ", "),
-                                              "] is not a permutation"));
-        }
-        out.push_back(in[0].shape[w]);
-      }
-      return TensorType{in[0].dtype, out};
-    }
-    case OpId::kSlice: {
-      int64_t d = WrapDim(attrs.GetInt(AttrKey::kDim), rank);
-      int64_t step = attrs.GetInt(AttrKey::kStep, 1);
-      if (d < 0 || rank == 0) return InvalidInputs(op, in, "slice dim out of range");
-      if (step <= 0) return InvalidInputs(op, in, absl::StrCat("slice step must be > 0, got ", step));
-      int64_t size = in[0].shape[d];
-      int64_t start = attrs.GetInt(AttrKey::kStart), end = attrs.GetInt(AttrKey::kEnd);
-      if (start < 0) start += size;
-      if (end < 0) end += size;
-      start = std::clamp<int64_t>(start, 0, size);
-      end = std::clamp<int64_t>(end, start, size);
-      Shape out = in[0].shape;
-      out[d] = (end - start + step - 1) / step;
-      return TensorType{in[0].dtype, out};
-    }
-    case OpId::kExpand: {
-      std::vector<int64_t> to = attrs.GetInts(AttrKey::kShape);
-      if (to.size() < static_cast<size_t>(rank)) {
-        return InvalidInputs(op, in, absl::StrCat("cannot expand to fewer dims: [",
-                                            absl::StrJoin(to, ", "), "]"));
-      }
-      Shape out(to.begin(), to.end());
-      const size_t lead = to.size() - rank;
-      for (int64_t i = 0; i < rank; ++i) {
-        int64_t have = in[0].shape[i], want = to[lead + i];
-        if (want == -1) want = have;
-        if (have != want && have != 1) {
-          return InvalidInputs(op, in, absl::StrCat("cannot expand dim ", i, " of size ",
-                                              have, " to ", want));
-        }
-        out[lead + i] = want;
-      }
-      return TensorType{in[0].dtype, out};
-    }
-    case OpId::kSqueeze: {
-      std::vector<int64_t> dims = attrs.GetInts(AttrKey::kDims);
-      Shape out;
-      for (int64_t i = 0; i < rank; ++i) {
-        bool listed = dims.empty();
-        for (int64_t d : dims) listed |= WrapDim(d, rank) == i;
-        if (!(listed && in[0].shape[i] == 1)) out.push_back(in[0].shape[i]);
-      }
-      return TensorType{in[0].dtype, out};
-    }
-    case OpId::kUnsqueeze: {
-      int64_t d = WrapDim(attrs.GetInt(AttrKey::kDim), rank + 1);
-      if (d < 0) return InvalidInputs(op, in, "unsqueeze dim out of range");
-      Shape out = in[0].shape;
-      out.insert(out.begin() + d, 1);
-      return TensorType{in[0].dtype, out};
-    }
-    case OpId::kContiguous:
-    case OpId::kDropout:
-      return in[0];
-    case OpId::kEmbedding: {
-      if (in[0].shape.size() != 2 || !IsFloating(in[0].dtype)) {
-        return InvalidInputs(op, in, "weight must be a float [num_embeddings, dim] tensor");
-      }
-      if (!IsIntegral(in[1].dtype)) return InvalidInputs(op, in, "indices must be i64 or i32");
-      Shape out = in[1].shape;
-      out.push_back(in[0].shape[1]);
-      return TensorType{in[0].dtype, out};
-    }
-    case OpId::kEmbeddingBackward: {
-      Shape expect = in[1].shape;
-      if (in[0].shape.empty()) return InvalidInputs(op, in, "grad must have a trailing dim");
-      expect.push_back(in[0].shape.back());
-      if (expect != in[0].shape) return InvalidInputs(op, in, "grad must be indices.shape + [dim]");
-      return TensorType{in[0].dtype, {attrs.GetInt(AttrKey::kNumWeights), in[0].shape.back()}};
-    }
-    case OpId::kSliceBackward: {
-      std::vector<int64_t> s = attrs.GetInts(AttrKey::kInputShape);
-      return TensorType{in[0].dtype, Shape(s.begin(), s.end())};
-    }
-    case OpId::kOneHot: {
-      if (!IsIntegral(in[0].dtype)) return InvalidInputs(op, in, "indices must be integers");
-      Shape out = in[0].shape;
-      out.push_back(attrs.GetInt(AttrKey::kNumClasses));
-      return TensorType{attrs.GetDType(AttrKey::kDTypeAttr), out};
-    }
-    case OpId::kFull: case OpId::kRand: case OpId::kRandn: case OpId::kRandint:
-    case OpId::kArange: {
-      std::vector<int64_t> s = attrs.GetInts(AttrKey::kShape);
-      for (int64_t d : s) {
-        if (d < 0) return InvalidInputs(op, in, absl::StrCat("negative size ", d));
-      }
-      return TensorType{attrs.GetDType(AttrKey::kDTypeAttr), Shape(s.begin(), s.end())};
-    }
-    default:
-      break;
+    case OpKind::kView:
+      return InferView(op, in, attrs);
+    case OpKind::kDataMovement:
+      return InferDataMovement(op, in, attrs);
+    case OpKind::kFactory:
+    case OpKind::kRandom:
+      return InferGenerator(op, in, attrs);
+    case OpKind::kInplaceUpdate:
+      return InferInplaceUpdate(op, in);
   }
   return InvalidInputs(op, in, "no type rule");
 }
