@@ -15,7 +15,8 @@
 #include "ir/printer.h"
 #include "ir/status.h"
 #include "ir/verifier.h"
-#include "passes/amp.h"
+#include "passes/autocast.h"
+#include "passes/grad_scaler.h"
 #include "passes/pass_manager.h"
 #include "runtime/amp/grad_scaler.h"
 

@@ -19,7 +19,8 @@
 #include "frontend/tracer.h"
 #include "gtest/gtest.h"
 #include "ir/graph.h"
-#include "passes/amp.h"
+#include "passes/autocast.h"
+#include "passes/grad_scaler.h"
 #include "passes/pass_manager.h"
 #include "tests/amp_task.h"
 
