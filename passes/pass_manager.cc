@@ -17,12 +17,12 @@
 #include "ir/status.h"
 #include "ir/verifier.h"
 #include "passes/autocast.h"
-#include "passes/grad_scaler.h"
 #include "passes/canonicalize.h"
 #include "passes/cse.h"
 #include "passes/dce.h"
 #include "passes/fuse.h"
 #include "passes/gemm_bgrad.h"
+#include "passes/grad_scaler.h"
 #include "passes/memory_plan.h"
 #include "passes/sink_regions.h"
 
