@@ -202,7 +202,10 @@ absl::StatusOr<TensorType> ReducedLossType(OpId op,
         op, in,
         absl::StrCat("reduction must be mean, sum or none, got '", red, "'"));
   }
-  return TensorType{unreduced.dtype, {}};
+  // A 0-d result: the unreduced type with its shape dropped (built in place:
+  // GCC 12 warns on a braced temporary with an empty InlinedVector here).
+  unreduced.shape.clear();
+  return unreduced;
 }
 
 // Cross entropy of float logits [N, C] against i64 class targets [N].
