@@ -34,36 +34,49 @@ namespace {
 // so stale cache entries are never reused.
 constexpr char kLoweringVersion[] = "region-lowering-3";
 
-absl::Status Unsupported(absl::string_view why) { return absl::UnimplementedError(why); }
+absl::Status Unsupported(absl::string_view why) {
+  return absl::UnimplementedError(why);
+}
 
 // The register type a value of dtype `t` lives in (half types compute in f32).
 llvm::Type* RegType(llvm::LLVMContext& c, DType t) {
   switch (t) {
     case DType::kF32:
     case DType::kF16:
-    case DType::kBF16: return llvm::Type::getFloatTy(c);
-    case DType::kF64: return llvm::Type::getDoubleTy(c);
-    case DType::kBool: return llvm::Type::getInt1Ty(c);
-    default: return nullptr;
+    case DType::kBF16:
+      return llvm::Type::getFloatTy(c);
+    case DType::kF64:
+      return llvm::Type::getDoubleTy(c);
+    case DType::kBool:
+      return llvm::Type::getInt1Ty(c);
+    default:
+      return nullptr;
   }
 }
 
 // The storage type of one element in memory.
 llvm::Type* MemType(llvm::LLVMContext& c, DType t) {
   switch (t) {
-    case DType::kF32: return llvm::Type::getFloatTy(c);
-    case DType::kF64: return llvm::Type::getDoubleTy(c);
-    case DType::kF16: return llvm::Type::getHalfTy(c);
-    case DType::kBF16: return llvm::Type::getInt16Ty(c);
-    case DType::kBool: return llvm::Type::getInt8Ty(c);
-    default: return nullptr;
+    case DType::kF32:
+      return llvm::Type::getFloatTy(c);
+    case DType::kF64:
+      return llvm::Type::getDoubleTy(c);
+    case DType::kF16:
+      return llvm::Type::getHalfTy(c);
+    case DType::kBF16:
+      return llvm::Type::getInt16Ty(c);
+    case DType::kBool:
+      return llvm::Type::getInt8Ty(c);
+    default:
+      return nullptr;
   }
 }
 
 // Emits the region's functions into one module.
 class Lowering {
  public:
-  Lowering(const ir::Graph& body, const Plan& plan, llvm::LLVMContext& ctx, llvm::Module& module)
+  Lowering(const ir::Graph& body, const Plan& plan, llvm::LLVMContext& ctx,
+           llvm::Module& module)
       : body_(body), plan_(plan), ctx_(ctx), m_(module), b_(ctx) {}
 
   absl::Status Run(const std::string& prefix, RegionKernel& k) {
@@ -82,7 +95,8 @@ class Lowering {
       }
     }
     bool scalar_work = !slots_.empty();
-    for (const Value* r : body_.returns()) scalar_work |= plan_.domain.at(r) == Domain::kScalar;
+    for (const Value* r : body_.returns())
+      scalar_work |= plan_.domain.at(r) == Domain::kScalar;
     k.row = plan_.row_loop ? plan_.f_shape.back() : plan_.f_numel;
     k.numel = plan_.f_numel;
     k.reduced_numel = plan_.r_numel;
@@ -101,8 +115,10 @@ class Lowering {
     if (plan_.r_numel > 0) {
       bool outer_reduced = false;
       for (size_t d = 0; d + 1 < rank; ++d) outer_reduced |= plan_.f_reduced[d];
-      if (outer_reduced) k.parallel = false;
-      else k.split_align = k.row;
+      if (outer_reduced)
+        k.parallel = false;
+      else
+        k.split_align = k.row;
     }
     symbols_.scalar = scalar_work ? prefix + "_scalar" : "";
     symbols_.main = prefix + "_main";
@@ -124,8 +140,10 @@ class Lowering {
   llvm::Function* NewFunction(const std::string& name, bool loop) {
     std::vector<llvm::Type*> args = {PtrTy()->getPointerTo()};
     if (loop) args.insert(args.end(), {I64(), I64()});
-    auto* type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx_), args, false);
-    auto* fn = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, m_);
+    auto* type =
+        llvm::FunctionType::get(llvm::Type::getVoidTy(ctx_), args, false);
+    auto* fn =
+        llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, m_);
     fn->addFnAttr(llvm::Attribute::NoUnwind);
     return fn;
   }
@@ -133,7 +151,8 @@ class Lowering {
     return b_.CreateLoad(PtrTy(), b_.CreateConstGEP1_64(PtrTy(), ptrs, index));
   }
   llvm::Instruction* Tag(llvm::Instruction* inst) {
-    if (group_ != nullptr) inst->setMetadata(llvm::LLVMContext::MD_access_group, group_);
+    if (group_ != nullptr)
+      inst->setMetadata(llvm::LLVMContext::MD_access_group, group_);
     return inst;
   }
   llvm::Value* Address(llvm::Type* elem, llvm::Value* base, llvm::Value* i) {
@@ -144,7 +163,8 @@ class Lowering {
   // and reloading an eager tensor of that dtype does.
   llvm::Value* Round(llvm::Value* v, DType t) {
     if (t == DType::kF16) {
-      return b_.CreateFPExt(b_.CreateFPTrunc(v, b_.getHalfTy()), b_.getFloatTy());
+      return b_.CreateFPExt(b_.CreateFPTrunc(v, b_.getHalfTy()),
+                            b_.getFloatTy());
     }
     if (t == DType::kBF16) return BF16ToFloat(FloatToBF16(v));
     return v;
@@ -153,32 +173,47 @@ class Lowering {
   llvm::Value* FloatToBF16(llvm::Value* v) {
     llvm::Value* u = b_.CreateBitCast(v, b_.getInt32Ty());
     llvm::Value* lsb = b_.CreateAnd(b_.CreateLShr(u, 16), b_.getInt32(1));
-    llvm::Value* rounded = b_.CreateLShr(b_.CreateAdd(u, b_.CreateAdd(lsb, b_.getInt32(0x7fff))), 16);
+    llvm::Value* rounded = b_.CreateLShr(
+        b_.CreateAdd(u, b_.CreateAdd(lsb, b_.getInt32(0x7fff))), 16);
     llvm::Value* quiet = b_.CreateOr(b_.CreateLShr(u, 16), b_.getInt32(0x40));
     llvm::Value* is_nan = b_.CreateFCmpUNO(v, v);
-    return b_.CreateTrunc(b_.CreateSelect(is_nan, quiet, rounded), b_.getInt16Ty());
+    return b_.CreateTrunc(b_.CreateSelect(is_nan, quiet, rounded),
+                          b_.getInt16Ty());
   }
   llvm::Value* BF16ToFloat(llvm::Value* bits) {
-    return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(bits, b_.getInt32Ty()), 16), b_.getFloatTy());
+    return b_.CreateBitCast(
+        b_.CreateShl(b_.CreateZExt(bits, b_.getInt32Ty()), 16),
+        b_.getFloatTy());
   }
 
   llvm::Value* Load(DType t, llvm::Value* base, llvm::Value* i) {
     llvm::Type* mem = MemType(ctx_, t);
     llvm::Value* raw = Tag(b_.CreateLoad(mem, Address(mem, base, i)));
     switch (t) {
-      case DType::kBool: return b_.CreateICmpNE(raw, b_.getInt8(0));
-      case DType::kF16: return b_.CreateFPExt(raw, b_.getFloatTy());
-      case DType::kBF16: return BF16ToFloat(raw);
-      default: return raw;
+      case DType::kBool:
+        return b_.CreateICmpNE(raw, b_.getInt8(0));
+      case DType::kF16:
+        return b_.CreateFPExt(raw, b_.getFloatTy());
+      case DType::kBF16:
+        return BF16ToFloat(raw);
+      default:
+        return raw;
     }
   }
   void Store(DType t, llvm::Value* base, llvm::Value* i, llvm::Value* v) {
     llvm::Type* mem = MemType(ctx_, t);
     switch (t) {
-      case DType::kBool: v = b_.CreateZExt(v, b_.getInt8Ty()); break;
-      case DType::kF16: v = b_.CreateFPTrunc(v, b_.getHalfTy()); break;
-      case DType::kBF16: v = FloatToBF16(v); break;
-      default: break;
+      case DType::kBool:
+        v = b_.CreateZExt(v, b_.getInt8Ty());
+        break;
+      case DType::kF16:
+        v = b_.CreateFPTrunc(v, b_.getHalfTy());
+        break;
+      case DType::kBF16:
+        v = FloatToBF16(v);
+        break;
+      default:
+        break;
     }
     Tag(b_.CreateStore(v, Address(mem, base, i)));
   }
@@ -186,7 +221,8 @@ class Lowering {
   // Converts like the eager Convert<To>(From); half types travel as f32.
   llvm::Value* Convert(llvm::Value* v, DType from, DType to) {
     if (from == to) return v;
-    if (to == DType::kBool) return b_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
+    if (to == DType::kBool)
+      return b_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
     llvm::Type* reg = RegType(ctx_, to);
     if (from == DType::kBool) return b_.CreateUIToFP(v, reg);
     if (v->getType() != reg) {
@@ -204,11 +240,13 @@ class Lowering {
     };
     if (op == OpId::kFull) {
       const double value = n.attrs().GetDouble(AttrKey::kValue);
-      return Convert(llvm::ConstantFP::get(b_.getDoubleTy(), value), DType::kF64, out);
+      return Convert(llvm::ConstantFP::get(b_.getDoubleTy(), value),
+                     DType::kF64, out);
     }
     if (IsOrderPreservingView(op)) return env.at(n.inputs()[0]);
     if (op == OpId::kCast) return in(0, out);
-    if (op == OpId::kWhere) return b_.CreateSelect(in(0, DType::kBool), in(1, out), in(2, out));
+    if (op == OpId::kWhere)
+      return b_.CreateSelect(in(0, DType::kBool), in(1, out), in(2, out));
     // Operands are converted to the compute dtype first, as dispatch does.
     const DType compute = ComputeDType(n);
     if (compute == DType::kBool) return Unsupported("bool arithmetic");
@@ -227,9 +265,11 @@ class Lowering {
       const Value* v = slots_[s];
       llvm::Type* reg = RegType(ctx_, v->type().dtype);
       llvm::Type* slot = reg->isIntegerTy(1) ? b_.getInt8Ty() : reg;
-      llvm::Value* addr = b_.CreateBitCast(b_.CreateConstGEP1_64(b_.getInt64Ty(),
-                                                                 b_.CreateBitCast(scratch, b_.getInt64Ty()->getPointerTo()), s),
-                                           slot->getPointerTo());
+      llvm::Value* addr = b_.CreateBitCast(
+          b_.CreateConstGEP1_64(
+              b_.getInt64Ty(),
+              b_.CreateBitCast(scratch, b_.getInt64Ty()->getPointerTo()), s),
+          slot->getPointerTo());
       llvm::Value* x = b_.CreateLoad(slot, addr);
       env[v] = reg->isIntegerTy(1) ? b_.CreateICmpNE(x, b_.getInt8(0)) : x;
     }
@@ -243,7 +283,8 @@ class Lowering {
     for (size_t i = 0; i < body_.params().size(); ++i) {
       const Value* p = body_.params()[i];
       if (plan_.domain.contains(p) && plan_.domain.at(p) == Domain::kScalar) {
-        env[p] = Load(p->type().dtype, Base(ptrs, static_cast<int>(i)), b_.getInt64(0));
+        env[p] = Load(p->type().dtype, Base(ptrs, static_cast<int>(i)),
+                      b_.getInt64(0));
       }
     }
     for (const auto& n : body_.nodes()) {
@@ -251,11 +292,13 @@ class Lowering {
       ASSIGN_OR_RETURN(env[n->output()], Emit(*n, env));
     }
     if (!slots_.empty()) {
-      llvm::Value* scratch = b_.CreateBitCast(Base(ptrs, scratch_index_), b_.getInt64Ty()->getPointerTo());
+      llvm::Value* scratch = b_.CreateBitCast(Base(ptrs, scratch_index_),
+                                              b_.getInt64Ty()->getPointerTo());
       for (size_t s = 0; s < slots_.size(); ++s) {
         llvm::Value* x = env.at(slots_[s]);
         if (x->getType()->isIntegerTy(1)) x = b_.CreateZExt(x, b_.getInt8Ty());
-        b_.CreateStore(x, b_.CreateBitCast(b_.CreateConstGEP1_64(b_.getInt64Ty(), scratch, s),
+        b_.CreateStore(x, b_.CreateBitCast(b_.CreateConstGEP1_64(
+                                               b_.getInt64Ty(), scratch, s),
                                            x->getType()->getPointerTo()));
       }
     }
@@ -266,16 +309,19 @@ class Lowering {
 
   // Stores the returns of domain `d` at element i; `bases` holds one
   // pointer per param then per return, loaded before any loop.
-  void StoreReturns(const std::vector<llvm::Value*>& bases, Env& env, Domain d, llvm::Value* i) {
+  void StoreReturns(const std::vector<llvm::Value*>& bases, Env& env, Domain d,
+                    llvm::Value* i) {
     const size_t np = body_.params().size();
     for (size_t k = 0; k < body_.returns().size(); ++k) {
       const Value* r = body_.returns()[k];
-      if (plan_.domain.at(r) == d) Store(r->type().dtype, bases[np + k], i, env.at(r));
+      if (plan_.domain.at(r) == d)
+        Store(r->type().dtype, bases[np + k], i, env.at(r));
     }
   }
   std::vector<llvm::Value*> Bases(llvm::Value* ptrs) {
     std::vector<llvm::Value*> bases;
-    for (size_t i = 0; i < body_.params().size() + body_.returns().size(); ++i) {
+    for (size_t i = 0; i < body_.params().size() + body_.returns().size();
+         ++i) {
       bases.push_back(Base(ptrs, static_cast<int>(i)));
     }
     return bases;
@@ -284,7 +330,8 @@ class Lowering {
   // Marks `latch` as the back edge of a loop whose iterations touch disjoint
   // elements (in-place updates write the element they read).
   void MarkParallel(llvm::BranchInst* latch) {
-    llvm::Metadata* par[] = {llvm::MDString::get(ctx_, "llvm.loop.parallel_accesses"), group_};
+    llvm::Metadata* par[] = {
+        llvm::MDString::get(ctx_, "llvm.loop.parallel_accesses"), group_};
     auto self = llvm::MDNode::getTemporary(ctx_, llvm::None);
     llvm::Metadata* ops[] = {self.get(), llvm::MDNode::get(ctx_, par)};
     llvm::MDNode* loop = llvm::MDNode::getDistinct(ctx_, ops);
@@ -292,163 +339,266 @@ class Lowering {
     latch->setMetadata(llvm::LLVMContext::MD_loop, loop);
   }
 
-  absl::Status EmitMain(const std::string& name, int64_t row) {
-    const size_t np = body_.params().size(), nr = body_.returns().size();
-    const ir::Shape& f = plan_.f_shape;
-    const size_t rank = f.size();
-    llvm::Function* fn = NewFunction(name, true);
-    auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn);
-    auto* rows = llvm::BasicBlock::Create(ctx_, "row", fn);
-    auto* inner = llvm::BasicBlock::Create(ctx_, "inner", fn);
-    auto* row_end = llvm::BasicBlock::Create(ctx_, "row_end", fn);
-    auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn);
-    llvm::Value* ptrs = fn->getArg(0);
-    llvm::Value* begin = fn->getArg(1);
-    llvm::Value* end = fn->getArg(2);
-    b_.SetInsertPoint(entry);
-    Env env;
-    LoadSlots(ptrs, env);
-    const std::vector<llvm::Value*> bases = Bases(ptrs);
-    const std::vector<llvm::Value*> accs = Accumulators(ptrs);
-    llvm::Value* row_c = b_.getInt64(row);
-    llvm::Value* r0 = b_.CreateSDiv(begin, row_c);
-    llvm::Value* r_end = b_.CreateSDiv(b_.CreateAdd(end, b_.getInt64(row - 1)), row_c);
-    b_.CreateCondBr(b_.CreateICmpSLT(begin, end), rows, exit);
+  // A broadcast param's offset at the row start and its last-dim stride.
+  using RowBases =
+      absl::flat_hash_map<const Value*, std::pair<llvm::Value*, int64_t>>;
 
-    // Per row: the element window [jb, je) and the row's offsets into
-    // broadcast operands and into the accumulators.
-    b_.SetInsertPoint(rows);
-    llvm::PHINode* r = b_.CreatePHI(I64(), 2);
-    r->addIncoming(r0, entry);
-    llvm::Value* row_start = b_.CreateMul(r, row_c);
-    llvm::Value* from_begin = b_.CreateSub(begin, row_start);
-    llvm::Value* jb = b_.CreateSelect(b_.CreateICmpSGT(from_begin, b_.getInt64(0)), from_begin, b_.getInt64(0));
-    llvm::Value* to_end = b_.CreateSub(end, row_start);
-    llvm::Value* je = b_.CreateSelect(b_.CreateICmpSLT(to_end, row_c), to_end, row_c);
-    std::vector<llvm::Value*> outer_idx;  // F's multi-index of the row, dims [0, rank-1)
-    if (plan_.row_loop) {
-      int64_t inner_extent = 1;
-      std::vector<llvm::Value*> rev;
-      for (size_t d = rank - 1; d-- > 0;) {
-        llvm::Value* q = inner_extent == 1 ? static_cast<llvm::Value*>(r)
-                                           : b_.CreateUDiv(r, b_.getInt64(inner_extent));
-        rev.push_back(b_.CreateURem(q, b_.getInt64(f[d])));
-        inner_extent *= f[d];
-      }
-      outer_idx.assign(rev.rbegin(), rev.rend());
+  // Everything the row-loop function's emission steps hand on to the next.
+  struct RowLoop {
+    llvm::BasicBlock *entry, *rows, *inner, *row_end, *exit;
+    llvm::Value *begin, *end, *row_c, *r0, *r_end;
+    Env env;  // the scalar slots, loaded once in the entry block
+    std::vector<llvm::Value*> bases, accs;
+    bool last_reduced;
+    // Per row.
+    llvm::PHINode* r;
+    llvm::Value *row_start, *jb, *je, *acc_row;
+    RowBases bcast;
+    // Per element.
+    llvm::PHINode* j;
+    llvm::Value* i;
+    Env inner_env;
+    // Last-dim reductions accumulate in registers.
+    std::vector<llvm::PHINode*> reg_acc;
+    std::vector<llvm::Value*> reg_next;
+  };
+
+  // The main function walks elements [begin, end) of F row by row, so the
+  // offsets into broadcast operands and accumulators are computed once per
+  // row, not per element.
+  absl::Status EmitMain(const std::string& name, int64_t row) {
+    RowLoop l = OpenRowLoop(name, row);
+    EmitRowHeader(l);
+    OpenInnerLoop(l);
+    LoadOperands(l);
+    RETURN_IF_ERROR(EmitElement(l));
+    StoreReturns(l.bases, l.inner_env, Domain::kFull, l.i);
+    CloseInnerLoop(l);
+    CloseRowLoop(l);
+    return absl::OkStatus();
+  }
+
+  // Creates the function and its blocks; the entry block loads what every
+  // row shares and turns the element range into a row range.
+  RowLoop OpenRowLoop(const std::string& name, int64_t row) {
+    llvm::Function* fn = NewFunction(name, true);
+    RowLoop l;
+    l.entry = llvm::BasicBlock::Create(ctx_, "entry", fn);
+    l.rows = llvm::BasicBlock::Create(ctx_, "row", fn);
+    l.inner = llvm::BasicBlock::Create(ctx_, "inner", fn);
+    l.row_end = llvm::BasicBlock::Create(ctx_, "row_end", fn);
+    l.exit = llvm::BasicBlock::Create(ctx_, "exit", fn);
+    llvm::Value* ptrs = fn->getArg(0);
+    l.begin = fn->getArg(1);
+    l.end = fn->getArg(2);
+    l.last_reduced = plan_.r_numel > 0 && plan_.f_reduced.back();
+    b_.SetInsertPoint(l.entry);
+    LoadSlots(ptrs, l.env);
+    l.bases = Bases(ptrs);
+    l.accs = Accumulators(ptrs);
+    l.row_c = b_.getInt64(row);
+    l.r0 = b_.CreateSDiv(l.begin, l.row_c);
+    l.r_end = b_.CreateSDiv(b_.CreateAdd(l.end, b_.getInt64(row - 1)), l.row_c);
+    b_.CreateCondBr(b_.CreateICmpSLT(l.begin, l.end), l.rows, l.exit);
+    return l;
+  }
+
+  // Per row: the element window [jb, je) and the row's offsets into
+  // broadcast operands and into the accumulators.
+  void EmitRowHeader(RowLoop& l) {
+    b_.SetInsertPoint(l.rows);
+    l.r = b_.CreatePHI(I64(), 2);
+    l.r->addIncoming(l.r0, l.entry);
+    l.row_start = b_.CreateMul(l.r, l.row_c);
+    llvm::Value* from_begin = b_.CreateSub(l.begin, l.row_start);
+    l.jb = b_.CreateSelect(b_.CreateICmpSGT(from_begin, b_.getInt64(0)),
+                           from_begin, b_.getInt64(0));
+    llvm::Value* to_end = b_.CreateSub(l.end, l.row_start);
+    l.je = b_.CreateSelect(b_.CreateICmpSLT(to_end, l.row_c), to_end, l.row_c);
+    const std::vector<llvm::Value*> outer_idx = OuterIndex(l.r);
+    l.acc_row = RowOffset(outer_idx, AccumulatorStrides());
+    l.bcast = BroadcastRowBases(outer_idx);
+    b_.CreateBr(l.inner);
+  }
+
+  // F's multi-index of row `r`, dims [0, rank-1); empty without a row loop,
+  // where the single "row" is all of F.
+  std::vector<llvm::Value*> OuterIndex(llvm::PHINode* r) {
+    if (!plan_.row_loop) return {};
+    const ir::Shape& f = plan_.f_shape;
+    int64_t inner_extent = 1;
+    std::vector<llvm::Value*> rev;
+    for (size_t d = f.size() - 1; d-- > 0;) {
+      llvm::Value* q = inner_extent == 1
+                           ? static_cast<llvm::Value*>(r)
+                           : b_.CreateUDiv(r, b_.getInt64(inner_extent));
+      rev.push_back(b_.CreateURem(q, b_.getInt64(f[d])));
+      inner_extent *= f[d];
     }
-    // Element strides of an operand of `shape` broadcast against F.
-    auto strides_of = [&](const ir::Shape& shape) {
-      std::vector<int64_t> s(rank, 0);
-      int64_t stride = 1;
-      for (size_t k = 0; k < shape.size(); ++k) {
-        const size_t d = rank - 1 - k, sd = shape.size() - 1 - k;
-        if (shape[sd] != 1) s[d] = stride;
-        stride *= shape[sd];
-      }
-      return s;
-    };
-    auto row_offset = [&](const std::vector<int64_t>& s) {
-      llvm::Value* off = b_.getInt64(0);
-      for (size_t d = 0; d + 1 < rank && plan_.row_loop; ++d) {
-        if (s[d] != 0) off = b_.CreateAdd(off, b_.CreateMul(outer_idx[d], b_.getInt64(s[d])));
-      }
-      return off;
-    };
-    // Accumulator strides: kept dims only, row-major over R.
-    std::vector<int64_t> acc_strides(rank, 0);
-    if (plan_.r_numel > 0) {
-      int64_t stride = 1;
-      for (size_t d = rank; d-- > 0;) {
-        if (!plan_.f_reduced[d]) {
-          acc_strides[d] = stride;
-          stride *= f[d];
-        }
+    return {rev.rbegin(), rev.rend()};
+  }
+
+  // Element strides of an operand of `shape` broadcast against F.
+  std::vector<int64_t> BroadcastStrides(const ir::Shape& shape) const {
+    const size_t rank = plan_.f_shape.size();
+    std::vector<int64_t> s(rank, 0);
+    int64_t stride = 1;
+    for (size_t k = 0; k < shape.size(); ++k) {
+      const size_t d = rank - 1 - k, sd = shape.size() - 1 - k;
+      if (shape[sd] != 1) s[d] = stride;
+      stride *= shape[sd];
+    }
+    return s;
+  }
+
+  // Accumulator strides: kept dims only, row-major over R.
+  std::vector<int64_t> AccumulatorStrides() const {
+    const ir::Shape& f = plan_.f_shape;
+    std::vector<int64_t> s(f.size(), 0);
+    if (plan_.r_numel == 0) return s;
+    int64_t stride = 1;
+    for (size_t d = f.size(); d-- > 0;) {
+      if (!plan_.f_reduced[d]) {
+        s[d] = stride;
+        stride *= f[d];
       }
     }
-    llvm::Value* acc_row = row_offset(acc_strides);
-    const bool last_reduced = plan_.r_numel > 0 && plan_.f_reduced[rank - 1];
-    absl::flat_hash_map<const Value*, std::pair<llvm::Value*, int64_t>> bcast;  // row base, last stride
+    return s;
+  }
+
+  // The offset of the row at `outer_idx` in a buffer with element strides `s`.
+  llvm::Value* RowOffset(const std::vector<llvm::Value*>& outer_idx,
+                         const std::vector<int64_t>& s) {
+    llvm::Value* off = b_.getInt64(0);
+    for (size_t d = 0; d + 1 < s.size() && plan_.row_loop; ++d) {
+      if (s[d] != 0)
+        off = b_.CreateAdd(off, b_.CreateMul(outer_idx[d], b_.getInt64(s[d])));
+    }
+    return off;
+  }
+
+  // The row bases of the params the loop reads broadcast (neither full nor
+  // a scalar slot); their offsets are emitted in first-use order.
+  RowBases BroadcastRowBases(const std::vector<llvm::Value*>& outer_idx) {
+    RowBases bcast;
     for (const auto& n : body_.nodes()) {
       if (plan_.domain.at(n->output()) != Domain::kFull) continue;
       for (const Value* v : n->inputs()) {
         if (!body_.IsParam(v) || bcast.contains(v)) continue;
         auto it = plan_.domain.find(v);
-        if (it != plan_.domain.end() && (it->second == Domain::kScalar || it->second == Domain::kFull)) continue;
-        const std::vector<int64_t> s = strides_of(v->type().shape);
-        bcast[v] = {row_offset(s), s[rank - 1]};
+        if (it != plan_.domain.end() &&
+            (it->second == Domain::kScalar || it->second == Domain::kFull))
+          continue;
+        const std::vector<int64_t> s = BroadcastStrides(v->type().shape);
+        bcast[v] = {RowOffset(outer_idx, s), s.back()};
       }
     }
-    b_.CreateBr(inner);
+    return bcast;
+  }
 
-    b_.SetInsertPoint(inner);
+  // The inner loop's header: the element index j within the row and, for
+  // last-dim reductions, the register accumulators that start each row fresh.
+  void OpenInnerLoop(RowLoop& l) {
+    b_.SetInsertPoint(l.inner);
     group_ = llvm::MDNode::getDistinct(ctx_, {});
-    llvm::PHINode* j = b_.CreatePHI(I64(), 2);
-    j->addIncoming(jb, rows);
-    std::vector<llvm::PHINode*> reg_acc;  // last-dim reductions accumulate in registers
-    if (last_reduced) {
-      for (size_t a = 0; a < accs.size(); ++a) {
+    l.j = b_.CreatePHI(I64(), 2);
+    l.j->addIncoming(l.jb, l.rows);
+    if (l.last_reduced) {
+      for (size_t a = 0; a < l.accs.size(); ++a) {
         llvm::PHINode* p = b_.CreatePHI(b_.getDoubleTy(), 2);
-        p->addIncoming(llvm::ConstantFP::get(b_.getDoubleTy(), AccumulatorInit(acc_nodes_[a]->op())), rows);
-        reg_acc.push_back(p);
+        p->addIncoming(
+            llvm::ConstantFP::get(b_.getDoubleTy(),
+                                  AccumulatorInit(acc_nodes_[a]->op())),
+            l.rows);
+        l.reg_acc.push_back(p);
       }
     }
-    llvm::Value* i = b_.CreateAdd(row_start, j);
-    Env inner_env = env;
-    for (size_t k = 0; k < np; ++k) {
+    l.i = b_.CreateAdd(l.row_start, l.j);
+  }
+
+  // Loads element i of each full param and the row's element of each
+  // broadcast param.
+  void LoadOperands(RowLoop& l) {
+    l.inner_env = l.env;
+    for (size_t k = 0; k < body_.params().size(); ++k) {
       const Value* p = body_.params()[k];
       auto it = plan_.domain.find(p);
       if (it != plan_.domain.end() && it->second == Domain::kFull) {
-        inner_env[p] = Load(p->type().dtype, bases[k], i);
-      } else if (auto bc = bcast.find(p); bc != bcast.end()) {
+        l.inner_env[p] = Load(p->type().dtype, l.bases[k], l.i);
+      } else if (auto bc = l.bcast.find(p); bc != l.bcast.end()) {
         llvm::Value* idx = bc->second.first;
-        if (bc->second.second != 0) idx = b_.CreateAdd(idx, b_.CreateMul(j, b_.getInt64(bc->second.second)));
-        inner_env[p] = Load(p->type().dtype, bases[k], idx);
+        if (bc->second.second != 0)
+          idx = b_.CreateAdd(idx,
+                             b_.CreateMul(l.j, b_.getInt64(bc->second.second)));
+        l.inner_env[p] = Load(p->type().dtype, l.bases[k], idx);
       }
     }
-    std::vector<llvm::Value*> reg_next(reg_acc.begin(), reg_acc.end());
+  }
+
+  // The full-domain nodes for one element, with each reduction folding its
+  // input into its accumulator.
+  absl::Status EmitElement(RowLoop& l) {
+    l.reg_next.assign(l.reg_acc.begin(), l.reg_acc.end());
     for (const auto& n : body_.nodes()) {
-      const Domain d = plan_.domain.at(n->output());
       if (IsReduction(n->op())) {
-        const int a = acc_index_.at(n.get());
-        const Value* src = n->inputs()[0];
-        llvm::Value* x = Convert(inner_env.at(src), src->type().dtype, DType::kF64);
-        if (last_reduced) {
-          reg_next[a] = Accumulate(n->op(), reg_next[a], x, /*reassociable=*/true);
-        } else {
-          llvm::Value* addr = Address(b_.getDoubleTy(), accs[a], b_.CreateAdd(acc_row, j));
-          llvm::Value* old = Tag(b_.CreateLoad(b_.getDoubleTy(), addr));
-          Tag(b_.CreateStore(Accumulate(n->op(), old, x, /*reassociable=*/true), addr));
-        }
+        AccumulateElement(l, *n);
         continue;
       }
-      if (d != Domain::kFull) continue;
-      ASSIGN_OR_RETURN(inner_env[n->output()], Emit(*n, inner_env));
+      if (plan_.domain.at(n->output()) != Domain::kFull) continue;
+      ASSIGN_OR_RETURN(l.inner_env[n->output()], Emit(*n, l.inner_env));
     }
-    for (size_t k = 0; k < nr; ++k) {
-      const Value* ret = body_.returns()[k];
-      if (plan_.domain.at(ret) == Domain::kFull) Store(ret->type().dtype, bases[np + k], i, inner_env.at(ret));
-    }
-    llvm::Value* j_next = b_.CreateAdd(j, b_.getInt64(1));
-    llvm::BasicBlock* inner_last = b_.GetInsertBlock();
-    j->addIncoming(j_next, inner_last);
-    for (size_t a = 0; a < reg_acc.size(); ++a) reg_acc[a]->addIncoming(reg_next[a], inner_last);
-    MarkParallel(b_.CreateCondBr(b_.CreateICmpSLT(j_next, je), inner, row_end));
-    group_ = nullptr;
-
-    b_.SetInsertPoint(row_end);
-    for (size_t a = 0; a < reg_acc.size(); ++a) {
-      llvm::Value* addr = Address(b_.getDoubleTy(), accs[a], acc_row);
-      b_.CreateStore(Accumulate(acc_nodes_[a]->op(), b_.CreateLoad(b_.getDoubleTy(), addr), reg_next[a],
-                                /*reassociable=*/false),
-                     addr);
-    }
-    llvm::Value* r_next = b_.CreateAdd(r, b_.getInt64(1));
-    r->addIncoming(r_next, row_end);
-    b_.CreateCondBr(b_.CreateICmpSLT(r_next, r_end), rows, exit);
-    b_.SetInsertPoint(exit);
-    b_.CreateRetVoid();
     return absl::OkStatus();
+  }
+
+  // Last-dim reductions add to a register; the others read-modify-write
+  // their accumulator element, which no other iteration of the row touches.
+  void AccumulateElement(RowLoop& l, const Node& n) {
+    const int a = acc_index_.at(&n);
+    const Value* src = n.inputs()[0];
+    llvm::Value* x =
+        Convert(l.inner_env.at(src), src->type().dtype, DType::kF64);
+    if (l.last_reduced) {
+      l.reg_next[a] =
+          Accumulate(n.op(), l.reg_next[a], x, /*reassociable=*/true);
+      return;
+    }
+    llvm::Value* addr =
+        Address(b_.getDoubleTy(), l.accs[a], b_.CreateAdd(l.acc_row, l.j));
+    llvm::Value* old = Tag(b_.CreateLoad(b_.getDoubleTy(), addr));
+    Tag(b_.CreateStore(Accumulate(n.op(), old, x, /*reassociable=*/true),
+                       addr));
+  }
+
+  // The inner loop's back edge, marked parallel: its iterations touch
+  // disjoint elements.
+  void CloseInnerLoop(RowLoop& l) {
+    llvm::Value* j_next = b_.CreateAdd(l.j, b_.getInt64(1));
+    llvm::BasicBlock* inner_last = b_.GetInsertBlock();
+    l.j->addIncoming(j_next, inner_last);
+    for (size_t a = 0; a < l.reg_acc.size(); ++a)
+      l.reg_acc[a]->addIncoming(l.reg_next[a], inner_last);
+    MarkParallel(
+        b_.CreateCondBr(b_.CreateICmpSLT(j_next, l.je), l.inner, l.row_end));
+    group_ = nullptr;
+  }
+
+  // After each row: fold the row's register accumulators into the
+  // accumulator buffers, then the row loop's back edge.
+  void CloseRowLoop(RowLoop& l) {
+    b_.SetInsertPoint(l.row_end);
+    for (size_t a = 0; a < l.reg_acc.size(); ++a) {
+      llvm::Value* addr = Address(b_.getDoubleTy(), l.accs[a], l.acc_row);
+      b_.CreateStore(
+          Accumulate(acc_nodes_[a]->op(), b_.CreateLoad(b_.getDoubleTy(), addr),
+                     l.reg_next[a],
+                     /*reassociable=*/false),
+          addr);
+    }
+    llvm::Value* r_next = b_.CreateAdd(l.r, b_.getInt64(1));
+    l.r->addIncoming(r_next, l.row_end);
+    b_.CreateCondBr(b_.CreateICmpSLT(r_next, l.r_end), l.rows, l.exit);
+    b_.SetInsertPoint(l.exit);
+    b_.CreateRetVoid();
   }
 
   static double AccumulatorInit(OpId op) {
@@ -456,9 +606,12 @@ class Lowering {
   }
   // acc (+) x in double (amax propagates NaN, as eager's does). Sums inside
   // a row loop may be reassociated, so the vectorizer blocks them.
-  llvm::Value* Accumulate(OpId op, llvm::Value* acc, llvm::Value* x, bool reassociable) {
+  llvm::Value* Accumulate(OpId op, llvm::Value* acc, llvm::Value* x,
+                          bool reassociable) {
     if (op == OpId::kAmax) {
-      return b_.CreateSelect(b_.CreateOr(b_.CreateFCmpUNO(x, x), b_.CreateFCmpOGT(x, acc)), x, acc);
+      return b_.CreateSelect(
+          b_.CreateOr(b_.CreateFCmpUNO(x, x), b_.CreateFCmpOGT(x, acc)), x,
+          acc);
     }
     llvm::Value* sum = b_.CreateFAdd(acc, x);
     if (reassociable) {
@@ -472,8 +625,9 @@ class Lowering {
   std::vector<llvm::Value*> Accumulators(llvm::Value* ptrs) {
     std::vector<llvm::Value*> accs;
     for (size_t a = 0; a < acc_nodes_.size(); ++a) {
-      accs.push_back(b_.CreateBitCast(Base(ptrs, scratch_index_ + 1 + static_cast<int>(a)),
-                                      b_.getDoubleTy()->getPointerTo()));
+      accs.push_back(
+          b_.CreateBitCast(Base(ptrs, scratch_index_ + 1 + static_cast<int>(a)),
+                           b_.getDoubleTy()->getPointerTo()));
     }
     return accs;
   }
@@ -501,13 +655,17 @@ class Lowering {
     for (size_t k = 0; k < np; ++k) {
       const Value* p = body_.params()[k];
       auto it = plan_.domain.find(p);
-      if (it != plan_.domain.end() && it->second == Domain::kReduced) env[p] = Load(p->type().dtype, bases[k], i);
+      if (it != plan_.domain.end() && it->second == Domain::kReduced)
+        env[p] = Load(p->type().dtype, bases[k], i);
     }
     for (const auto& n : body_.nodes()) {
       if (plan_.domain.at(n->output()) != Domain::kReduced) continue;
       if (IsReduction(n->op())) {
-        llvm::Value* v = Tag(b_.CreateLoad(b_.getDoubleTy(), Address(b_.getDoubleTy(), accs[acc_index_.at(n.get())], i)));
-        if (n->op() == OpId::kMean) v = b_.CreateFDiv(v, llvm::ConstantFP::get(b_.getDoubleTy(), count));
+        llvm::Value* v = Tag(b_.CreateLoad(
+            b_.getDoubleTy(),
+            Address(b_.getDoubleTy(), accs[acc_index_.at(n.get())], i)));
+        if (n->op() == OpId::kMean)
+          v = b_.CreateFDiv(v, llvm::ConstantFP::get(b_.getDoubleTy(), count));
         env[n->output()] = Convert(v, DType::kF64, n->output()->type().dtype);
         continue;
       }
@@ -541,12 +699,15 @@ class Lowering {
 };
 
 double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now() - t0)
+      .count();
 }
 
 }  // namespace
 
-absl::StatusOr<RegionKernel> CompileRegion(const ir::Graph& body, const RegionCompileOptions& options) {
+absl::StatusOr<RegionKernel> CompileRegion(
+    const ir::Graph& body, const RegionCompileOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(Plan plan, Analyze(body));
   auto ctx = std::make_unique<llvm::LLVMContext>();
@@ -560,7 +721,8 @@ absl::StatusOr<RegionKernel> CompileRegion(const ir::Graph& body, const RegionCo
       absl::StartsWith(text, header)) {
     text.replace(0, header.size(), "graph @region(");
   }
-  const std::string hash = ToHex(Sha256Of(absl::StrCat(text, kLoweringVersion))).substr(0, 12);
+  const std::string hash =
+      ToHex(Sha256Of(absl::StrCat(text, kLoweringVersion))).substr(0, 12);
   const std::string prefix = absl::StrCat("sj_", hash);
   RegionKernel k;
   k.name = absl::StrCat(body.name(), "_", hash);
@@ -569,7 +731,8 @@ absl::StatusOr<RegionKernel> CompileRegion(const ir::Graph& body, const RegionCo
   std::string verify;
   llvm::raw_string_ostream vos(verify);
   if (llvm::verifyModule(*module, &vos)) {
-    return absl::InternalError(absl::StrCat("generated LLVM IR for ", body.name(), " is invalid: ", vos.str()));
+    return absl::InternalError(absl::StrCat(
+        "generated LLVM IR for ", body.name(), " is invalid: ", vos.str()));
   }
   ASSIGN_OR_RETURN(JitLoadResult loaded,
                    JitLoad(*module, lowering.symbols(),
