@@ -23,21 +23,8 @@
 namespace stepjit::frontend {
 namespace {
 
-// The pipeline a step on `device` runs. On CUDA, gemm-bgrad follows the
-// last fuse: cuBLASLt's BGRADB epilogue sums a weight gradient's bias
-// gradient while it reads dY. On the CPU the sum stays a kernel of its own,
-// keeping replays bit-identical to the eager step.
-std::string PipelineFor(const std::string& pipeline, Device device) {
-  std::vector<std::string> names = absl::StrSplit(pipeline, ',');
-  int last_fuse = -1;
-  for (size_t i = 0; i < names.size(); ++i) {
-    const absl::string_view name = absl::StripAsciiWhitespace(names[i]);
-    if (name == "gemm-bgrad") return pipeline;
-    if (name == "fuse") last_fuse = static_cast<int>(i);
-  }
-  if (!device.is_cuda() || last_fuse < 0) return pipeline;
-  names.insert(names.begin() + last_fuse + 1, "gemm-bgrad");
-  return absl::StrJoin(names, ",");
+passes::Target TargetOf(Device device) {
+  return device.is_cuda() ? passes::Target::kCuda : passes::Target::kCpu;
 }
 
 // STEPJIT_DUMP's directory for trace `index` (trace k > 0 dumps into the
@@ -169,8 +156,9 @@ absl::Status Specializer::Optimize(ir::Graph& graph, size_t index,
       {.growth_factor = options_.scaler.growth_factor,
        .backoff_factor = options_.scaler.backoff_factor,
        .growth_interval = options_.scaler.growth_interval});
-  RETURN_IF_ERROR(passes::RunPipeline(graph, PipelineFor(pipeline_, device),
-                                      popts, &pstats));
+  RETURN_IF_ERROR(passes::RunPipeline(
+      graph, passes::PipelineForTarget(pipeline_, TargetOf(device)), popts,
+      &pstats));
   spec.pass_stats = pstats.ToString();
   if (const passes::PassStats* mp = pstats.Find("memory-plan")) {
     spec.planned_peak_bytes = mp->Get("planned peak bytes");
@@ -212,8 +200,8 @@ PassBisection Specializer::BisectionFor(
     const Specialization& s, const std::vector<Tensor>& inputs) const {
   PassBisection b;
   const passes::PipelineOptions env = passes::FromEnvironment();
-  for (absl::string_view name :
-       absl::StrSplit(PipelineFor(pipeline_, s.device), ',')) {
+  for (absl::string_view name : absl::StrSplit(
+           passes::PipelineForTarget(pipeline_, TargetOf(s.device)), ',')) {
     const std::string pass(absl::StripAsciiWhitespace(name));
     if (pass.empty() || absl::c_linear_search(env.disabled, pass)) continue;
     b.pipeline.push_back(pass);

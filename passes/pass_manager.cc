@@ -194,6 +194,19 @@ const PassInfo* FindPass(absl::string_view name) {
   return FindIn(kPasses, name);
 }
 
+std::string PipelineForTarget(absl::string_view pipeline, Target target) {
+  std::vector<std::string> names = absl::StrSplit(pipeline, ',');
+  int last_fuse = -1;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const absl::string_view name = absl::StripAsciiWhitespace(names[i]);
+    if (name == "gemm-bgrad") return std::string(pipeline);
+    if (name == "fuse") last_fuse = static_cast<int>(i);
+  }
+  if (target != Target::kCuda || last_fuse < 0) return std::string(pipeline);
+  names.insert(names.begin() + last_fuse + 1, "gemm-bgrad");
+  return absl::StrJoin(names, ",");
+}
+
 PipelineOptions FromEnvironment() {
   PipelineOptions options;
   if (const char* dump = std::getenv("STEPJIT_DUMP"); dump != nullptr) {

@@ -84,6 +84,14 @@ struct PipelineOptions {
 // Defaults plus STEPJIT_DUMP (dump_dir) and STEPJIT_DISABLE (comma list).
 PipelineOptions FromEnvironment();
 
+// Where a pipeline's result runs.
+enum class Target { kCpu, kCuda };
+// `pipeline` as it runs for `target`. On CUDA, gemm-bgrad follows the last
+// fuse (unless the pipeline names it): cuBLASLt's BGRADB epilogue sums a
+// weight gradient's bias gradient while it reads dY. On the CPU the sum
+// stays a kernel of its own, keeping replays bit-identical to the eager step.
+std::string PipelineForTarget(absl::string_view pipeline, Target target);
+
 // Splits `pipeline` ("cse, dce" — spaces and empty entries are ignored) and
 // looks each name up in `registry`; InvalidArgument listing the known passes
 // for an unknown name.

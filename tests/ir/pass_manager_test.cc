@@ -55,6 +55,16 @@ TEST(PassManagerTest, RegistryListsPassesInTableOrder) {
   EXPECT_TRUE(ParsePipeline(stepjit::CompileOptions{}.pipeline).ok());
 }
 
+TEST(PassManagerTest,
+     CudaPipelinesComputeBiasGradientsInTheGemmAfterTheLastFuse) {
+  EXPECT_EQ(PipelineForTarget("cse,fuse,dce,fuse,memory-plan", Target::kCuda),
+            "cse,fuse,dce,fuse,gemm-bgrad,memory-plan");
+  EXPECT_EQ(PipelineForTarget("cse,fuse,dce", Target::kCpu), "cse,fuse,dce");
+  EXPECT_EQ(PipelineForTarget("cse,dce", Target::kCuda), "cse,dce");
+  EXPECT_EQ(PipelineForTarget("fuse,gemm-bgrad,dce", Target::kCuda),
+            "fuse,gemm-bgrad,dce");
+}
+
 TEST(PassManagerTest, ParsePipelineIgnoresSpacesAndEmptyEntries) {
   auto passes = ParsePipeline(" cse , ,dce,");
   ASSERT_TRUE(passes.ok()) << passes.status();
