@@ -119,19 +119,11 @@ std::unique_ptr<Specialization> Specializer::Build(Signature signature,
   } else {
     // The guards cover the state the compiler added too.
     spec->state_guards = MakeStateGuards(spec->trace);
-    runtime::ProgramOptions popts;
-    popts.dump_dir = DumpDir(index);
+    runtime::ProgramOptions popts =
+        runtime::ProgramOptions::WithDumps(DumpDir(index));
     popts.device = device;
     popts.cuda_graphs = options_.cuda_graphs;
     popts.cuda_multi_region = options_.cuda_multi_region;
-    if (const char* cuda = std::getenv("STEPJIT_DUMP_CUDA");
-        cuda != nullptr && *cuda != '\0') {
-      // cu | ptx | ptx:sm_XX
-      const std::string v = cuda;
-      popts.dump_cuda = v != "0";
-      if (v.rfind("ptx", 0) == 0)
-        popts.cuda_ptx_arch = v.size() > 4 ? v.substr(4) : "sm_90";
-    }
     auto program = runtime::Program::Build(*spec->trace.graph, popts);
     if (!program.ok()) {
       spec->eager_only = true;

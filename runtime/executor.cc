@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -10,9 +11,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "ir/status.h"
 #include "codegen/cuda/cuda_emitter.h"
 #include "codegen/cuda/dump.h"
+#include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/cuda/backend.h"
 #include "runtime/cuda/ops.h"
@@ -24,6 +25,19 @@
 #include "runtime/thread_pool.h"
 
 namespace stepjit::runtime {
+
+ProgramOptions ProgramOptions::WithDumps(std::string dump_dir) {
+  ProgramOptions o;
+  o.dump_dir = std::move(dump_dir);
+  if (const char* cuda = std::getenv("STEPJIT_DUMP_CUDA");
+      cuda != nullptr && *cuda != '\0') {
+    const std::string v = cuda;
+    o.dump_cuda = v != "0";
+    if (v.rfind("ptx", 0) == 0)
+      o.cuda_ptx_arch = v.size() > 4 ? v.substr(4) : "sm_90";
+  }
+  return o;
+}
 
 using ir::AttrKey;
 using ir::NodeKind;

@@ -52,6 +52,10 @@ struct ProgramOptions {
   // multi-region kernel per phase instead of one set of kernels per region
   // (runtime/region_groups.h, codegen/cuda/multi_region.h).
   bool cuda_multi_region = true;
+
+  // The defaults with `dump_dir` and STEPJIT_DUMP_CUDA=cu|ptx[:sm_XX]
+  // applied (dump_cuda, and cuda_ptx_arch for ptx: sm_90 unless named).
+  static ProgramOptions WithDumps(std::string dump_dir);
 };
 
 struct CompiledRegion {
