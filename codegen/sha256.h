@@ -1,12 +1,18 @@
-// SHA-256 (FIPS 180-4): the content hash behind kernel cache keys and entries.
+// SHA-256 (FIPS 180-4) for kernel cache keys and entries: LLVM's
+// implementation behind the small interface the cache uses.
 #ifndef STEPJIT_CODEGEN_SHA256_H_
 #define STEPJIT_CODEGEN_SHA256_H_
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+
+namespace llvm {
+class SHA256;
+}
 
 namespace stepjit::codegen {
 
@@ -16,18 +22,17 @@ class Sha256 {
   using Digest = std::array<uint8_t, 32>;
 
   Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+
   void Update(const void* data, size_t size);
   void Update(std::string_view data) { Update(data.data(), data.size()); }
   // Finishes the hash; the hasher must not be updated afterwards.
   Digest Final();
 
  private:
-  void Compress(const uint8_t* block);
-
-  std::array<uint32_t, 8> state_;
-  std::array<uint8_t, 64> buffer_;
-  size_t buffered_ = 0;
-  uint64_t total_bytes_ = 0;
+  std::unique_ptr<llvm::SHA256> impl_;
 };
 
 Sha256::Digest Sha256Of(std::string_view data);
