@@ -222,15 +222,16 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
   ir::TensorType out_type = ValueOrThrow(ir::InferType(op, types, attrs));
   const ir::OpInfo& info = ir::GetOpInfo(op);
   const bool grad_on = GradMode::is_enabled();
+  SJ_REQUIRE(!(ir::IsInplace(op) && grad_on && inputs[0].requires_grad()),
+             ir::OpName(op),
+             ": a tensor that requires grad is being modified in place while "
+             "grad mode is on; wrap the update in NoGradGuard");
 
   Tensor out;
   if (info.kind == OpKind::kView) {
     out = MakeView(op, inputs[0], attrs, out_type);
   } else if (t_meta) {
     if (ir::IsInplace(op)) {
-      SJ_REQUIRE(!(grad_on && inputs[0].requires_grad()), ir::OpName(op),
-                 ": a tensor that requires grad is being modified in place while "
-                 "grad mode is on; wrap the update in NoGradGuard");
       out = inputs[0];
     } else {
       auto storage = std::make_shared<Storage>(
@@ -261,11 +262,7 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
       }
     }
     if (ir::IsInplace(op)) {
-      const Tensor& self = inputs[0];
-      SJ_REQUIRE(!(grad_on && self.requires_grad()), ir::OpName(op),
-                 ": a tensor that requires grad is being modified in place while "
-                 "grad mode is on; wrap the update in NoGradGuard");
-      out = self;
+      out = inputs[0];
     } else {
       out = empty(out_type.shape, {.dtype = out_type.dtype, .device = device});
     }
