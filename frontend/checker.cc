@@ -16,16 +16,6 @@ std::vector<Tensor> Clones(const std::vector<Tensor>& ts) {
   return out;
 }
 
-std::shared_ptr<Tensor> GradOf(const Tensor& leaf) {
-  return leaf.impl()->autograd ? leaf.impl()->autograd->grad : nullptr;
-}
-
-void SetGradOf(const Tensor& leaf, std::shared_ptr<Tensor> grad) {
-  if (!leaf.impl()->autograd)
-    leaf.impl()->autograd = std::make_unique<AutogradMeta>();
-  leaf.impl()->autograd->grad = std::move(grad);
-}
-
 void CopyInto(const std::vector<Tensor>& to, const std::vector<Tensor>& from,
               size_t begin, size_t end) {
   NoGradGuard no_grad;
@@ -160,9 +150,9 @@ CheckResult CheckCall(const std::string& label, const runtime::Program& program,
                       const PassBisection* bisection) {
   const std::vector<Tensor>& state = trace.state;
   const std::vector<Tensor> before = Clones(state);
-  std::vector<std::shared_ptr<Tensor>> grads_before;
+  std::vector<Tensor> grads_before;
   for (const GradBinding& b : trace.grad_bindings)
-    grads_before.push_back(GradOf(b.leaf));
+    grads_before.push_back(b.leaf.grad());
 
   // Compiled, as a replay would leave things.
   std::vector<runtime::RegionMismatch> regions;
@@ -177,7 +167,7 @@ CheckResult CheckCall(const std::string& label, const runtime::Program& program,
   // Back to the start, then the reference.
   CopyInto(state, before, 0, state.size());
   for (size_t i = 0; i < trace.grad_bindings.size(); ++i) {
-    SetGradOf(trace.grad_bindings[i].leaf, grads_before[i]);
+    trace.grad_bindings[i].leaf.set_grad(grads_before[i]);
   }
   CheckResult result;
   result.outputs = eager();

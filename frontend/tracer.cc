@@ -117,7 +117,7 @@ void Tracer::OnGradRead(const Tensor& leaf, const Tensor& grad) {
   grad_touched_.push_back(leaf);
   grad_guards_.push_back({leaf, grad.defined() ? grad.impl_ptr() : nullptr});
   if (remember_grads_) {
-    grad_before_.push_back({leaf, grad.defined() ? std::make_shared<Tensor>(grad) : nullptr});
+    grad_before_.push_back({leaf, grad});
   }
 }
 
@@ -128,8 +128,10 @@ void Tracer::OnGradSet(const Tensor& leaf, const Tensor& grad) {
   if (!grad_seen_.insert(leaf.impl()).second) return;
   grad_touched_.push_back(leaf);
   if (remember_grads_) {
+    // Read without leaf.grad(), which would report a read to this tracer.
     const AutogradMeta* meta = leaf.impl()->autograd.get();
-    grad_before_.push_back({leaf, meta != nullptr ? meta->grad : nullptr});
+    grad_before_.push_back(
+        {leaf, meta != nullptr && meta->grad ? *meta->grad : Tensor()});
   }
 }
 

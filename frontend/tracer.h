@@ -41,7 +41,7 @@ struct FlagGuard {
 // re-trace puts these back: it must leave no trace of itself).
 struct GradBefore {
   Tensor leaf;
-  std::shared_ptr<Tensor> grad;
+  Tensor grad;  // undefined: it had none
 };
 
 struct Trace {

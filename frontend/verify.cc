@@ -32,9 +32,7 @@ ShapeOnlyTrace TraceShapesOnly(
       out.trace = tracer.End(outputs);
     }
     // Autograd bound shape-only gradients to leaves: put the real ones back.
-    for (const GradBefore& g : out.trace.grad_before) {
-      if (g.leaf.impl()->autograd) g.leaf.impl()->autograd->grad = g.grad;
-    }
+    for (const GradBefore& g : out.trace.grad_before) g.leaf.set_grad(g.grad);
     out.trace.grad_before.clear();
   }
   generator.set_offset(offset);
