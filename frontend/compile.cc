@@ -188,9 +188,7 @@ struct StepCompiler::Impl {
       return Replay(s, inputs, eager);
     if (!now.inconclusive.empty()) {
       // The step itself still runs as written: eagerly, traced again.
-      if (now.inconclusive.find("kept a tensor") != std::string::npos) {
-        verify_off_reason = now.inconclusive;
-      }
+      if (now.kept_meta_tensor) verify_off_reason = now.inconclusive;
       return Retrace("inconclusive re-trace", now.inconclusive, std::move(sig),
                      inputs, eager, &s);
     }

@@ -41,10 +41,11 @@ ShapeOnlyTrace TraceShapesOnly(
         "the shape-only re-trace hit a graph break: ", out.trace.break_reason);
   }
   if (out.inconclusive.empty() && LiveMetaStorages() != live_before) {
+    out.kept_meta_tensor = true;
     out.inconclusive =
         "the step kept a tensor it created during the shape-only re-trace (it "
-        "stored it in "
-        "state outside the step, e.g. lazily created optimizer state)";
+        "stored it in state outside the step, e.g. lazily created optimizer "
+        "state)";
   }
   return out;
 }

@@ -24,6 +24,9 @@ struct ShapeOnlyTrace {
   // Non-empty when the re-trace cannot stand for the call (the step threw,
   // read a value to the host, or left a shape-only tensor behind): why.
   std::string inconclusive;
+  // The step kept a shape-only tensor: a re-trace would do so again, so the
+  // caller stops re-tracing this step.
+  bool kept_meta_tensor = false;
 };
 
 // Runs `step` on `inputs` once in shape-only mode under a tracer named

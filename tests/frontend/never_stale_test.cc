@@ -256,3 +256,44 @@ TEST(NeverStaleTest, ArgumentsAliasedDifferentlyFromTheTraceRetrace) {
 
 }  // namespace
 }  // namespace stepjit
+
+namespace stepjit {
+namespace {
+
+// A step that keeps a tensor it made (here in a captured history) keeps a
+// shape-only one from the re-trace too: the compiler notices, runs that call
+// for real, stops re-tracing the step and says so; reading the kept
+// placeholder is a clear error, not garbage.
+TEST(NeverStaleTest, StepKeepingATensorItMadeTurnsVerificationOff) {
+  std::vector<Tensor> history;
+  auto step = [&](const Tensor& x) {
+    Tensor y = sum(x * 3.0);
+    history.push_back(y);
+    return y;
+  };
+  auto fast = compile(step, {.warmup_steps = 0});
+  const Tensor x = arange(1, 5, 1, {.dtype = DType::kF32});
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(fast(x).item(), 30.0) << "call " << i;
+  const std::string why = fast.explain();
+  EXPECT_NE(why.find("verification: turned off: the step kept a tensor it "
+                     "created during the "
+                     "shape-only re-trace"),
+            std::string::npos)
+      << why;
+  EXPECT_EQ(fast.stats().verifications, 1);
+  bool placeholder_seen = false;
+  for (const Tensor& t : history) {
+    try {
+      EXPECT_EQ(t.item(), 30.0);
+    } catch (const Error& e) {
+      placeholder_seen = true;
+      EXPECT_NE(std::string(e.what()).find("shape-only (meta)"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_TRUE(placeholder_seen);
+}
+
+}  // namespace
+}  // namespace stepjit
