@@ -297,3 +297,27 @@ TEST(NeverStaleTest, StepKeepingATensorItMadeTurnsVerificationOff) {
 
 }  // namespace
 }  // namespace stepjit
+
+namespace stepjit {
+namespace {
+
+TEST(NeverStaleTest, BadTraceAndVerifyOptionsAreRefused) {
+  auto expect_refused = [](CompileOptions options, const std::string& message) {
+    try {
+      compile([](const Tensor& x) { return x * 2.0; }, options);
+      ADD_FAILURE() << "expected: " << message;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos)
+          << e.what();
+    }
+  };
+  expect_refused({.max_traces = 0}, "compile: max_traces must be >= 1, got 0");
+  expect_refused({.verify_first = -1},
+                 "compile: verify_first must be >= 0, got -1");
+  expect_refused(
+      {.verify_every = -2},
+      "compile: verify_every must be >= 0 (0: never periodically), got -2");
+}
+
+}  // namespace
+}  // namespace stepjit
