@@ -17,7 +17,7 @@
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/cuda/backend.h"
 #include "runtime/cuda/ops.h"
-#include "runtime/cuda/random_ops.h"
+#include "runtime/cuda/kernels/random_ops.h"
 #include "runtime/dispatch.h"
 #include "runtime/generator.h"
 #include "runtime/profiler.h"

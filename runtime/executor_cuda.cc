@@ -10,7 +10,7 @@
 #include "ir/status.h"
 #include "runtime/cuda/backend.h"
 #include "runtime/cuda/ops.h"
-#include "runtime/cuda/random_ops.h"
+#include "runtime/cuda/kernels/random_ops.h"
 #include "runtime/dispatch.h"
 #include "runtime/executor.h"
 #include "runtime/region_groups.h"

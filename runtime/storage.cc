@@ -7,7 +7,7 @@
 
 #include "ir/status.h"
 #include "runtime/cuda/backend.h"
-#include "runtime/cuda/pinned_pool.h"
+#include "runtime/cuda/memory/pinned_pool.h"
 
 namespace stepjit {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "runtime/cuda/caching_allocator.h"
+#include "runtime/cuda/memory/caching_allocator.h"
 
 namespace stepjit::cuda {
 

@@ -10,9 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
-#include "runtime/cuda/device.h"
-#include "runtime/cuda/driver_backend.h"
-#include "runtime/cuda/emulator_backend.h"
+#include "runtime/cuda/driver/device.h"
+#include "runtime/cuda/driver/driver_backend.h"
+#include "runtime/cuda/emulator/emulator_backend.h"
 
 namespace stepjit::runtime::cuda {
 namespace {

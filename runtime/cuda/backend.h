@@ -23,7 +23,7 @@
 #include "absl/types/span.h"
 #include "ir/dtype.h"
 #include "runtime/cpu/gemm.h"
-#include "runtime/cuda/caching_allocator.h"
+#include "runtime/cuda/memory/caching_allocator.h"
 
 namespace stepjit::runtime::cuda {
 

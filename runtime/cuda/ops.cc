@@ -15,9 +15,9 @@
 #include "ir/infer.h"
 #include "ir/status.h"
 #include "runtime/cpu/kernels.h"
-#include "runtime/cuda/index_ops.h"
-#include "runtime/cuda/random_ops.h"
-#include "runtime/cuda/row_ops.h"
+#include "runtime/cuda/kernels/index_ops.h"
+#include "runtime/cuda/kernels/random_ops.h"
+#include "runtime/cuda/kernels/row_ops.h"
 #include "runtime/matmul_plan.h"
 
 namespace stepjit::runtime::cuda {

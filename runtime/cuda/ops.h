@@ -22,8 +22,8 @@
 #include "absl/types/span.h"
 #include "codegen/cuda/cuda_emitter.h"
 #include "runtime/cuda/backend.h"
-#include "runtime/cuda/copy.h"
-#include "runtime/cuda/kernel_helpers.h"
+#include "runtime/cuda/kernels/copy.h"
+#include "runtime/cuda/kernels/kernel_helpers.h"
 #include "runtime/dispatch.h"
 
 namespace stepjit::runtime::cuda {

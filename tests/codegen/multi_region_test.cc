@@ -12,7 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/cuda/cuda_emitter.h"
-#include "codegen/cuda/host_emulation.h"
+#include "runtime/cuda/emulator/host_emulation.h"
 #include "codegen/cuda/multi_region.h"
 #include "codegen/cuda/nvrtc.h"
 #include "gtest/gtest.h"

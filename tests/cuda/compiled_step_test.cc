@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/emulator_backend.h"
+#include "runtime/cuda/emulator/emulator_backend.h"
 #include "runtime/cuda/ops.h"
 #include "tests/cuda/cuda_test_backend.h"
 

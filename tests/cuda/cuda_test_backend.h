@@ -10,7 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "runtime/cuda/backend.h"
-#include "runtime/cuda/emulator_backend.h"
+#include "runtime/cuda/emulator/emulator_backend.h"
 #include "runtime/tensor.h"
 
 namespace stepjit::test {

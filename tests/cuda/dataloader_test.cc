@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/cuda/pinned_pool.h"
+#include "runtime/cuda/memory/pinned_pool.h"
 #include "runtime/data/dataloader.h"
 #include "runtime/ops.h"
 #include "tests/cuda/cuda_test_backend.h"

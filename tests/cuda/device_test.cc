@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "tests/codegen/cuda_test_util.h"
 #include "ir/parser.h"
-#include "runtime/cuda/device.h"
+#include "runtime/cuda/driver/device.h"
 #include "runtime/executor.h"
 #include "runtime/ops.h"
 

@@ -24,11 +24,11 @@
 #include "ir/scalar_def.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cuda/backend.h"
-#include "runtime/cuda/cublaslt_epilogue.h"
-#include "runtime/cuda/cublaslt_library.h"
-#include "runtime/cuda/cublaslt_plan.h"
-#include "runtime/cuda/device.h"
-#include "runtime/cuda/driver_backend.h"
+#include "runtime/cuda/cublaslt/cublaslt_epilogue.h"
+#include "runtime/cuda/cublaslt/cublaslt_library.h"
+#include "runtime/cuda/cublaslt/cublaslt_plan.h"
+#include "runtime/cuda/driver/device.h"
+#include "runtime/cuda/driver/driver_backend.h"
 #include "tests/cuda/lt_gemm_cases.h"
 
 namespace stepjit::runtime::cuda {

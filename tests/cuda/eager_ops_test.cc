@@ -16,7 +16,7 @@
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/cuda/api.h"
 #include "runtime/cuda/ops.h"
-#include "runtime/cuda/pinned_pool.h"
+#include "runtime/cuda/memory/pinned_pool.h"
 #include "runtime/generator.h"
 #include "runtime/nn/layers.h"
 #include "runtime/ops.h"

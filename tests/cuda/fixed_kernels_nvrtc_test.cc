@@ -6,10 +6,10 @@
 
 #include "codegen/cuda/nvrtc.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/copy.h"
-#include "runtime/cuda/row_ops.h"
-#include "runtime/cuda/index_ops.h"
-#include "runtime/cuda/random_ops.h"
+#include "runtime/cuda/kernels/copy.h"
+#include "runtime/cuda/kernels/row_ops.h"
+#include "runtime/cuda/kernels/index_ops.h"
+#include "runtime/cuda/kernels/random_ops.h"
 
 namespace stepjit {
 namespace {

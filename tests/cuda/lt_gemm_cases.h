@@ -20,7 +20,7 @@
 #include "ir/scalar_def.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cuda/backend.h"
-#include "runtime/cuda/cublaslt_plan.h"
+#include "runtime/cuda/cublaslt/cublaslt_plan.h"
 
 namespace stepjit::runtime::cuda::lt_test {
 

@@ -1,4 +1,4 @@
-// The row-major -> column-major cuBLASLt plan (runtime/cuda/cublaslt_plan.h),
+// The row-major -> column-major cuBLASLt plan (runtime/cuda/cublaslt/cublaslt_plan.h),
 // proven without a GPU: every plan is interpreted with column-major BLAS
 // semantics on the host and compared with runtime::cpu::Gemm.
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu/gemm.h"
-#include "runtime/cuda/cublaslt_plan.h"
+#include "runtime/cuda/cublaslt/cublaslt_plan.h"
 #include "tests/cuda/lt_gemm_cases.h"
 
 namespace stepjit::runtime::cuda {

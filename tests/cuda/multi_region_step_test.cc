@@ -11,7 +11,7 @@
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
 #include "ir/parser.h"
-#include "runtime/cuda/emulator_backend.h"
+#include "runtime/cuda/emulator/emulator_backend.h"
 #include "runtime/executor.h"
 #include "tests/cuda/cuda_test_backend.h"
 

@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "codegen/cuda/nvrtc.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/device.h"
+#include "runtime/cuda/driver/device.h"
 
 namespace stepjit::runtime::cuda {
 namespace {

@@ -13,9 +13,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/cuda/backend.h"
-#include "runtime/cuda/caching_allocator.h"
-#include "runtime/cuda/device.h"
-#include "runtime/cuda/driver_backend.h"
+#include "runtime/cuda/memory/caching_allocator.h"
+#include "runtime/cuda/driver/device.h"
+#include "runtime/cuda/driver/driver_backend.h"
 
 namespace stepjit::runtime::cuda {
 namespace {

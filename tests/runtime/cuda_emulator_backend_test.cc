@@ -1,4 +1,4 @@
-// The host emulator Backend (runtime/cuda/emulator_backend.h): memory and
+// The host emulator Backend (runtime/cuda/emulator/emulator_backend.h): memory and
 // provenance errors, out-of-memory with a limit, stream order, events, the
 // legacy default stream, kernels with barriers and warp shuffles, compile
 // errors, graph capture and replay, and GEMMs against a float64 loop.
@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "codegen/cuda/host_emulation.h"
+#include "runtime/cuda/emulator/host_emulation.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/emulator_backend.h"
+#include "runtime/cuda/emulator/emulator_backend.h"
 
 namespace stepjit::runtime::cuda {
 namespace {

@@ -1,0 +1,178 @@
+// LoadCublasLt: finds and opens cuBLASLt, resolves its entry points, and
+// turns its status codes into absl statuses.
+#include "runtime/cuda/cublaslt/cublaslt_library.h"
+
+#include <dlfcn.h>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "codegen/cuda/nvrtc.h"
+#include "runtime/cuda/cublaslt/cublaslt_api.h"
+
+#ifdef STEPJIT_HAVE_NVRTC
+#include <cublasLt.h>
+#endif
+
+namespace stepjit::runtime::cuda {
+
+namespace {
+
+#ifdef STEPJIT_HAVE_NVRTC
+static_assert(kLtSuccess == CUBLAS_STATUS_SUCCESS);
+static_assert(kLtNotInitialized == CUBLAS_STATUS_NOT_INITIALIZED);
+static_assert(kLtAllocFailed == CUBLAS_STATUS_ALLOC_FAILED);
+static_assert(kLtInvalidValue == CUBLAS_STATUS_INVALID_VALUE);
+static_assert(kLtNotSupported == CUBLAS_STATUS_NOT_SUPPORTED);
+static_assert(kDescTransA == CUBLASLT_MATMUL_DESC_TRANSA);
+static_assert(kDescTransB == CUBLASLT_MATMUL_DESC_TRANSB);
+static_assert(kDescEpilogue == CUBLASLT_MATMUL_DESC_EPILOGUE);
+static_assert(kDescBiasPointer == CUBLASLT_MATMUL_DESC_BIAS_POINTER);
+static_assert(kDescBiasDataType == CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE);
+static_assert(kLayoutBatchCount == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT);
+static_assert(kLayoutStridedBatchOffset ==
+              CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET);
+static_assert(kPrefMaxWorkspaceBytes ==
+              CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES);
+static_assert(kPrefMinAlignmentA == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES);
+static_assert(kPrefMinAlignmentB == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES);
+static_assert(kPrefMinAlignmentC == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES);
+static_assert(kPrefMinAlignmentD == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES);
+static_assert(sizeof(LtAlgo) == sizeof(cublasLtMatmulAlgo_t));
+static_assert(sizeof(LtHeuristicResult) ==
+              sizeof(cublasLtMatmulHeuristicResult_t));
+static_assert(offsetof(LtHeuristicResult, workspace_size) ==
+              offsetof(cublasLtMatmulHeuristicResult_t, workspaceSize));
+static_assert(offsetof(LtHeuristicResult, state) ==
+              offsetof(cublasLtMatmulHeuristicResult_t, state));
+#endif
+
+template <typename Fn>
+bool Resolve(void* lib, const char* name, Fn& fn) {
+  fn = reinterpret_cast<Fn>(dlsym(lib, name));
+  return fn != nullptr;
+}
+
+// Where to look, in order: the loader's path, then the toolkit and the
+// directory of the NVRTC loaded.
+std::vector<std::string> Candidates() {
+  const char* names[] = {"libcublasLt.so.13", "libcublasLt.so.12",
+                         "libcublasLt.so"};
+  std::vector<std::string> dirs = {"", "/usr/local/cuda/lib64/"};
+  if (std::string dir = codegen::cuda::NvrtcLibraryPath(); !dir.empty()) {
+    dir.erase(dir.find_last_of('/') + 1);
+    if (!dir.empty() && dir != dirs[1]) dirs.push_back(dir);
+  }
+  std::vector<std::string> out;
+  for (const std::string& dir : dirs)
+    for (const char* name : names) out.push_back(absl::StrCat(dir, name));
+  return out;
+}
+
+absl::StatusOr<CublasLtLibrary*> OpenCublasLt() {
+  std::vector<std::string> failures;
+  void* lib = nullptr;
+  std::string path;
+  for (const std::string& candidate : Candidates()) {
+    dlerror();
+    lib = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib != nullptr) {
+      path = candidate;
+      break;
+    }
+    const char* err = dlerror();
+    failures.push_back(err != nullptr ? err : candidate);
+  }
+  if (lib == nullptr) {
+    return absl::NotFoundError(absl::StrCat("cuBLASLt not found: tried ",
+                                            absl::StrJoin(failures, "; ")));
+  }
+  auto* api = new CublasLtLibrary::Api;
+  const std::pair<const char*, bool> symbols[] = {
+      {"cublasLtCreate", Resolve(lib, "cublasLtCreate", api->Create)},
+      {"cublasLtDestroy", Resolve(lib, "cublasLtDestroy", api->Destroy)},
+      {"cublasLtGetVersion",
+       Resolve(lib, "cublasLtGetVersion", api->GetVersion)},
+      {"cublasLtGetStatusName",
+       Resolve(lib, "cublasLtGetStatusName", api->GetStatusName)},
+      {"cublasLtGetStatusString",
+       Resolve(lib, "cublasLtGetStatusString", api->GetStatusString)},
+      {"cublasLtMatmulDescCreate",
+       Resolve(lib, "cublasLtMatmulDescCreate", api->MatmulDescCreate)},
+      {"cublasLtMatmulDescDestroy",
+       Resolve(lib, "cublasLtMatmulDescDestroy", api->MatmulDescDestroy)},
+      {"cublasLtMatmulDescSetAttribute",
+       Resolve(lib, "cublasLtMatmulDescSetAttribute",
+               api->MatmulDescSetAttribute)},
+      {"cublasLtMatrixLayoutCreate",
+       Resolve(lib, "cublasLtMatrixLayoutCreate", api->MatrixLayoutCreate)},
+      {"cublasLtMatrixLayoutDestroy",
+       Resolve(lib, "cublasLtMatrixLayoutDestroy", api->MatrixLayoutDestroy)},
+      {"cublasLtMatrixLayoutSetAttribute",
+       Resolve(lib, "cublasLtMatrixLayoutSetAttribute",
+               api->MatrixLayoutSetAttribute)},
+      {"cublasLtMatmulPreferenceCreate",
+       Resolve(lib, "cublasLtMatmulPreferenceCreate",
+               api->MatmulPreferenceCreate)},
+      {"cublasLtMatmulPreferenceDestroy",
+       Resolve(lib, "cublasLtMatmulPreferenceDestroy",
+               api->MatmulPreferenceDestroy)},
+      {"cublasLtMatmulPreferenceSetAttribute",
+       Resolve(lib, "cublasLtMatmulPreferenceSetAttribute",
+               api->MatmulPreferenceSetAttribute)},
+      {"cublasLtMatmulAlgoGetHeuristic",
+       Resolve(lib, "cublasLtMatmulAlgoGetHeuristic",
+               api->MatmulAlgoGetHeuristic)},
+      {"cublasLtMatmul", Resolve(lib, "cublasLtMatmul", api->Matmul)},
+  };
+  for (const auto& [name, found] : symbols) {
+    if (!found) {
+      delete api;
+      dlclose(lib);
+      return absl::InternalError(absl::StrCat(
+          path, " has no ", name, "; expected cuBLASLt 12 or newer"));
+    }
+  }
+  auto* out = new CublasLtLibrary;
+  out->path = path;
+  out->version = api->GetVersion();
+  out->api = api;
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<const CublasLtLibrary*> LoadCublasLt() {
+  static const absl::StatusOr<CublasLtLibrary*>* const library =
+      new absl::StatusOr<CublasLtLibrary*>(OpenCublasLt());
+  if (!library->ok()) return library->status();
+  return **library;
+}
+
+absl::Status LtCheck(const CublasLtLibrary::Api& lt, LtStatus s,
+                     absl::string_view call) {
+  if (s == kLtSuccess) return absl::OkStatus();
+  const char* name = lt.GetStatusName(s);
+  const char* text = lt.GetStatusString(s);
+  const std::string message =
+      absl::StrCat(call, ": ", name != nullptr ? name : "CUBLAS_STATUS_?", " (",
+                   text != nullptr ? text : absl::StrCat("status ", s), ")");
+  switch (s) {
+    case kLtAllocFailed:
+      return absl::ResourceExhaustedError(message);
+    case kLtInvalidValue:
+      return absl::InvalidArgumentError(message);
+    case kLtNotSupported:
+      return absl::UnimplementedError(message);
+    case kLtNotInitialized:
+      return absl::UnavailableError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+}  // namespace stepjit::runtime::cuda

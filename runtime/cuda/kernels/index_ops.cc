@@ -1,0 +1,324 @@
+// Hand-written CUDA kernels for gathers, scatters and the remaining row ops:
+// embedding and its backward, slice_backward, arange, argmax, var,
+// layer_norm and mse_loss, computed as the CPU kernels compute them (accumulation types and
+// per-element summation order).
+#include "runtime/cuda/kernels/index_ops.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "ir/infer.h"
+#include "ir/status.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cuda/kernels/kernel_helpers.h"
+#include "runtime/cuda/ops.h"
+
+namespace stepjit::runtime::cuda {
+namespace {
+
+using ir::AttrKey;
+using ir::DType;
+using ir::OpId;
+
+constexpr char kIndexKernelBody[] = R"(
+#define SJ_LOOP(i, n) SJ_GRID_LOOP(i, n)
+#define SJ_INDEX_KERNELS(S, T, ACC)                                            \
+  extern "C" __global__ void sj_embedding_##S(const T* w, const long long* idx, \
+                                              T* out, long long n, long long dim, \
+                                              long long rows) {                \
+    SJ_LOOP(e, n * dim) {                                                      \
+      const long long i = e / dim, j = e % dim, r = idx[i];                    \
+      if (r >= 0 && r < rows) out[e] = w[r * dim + j];                         \
+      else sj_put(&out[e], (ACC)0);                                            \
+    }                                                                          \
+  }                                                                            \
+  extern "C" __global__ void sj_embedding_backward_##S(                        \
+      const T* g, const long long* idx, double* acc, long long n, long long dim, \
+      long long rows) {                                                        \
+    SJ_LOOP(j, dim) {                                                          \
+      for (long long i = 0; i < n; ++i) {                                      \
+        const long long r = idx[i];                                            \
+        if (r >= 0 && r < rows) acc[r * dim + j] += sj_ld(g[i * dim + j]);     \
+      }                                                                        \
+    }                                                                          \
+  }                                                                            \
+  extern "C" __global__ void sj_from_double_##S(const double* acc, T* out,     \
+                                                long long n) {                 \
+    SJ_LOOP(i, n) sj_put(&out[i], (ACC)acc[i]);                                \
+  }                                                                            \
+  extern "C" __global__ void sj_arange_##S(T* out, long long n, double start,  \
+                                           double step) {                      \
+    SJ_LOOP(i, n) sj_put(&out[i], (ACC)(start + i * step));                    \
+  }                                                                            \
+  extern "C" __global__ void sj_argmax_##S(const T* x, long long* out,         \
+                                           long long rows, long long n) {      \
+    SJ_LOOP(r, rows) {                                                         \
+      const T* row = x + r * n;                                                \
+      ACC best = sj_ld(row[0]);                                                \
+      long long at = 0;                                                        \
+      for (long long i = 1; i < n && best == best; ++i) {                      \
+        const ACC v = sj_ld(row[i]);                                           \
+        if (v > best || v != v) best = v, at = i;                              \
+      }                                                                        \
+      out[r] = at;                                                             \
+    }                                                                          \
+  }                                                                            \
+  extern "C" __global__ void sj_layer_norm_##S(const T* x, const T* w,         \
+                                               const T* b, T* y, long long rows, \
+                                               long long n, double eps) {      \
+    SJ_LOOP(r, rows) {                                                         \
+      const T* in = x + r * n;                                                 \
+      T* out = y + r * n;                                                      \
+      double mean = 0, ss = 0;                                                 \
+      for (long long i = 0; i < n; ++i) mean += sj_ld(in[i]);                  \
+      mean /= n;                                                               \
+      for (long long i = 0; i < n; ++i) {                                      \
+        const double d = sj_ld(in[i]) - mean;                                  \
+        ss += d * d;                                                           \
+      }                                                                        \
+      const double rstd = 1.0 / sqrt(ss / n + eps);                            \
+      for (long long i = 0; i < n; ++i) {                                      \
+        double v = (sj_ld(in[i]) - mean) * rstd;                               \
+        if (w) v *= sj_ld(w[i]);                                               \
+        if (b) v += sj_ld(b[i]);                                               \
+        sj_put(&out[i], (ACC)v);                                               \
+      }                                                                        \
+    }                                                                          \
+  }                                                                            \
+  extern "C" __global__ void sj_mse_##S(const T* a, const T* b, T* out,        \
+                                        long long n, int mode) {               \
+    if (mode == 0) {                                                           \
+      SJ_LOOP(i, n) {                                                          \
+        const ACC d = sj_ld(a[i]) - sj_ld(b[i]);                               \
+        sj_put(&out[i], d * d);                                                \
+      }                                                                        \
+    } else if (blockIdx.x == 0 && threadIdx.x == 0) {                          \
+      double s = 0;                                                            \
+      for (long long i = 0; i < n; ++i) {                                      \
+        const double d = (double)sj_ld(a[i]) - sj_ld(b[i]);                    \
+        s += d * d;                                                            \
+      }                                                                        \
+      if (mode == 2) s /= (double)n;                                           \
+      sj_put(&out[0], (ACC)s);                                                 \
+    }                                                                          \
+  }                                                                            \
+  extern "C" __global__ void sj_var_##S(const T* x, T* out, long long rows,   \
+                                        long long n, long long correction) {  \
+    SJ_LOOP(r, rows) {                                                         \
+      const T* row = x + r * n;                                                \
+      double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};                               \
+      long long i = 0;                                                         \
+      for (; i + 8 <= n; i += 8) {                                             \
+        for (int j = 0; j < 8; ++j) part[j] += (double)sj_ld(row[i + j]);      \
+      }                                                                        \
+      for (; i < n; ++i) part[i % 8] += (double)sj_ld(row[i]);                 \
+      const double mean = (((part[0] + part[1]) + (part[2] + part[3])) +       \
+                           ((part[4] + part[5]) + (part[6] + part[7]))) / n;   \
+      double ss = 0;                                                           \
+      for (long long k = 0; k < n; ++k) {                                      \
+        const double d = (double)sj_ld(row[k]) - mean;                         \
+        ss += d * d;                                                           \
+      }                                                                        \
+      const double denom = (double)(n - correction);                           \
+      sj_put(&out[r], (ACC)(denom > 0 ? ss / denom                              \
+                                      : __longlong_as_double(0x7ff8000000000000LL))); \
+    }                                                                          \
+  }
+SJ_INDEX_KERNELS(f32, float, float)
+SJ_INDEX_KERNELS(f64, double, double)
+SJ_INDEX_KERNELS(f16, __half, float)
+SJ_INDEX_KERNELS(bf16, __nv_bfloat16, float)
+extern "C" __global__ void sj_arange_i64(long long* out, long long n, double start,
+                                         double step) {
+  SJ_LOOP(i, n) out[i] = (long long)(start + i * step);
+}
+extern "C" __global__ void sj_arange_i32(int* out, long long n, double start, double step) {
+  SJ_LOOP(i, n) out[i] = (int)(start + i * step);
+}
+)";
+
+const FixedModule& Module() {
+  static const FixedModule* m = new FixedModule(FloatKernelModule(
+      "sj_index", kIndexKernelBody, {"embedding", "embedding_backward", "from_double", "arange", "argmax", "layer_norm", "mse", "var"}, {"sj_arange_i64", "sj_arange_i32"}));
+  return *m;
+}
+
+void Launch(Backend& b, const std::string& kernel, int64_t threads, std::vector<void*> args) {
+  LaunchFixed(b, Module(), kernel, threads, args.data());
+}
+
+bool IsFloat(DType t) { return ir::IsFloating(t); }
+std::string Suffix(DType t) { return std::string(ir::DTypeName(t)); }
+
+// Indices as the kernels read them: contiguous i64 (i32 ones converted by
+// a generated cast kernel, exactly).
+bool IndexDType(DType t) { return t == DType::kI64 || t == DType::kI32; }
+Tensor I64Indices(const Tensor& idx) {
+  if (idx.dtype() == DType::kI64) return ContiguousOnDevice(idx);
+  Tensor wide = empty(idx.shape(), {.dtype = DType::kI64, .device = idx.device()});
+  CopyInto(wide, idx);
+  return wide;
+}
+
+bool Embedding(Backend& b, const KernelArgs& k) {
+  if (!IsFloat(k.inputs[0].dtype()) || !IndexDType(k.inputs[1].dtype())) return false;
+  const Tensor w = ContiguousOnDevice(k.inputs[0]), idx = I64Indices(k.inputs[1]);
+  long long n = idx.numel(), dim = w.shape()[1], rows = w.shape()[0];
+  const void* wp = w.data_ptr();
+  const void* ip = idx.data_ptr();
+  void* op = k.out.data_ptr();
+  if (n * dim > 0) {
+    Launch(b, absl::StrCat("sj_embedding_", Suffix(w.dtype())), n * dim,
+           {&wp, &ip, &op, &n, &dim, &rows});
+  }
+  return true;
+}
+
+bool EmbeddingBackward(Backend& b, const KernelArgs& k) {
+  if (!IsFloat(k.inputs[0].dtype()) || !IndexDType(k.inputs[1].dtype())) return false;
+  const Tensor g = ContiguousOnDevice(k.inputs[0]), idx = I64Indices(k.inputs[1]);
+  long long n = idx.numel(), rows = k.out.shape()[0], dim = k.out.shape()[1];
+  long long total = rows * dim;
+  // Zeroed with a memset: kernels never go through Dispatch (a tracer
+  // would see the op).
+  Tensor acc = empty({std::max<long long>(total, 1)}, {.dtype = DType::kF64, .device = g.device()});
+  ThrowIfError(b.Memset(acc.data_ptr(), 0, acc.numel() * acc.element_size(), CurrentStream()));
+  const void* gp = g.data_ptr();
+  const void* ip = idx.data_ptr();
+  void* ap = acc.data_ptr();
+  if (dim > 0) {
+    Launch(b, absl::StrCat("sj_embedding_backward_", Suffix(g.dtype())), dim,
+           {&gp, &ip, &ap, &n, &dim, &rows});
+  }
+  const void* acp = ap;
+  void* op = k.out.data_ptr();
+  if (total > 0) Launch(b, absl::StrCat("sj_from_double_", Suffix(g.dtype())), total, {&acp, &op, &total});
+  return true;
+}
+
+bool SliceBackward(const KernelArgs& k) {
+  // Zeros with the gradient copied into the sliced window.
+  ThrowIfError(GetBackend()->Memset(k.out.data_ptr(), 0, k.out.numel() * k.out.element_size(),
+                                    CurrentStream()));
+  const Tensor window = cpu::SliceBackwardWindow(k.out, k.inputs[0], k.attrs);
+  CopyInto(window, k.inputs[0]);
+  return true;
+}
+
+bool Arange(Backend& b, const KernelArgs& k) {
+  const DType t = k.out.dtype();
+  std::string suffix;
+  if (IsFloat(t)) suffix = Suffix(t);
+  else if (t == DType::kI64) suffix = "i64";
+  else if (t == DType::kI32) suffix = "i32";
+  else return false;
+  long long n = k.out.numel();
+  double start = k.attrs.GetDouble(AttrKey::kStart), step = k.attrs.GetDouble(AttrKey::kStep, 1.0);
+  void* op = k.out.data_ptr();
+  if (n > 0) Launch(b, "sj_arange_" + suffix, n, {&op, &n, &start, &step});
+  return true;
+}
+
+bool Argmax(Backend& b, const KernelArgs& k) {
+  const Tensor& x = k.inputs[0];
+  if (!IsFloat(x.dtype()) || x.dim() == 0 || x.numel() == 0) return false;
+  const int64_t d = ir::WrapDim(k.attrs.GetInt(AttrKey::kDim), x.dim());
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < x.dim(); ++i) {
+    if (i != d) perm.push_back(i);
+  }
+  perm.push_back(d);
+  const Tensor rows = ContiguousOnDevice(cpu::PermutedView(x, perm));
+  long long n = x.shape()[d], count = x.numel() / n;
+  // The output's elements are the rows in order (keepdim only adds a 1).
+  const void* xp = rows.data_ptr();
+  void* op = k.out.data_ptr();
+  Launch(b, absl::StrCat("sj_argmax_", Suffix(x.dtype())), count, {&xp, &op, &count, &n});
+  return true;
+}
+
+bool LayerNorm(Backend& b, const KernelArgs& k) {
+  if (!IsFloat(k.inputs[0].dtype())) return false;
+  const Tensor x = ContiguousOnDevice(k.inputs[0]);
+  const Tensor w = k.inputs.size() > 1 ? ContiguousOnDevice(k.inputs[1]) : Tensor();
+  const Tensor bias = k.inputs.size() > 2 ? ContiguousOnDevice(k.inputs[2]) : Tensor();
+  const int64_t nd = k.attrs.GetInt(AttrKey::kNormalizedNdim, 1);
+  long long n = 1;
+  for (int64_t i = x.dim() - nd; i < x.dim(); ++i) n *= x.shape()[i];
+  long long rows = n == 0 ? 0 : x.numel() / n;
+  double eps = k.attrs.GetDouble(AttrKey::kEps, 1e-5);
+  const void* xp = x.data_ptr();
+  const void* wp = w.defined() ? w.data_ptr() : nullptr;
+  const void* bp = bias.defined() ? bias.data_ptr() : nullptr;
+  void* yp = k.out.data_ptr();
+  if (rows > 0) {
+    Launch(b, absl::StrCat("sj_layer_norm_", Suffix(x.dtype())), rows,
+           {&xp, &wp, &bp, &yp, &rows, &n, &eps});
+  }
+  return true;
+}
+
+bool MseLoss(Backend& b, const KernelArgs& k) {
+  if (!IsFloat(k.inputs[0].dtype()) || k.inputs[0].shape() != k.inputs[1].shape()) return false;
+  const Tensor a = ContiguousOnDevice(k.inputs[0]), c = ContiguousOnDevice(k.inputs[1]);
+  const std::string reduction = k.attrs.GetString(AttrKey::kReduction, "mean");
+  int mode = reduction == "none" ? 0 : reduction == "sum" ? 1 : 2;
+  long long n = a.numel();
+  const void* ap = a.data_ptr();
+  const void* cp = c.data_ptr();
+  void* op = k.out.data_ptr();
+  Launch(b, absl::StrCat("sj_mse_", Suffix(a.dtype())), mode == 0 ? n : 1,
+         {&ap, &cp, &op, &n, &mode});
+  return true;
+}
+
+bool Var(Backend& b, const KernelArgs& k) {
+  const Tensor& x = k.inputs[0];
+  if (!IsFloat(x.dtype()) || x.dim() == 0) return false;
+  std::vector<int64_t> dims = ValueOrThrow(ir::NormalizeDims(k.attrs.GetInts(AttrKey::kDims), x.dim()));
+  if (dims.empty()) {
+    for (int64_t d = 0; d < x.dim(); ++d) dims.push_back(d);
+  }
+  // Reduced dims last, in the order given, as the CPU kernel lays rows out.
+  std::vector<int64_t> perm;
+  long long n = 1;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) perm.push_back(d);
+  }
+  for (int64_t d : dims) {
+    perm.push_back(d);
+    n *= x.shape()[d];
+  }
+  if (n == 0 || k.out.numel() == 0) return false;  // the CPU's NaN/empty cases
+  const Tensor rows = ContiguousOnDevice(cpu::PermutedView(x, perm));
+  long long count = x.numel() / n, correction = k.attrs.GetInt(AttrKey::kCorrection, 1);
+  const void* xp = rows.data_ptr();
+  void* op = k.out.data_ptr();
+  Launch(b, absl::StrCat("sj_var_", Suffix(x.dtype())), count, {&xp, &op, &count, &n, &correction});
+  return true;
+}
+
+}  // namespace
+
+const char* IndexKernelSource() { return Module().source.c_str(); }
+
+bool RunIndexOp(Backend& b, const KernelArgs& k) {
+  const bool float_out_matches =
+      k.inputs.empty() || k.op == OpId::kArgmax || k.inputs[0].dtype() == k.out.dtype();
+  if (!float_out_matches && k.op != OpId::kEmbedding) return false;
+  switch (k.op) {
+    case OpId::kEmbedding: return Embedding(b, k);
+    case OpId::kEmbeddingBackward: return EmbeddingBackward(b, k);
+    case OpId::kSliceBackward: return SliceBackward(k);
+    case OpId::kArange: return Arange(b, k);
+    case OpId::kArgmax: return Argmax(b, k);
+    case OpId::kLayerNorm: return LayerNorm(b, k);
+    case OpId::kMseLoss: return MseLoss(b, k);
+    case OpId::kVar: return Var(b, k);
+    default: return false;
+  }
+}
+
+}  // namespace stepjit::runtime::cuda

@@ -1,0 +1,25 @@
+// Hand-written CUDA kernels for embedding, embedding_backward,
+// slice_backward, arange, argmax, layer_norm and mse_loss (f32 and f64; i64
+// indices).
+//
+// Unlike the CPU kernels, they cannot stop the program on a bad index: an
+// out-of-range embedding index reads a zero row, and embedding_backward
+// drops its gradient.
+#ifndef STEPJIT_RUNTIME_CUDA_KERNELS_INDEX_OPS_H_
+#define STEPJIT_RUNTIME_CUDA_KERNELS_INDEX_OPS_H_
+
+#include "runtime/cuda/backend.h"
+#include "runtime/dispatch.h"
+
+namespace stepjit::runtime::cuda {
+
+// Runs `k` on the device and returns true, or false when these dtypes are
+// not covered (the caller then runs the op on the host).
+bool RunIndexOp(Backend& b, const KernelArgs& k);
+
+// The module's CUDA C, for tests that compile every kernel with NVRTC.
+const char* IndexKernelSource();
+
+}  // namespace stepjit::runtime::cuda
+
+#endif  // STEPJIT_RUNTIME_CUDA_KERNELS_INDEX_OPS_H_

@@ -1,0 +1,43 @@
+// The random ops on a CUDA device, drawing from the same counter-based
+// Philox4x32-10 stream as the CPU kernels (runtime/generator.h): element i
+// of a draw at offset o uses Philox word o + i under the generator's seed,
+// so a CUDA draw equals the CPU draw of the same seed and offset (rand and
+// dropout bit for bit; randn up to the device's log/cos rounding).
+// rand/randn/dropout in f32, f64, f16 and bf16, randint into i64; other
+// dtypes make a host round trip.
+#ifndef STEPJIT_RUNTIME_CUDA_KERNELS_RANDOM_OPS_H_
+#define STEPJIT_RUNTIME_CUDA_KERNELS_RANDOM_OPS_H_
+
+#include <cstdint>
+
+#include "runtime/cuda/backend.h"
+#include "runtime/dispatch.h"
+
+namespace stepjit::runtime::cuda {
+
+// Runs `k` on the device and returns true, or false when not covered.
+bool RunRandomOp(Backend& b, const KernelArgs& k);
+// Whether RunRandomOp covers `op` with result dtype `out`.
+bool RunsOnDeviceAsRandom(ir::OpId op, ir::DType out);
+
+// While one is alive on this thread, random kernels read their seed and
+// offset from `device_slot` (two uint64 in device memory) instead of the
+// op's attributes: a captured CUDA graph then draws new values on every
+// replay once the slot is refreshed before the launch.
+class PhiloxSlotGuard {
+ public:
+  explicit PhiloxSlotGuard(const uint64_t* device_slot);
+  ~PhiloxSlotGuard();
+  PhiloxSlotGuard(const PhiloxSlotGuard&) = delete;
+  PhiloxSlotGuard& operator=(const PhiloxSlotGuard&) = delete;
+
+ private:
+  const uint64_t* previous_;
+};
+
+// The module's CUDA C, for tests that compile every kernel with NVRTC.
+const char* RandomKernelSource();
+
+}  // namespace stepjit::runtime::cuda
+
+#endif  // STEPJIT_RUNTIME_CUDA_KERNELS_RANDOM_OPS_H_
