@@ -1,14 +1,10 @@
-// Fusion-region analysis: assigns each value of a body to the scalar, full,
-// reduced (or total) phase, and checks that the body is one the generators
-// lower.
+// Fusion-region analysis: assigns each value of a body to the scalar, full
+// or reduced phase, and checks that the body is one the generators lower.
 #include "codegen/region_plan.h"
 
-#include <algorithm>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "codegen/region_expand.h"
-#include "ir/region_ops.h"
 #include "ir/status.h"
 
 namespace stepjit::codegen {
@@ -29,8 +25,10 @@ bool DTypeSupported(DType t, const AnalyzeOptions& options) {
   return IsFloat(t) || t == DType::kBool || (options.allow_integers && ir::IsIntegral(t));
 }
 
-absl::StatusOr<Plan> AnalyzeClassic(const ir::Graph& body,
-                                    const AnalyzeOptions& options) {
+}  // namespace
+
+absl::StatusOr<Plan> Analyze(const ir::Graph& body,
+                             const AnalyzeOptions& options) {
   Plan plan;
   for (const Value* p : body.params()) {
     if (!DTypeSupported(p->type().dtype, options)) {
@@ -169,7 +167,5 @@ absl::StatusOr<Plan> AnalyzeClassic(const ir::Graph& body,
   }
   return plan;
 }
-
-}  // namespace
 
 }  // namespace stepjit::codegen
