@@ -1,10 +1,15 @@
-// Fusion-region analysis: assigns each value of a body to the scalar, full
-// or reduced phase, and checks that the body is one the generators lower.
+// Fusion-region analysis: assigns each value of a body to the scalar, full,
+// reduced (or total) phase, and checks that the body is one the generators
+// lower.
 #include "codegen/region_plan.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/region_expand.h"
+#include "codegen/region_rows.h"
+#include "ir/region_ops.h"
 #include "ir/status.h"
 
 namespace stepjit::codegen {
@@ -25,10 +30,8 @@ bool DTypeSupported(DType t, const AnalyzeOptions& options) {
   return IsFloat(t) || t == DType::kBool || (options.allow_integers && ir::IsIntegral(t));
 }
 
-}  // namespace
-
-absl::StatusOr<Plan> Analyze(const ir::Graph& body,
-                             const AnalyzeOptions& options) {
+absl::StatusOr<Plan> AnalyzeClassic(const ir::Graph& body,
+                                    const AnalyzeOptions& options) {
   Plan plan;
   for (const Value* p : body.params()) {
     if (!DTypeSupported(p->type().dtype, options)) {
@@ -165,6 +168,35 @@ absl::StatusOr<Plan> Analyze(const ir::Graph& body,
     if (!plan.domain.contains(r))
       return Unsupported("a broadcast parameter is returned");
   }
+  return plan;
+}
+
+bool HoldsRowOps(const ir::Graph& body) {
+  for (const auto& n : body.nodes()) {
+    if (n->kind() == ir::NodeKind::kOp && IsRowOp(n->op())) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<Plan> Analyze(const ir::Graph& body,
+                             const AnalyzeOptions& options) {
+  for (const auto& n : body.nodes()) {
+    if (n->kind() == ir::NodeKind::kOp && n->op() != OpId::kFull &&
+        ir::RegionRoleOf(*n) == ir::RegionRole::kNone)
+      return Unsupported(absl::StrCat("op ", ir::OpName(n->op())));
+  }
+  if (!options.allow_row_phases || !HoldsRowOps(body)) {
+    absl::StatusOr<Plan> classic = AnalyzeClassic(body, options);
+    if (classic.ok() || !options.allow_row_phases) return classic;
+    absl::StatusOr<Plan> rows = AnalyzeRows(body, options);
+    return rows.ok() ? rows : classic;
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> expanded, ExpandRowOps(body));
+  absl::StatusOr<Plan> plan = AnalyzeClassic(*expanded, options);
+  if (!plan.ok()) plan = AnalyzeRows(*expanded, options);
+  if (plan.ok()) plan->expanded = std::move(expanded);
   return plan;
 }
 

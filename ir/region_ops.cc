@@ -1,0 +1,63 @@
+// RegionRoleOf: the op kinds and attribute forms a fusion region holds.
+#include "ir/region_ops.h"
+
+#include <vector>
+
+#include "ir/infer.h"
+#include "ir/shape.h"
+
+namespace stepjit::ir {
+
+namespace {
+
+int64_t Rank(const Value* v) {
+  return static_cast<int64_t>(v->type().shape.size());
+}
+
+bool LastDim(const Node& n) {
+  const int64_t rank = Rank(n.inputs()[0]);
+  return rank > 0 && WrapDim(n.attrs().GetInt(AttrKey::kDim), rank) == rank - 1;
+}
+
+// dims (empty = all) are {rank-k, ..., rank-1} for some k.
+bool TrailingDims(const Node& n) {
+  const int64_t rank = Rank(n.inputs()[0]);
+  absl::StatusOr<std::vector<int64_t>> dims =
+      NormalizeDims(n.attrs().GetInts(AttrKey::kDims), rank);
+  if (!dims.ok()) return false;
+  for (size_t k = 0; k < dims->size(); ++k) {
+    if ((*dims)[k] != rank - static_cast<int64_t>(dims->size() - k))
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+RegionRole RegionRoleOf(const Node& n) {
+  if (n.kind() != NodeKind::kOp) return RegionRole::kNone;
+  const OpId op = n.op();
+  switch (GetOpInfo(op).kind) {
+    case OpKind::kElementwise:
+    case OpKind::kInplaceUpdate:
+      return RegionRole::kElementwise;
+    case OpKind::kView:
+      return op == OpId::kReshape || op == OpId::kSqueeze ||
+                     op == OpId::kUnsqueeze
+                 ? RegionRole::kElementwise
+                 : RegionRole::kNone;
+    case OpKind::kReduction:
+      if (op == OpId::kArgmax) return RegionRole::kNone;
+      if (op == OpId::kVar && !TrailingDims(n)) return RegionRole::kNone;
+      return RegionRole::kReduce;
+    case OpKind::kNormalization:
+      if (op != OpId::kLayerNorm && !LastDim(n)) return RegionRole::kNone;
+      return RegionRole::kReduce;
+    case OpKind::kLoss:
+      return RegionRole::kReduce;
+    default:
+      return RegionRole::kNone;
+  }
+}
+
+}  // namespace stepjit::ir

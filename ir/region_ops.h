@@ -1,0 +1,26 @@
+// Which nodes may join a fusion region: the one rule the fuse pass groups by
+// and the region code generators admit (codegen/region_plan.h).
+#ifndef STEPJIT_IR_REGION_OPS_H_
+#define STEPJIT_IR_REGION_OPS_H_
+
+#include <cstdint>
+
+#include "ir/graph.h"
+
+namespace stepjit::ir {
+
+enum class RegionRole : uint8_t {
+  kNone,         // stays a node of its own (matmul, argmax, data movement...)
+  kElementwise,  // elementwise ops, in-place updates, order-preserving views
+  kReduce,       // reductions and the row ops lowered as row reductions
+};
+
+// The role of `n` in a fusion region. Row ops (softmax, log_softmax,
+// layer_norm, var, cross_entropy, mse_loss) reduce only when they reduce
+// trailing dims: softmax and log_softmax over the last dim, var over a
+// trailing set of dims; other forms run as their eager kernels.
+RegionRole RegionRoleOf(const Node& n);
+
+}  // namespace stepjit::ir
+
+#endif  // STEPJIT_IR_REGION_OPS_H_
