@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "ir/region_ops.h"
 #include "ir/status.h"
 #include "passes/gemm_epilogue.h"
 
@@ -16,7 +17,6 @@ namespace stepjit::passes {
 using ir::Node;
 using ir::NodeKind;
 using ir::OpId;
-using ir::OpKind;
 using ir::Value;
 
 namespace {
@@ -28,25 +28,18 @@ bool IsConstant(const Node* n) {
          n->output()->type().shape.empty();
 }
 
+// The role comes from ir::RegionRoleOf, the rule the region code generators
+// admit by (codegen::Analyze), so fuse forms only regions they can lower.
 Role RoleOf(const Node* n) {
-  if (n->kind() != NodeKind::kOp) return Role::kNone;
-  switch (ir::GetOpInfo(n->op()).kind) {
-    case OpKind::kElementwise:
-    case OpKind::kInplaceUpdate:
+  switch (ir::RegionRoleOf(*n)) {
+    case ir::RegionRole::kElementwise:
       return Role::kElementwise;
-    case OpKind::kReduction:
-      return n->op() == OpId::kArgmax ? Role::kNone : Role::kReduce;
-    case OpKind::kNormalization:
-    case OpKind::kLoss:
+    case ir::RegionRole::kReduce:
       return Role::kReduce;
-    case OpKind::kView:
-      return n->op() == OpId::kReshape || n->op() == OpId::kSqueeze ||
-                     n->op() == OpId::kUnsqueeze
-                 ? Role::kElementwise
-                 : Role::kNone;
-    default:
+    case ir::RegionRole::kNone:
       return Role::kNone;
   }
+  return Role::kNone;
 }
 
 int64_t OutNumel(const Node* n) { return ir::NumElements(n->output()->type().shape); }
