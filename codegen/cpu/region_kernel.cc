@@ -8,6 +8,7 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/cpu/jit.h"
@@ -32,7 +33,7 @@ namespace {
 
 // Bumped whenever the lowering changes the code it emits for a given body,
 // so stale cache entries are never reused.
-constexpr char kLoweringVersion[] = "region-lowering-3";
+constexpr char kLoweringVersion[] = "region-lowering-4";
 
 absl::Status Unsupported(absl::string_view why) {
   return absl::UnimplementedError(why);
@@ -49,6 +50,10 @@ llvm::Type* RegType(llvm::LLVMContext& c, DType t) {
       return llvm::Type::getDoubleTy(c);
     case DType::kBool:
       return llvm::Type::getInt1Ty(c);
+    case DType::kI64:
+      return llvm::Type::getInt64Ty(c);
+    case DType::kI32:
+      return llvm::Type::getInt32Ty(c);
     default:
       return nullptr;
   }
@@ -67,6 +72,10 @@ llvm::Type* MemType(llvm::LLVMContext& c, DType t) {
       return llvm::Type::getInt16Ty(c);
     case DType::kBool:
       return llvm::Type::getInt8Ty(c);
+    case DType::kI64:
+      return llvm::Type::getInt64Ty(c);
+    case DType::kI32:
+      return llvm::Type::getInt32Ty(c);
     default:
       return nullptr;
   }
@@ -97,10 +106,13 @@ class Lowering {
     bool scalar_work = !slots_.empty();
     for (const Value* r : body_.returns())
       scalar_work |= plan_.domain.at(r) == Domain::kScalar;
+    k.num_slots = static_cast<int>(slots_.size());
+    symbols_.scalar = scalar_work ? prefix + "_scalar" : "";
+    if (scalar_work) RETURN_IF_ERROR(EmitScalar(symbols_.scalar));
+    if (plan_.row_phases > 0) return RunRows(prefix, k);
     k.row = plan_.row_loop ? plan_.f_shape.back() : plan_.f_numel;
     k.numel = plan_.f_numel;
     k.reduced_numel = plan_.r_numel;
-    k.num_slots = static_cast<int>(slots_.size());
     for (const auto& n : body_.nodes()) {
       if (!IsReduction(n->op())) continue;
       acc_index_[n.get()] = static_cast<int>(acc_nodes_.size());
@@ -120,10 +132,8 @@ class Lowering {
       else
         k.split_align = k.row;
     }
-    symbols_.scalar = scalar_work ? prefix + "_scalar" : "";
     symbols_.main = prefix + "_main";
     symbols_.reduced = plan_.r_numel > 0 ? prefix + "_reduced" : "";
-    if (scalar_work) RETURN_IF_ERROR(EmitScalar(symbols_.scalar));
     RETURN_IF_ERROR(EmitMain(symbols_.main, k.row));
     if (plan_.r_numel > 0) RETURN_IF_ERROR(EmitReduced(symbols_.reduced));
     return absl::OkStatus();
@@ -225,6 +235,7 @@ class Lowering {
       return b_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
     llvm::Type* reg = RegType(ctx_, to);
     if (from == DType::kBool) return b_.CreateUIToFP(v, reg);
+    if (ir::IsIntegral(from)) return Round(b_.CreateSIToFP(v, reg), to);
     if (v->getType() != reg) {
       v = reg->isDoubleTy() ? b_.CreateFPExt(v, reg) : b_.CreateFPTrunc(v, reg);
     }
@@ -681,6 +692,287 @@ class Lowering {
     return absl::OkStatus();
   }
 
+  // ---- The row plan (codegen/region_plan.h): main walks whole rows, each
+  // through its phases; `reduced` finishes the totals over all rows.
+
+  absl::Status RunRows(const std::string& prefix, RegionKernel& k) {
+    k.row = plan_.row_len;
+    k.numel = plan_.f_numel;
+    k.parallel = !plan_.has_totals;
+    k.split_align = plan_.row_len;
+    k.reduced_numel = plan_.has_totals ? 1 : 0;
+    for (const auto& n : body_.nodes()) {
+      if (!IsReduction(n->op()) ||
+          plan_.domain.at(n->output()) != Domain::kTotal)
+        continue;
+      acc_index_[n.get()] = static_cast<int>(acc_nodes_.size());
+      acc_nodes_.push_back(n.get());
+      k.accumulators.push_back({AccumulatorInit(n->op())});
+    }
+    symbols_.main = prefix + "_main";
+    symbols_.reduced = plan_.has_totals ? prefix + "_reduced" : "";
+    RETURN_IF_ERROR(EmitRows(symbols_.main));
+    if (plan_.has_totals) RETURN_IF_ERROR(EmitTotals(symbols_.reduced));
+    return absl::OkStatus();
+  }
+
+  // What the row function's emission steps share.
+  struct Row {
+    llvm::Value* ptrs;
+    std::vector<llvm::Value*> bases, accs;
+    Env env;  // the scalar slots, then the row's values as they are known
+    llvm::PHINode* r;
+    llvm::Value* row_start;
+    absl::flat_hash_map<const Value*, llvm::Value*> bcast;  // row offsets
+  };
+
+  absl::Status EmitRows(const std::string& name) {
+    llvm::Function* fn = NewFunction(name, true);
+    auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn);
+    auto* rows = llvm::BasicBlock::Create(ctx_, "row", fn);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn);
+    b_.SetInsertPoint(entry);
+    Row w;
+    w.ptrs = fn->getArg(0);
+    LoadSlots(w.ptrs, w.env);
+    w.bases = Bases(w.ptrs);
+    w.accs = Accumulators(w.ptrs);
+    llvm::Value* len = b_.getInt64(plan_.row_len);
+    llvm::Value* r0 = b_.CreateSDiv(fn->getArg(1), len);
+    llvm::Value* r_end = b_.CreateSDiv(fn->getArg(2), len);
+    b_.CreateCondBr(b_.CreateICmpSLT(r0, r_end), rows, exit);
+    b_.SetInsertPoint(rows);
+    w.r = b_.CreatePHI(I64(), 2);
+    w.r->addIncoming(r0, entry);
+    w.row_start = b_.CreateMul(w.r, len);
+    RETURN_IF_ERROR(RowStart(w));
+    for (int phase = 1; phase <= plan_.row_phases; ++phase) {
+      RETURN_IF_ERROR(EmitPass(w, phase));
+      RETURN_IF_ERROR(EmitRowValues(w, phase));
+    }
+    if (HasReturns(Domain::kFull))
+      RETURN_IF_ERROR(EmitPass(w, plan_.row_phases + 1));
+    StoreReturns(w.bases, w.env, Domain::kReduced, w.r);
+    FoldTotals(w);
+    llvm::Value* next = b_.CreateAdd(w.r, b_.getInt64(1));
+    w.r->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpSLT(next, r_end), rows, exit);
+    b_.SetInsertPoint(exit);
+    b_.CreateRetVoid();
+    return absl::OkStatus();
+  }
+
+  bool HasReturns(Domain d) const {
+    return absl::c_any_of(body_.returns(), [&](const Value* r) {
+      return plan_.domain.at(r) == d;
+    });
+  }
+
+  // At the row start: the broadcast params' row offsets, the row's params
+  // and the row values computed from them alone.
+  absl::Status RowStart(Row& w) {
+    const size_t rank = plan_.f_shape.size();
+    std::vector<llvm::Value*> idx(rank, nullptr);
+    if (!plan_.row_stride.empty()) {  // r as an index over F's leading dims
+      llvm::Value* q = w.r;
+      for (size_t d = rank; d-- > 0;) {
+        if (plan_.f_reduced[d]) continue;
+        idx[d] = b_.CreateURem(q, b_.getInt64(plan_.f_shape[d]));
+        q = b_.CreateUDiv(q, b_.getInt64(plan_.f_shape[d]));
+      }
+    }
+    for (size_t k = 0; k < body_.params().size(); ++k) {
+      const Value* p = body_.params()[k];
+      if (plan_.row_stride.contains(p)) {
+        const std::vector<int64_t> s = BroadcastStrides(p->type().shape);
+        llvm::Value* off = b_.getInt64(0);
+        for (size_t d = 0; d < rank; ++d) {
+          if (!plan_.f_reduced[d] && s[d] != 0)
+            off = b_.CreateAdd(off, b_.CreateMul(idx[d], b_.getInt64(s[d])));
+        }
+        w.bcast[p] = off;
+      } else if (auto it = plan_.domain.find(p);
+                 it != plan_.domain.end() && it->second == Domain::kReduced) {
+        w.env[p] = Load(p->type().dtype, w.bases[k], w.r);
+      }
+    }
+    return EmitRowValues(w, 0);
+  }
+
+  // The row values of level `level` that are not reductions' results.
+  absl::Status EmitRowValues(Row& w, int level) {
+    for (const auto& n : body_.nodes()) {
+      const Value* out = n->output();
+      if (IsReduction(n->op()) || plan_.domain.at(out) != Domain::kReduced ||
+          plan_.level.at(out) != level)
+        continue;
+      ASSIGN_OR_RETURN(w.env[out], Emit(*n, w.env));
+    }
+    return absl::OkStatus();
+  }
+
+  // The full-domain nodes a pass computes: those feeding its reductions,
+  // or (the final pass) the full returns.
+  absl::flat_hash_set<const Node*> PassNodes(int phase) const {
+    std::vector<const Value*> stack;
+    const bool final = phase > plan_.row_phases;
+    for (const auto& n : body_.nodes()) {
+      if (!final && IsReduction(n->op()) &&
+          plan_.domain.at(n->output()) == Domain::kReduced &&
+          plan_.level.at(n->output()) == phase)
+        stack.push_back(n->inputs()[0]);
+    }
+    if (final) {
+      for (const Value* r : body_.returns()) {
+        if (plan_.domain.at(r) == Domain::kFull) stack.push_back(r);
+      }
+    }
+    absl::flat_hash_set<const Node*> nodes;
+    while (!stack.empty()) {
+      const Value* v = stack.back();
+      stack.pop_back();
+      const Node* p = v->producer();
+      if (p == nullptr || plan_.domain.at(v) != Domain::kFull ||
+          !nodes.insert(p).second)
+        continue;
+      for (const Value* in : p->inputs()) stack.push_back(in);
+    }
+    return nodes;
+  }
+
+  // One loop over the row's elements: phase k's reductions fold their
+  // inputs in registers; the final pass stores the full returns.
+  absl::Status EmitPass(Row& w, int phase) {
+    const bool final = phase > plan_.row_phases;
+    const absl::flat_hash_set<const Node*> nodes = PassNodes(phase);
+    llvm::Function* fn = b_.GetInsertBlock()->getParent();
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(ctx_, "pass", fn);
+    auto* after = llvm::BasicBlock::Create(ctx_, "pass_end", fn);
+    b_.CreateBr(loop);
+    b_.SetInsertPoint(loop);
+    group_ = llvm::MDNode::getDistinct(ctx_, {});
+    llvm::PHINode* j = b_.CreatePHI(I64(), 2);
+    j->addIncoming(b_.getInt64(0), pre);
+    std::vector<const Node*> reds;
+    std::vector<llvm::PHINode*> acc;
+    std::vector<llvm::Value*> next;
+    for (const auto& n : body_.nodes()) {
+      if (final || !IsReduction(n->op()) ||
+          plan_.domain.at(n->output()) != Domain::kReduced ||
+          plan_.level.at(n->output()) != phase)
+        continue;
+      reds.push_back(n.get());
+      acc.push_back(b_.CreatePHI(b_.getDoubleTy(), 2));
+      acc.back()->addIncoming(
+          llvm::ConstantFP::get(b_.getDoubleTy(), AccumulatorInit(n->op())),
+          pre);
+    }
+    Env env = w.env;
+    llvm::Value* i = b_.CreateAdd(w.row_start, j);
+    absl::flat_hash_set<const Value*> read(body_.returns().begin(),
+                                           body_.returns().end());
+    for (const Node* n : nodes)
+      read.insert(n->inputs().begin(), n->inputs().end());
+    for (const Node* n : reds) read.insert(n->inputs()[0]);
+    LoadRowOperands(w, read, j, i, env);
+    for (const auto& n : body_.nodes()) {
+      if (!nodes.contains(n.get())) continue;
+      if (n->op() == OpId::kArange) {
+        env[n->output()] = Convert(b_.CreateSIToFP(j, b_.getDoubleTy()),
+                                   DType::kF64, n->output()->type().dtype);
+        continue;
+      }
+      ASSIGN_OR_RETURN(env[n->output()], Emit(*n, env));
+    }
+    for (size_t a = 0; a < reds.size(); ++a) {
+      const Value* src = reds[a]->inputs()[0];
+      next.push_back(
+          Accumulate(reds[a]->op(), acc[a],
+                     Convert(env.at(src), src->type().dtype, DType::kF64),
+                     /*reassociable=*/true));
+    }
+    if (final) StoreReturns(w.bases, env, Domain::kFull, i);
+    llvm::Value* j_next = b_.CreateAdd(j, b_.getInt64(1));
+    j->addIncoming(j_next, b_.GetInsertBlock());
+    for (size_t a = 0; a < reds.size(); ++a)
+      acc[a]->addIncoming(next[a], b_.GetInsertBlock());
+    MarkParallel(b_.CreateCondBr(
+        b_.CreateICmpSLT(j_next, b_.getInt64(plan_.row_len)), loop, after));
+    group_ = nullptr;
+    b_.SetInsertPoint(after);
+    for (size_t a = 0; a < reds.size(); ++a) {
+      llvm::Value* v = next[a];
+      if (reds[a]->op() == OpId::kMean)
+        v = b_.CreateFDiv(
+            v, llvm::ConstantFP::get(b_.getDoubleTy(),
+                                     static_cast<double>(plan_.row_len)));
+      w.env[reds[a]->output()] =
+          Convert(v, DType::kF64, reds[a]->output()->type().dtype);
+    }
+    return absl::OkStatus();
+  }
+
+  // Element i (j within the row) of the full params in `read`, and of the
+  // broadcast ones at their row offset.
+  void LoadRowOperands(Row& w, const absl::flat_hash_set<const Value*>& read,
+                       llvm::Value* j, llvm::Value* i, Env& env) {
+    for (size_t k = 0; k < body_.params().size(); ++k) {
+      const Value* p = body_.params()[k];
+      if (!read.contains(p)) continue;
+      auto it = plan_.domain.find(p);
+      if (it != plan_.domain.end() && it->second == Domain::kFull) {
+        env[p] = Load(p->type().dtype, w.bases[k], i);
+      } else if (auto bc = w.bcast.find(p); bc != w.bcast.end()) {
+        llvm::Value* idx = plan_.row_stride.at(p) == 0
+                               ? bc->second
+                               : b_.CreateAdd(bc->second, j);
+        env[p] = Load(p->type().dtype, w.bases[k], idx);
+      }
+    }
+  }
+
+  // After the row: each total folds the row's value, in row order.
+  void FoldTotals(Row& w) {
+    for (size_t a = 0; a < acc_nodes_.size(); ++a) {
+      const Value* src = acc_nodes_[a]->inputs()[0];
+      llvm::Value* x = Convert(w.env.at(src), src->type().dtype, DType::kF64);
+      llvm::Value* addr = w.accs[a];
+      b_.CreateStore(Accumulate(acc_nodes_[a]->op(),
+                                b_.CreateLoad(b_.getDoubleTy(), addr), x,
+                                /*reassociable=*/false),
+                     addr);
+    }
+  }
+
+  // After every row: the totals' values and the 0-d work that follows them.
+  absl::Status EmitTotals(const std::string& name) {
+    llvm::Function* fn = NewFunction(name, true);
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn));
+    llvm::Value* ptrs = fn->getArg(0);
+    Env env;
+    LoadSlots(ptrs, env);
+    const std::vector<llvm::Value*> bases = Bases(ptrs);
+    const std::vector<llvm::Value*> accs = Accumulators(ptrs);
+    for (const auto& n : body_.nodes()) {
+      if (plan_.domain.at(n->output()) != Domain::kTotal) continue;
+      if (!IsReduction(n->op())) {
+        ASSIGN_OR_RETURN(env[n->output()], Emit(*n, env));
+        continue;
+      }
+      llvm::Value* v =
+          b_.CreateLoad(b_.getDoubleTy(), accs[acc_index_.at(n.get())]);
+      if (n->op() == OpId::kMean)
+        v = b_.CreateFDiv(
+            v, llvm::ConstantFP::get(b_.getDoubleTy(),
+                                     static_cast<double>(plan_.rows)));
+      env[n->output()] = Convert(v, DType::kF64, n->output()->type().dtype);
+    }
+    StoreReturns(bases, env, Domain::kTotal, b_.getInt64(0));
+    b_.CreateRetVoid();
+    return absl::OkStatus();
+  }
+
   const ir::Graph& body_;
   const Plan& plan_;
   llvm::LLVMContext& ctx_;
@@ -709,7 +1001,7 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
 absl::StatusOr<RegionKernel> CompileRegion(
     const ir::Graph& body, const RegionCompileOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(Plan plan, Analyze(body));
+  ASSIGN_OR_RETURN(Plan plan, Analyze(body, {.allow_row_phases = true}));
   auto ctx = std::make_unique<llvm::LLVMContext>();
   auto module = std::make_unique<llvm::Module>("stepjit", *ctx);
   // Symbols derive from the body's text, so a later process emits the same
@@ -726,7 +1018,7 @@ absl::StatusOr<RegionKernel> CompileRegion(
   const std::string prefix = absl::StrCat("sj_", hash);
   RegionKernel k;
   k.name = absl::StrCat(body.name(), "_", hash);
-  Lowering lowering(body, plan, *ctx, *module);
+  Lowering lowering(plan.Body(body), plan, *ctx, *module);
   RETURN_IF_ERROR(lowering.Run(prefix, k));
   std::string verify;
   llvm::raw_string_ostream vos(verify);

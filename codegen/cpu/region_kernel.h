@@ -13,6 +13,15 @@
 //   reduced  a loop over the reduced shape R after main finished: the
 //            reductions' final values and the epilogue computed from them
 //            (e.g. a bias gradient feeding a momentum update).
+// A row plan (codegen/region_plan.h: softmax, layer_norm, losses and their
+// backward patterns) lowers instead into:
+//   main     a loop over whole rows, [begin, end) a multiple of the row
+//            length: per row, one vectorized pass over the row per phase of
+//            row reductions (accumulated in f64 registers), the row values
+//            they give, a final pass storing the full-size returns, the
+//            row's per-row returns, and each total folded in row order;
+//   reduced  (only with totals, reduced_numel 1) the 0-d values computed
+//            from the totals, e.g. a mean cross-entropy loss.
 // f16/bf16 values load and store as their storage type and compute in f32,
 // rounding after every op exactly as the eager kernels do.
 #ifndef STEPJIT_CODEGEN_CPU_REGION_KERNEL_H_
@@ -70,8 +79,8 @@ struct RegionCompileOptions {
 };
 
 // Lowers and compiles `body`. Unimplemented when the region holds something
-// this backend does not lower (normalizations, losses, matmuls, nested
-// regions, integer arithmetic, reductions over different dims, 1-element
+// this backend does not lower (matmuls, nested regions, integer values other
+// than a cross_entropy target, reductions over different dims, 1-element
 // regions): the caller then interprets it. Other errors are real failures.
 absl::StatusOr<RegionKernel> CompileRegion(const ir::Graph& body,
                                            const RegionCompileOptions& options = {});
