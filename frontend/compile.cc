@@ -19,6 +19,7 @@
 #include "frontend/tracer.h"
 #include "frontend/verify.h"
 #include "ir/printer.h"
+#include "passes/grad_scaler.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/executor.h"
 
@@ -365,10 +366,12 @@ std::optional<std::vector<Tensor>> StepCompiler::Call(
 
 CompileStats StepCompiler::stats() const {
   CompileStats s = impl_->stats;
-  if (impl_->specializer->loss_scaling()) {
-    s.loss_scale = impl_->specializer->compiler_state()[0].second.item();
-    s.skipped_steps = static_cast<int64_t>(
-        impl_->specializer->compiler_state()[2].second.item());
+  const Specializer& sp = *impl_->specializer;
+  if (const Tensor* scale = sp.CompilerState(passes::kAmpScaleParam)) {
+    s.loss_scale = scale->item();
+  }
+  if (const Tensor* skipped = sp.CompilerState(passes::kAmpSkippedParam)) {
+    s.skipped_steps = static_cast<int64_t>(skipped->item());
   }
   return s;
 }
@@ -415,6 +418,15 @@ std::string StepCompiler::explain() const {
                                     : " multi-region kernel groups")
                  : std::string("no multi-region kernels"))
          << "\n";
+    }
+    if (s.program) {
+      const auto& interpreted = s.program->interpreted_regions();
+      os << "  " << s.program->compiled_regions()
+         << " regions run as generated code, " << interpreted.size()
+         << " interpreted\n";
+      for (const auto& r : interpreted)
+        os << "  region " << r.region << " runs interpreted: " << r.reason
+           << "\n";
     }
   }
   for (size_t i = 0; i < m.specs.size(); ++i) {

@@ -7,16 +7,15 @@
 #include <iostream>
 
 #include "absl/algorithm/container.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/status.h"
 #include "ir/verifier.h"
 #include "passes/autocast.h"
 #include "passes/grad_scaler.h"
+#include "passes/memory_plan.h"
 #include "passes/pass_manager.h"
 #include "runtime/amp/grad_scaler.h"
 
@@ -75,14 +74,32 @@ Specializer::Specializer(const CompileOptions& options)
   if (loss_scaling_) {
     const amp::GradScaler validated(
         options.scaler);  // same checks and messages
-    prefix += "grad-scaler,";
-    compiler_state_ = {
-        {passes::kAmpScaleParam, scalar_tensor(options.scaler.init_scale)},
-        {passes::kAmpGrowthParam, scalar_tensor(0.0)},
-        {passes::kAmpSkippedParam, scalar_tensor(0.0)}};
-    for (const auto& [name, t] : compiler_state_) MarkOwnedState(t);
+    const passes::GradScalerPassConfig scaler{
+        .init_scale = options.scaler.init_scale,
+        .growth_factor = options.scaler.growth_factor,
+        .backoff_factor = options.scaler.backoff_factor,
+        .growth_interval = options.scaler.growth_interval};
+    prefix += scaler.PipelineEntry() + ",";
   }
   pipeline_ = prefix + options.pipeline;
+  // The state the passes declare, created once and shared by every trace.
+  // A pipeline that does not parse adds none; Optimize reports its error.
+  if (absl::StatusOr<passes::Pipeline> parsed =
+          passes::ParsePipelineText(pipeline_);
+      parsed.ok()) {
+    for (const passes::StateParam& p : passes::PipelineState(*parsed)) {
+      Tensor t = full(p.type.shape, p.initial, {.dtype = p.type.dtype});
+      MarkOwnedState(t);
+      compiler_state_.emplace_back(p.name, std::move(t));
+    }
+  }
+}
+
+const Tensor* Specializer::CompilerState(absl::string_view name) const {
+  for (const auto& [n, t] : compiler_state_) {
+    if (n == name) return &t;
+  }
+  return nullptr;
 }
 
 // Verifies, optimizes and builds a recorded trace.
@@ -144,22 +161,17 @@ absl::Status Specializer::Optimize(ir::Graph& graph, size_t index,
   passes::PipelineOptions popts = passes::FromEnvironment();
   popts.dump_dir = DumpDir(index);
   passes::PipelineStats pstats;
-  passes::ScopedGradScalerConfig scaler_config(
-      {.growth_factor = options_.scaler.growth_factor,
-       .backoff_factor = options_.scaler.backoff_factor,
-       .growth_interval = options_.scaler.growth_interval});
   RETURN_IF_ERROR(passes::RunPipeline(
       graph, passes::PipelineForTarget(pipeline_, TargetOf(device)), popts,
       &pstats));
   spec.pass_stats = pstats.ToString();
-  if (const passes::PassStats* mp = pstats.Find("memory-plan")) {
-    spec.planned_peak_bytes = mp->Get("planned peak bytes");
-  }
+  spec.planned_peak_bytes = pstats.Get(passes::kPlannedPeakBytes);
   return absl::OkStatus();
 }
 
-// State params added by passes (grad-scaler's %amp_*) are bound to the
-// compiler's own tensors, after the traced state.
+// The state params passes added (grad-scaler's %amp_*) follow the traced
+// state in the order the pipeline declared them (PipelineState); each is
+// bound to the compiler's own tensor made from that declaration.
 absl::Status Specializer::BindCompilerState(Trace& trace, Device device) {
   // The compiler's own state lives where the step runs.
   for (auto& [name, t] : compiler_state_) {
@@ -173,16 +185,20 @@ absl::Status Specializer::BindCompilerState(Trace& trace, Device device) {
     if (trace.graph->param_kind(p) == ir::ParamKind::kState)
       state_params.push_back(p);
   }
-  for (size_t i = trace.state.size(); i < state_params.size(); ++i) {
-    auto it = std::find_if(
-        compiler_state_.begin(), compiler_state_.end(),
-        [&](const auto& e) { return e.first == state_params[i]->name(); });
-    if (it == compiler_state_.end()) {
+  const size_t traced = trace.state.size();
+  if (state_params.size() - traced != compiler_state_.size()) {
+    return absl::InternalError(absl::StrCat(
+        "the passes added ", state_params.size() - traced,
+        " state params; the pipeline declares ", compiler_state_.size()));
+  }
+  for (size_t i = traced; i < state_params.size(); ++i) {
+    const auto& [name, t] = compiler_state_[i - traced];
+    if (state_params[i]->name() != name) {
       return absl::InternalError(
           absl::StrCat("a pass added state param %", state_params[i]->name(),
-                       " that the compiler does not bind"));
+                       " where the pipeline declares %", name));
     }
-    trace.state.push_back(it->second);
+    trace.state.push_back(t);
   }
   return absl::OkStatus();
 }
@@ -192,23 +208,25 @@ PassBisection Specializer::BisectionFor(
     const Specialization& s, const std::vector<Tensor>& inputs) const {
   PassBisection b;
   const passes::PipelineOptions env = passes::FromEnvironment();
-  for (absl::string_view name : absl::StrSplit(
-           passes::PipelineForTarget(pipeline_, TargetOf(s.device)), ',')) {
-    const std::string pass(absl::StripAsciiWhitespace(name));
-    if (pass.empty() || absl::c_linear_search(env.disabled, pass)) continue;
-    b.pipeline.push_back(pass);
+  // A compiled step's pipeline parses; one that does not bisects nothing.
+  const absl::StatusOr<passes::Pipeline> pipeline = passes::ParsePipelineText(
+      passes::PipelineForTarget(pipeline_, TargetOf(s.device)));
+  std::vector<std::string> entries;  // with their options, to run
+  if (pipeline.ok()) {
+    for (const passes::PipelineEntry& e : pipeline->entries) {
+      if (absl::c_linear_search(env.disabled, e.pass->name)) continue;
+      b.pipeline.emplace_back(e.pass->name);
+      entries.push_back(e.ToString());
+    }
   }
-  b.run = [this, &s, &inputs,
-           names = b.pipeline](int k) -> absl::StatusOr<std::vector<Tensor>> {
+  b.run = [&s, &inputs, entries = std::move(entries)](
+              int k) -> absl::StatusOr<std::vector<Tensor>> {
     ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph,
                      ir::ParseGraph(s.traced_ir, "trace"));
     if (k > 0) {
       passes::PipelineStats pstats;
-      passes::ScopedGradScalerConfig config(
-          {.growth_factor = options_.scaler.growth_factor,
-           .backoff_factor = options_.scaler.backoff_factor,
-           .growth_interval = options_.scaler.growth_interval});
-      const std::vector<std::string> prefix(names.begin(), names.begin() + k);
+      const std::vector<std::string> prefix(entries.begin(),
+                                            entries.begin() + k);
       RETURN_IF_ERROR(passes::RunPipeline(*graph, absl::StrJoin(prefix, ","),
                                           passes::PipelineOptions{}, &pstats));
     }

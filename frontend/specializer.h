@@ -41,10 +41,13 @@ class Specializer {
                              const std::vector<Tensor>& inputs) const;
 
   bool loss_scaling() const { return loss_scaling_; }
-  // The grad-scaler pass's state, by param name: scale, growth, skipped.
+  // The state the pipeline's passes declare (PipelineState), by param name,
+  // in declaration order.
   const std::vector<std::pair<std::string, Tensor>>& compiler_state() const {
     return compiler_state_;
   }
+  // The compiler state param `name` (grad-scaler's %amp_scale), or nullptr.
+  const Tensor* CompilerState(absl::string_view name) const;
 
  private:
   // Writes 000-trace.ir, then runs the pipeline for `device` (which dumps

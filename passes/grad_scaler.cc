@@ -26,17 +26,59 @@ using ir::OpId;
 using ir::TensorType;
 using ir::Value;
 
+GradScalerPassConfig GradScalerPassConfig::From(const PassOptions& options) {
+  return {.init_scale = options.Double("init_scale"),
+          .growth_factor = options.Double("growth_factor"),
+          .backoff_factor = options.Double("backoff_factor"),
+          .growth_interval = options.Int("growth_interval")};
+}
+
+std::string GradScalerPassConfig::PipelineEntry() const {
+  return FormatPassEntry("grad-scaler", {{"init_scale", init_scale},
+                                         {"growth_factor", growth_factor},
+                                         {"backoff_factor", backoff_factor},
+                                         {"growth_interval", growth_interval}});
+}
+
+std::vector<StateParam> GradScalerState(const PassOptions& options) {
+  const ir::TensorType scalar{DType::kF32, {}};
+  return {{kAmpScaleParam, scalar, options.Double("init_scale")},
+          {kAmpGrowthParam, scalar, 0.0},
+          {kAmpSkippedParam, scalar, 0.0}};
+}
+
 namespace {
-thread_local GradScalerPassConfig t_scaler_config;
+
+absl::Status CheckConfig(const GradScalerPassConfig& cfg) {
+  auto bad = [](absl::string_view option, auto value,
+                absl::string_view expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "option '", option, "' = ", value, ": expected ", expected));
+  };
+  if (!(cfg.init_scale > 0.0)) return bad("init_scale", cfg.init_scale, "> 0");
+  if (!(cfg.growth_factor > 1.0)) {
+    return bad("growth_factor", cfg.growth_factor, "> 1");
+  }
+  if (!(cfg.backoff_factor > 0.0 && cfg.backoff_factor < 1.0)) {
+    return bad("backoff_factor", cfg.backoff_factor, "in (0, 1)");
+  }
+  if (cfg.growth_interval < 1) {
+    return bad("growth_interval", cfg.growth_interval, ">= 1");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-ScopedGradScalerConfig::ScopedGradScalerConfig(GradScalerPassConfig config)
-    : prev_(t_scaler_config) {
-  t_scaler_config = config;
-}
-ScopedGradScalerConfig::~ScopedGradScalerConfig() { t_scaler_config = prev_; }
-
 absl::StatusOr<bool> InsertGradScaler(ir::Graph& g, PassStats& stats) {
+  return InsertGradScalerWith(g, PassOptions(kGradScalerOptions), stats);
+}
+
+absl::StatusOr<bool> InsertGradScalerWith(ir::Graph& g,
+                                          const PassOptions& options,
+                                          PassStats& stats) {
+  const GradScalerPassConfig cfg = GradScalerPassConfig::From(options);
+  RETURN_IF_ERROR(CheckConfig(cfg));
   RETURN_IF_ERROR(RequireUnfused(g, "grad-scaler"));
   for (const Value* p : g.params()) {
     if (p->name() == kAmpScaleParam) {
@@ -74,13 +116,13 @@ absl::StatusOr<bool> InsertGradScaler(ir::Graph& g, PassStats& stats) {
     if (n.get() == seed) seed_pos = original.size();
     original.push_back(n.get());
   }
-  const GradScalerPassConfig cfg = t_scaler_config;
-  Value* scale =
-      g.AddParam(kAmpScaleParam, {DType::kF32, {}}, ir::ParamKind::kState);
-  Value* growth =
-      g.AddParam(kAmpGrowthParam, {DType::kF32, {}}, ir::ParamKind::kState);
-  Value* skipped =
-      g.AddParam(kAmpSkippedParam, {DType::kF32, {}}, ir::ParamKind::kState);
+  std::vector<Value*> added;
+  for (const StateParam& p : GradScalerState(options)) {
+    added.push_back(g.AddParam(p.name, p.type, ir::ParamKind::kState));
+  }
+  Value* scale = added[0];
+  Value* growth = added[1];
+  Value* skipped = added[2];
 
   std::vector<Node*> order;
   Builder b(g, order);
@@ -183,8 +225,8 @@ absl::StatusOr<bool> InsertGradScaler(ir::Graph& g, PassStats& stats) {
   }
   replace.ApplyToReturns(g);
   g.ReorderNodes(order);
-  stats.Add("gradients unscaled", unscaled);
-  stats.Add("state updates predicated", predicated);
+  stats.Add(kGradientsUnscaled, unscaled);
+  stats.Add(kStateUpdatesPredicated, predicated);
   return true;
 }
 

@@ -18,13 +18,16 @@
 //   nothing;
 // - %amp_scale, %amp_growth (clean steps in a row) and %amp_skipped
 //   (skipped steps so far) are updated as GradScaler::update does.
-// The caller binds the three new state params (0-d f32). A step that
+// The caller creates and binds the three new state params as
+// GradScalerState (PipelineState) declares them. A step that
 // calls backward() more than once is refused: the later calls add to
 // .grad after the first part was unscaled and checked.
 #ifndef STEPJIT_PASSES_GRAD_SCALER_H_
 #define STEPJIT_PASSES_GRAD_SCALER_H_
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "ir/graph.h"
@@ -33,20 +36,31 @@
 
 namespace stepjit::passes {
 
-// Constants of the scale update baked into the graph (PyTorch's defaults).
+// The pass's options (pipeline text "grad-scaler{init_scale=65536
+// growth_interval=2000}"; PyTorch's defaults): the initial value of
+// %amp_scale and the constants of the scale update baked into the graph.
+inline constexpr PassOptionInfo kGradScalerOptions[] = {
+    {"init_scale", OptionType::kDouble, "65536",
+     "initial loss scale (the value %amp_scale is created with)"},
+    {"growth_factor", OptionType::kDouble, "2",
+     "scale multiplier after growth_interval clean steps in a row"},
+    {"backoff_factor", OptionType::kDouble, "0.5",
+     "scale multiplier after a step with inf/NaN gradients"},
+    {"growth_interval", OptionType::kInt, "2000",
+     "clean steps in a row before the scale grows"},
+};
+
+// The options as a struct, and back as a pipeline entry.
 struct GradScalerPassConfig {
+  double init_scale = 65536.0;
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
-};
-// Runs `grad-scaler` with this config on the calling thread while alive.
-class ScopedGradScalerConfig {
- public:
-  explicit ScopedGradScalerConfig(GradScalerPassConfig config);
-  ~ScopedGradScalerConfig();
 
- private:
-  GradScalerPassConfig prev_;
+  static GradScalerPassConfig From(const PassOptions& options);
+  // "grad-scaler{init_scale=... growth_factor=... backoff_factor=...
+  // growth_interval=...}".
+  std::string PipelineEntry() const;
 };
 
 // The names of the state params grad-scaler adds, in the order it adds them.
@@ -54,6 +68,22 @@ inline constexpr const char* kAmpScaleParam = "amp_scale";
 inline constexpr const char* kAmpGrowthParam = "amp_growth";
 inline constexpr const char* kAmpSkippedParam = "amp_skipped";
 
+// Its counters.
+inline constexpr Statistic kGradientsUnscaled{"grad-scaler",
+                                              "gradients unscaled"};
+inline constexpr Statistic kStateUpdatesPredicated{"grad-scaler",
+                                                   "state updates predicated"};
+
+// %amp_scale (init_scale), %amp_growth and %amp_skipped (0): 0-d f32.
+std::vector<StateParam> GradScalerState(const PassOptions& options);
+
+// The pass with its options; InvalidArgument for values GradScaler refuses
+// (a scale that is not positive, growth_factor <= 1, backoff_factor outside
+// (0, 1), growth_interval < 1).
+absl::StatusOr<bool> InsertGradScalerWith(ir::Graph& graph,
+                                          const PassOptions& options,
+                                          PassStats& stats);
+// The same with the defaults.
 absl::StatusOr<bool> InsertGradScaler(ir::Graph& graph, PassStats& stats);
 
 }  // namespace stepjit::passes

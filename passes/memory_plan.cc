@@ -179,10 +179,10 @@ absl::StatusOr<bool> PlanMemory(ir::Graph& graph, MemoryPlanStats* stats) {
 absl::StatusOr<bool> PlanMemoryPass(ir::Graph& graph, PassStats& stats) {
   MemoryPlanStats m;
   ASSIGN_OR_RETURN(bool changed, PlanMemory(graph, &m));
-  stats.Add("planned peak bytes", m.planned_peak_bytes);
-  stats.Add("in-place updates", m.in_place);
-  stats.Add("copied updates", m.copies);
-  stats.Add("bytes saved", m.bytes_saved);
+  stats.Add(kPlannedPeakBytes, m.planned_peak_bytes);
+  stats.Add(kInPlaceUpdates, m.in_place);
+  stats.Add(kCopiedUpdates, m.copies);
+  stats.Add(kBytesSaved, m.bytes_saved);
   return changed;
 }
 

@@ -37,8 +37,12 @@ struct MemoryPlanStats {
 // Annotates every in-place update node (recursively) with `in_place`.
 // Returns whether any attribute changed.
 absl::StatusOr<bool> PlanMemory(ir::Graph& graph, MemoryPlanStats* stats);
-// The pipeline entry ("memory-plan"): counters "planned peak bytes",
-// "in-place updates", "copied updates", "bytes saved".
+// The pipeline entry ("memory-plan") and its counters.
+inline constexpr Statistic kPlannedPeakBytes{"memory-plan",
+                                             "planned peak bytes"};
+inline constexpr Statistic kInPlaceUpdates{"memory-plan", "in-place updates"};
+inline constexpr Statistic kCopiedUpdates{"memory-plan", "copied updates"};
+inline constexpr Statistic kBytesSaved{"memory-plan", "bytes saved"};
 absl::StatusOr<bool> PlanMemoryPass(ir::Graph& graph, PassStats& stats);
 
 }  // namespace stepjit::passes

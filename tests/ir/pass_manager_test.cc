@@ -16,6 +16,8 @@
 #include "ir/graph.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
+#include "passes/grad_scaler.h"
+#include "passes/memory_plan.h"
 
 namespace stepjit::passes {
 namespace {
@@ -268,5 +270,145 @@ TEST(PassManagerTest, ValueReplacerFollowsChainsIntoInputsAndReturns) {
   EXPECT_FALSE(replacer.ApplyToReturns(*graph));  // returns %3: unaffected
 }
 
+TEST(PassManagerTest, PipelineOptionsParseAndPrintBack) {
+  auto pipeline = ParsePipelineText(
+      " cse , grad-scaler{ growth_interval=7  init_scale=1024.5 },dce");
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  ASSERT_EQ(pipeline->entries.size(), 3u);
+  const PassOptions& o = pipeline->entries[1].options;
+  EXPECT_EQ(pipeline->entries[1].pass->name, "grad-scaler");
+  EXPECT_EQ(o.Int("growth_interval"), 7);
+  EXPECT_EQ(o.Double("init_scale"), 1024.5);
+  EXPECT_EQ(o.Double("growth_factor"), 2.0);  // the declared defaults
+  EXPECT_EQ(o.Double("backoff_factor"), 0.5);
+  // Printed in declaration order, only what the text set.
+  const std::string printed = pipeline->ToString();
+  EXPECT_EQ(printed,
+            "cse,grad-scaler{init_scale=1024.5 growth_interval=7},dce");
+  auto again = ParsePipelineText(printed);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->ToString(), printed);
+  // Empty braces are no options.
+  EXPECT_EQ(ParsePipelineText("grad-scaler{},cse{ }")->ToString(),
+            "grad-scaler,cse");
+}
+
+TEST(PassManagerTest, GradScalerConfigRoundTripsThroughPipelineText) {
+  const GradScalerPassConfig config{.init_scale = 0.1,
+                                    .growth_factor = 1.0000001,
+                                    .backoff_factor = 1.0 / 3.0,
+                                    .growth_interval = 123456789};
+  const std::string entry = config.PipelineEntry();
+  auto pipeline = ParsePipelineText(entry);
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  const GradScalerPassConfig back =
+      GradScalerPassConfig::From(pipeline->entries[0].options);
+  EXPECT_EQ(back.init_scale, config.init_scale);  // exact doubles
+  EXPECT_EQ(back.growth_factor, config.growth_factor);
+  EXPECT_EQ(back.backoff_factor, config.backoff_factor);
+  EXPECT_EQ(back.growth_interval, config.growth_interval);
+  EXPECT_EQ(pipeline->ToString(), entry);
+}
+
+TEST(PassManagerTest, BadPipelineOptionsAreRefusedWithTheirMessages) {
+  auto message = [](absl::string_view text) {
+    auto pipeline = ParsePipelineText(text);
+    EXPECT_FALSE(pipeline.ok()) << text;
+    EXPECT_EQ(pipeline.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(pipeline.status().message());
+  };
+  EXPECT_EQ(message("grad-scaler{growth_intervl=7}"),
+            "pass `grad-scaler`: unknown option 'growth_intervl'; options: "
+            "init_scale, growth_factor, backoff_factor, growth_interval");
+  EXPECT_EQ(message("grad-scaler{growth_interval=7.5}"),
+            "pass `grad-scaler`: option 'growth_interval' expects an integer, "
+            "got '7.5'");
+  EXPECT_EQ(message("grad-scaler{init_scale=big}"),
+            "pass `grad-scaler`: option 'init_scale' expects a number, got "
+            "'big'");
+  EXPECT_EQ(message("grad-scaler{init_scale=inf}"),
+            "pass `grad-scaler`: option 'init_scale' expects a number, got "
+            "'inf'");
+  EXPECT_EQ(message("grad-scaler{growth_interval}"),
+            "pass `grad-scaler`: expected name=value, got 'growth_interval'; "
+            "options: init_scale, growth_factor, backoff_factor, "
+            "growth_interval");
+  EXPECT_EQ(message("grad-scaler{growth_interval=1 growth_interval=2}"),
+            "pass `grad-scaler`: option 'growth_interval' given twice");
+  EXPECT_EQ(message("cse,grad-scaler{growth_interval=7"),
+            "pass `grad-scaler`: unbalanced braces: no '}' closes its '{' in "
+            "pipeline 'cse,grad-scaler{growth_interval=7'");
+  EXPECT_EQ(message("cse},dce"),
+            "unbalanced braces: a '}' after `cse` in pipeline 'cse},dce' "
+            "closes no '{'");
+  EXPECT_EQ(
+      message("grad-scaler{a={b=1}}"),
+      "pass `grad-scaler`: nested '{' in pipeline 'grad-scaler{a={b=1}}'; "
+      "expected name=value options between one pair of braces");
+  EXPECT_EQ(message("grad-scaler{growth_interval=7}x"),
+            "unexpected text after '}' in pipeline entry "
+            "'grad-scaler{growth_interval=7}x'; expected ',' before the next "
+            "pass");
+  EXPECT_EQ(message("dce{aggressive=true}"),
+            "pass `dce` takes no options, got {aggressive=true}");
+  EXPECT_TRUE(absl::StartsWith(message("frob{x=1}"),
+                               "unknown pass 'frob'; known passes: verify, "))
+      << message("frob{x=1}");
+  // Values the scaler refuses fail when the pass runs, naming it.
+  auto graph = Parse();
+  absl::Status status = RunPipeline(*graph, "grad-scaler{backoff_factor=1}",
+                                    PipelineOptions(), nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "pass `grad-scaler`: option 'backoff_factor' = 1: expected in "
+            "(0, 1)");
+}
+
+TEST(PassManagerTest, PassesDeclareTheStateTheyAdd) {
+  auto pipeline =
+      ParsePipelineText("cse,grad-scaler{init_scale=256},memory-plan");
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  const std::vector<StateParam> state = PipelineState(*pipeline);
+  ASSERT_EQ(state.size(), 3u);
+  EXPECT_EQ(state[0].name, kAmpScaleParam);
+  EXPECT_EQ(state[0].initial, 256.0);
+  EXPECT_EQ(state[1].name, kAmpGrowthParam);
+  EXPECT_EQ(state[1].initial, 0.0);
+  EXPECT_EQ(state[2].name, kAmpSkippedParam);
+  for (const StateParam& p : state) {
+    EXPECT_EQ(p.type.dtype, ir::DType::kF32) << p.name;
+    EXPECT_TRUE(p.type.shape.empty()) << p.name;
+  }
+  EXPECT_TRUE(PipelineState(*ParsePipelineText("cse,dce")).empty());
+  // The options are listed with their types and defaults.
+  const std::string described = DescribeOptions(*FindPass("grad-scaler"));
+  EXPECT_NE(described.find("growth_interval=<int> (default 2000): "),
+            std::string::npos)
+      << described;
+  EXPECT_TRUE(DescribeOptions(*FindPass("cse")).empty());
+}
+
+TEST(PassManagerTest, CudaPipelineKeepsOptionsWhenItAddsGemmBgrad) {
+  EXPECT_EQ(PipelineForTarget("grad-scaler{growth_interval=5},fuse,dce",
+                              Target::kCuda),
+            "grad-scaler{growth_interval=5},fuse,gemm-bgrad,dce");
+  EXPECT_EQ(
+      PipelineForTarget("grad-scaler{growth_interval=5},fuse", Target::kCpu),
+      "grad-scaler{growth_interval=5},fuse");
+}
+
+TEST(PassManagerTest, StatisticsAreReadByTheKeysPassesDeclare) {
+  auto graph = Parse();
+  PipelineStats stats;
+  ASSERT_TRUE(
+      RunPipeline(*graph, "cse,memory-plan", PipelineOptions(), &stats).ok());
+  const int64_t peak = stats.Get(kPlannedPeakBytes);
+  EXPECT_GT(peak, 0);
+  EXPECT_EQ(peak, stats.Find("memory-plan")->Get("planned peak bytes"));
+  EXPECT_EQ(stats.Get(kGradientsUnscaled), 0);  // the pass did not run
+  EXPECT_NE(stats.ToString().find("planned peak bytes=" + std::to_string(peak)),
+            std::string::npos)
+      << stats.ToString();
+}
 }  // namespace
 }  // namespace stepjit::passes
