@@ -1,8 +1,6 @@
 // Dispatch: type inference, operand conversion, views, kernels, autograd, observer.
 #include "runtime/dispatch.h"
 
-#include <mutex>
-
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "ir/infer.h"
@@ -10,8 +8,8 @@
 #include "runtime/amp/autocast.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/grad_mode.h"
-#include "runtime/cpu/kernels.h"
-#include "runtime/cuda/ops.h"
+#include "runtime/cpu/device_runtime.h"
+#include "runtime/device_runtime.h"
 
 namespace stepjit::runtime {
 
@@ -24,19 +22,6 @@ namespace {
 thread_local DispatchObserver* t_observer = nullptr;
 thread_local Device t_factory_device = Device::cpu();
 thread_local bool t_meta = false;
-
-const cpu::KernelTable& CpuKernels() {
-  static cpu::KernelTable table = {};
-  static std::once_flag once;
-  std::call_once(once, [] {
-    cpu::RegisterElementwiseKernels(table);
-    cpu::RegisterReductionKernels(table);
-    cpu::RegisterNnKernels(table);
-    cpu::RegisterMatmulKernels(table);
-    cpu::RegisterMiscKernels(table);
-  });
-  return table;
-}
 
 // Strides of a reshape that can alias the input (PyTorch's computeStride),
 // or an empty result when the layout forbids a view.
@@ -158,7 +143,7 @@ Device CommonDevice(OpId op, absl::Span<const Tensor> inputs) {
   Device device = inputs[0].device();
   if (op != OpId::kCopyInplace) {
     for (const Tensor& t : inputs) {
-      if (t.defined() && t.device().is_cuda()) {
+      if (t.defined() && !t.device().is_cpu()) {
         device = t.device();
         break;
       }
@@ -178,7 +163,9 @@ Device CommonDevice(OpId op, absl::Span<const Tensor> inputs) {
 
 }  // namespace
 
-CpuKernel GetCpuKernel(OpId op) { return CpuKernels()[static_cast<int>(op)]; }
+CpuKernel GetCpuKernel(OpId op) {
+  return cpu::Runtime().kernels[static_cast<int>(op)];
+}
 
 Device FactoryDevice() { return t_factory_device; }
 FactoryDeviceGuard::FactoryDeviceGuard(Device device) : previous_(t_factory_device) {
@@ -243,7 +230,7 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
   } else {
     absl::InlinedVector<Tensor, 4> converted(inputs.begin(), inputs.end());
     for (Tensor& t : converted) {
-      if (t.device() != device) t = cuda::ToDevice(t, device);
+      if (t.device() != device) t = TransferTensor(t, device);
     }
     for (size_t i = 0; i < converted.size(); ++i) {
       ir::DType want = OperandDType(op, static_cast<int>(i), inputs[i], types, out_type);
@@ -253,11 +240,7 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
                             AliasesDifferently(inputs[i], inputs[0]);
       if (want != inputs[i].dtype() || overlaps) {
         Tensor c = empty(inputs[i].shape(), {.dtype = want, .device = device});
-        if (device.is_cuda()) {
-          cuda::CopyInto(c, converted[i]);
-        } else {
-          cpu::CopyInto(c, converted[i]);
-        }
+        GetDeviceRuntime(device.type).copy_into(c, converted[i]);
         converted[i] = c;
       }
     }
@@ -266,13 +249,7 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
     } else {
       out = empty(out_type.shape, {.dtype = out_type.dtype, .device = device});
     }
-    if (device.is_cuda()) {
-      cuda::RunKernel(KernelArgs{op, converted, attrs, out});
-    } else {
-      CpuKernel kernel = CpuKernels()[static_cast<int>(op)];
-      SJ_CHECK(kernel != nullptr, "no cpu kernel for ", ir::OpName(op));
-      kernel(KernelArgs{op, converted, attrs, out});
-    }
+    GetKernel(op, device)(KernelArgs{op, converted, attrs, out});
     if (ir::IsInplace(op)) out.storage()->BumpVersion();
   }
 
@@ -299,20 +276,14 @@ std::vector<Tensor> DispatchResults(OpId op, absl::Span<const Tensor> inputs,
   const Device device = CommonDevice(op, inputs);
   absl::InlinedVector<Tensor, 4> converted(inputs.begin(), inputs.end());
   for (Tensor& t : converted) {
-    if (t.device() != device) t = cuda::ToDevice(t, device);
+    if (t.device() != device) t = TransferTensor(t, device);
   }
   std::vector<Tensor> out;
   for (const ir::TensorType& t : out_types) {
     out.push_back(empty(t.shape, {.dtype = t.dtype, .device = device}));
   }
   const KernelArgs k{op, converted, attrs, out[0], absl::MakeConstSpan(out).subspan(1)};
-  if (device.is_cuda()) {
-    cuda::RunKernel(k);
-  } else {
-    CpuKernel kernel = CpuKernels()[static_cast<int>(op)];
-    SJ_CHECK(kernel != nullptr, "no cpu kernel for ", ir::OpName(op));
-    kernel(k);
-  }
+  GetKernel(op, device)(k);
   return out;
 }
 

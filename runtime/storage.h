@@ -56,6 +56,9 @@ MemoryStats GetCpuMemoryStats();
 // Meta storages alive now (a shape-only re-trace must leave none behind).
 int64_t LiveMetaStorages();
 void ResetCpuPeakMemory();
+// Adds `delta` bytes to the host accounting (a positive delta counts one
+// allocation): the CPU runtime's allocations and pinned host memory.
+void CountHostBytes(int64_t delta);
 
 }  // namespace stepjit
 

@@ -12,7 +12,7 @@
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/cpu/kernels.h"
-#include "runtime/cuda/ops.h"
+#include "runtime/device_runtime.h"
 #include "runtime/dispatch.h"
 #include "runtime/ops.h"
 
@@ -128,11 +128,11 @@ Tensor Tensor::to(Device device, bool non_blocking) const {
   // Copies between devices are not ops of the graph: a traced step breaks
   // there (and runs eagerly) rather than replaying a stale copy.
   if (auto* obs = runtime::GetDispatchObserver()) {
-    obs->OnHostRead(*this, device.is_cuda() ? "to(cuda)" : "to(cpu)");
+    obs->OnHostRead(*this, device.is_cpu() ? "to(cpu)" : "to(cuda)");
   }
   SJ_REQUIRE(!storage()->is_meta(), "a shape-only (meta) tensor cannot be copied to ",
              device.str());
-  return runtime::cuda::ToDevice(*this, device, non_blocking);
+  return runtime::TransferTensor(*this, device, non_blocking);
 }
 
 Tensor Tensor::pin_memory() const {
@@ -151,7 +151,7 @@ namespace {
 Tensor HostReadable(const Tensor& t) {
   SJ_REQUIRE(!t.storage()->is_meta(), "a shape-only (meta) ", ir::DTypeName(t.dtype()),
              ir::ShapeToString(t.shape()), " tensor has no value to read to the host");
-  return t.device().is_cpu() ? t : runtime::cuda::ToDevice(t, Device::cpu());
+  return t.device().is_cpu() ? t : runtime::TransferTensor(t, Device::cpu());
 }
 }  // namespace
 
@@ -217,7 +217,7 @@ std::string Tensor::ToString() const {
   const Tensor host = HostReadable(*this);
   PrintDim(os, host, 0, host.offset());
   os << ", dtype=" << ir::DTypeName(dtype()) << ", shape=" << ir::ShapeToString(shape());
-  if (device().is_cuda()) os << ", device=" << device().str();
+  if (!device().is_cpu()) os << ", device=" << device().str();
   if (requires_grad()) os << ", requires_grad";
   os << ")";
   return os.str();
@@ -371,7 +371,7 @@ Tensor FromHost(const std::vector<T>& values, ShapeRef shape, TensorOptions opti
   Tensor t = empty(shape, {.dtype = host_dtype});
   std::copy(values.begin(), values.end(), t.data<T>());
   if (options.dtype != host_dtype) t = t.to(options.dtype);
-  if (!options.device.is_cpu()) t = runtime::cuda::ToDevice(t, options.device);
+  if (!options.device.is_cpu()) t = runtime::TransferTensor(t, options.device);
   if (options.requires_grad) t.set_requires_grad(true);
   return t;
 }

@@ -1,0 +1,70 @@
+#include "runtime/cuda/device_runtime.h"
+
+#include "ir/status.h"
+#include "runtime/cuda/backend.h"
+#include "runtime/cuda/kernels/copy.h"
+#include "runtime/cuda/memory/pinned_pool.h"
+#include "runtime/cuda/ops.h"
+
+namespace stepjit::runtime::cuda {
+namespace {
+
+Backend& BackendFor(Device device, const char* what) {
+  absl::StatusOr<Backend*> b = RequireBackend();
+  SJ_REQUIRE(b.ok(), what, " on ", device.str(), ": ", b.status().message());
+  SJ_REQUIRE(device.index >= 0 && device.index < (*b)->DeviceCount(), what,
+             " on ", device.str(), ": there are ", (*b)->DeviceCount(),
+             " CUDA device(s) (", (*b)->Describe(), ")");
+  return **b;
+}
+
+void* Allocate(int64_t nbytes, Device device) {
+  BackendFor(device, "tensor storage");
+  absl::StatusOr<void*> p =
+      DeviceAllocator().Allocate(static_cast<size_t>(nbytes), CurrentStream());
+  SJ_REQUIRE(p.ok(), "allocating ", nbytes, " bytes on ", device.str(), ": ",
+             p.status().message());
+  return *p;
+}
+
+void Release(void* data, int64_t, Device) {
+  // The block may still be in use by queued work on the stream it was
+  // allocated on; the allocator reuses it in that stream's order.
+  if (!HoldFree(data)) (void)DeviceAllocator().Free(data);
+}
+
+void* AllocatePinnedHost(int64_t nbytes) {
+  BackendFor(Device::cuda(0), "pinned host memory");
+  absl::StatusOr<void*> p = AllocatePinned(static_cast<size_t>(nbytes));
+  SJ_REQUIRE(p.ok(), "allocating ", nbytes,
+             " bytes of pinned host memory: ", p.status().message());
+  return *p;
+}
+
+Tensor Transfer(const Tensor& t, Device to, bool non_blocking) {
+  return ToDevice(t, to, non_blocking);
+}
+
+DeviceRuntime Make() {
+  DeviceRuntime rt;
+  rt.name = "cuda";
+  // One entry point for every op: RunKernel chooses a generated, fixed or
+  // library kernel, or a host round trip (runtime/cuda/ops.h).
+  rt.kernels.fill(&RunKernel);
+  rt.copy_into = &CopyInto;
+  rt.transfer = &Transfer;
+  rt.allocate = &Allocate;
+  rt.release = &Release;
+  rt.allocate_pinned = &AllocatePinnedHost;
+  rt.release_pinned = &FreePinned;
+  return rt;
+}
+
+}  // namespace
+
+const DeviceRuntime& Runtime() {
+  static const DeviceRuntime rt = Make();
+  return rt;
+}
+
+}  // namespace stepjit::runtime::cuda
