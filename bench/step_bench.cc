@@ -13,7 +13,7 @@
 #include "bench/workloads.h"
 #include "codegen/cpu/region_kernel.h"
 #include "ir/parser.h"
-#include "runtime/executor.h"
+#include "runtime/cpu/program/cpu_backend.h"
 
 namespace stepjit::bench {
 namespace {
@@ -87,7 +87,7 @@ void BM_AdamWRegion(benchmark::State& state, bool generated) {
   }
   for (auto _ : state) {
     if (generated) {
-      runtime::RunRegionKernel(*k, {w.data_ptr(), m.data_ptr(), g.data_ptr(), v.data_ptr(),
+      runtime::cpu::RunRegionKernel(*k, {w.data_ptr(), m.data_ptr(), g.data_ptr(), v.data_ptr(),
                                     m.data_ptr(), v.data_ptr(), w.data_ptr()});
     } else {
       w.mul_(0.99999);

@@ -36,10 +36,10 @@
 
 namespace stepjit::codegen::cpu {
 
-// The runtime's RunRegionKernel (runtime/executor.h) calls these with
-// ptrs: one pointer per body parameter (in order), then one per body return,
-// then `scratch` (num_slots 8-byte slots), then one double buffer of
-// reduced_numel elements per accumulator.
+// The CPU backend's RunRegionKernel (runtime/cpu/program/cpu_backend.h)
+// calls these with ptrs: one pointer per body parameter (in order), then one
+// per body return, then `scratch` (num_slots 8-byte slots), then one double
+// buffer of reduced_numel elements per accumulator.
 using ScalarFn = void (*)(void* const* ptrs);
 using LoopFn = void (*)(void* const* ptrs, int64_t begin, int64_t end);
 

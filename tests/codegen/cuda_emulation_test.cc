@@ -20,8 +20,8 @@
 #include "gtest/gtest.h"
 #include "tests/codegen/cuda_test_util.h"
 #include "ir/parser.h"
+#include "runtime/cpu/program/cpu_backend.h"
 #include "runtime/dispatch.h"
-#include "runtime/executor.h"
 #include "runtime/ops.h"
 
 namespace stepjit::codegen::cuda {
@@ -335,7 +335,7 @@ TEST(CudaEmulationTest, FusedRegionsMatchTheCpuBackend) {
       expect.push_back(empty(r->type().shape, {.dtype = r->type().dtype}));
       ptrs.push_back(expect.back().data_ptr());
     }
-    runtime::RunRegionKernel(*cpu, ptrs);
+    runtime::cpu::RunRegionKernel(*cpu, ptrs);
     const bool reduces = regions[k].reduced_numel > 0;
     // Only elementwise regions have a vector path to avoid.
     for (bool misalign : {false, true}) {

@@ -3,7 +3,7 @@
 // work, vectorized elementwise code, row and column reductions) run as one
 // group on the host emulation of CUDA and must give the bytes each region's
 // own kernels give; the module compiles with NVRTC for sm_80 and sm_90; and
-// the grouping rules of runtime/region_groups.h are checked on IR.
+// the grouping rules of runtime/cuda/program/region_groups.h are checked on IR.
 #include <cstring>
 #include <memory>
 #include <string>
@@ -18,7 +18,7 @@
 #include "gtest/gtest.h"
 #include "ir/parser.h"
 #include "runtime/ops.h"
-#include "runtime/region_groups.h"
+#include "runtime/cuda/program/region_groups.h"
 #include "tests/codegen/cuda_test_util.h"
 
 namespace stepjit::codegen::cuda {
@@ -217,7 +217,7 @@ TEST(RegionGroupsTest, RunsEndAtDependenciesOtherNodesAndTheArgumentLimit) {
     if (n->kind() == ir::NodeKind::kFusion) bytes[n.get()] = 16;
   }
   const std::vector<std::vector<const ir::Node*>> runs =
-      runtime::IndependentRegionRuns(**g, bytes, /*max_arg_bytes=*/40);
+      runtime::cuda::IndependentRegionRuns(**g, bytes, /*max_arg_bytes=*/40);
   std::vector<std::string> got;
   for (const auto& run : runs) {
     std::string names;
@@ -228,7 +228,7 @@ TEST(RegionGroupsTest, RunsEndAtDependenciesOtherNodesAndTheArgumentLimit) {
   // Regions the device did not compile are not grouped.
   bytes.erase((*g)->nodes()[1].get());
   got.clear();
-  for (const auto& run : runtime::IndependentRegionRuns(**g, bytes, 40)) got.push_back(run.front()->body()->name());
+  for (const auto& run : runtime::cuda::IndependentRegionRuns(**g, bytes, 40)) got.push_back(run.front()->body()->name());
   EXPECT_EQ(got, (std::vector<std::string>{"r2", "r4"}));
 }
 

@@ -18,6 +18,7 @@
 #include "codegen/kernel_cache.h"
 #include "gtest/gtest.h"
 #include "ir/parser.h"
+#include "runtime/cpu/program/cpu_backend.h"
 #include "runtime/dispatch.h"
 #include "runtime/executor.h"
 #include "runtime/ops.h"
@@ -50,7 +51,7 @@ std::vector<Tensor> RunKernel(const RegionKernel& k, const std::vector<Tensor>& 
     out.push_back(empty(t.shape, {.dtype = t.dtype}));
     ptrs.push_back(out.back().data_ptr());
   }
-  runtime::RunRegionKernel(k, ptrs);
+  runtime::cpu::RunRegionKernel(k, ptrs);
   return out;
 }
 
@@ -268,7 +269,7 @@ graph @adam(%p0: f32[] input, %p1: f64[] input, %p2: f32[300,257] input, %p3: f3
   std::vector<void*> ptrs = {step.data_ptr(), beta.data_ptr(), grad.data_ptr(), avg.data_ptr()};
   Tensor bc = empty({}, {.dtype = DType::kF64});
   ptrs.insert(ptrs.end(), {step.data_ptr(), bc.data_ptr(), avg.data_ptr()});
-  runtime::RunRegionKernel(*k, ptrs);
+  runtime::cpu::RunRegionKernel(*k, ptrs);
   EXPECT_EQ(step.item(), 5.0f);
   const double expect_bc = 1.0 - std::pow(0.9, 5.0);
   EXPECT_EQ(bc.item(), expect_bc);

@@ -19,8 +19,8 @@
 #include "gtest/gtest.h"
 #include "tests/codegen/cuda_test_util.h"
 #include "ir/parser.h"
+#include "runtime/cpu/program/cpu_backend.h"
 #include "runtime/cuda/driver/device.h"
-#include "runtime/executor.h"
 #include "runtime/ops.h"
 
 namespace stepjit::runtime::cuda {
@@ -174,7 +174,7 @@ TEST(CudaDeviceTest, GeneratedRegionsMatchTheCpuBackend) {
       expect.push_back(empty(r->type().shape, {.dtype = r->type().dtype}));
       ptrs.push_back(expect.back().data_ptr());
     }
-    runtime::RunRegionKernel(*cpu, ptrs);
+    runtime::cpu::RunRegionKernel(*cpu, ptrs);
     absl::StatusOr<std::vector<Tensor>> got =
         RunOnDevice(*src, bin->cubin, body, args);
     ASSERT_TRUE(got.ok()) << file.filename() << ": " << got.status();

@@ -1,0 +1,191 @@
+// CUDA-graph capture and replay of a whole run, with Philox slots that give
+// every replay fresh random draws.
+#include "runtime/cuda/program/cuda_graph.h"
+
+#include <exception>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "ir/status.h"
+#include "runtime/cuda/kernels/random_ops.h"
+#include "runtime/cuda/ops.h"
+#include "runtime/dispatch.h"
+#include "runtime/program/random_remap.h"
+
+namespace stepjit::runtime::cuda {
+
+using ir::NodeKind;
+
+std::string NotCapturable(const ir::Graph& g, const CudaRegions& compiled) {
+  for (const auto& n : g.nodes()) {
+    if (n->kind() == NodeKind::kFusion) {
+      if (compiled.contains(n.get())) continue;
+      std::string why = NotCapturable(*n->body(), compiled);
+      if (!why.empty()) return why;
+    } else if (n->kind() == NodeKind::kOp) {
+      if (ir::GetOpInfo(n->op()).kind == ir::OpKind::kRandom) {
+        if (!RunsOnDeviceAsRandom(n->op(), n->output()->type().dtype)) {
+          return absl::StrCat("random op ", ir::OpName(n->op()), " in ",
+                              ir::DTypeName(n->output()->type().dtype),
+                              " has no CUDA kernel and runs on the host");
+        }
+        continue;
+      }
+      if (!RunsOnDevice(n->op())) {
+        return absl::StrCat(ir::OpName(n->op()),
+                            " has no CUDA kernel and runs on the host");
+      }
+    }
+  }
+  return "";
+}
+
+namespace {
+
+void CollectRandomNodes(const ir::Graph& g, const CudaRegions& compiled,
+                        std::vector<const ir::Node*>& out) {
+  for (const auto& n : g.nodes()) {
+    if (n->kind() == NodeKind::kFusion && !compiled.contains(n.get())) {
+      CollectRandomNodes(*n->body(), compiled, out);
+    } else if (n->kind() == NodeKind::kOp &&
+               ir::GetOpInfo(n->op()).kind == ir::OpKind::kRandom) {
+      out.push_back(n.get());
+    }
+  }
+}
+
+}  // namespace
+
+PhiloxSlots::PhiloxSlots(const ir::Graph& g, const CudaRegions& compiled) {
+  CollectRandomNodes(g, compiled, random_nodes);
+  for (const ir::Node* n : random_nodes) {
+    slots.emplace(n->attrs().GetInt(ir::AttrKey::kOffset),
+                  static_cast<int>(slots.size()));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<CudaGraphReplay>> CudaGraphReplay::Capture(
+    Backend& b, Stream stream, Device device, const PhiloxSlots& philox,
+    absl::Span<const Tensor> inputs, absl::Span<const Tensor> state,
+    const ReplayLoop& loop) {
+  std::unique_ptr<CudaGraphReplay> g(new CudaGraphReplay);
+  for (const Tensor& t : inputs) {
+    Tensor s = empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+    CopyInto(s, t);
+    g->static_inputs_.push_back(s);
+  }
+  for (const Tensor& t : state) g->state_ptrs_.push_back(t.data_ptr());
+  if (!philox.slots.empty()) {
+    const int64_t n = 2 * static_cast<int64_t>(philox.slots.size());
+    g->philox_host_ = empty({n}, {.dtype = DType::kI64}).pin_memory();
+    g->philox_device_ = empty({n}, {.dtype = DType::kI64, .device = device});
+  }
+  RunHooks hooks;
+  hooks.keep_alive = &g->keep_alive_;
+  if (g->philox_device_.defined()) {
+    const auto* slots =
+        static_cast<const uint64_t*>(g->philox_device_.data_ptr());
+    hooks.dispatch_random = [slots, &philox](const ir::Node& node,
+                                             const std::vector<Tensor>& in) {
+      const int slot =
+          philox.slots.at(node.attrs().GetInt(ir::AttrKey::kOffset));
+      PhiloxSlotGuard from_slot(slots + 2 * slot);
+      return Dispatch(node.op(), in, node.attrs());
+    };
+  }
+  FreeHold hold;
+  if (absl::Status st = b.BeginCapture(stream); !st.ok()) {
+    return absl::InternalError(
+        absl::StrCat("capture failed to start: ", st.message()));
+  }
+  std::string failure;
+  try {
+    g->outputs_ = loop(g->static_inputs_, state, hooks);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  absl::StatusOr<GraphHandle> graph = b.EndCapture(stream);
+  if (failure.empty() && !graph.ok())
+    failure = std::string(graph.status().message());
+  if (!failure.empty()) {
+    if (graph.ok()) b.DestroyGraph(*graph);
+    // `hold` frees what the recorded work would have used.
+    return absl::InternalError(absl::StrCat("capture failed: ", failure));
+  }
+  g->graph_ = *graph;
+  g->held_ = hold.Take();
+  for (const Tensor& o : g->outputs_) {
+    bool is_state = false;
+    for (const Tensor& t : state) is_state |= o.storage() == t.storage();
+    g->output_is_state_.push_back(is_state);
+  }
+  return g;
+}
+
+CudaGraphReplay::~CudaGraphReplay() {
+  if (Backend* b = GetBackend()) {
+    (void)b->SynchronizeDevice();
+    if (graph_ != 0) b->DestroyGraph(graph_);
+    if (philox_copied_ != 0) b->DestroyEvent(philox_copied_);
+    for (void* p : held_) (void)DeviceAllocator().Free(p);
+  }
+}
+
+bool CudaGraphReplay::SameState(absl::Span<const Tensor> state) const {
+  if (state_ptrs_.size() != state.size()) return false;
+  for (size_t i = 0; i < state.size(); ++i) {
+    if (state[i].data_ptr() != state_ptrs_[i]) return false;
+  }
+  return true;
+}
+
+std::vector<Tensor> CudaGraphReplay::Replay(Backend& b, Stream stream,
+                                            absl::Span<const Tensor> inputs,
+                                            const PhiloxSlots& philox) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].is_same(static_inputs_[i]))
+      CopyInto(static_inputs_[i], inputs[i]);
+  }
+  RefreshPhiloxSlots(b, stream, philox);
+  const absl::Status st = b.LaunchGraph(graph_, stream);
+  SJ_REQUIRE(st.ok(),
+             "compiled step on CUDA: launching the CUDA graph: ", st.message());
+  ++replays_;
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    const Tensor& o = outputs_[i];
+    if (output_is_state_[i]) {
+      out.push_back(o);
+    } else {
+      Tensor c = empty(o.shape(), {.dtype = o.dtype(), .device = o.device()});
+      CopyInto(c, o);
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+void CudaGraphReplay::RefreshPhiloxSlots(Backend& b, Stream stream,
+                                         const PhiloxSlots& philox) {
+  if (philox.slots.empty()) return;
+  if (philox_copied_ != 0) {
+    ThrowIfError(b.SynchronizeEvent(philox_copied_));
+  } else {
+    philox_copied_ = ValueOrThrow(b.CreateEvent());
+  }
+  uint64_t* host = static_cast<uint64_t*>(philox_host_.data_ptr());
+  RandomRemap remap;
+  for (const ir::Node* n : philox.random_nodes) {
+    const int64_t traced = n->attrs().GetInt(ir::AttrKey::kOffset);
+    const auto [seed, offset] = remap.Draw(traced, RandomWords(*n));
+    const int slot = philox.slots.at(traced);
+    host[2 * slot] = seed;
+    host[2 * slot + 1] = offset;
+  }
+  ThrowIfError(b.Copy(philox_device_.data_ptr(), host,
+                      philox_host_.numel() * sizeof(uint64_t),
+                      CopyKind::kHostToDevice, stream));
+  ThrowIfError(b.RecordEvent(philox_copied_, stream));
+}
+
+}  // namespace stepjit::runtime::cuda

@@ -1,0 +1,275 @@
+// The replay loop: one pass over a graph's nodes, the same for every device.
+#include "runtime/program/replay.h"
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "ir/op.h"
+#include "ir/status.h"
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/dispatch.h"
+#include "runtime/profiler.h"
+#include "runtime/program/random_remap.h"
+
+namespace stepjit::runtime {
+
+using ir::AttrKey;
+using ir::NodeKind;
+
+namespace {
+
+// For each node position, the values whose last read it is (params and
+// returns excluded).
+std::vector<std::vector<int>> LastUses(const ir::Graph& g) {
+  absl::flat_hash_map<int, size_t> last;
+  for (size_t pos = 0; pos < g.nodes().size(); ++pos) {
+    for (const ir::Value* v : g.nodes()[pos]->inputs()) last[v->id()] = pos;
+  }
+  for (const ir::Value* p : g.params()) last.erase(p->id());
+  for (const ir::Value* r : g.returns()) last.erase(r->id());
+  std::vector<std::vector<int>> out(g.nodes().size());
+  for (const auto& [id, pos] : last) out[pos].push_back(id);
+  return out;
+}
+
+void CollectLastUsesInto(const ir::Graph& g, LastUseMap& out) {
+  out[&g] = LastUses(g);
+  for (const auto& n : g.nodes()) {
+    if (n->kind() == NodeKind::kFusion) CollectLastUsesInto(*n->body(), out);
+  }
+}
+
+struct RunContext {
+  const ReplayPlan* plan = nullptr;
+  const RunHooks* hooks = nullptr;
+  RandomRemap random;
+  // Group members whose results a group launch has stored already.
+  absl::flat_hash_set<const ir::Node*> ran_in_group;
+  // In RunChecked: compares each generated region with its interpretation.
+  RegionChecker* checker = nullptr;
+
+  void KeepAlive(absl::Span<const Tensor> in, absl::Span<const Tensor> out) {
+    if (hooks->keep_alive == nullptr) return;
+    hooks->keep_alive->insert(hooks->keep_alive->end(), in.begin(), in.end());
+    hooks->keep_alive->insert(hooks->keep_alive->end(), out.begin(), out.end());
+  }
+};
+
+// "matmul [128, 512]" or "<kernel> [..]" (interpreted regions say so).
+std::string ProfileLabel(const ir::Node& node, const RunContext& ctx) {
+  if (node.kind() == NodeKind::kFusion) {
+    auto it = ctx.plan->regions->find(&node);
+    return absl::StrCat(
+        it != ctx.plan->regions->end()
+            ? it->second->label()
+            : absl::StrCat(node.body()->name(), "(interpreted)"),
+        " ", ir::ShapeToString(node.outputs()[0]->type().shape));
+  }
+  return absl::StrCat(ir::OpName(node.op()), " ",
+                      ir::ShapeToString(node.output()->type().shape));
+}
+
+void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx);
+
+// A region's body op by op over `operands` (which in-place ops may write);
+// returns the body's returns.
+std::vector<Tensor> InterpretBody(const ir::Graph& body,
+                                  absl::Span<const Tensor> operands,
+                                  RunContext& ctx) {
+  std::vector<Tensor> inner(body.num_values());
+  for (size_t i = 0; i < body.params().size(); ++i)
+    inner[body.params()[i]->id()] = operands[i];
+  RunGraph(body, inner, ctx);
+  std::vector<Tensor> out;
+  for (const ir::Value* r : body.returns()) out.push_back(inner[r->id()]);
+  return out;
+}
+
+// RunChecked: `region` ran as generated code from operands `snapshot` holds
+// copies of; its body interpreted on them is the reference.
+void CheckRegion(const ir::Node& region, absl::Span<const Tensor> generated,
+                 absl::Span<const Tensor> snapshot, RunContext& ctx) {
+  ctx.checker->Compare(region, generated,
+                       InterpretBody(*region.body(), snapshot, ctx));
+}
+
+// The backend's launch of the group `members`, and under RunChecked the
+// check of every member launched. False: nothing launched.
+bool RunGroup(absl::Span<const ir::Node* const> members,
+              std::vector<Tensor>& env, RunContext& ctx) {
+  std::vector<std::vector<Tensor>> ins;
+  for (const ir::Node* m : members) {
+    ins.emplace_back();
+    for (const ir::Value* v : m->inputs()) ins.back().push_back(env[v->id()]);
+  }
+  std::vector<std::vector<Tensor>> snapshots;
+  if (ctx.checker != nullptr) {
+    for (const std::vector<Tensor>& in : ins)
+      snapshots.push_back(RegionChecker::Snapshot(in));
+  }
+  std::optional<std::vector<std::vector<Tensor>>> outs =
+      ctx.plan->backend->LaunchGroup(*members.front(), ins);
+  if (!outs) return false;
+  for (size_t m = 0; m < members.size(); ++m) {
+    const std::vector<Tensor>& out = (*outs)[m];
+    for (size_t i = 0; i < out.size(); ++i)
+      env[members[m]->outputs()[i]->id()] = out[i];
+    ctx.KeepAlive(ins[m], out);
+  }
+  for (size_t m = 0; m < snapshots.size(); ++m)
+    CheckRegion(*members[m], (*outs)[m], snapshots[m], ctx);
+  return true;
+}
+
+void RunOp(const ir::Node& node, std::vector<Tensor>& in,
+           std::vector<Tensor>& env, RunContext& ctx) {
+  // Values are immutable: an update overwrites its input only where memory
+  // planning proved the old value dead (`in_place = true`).
+  if (ir::IsInplace(node.op()) && !node.attrs().GetBool(AttrKey::kInPlace)) {
+    in[0] = in[0].clone();
+  }
+  if (node.outputs().size() > 1) {  // a matmul with its bias gradient
+    const std::vector<Tensor> out = DispatchResults(
+        node.op(), in, node.attrs(), static_cast<int>(node.outputs().size()));
+    for (size_t i = 0; i < out.size(); ++i)
+      env[node.outputs()[i]->id()] = out[i];
+    ctx.KeepAlive(in, out);
+    return;
+  }
+  Tensor& out = env[node.output()->id()];
+  if (ir::GetOpInfo(node.op()).kind != ir::OpKind::kRandom) {
+    out = Dispatch(node.op(), in, node.attrs());
+  } else if (ctx.hooks->dispatch_random) {
+    out = ctx.hooks->dispatch_random(node, in);
+  } else {
+    out = Dispatch(node.op(), in, ctx.random.Apply(node));
+  }
+  ctx.KeepAlive(in, {out});
+}
+
+// A fusion node: in a group launch, as generated code, or interpreted.
+void RunFusion(const ir::Node& node, std::vector<Tensor>& in,
+               std::vector<Tensor>& env, RunContext& ctx) {
+  if (ctx.ran_in_group.contains(&node)) return;
+  if (absl::Span<const ir::Node* const> members =
+          ctx.plan->backend->GroupStartingAt(node);
+      !members.empty() && RunGroup(members, env, ctx)) {
+    ctx.ran_in_group.insert(members.begin(), members.end());
+    return;
+  }
+  const ir::Graph& body = *node.body();
+  const auto k = ctx.plan->regions->find(&node);
+  CompiledRegion* region =
+      k != ctx.plan->regions->end() ? k->second.get() : nullptr;
+  const std::vector<Tensor> snapshot =
+      region != nullptr && ctx.checker != nullptr ? RegionChecker::Snapshot(in)
+                                                  : std::vector<Tensor>();
+  std::optional<std::vector<Tensor>> out;
+  if (region != nullptr) out = region->Launch(body, in);
+  if (out) {
+    if (ctx.checker != nullptr) CheckRegion(node, *out, snapshot, ctx);
+    for (size_t i = 0; i < out->size(); ++i)
+      env[node.outputs()[i]->id()] = (*out)[i];
+    ctx.KeepAlive(in, *out);
+    return;
+  }
+  const std::vector<Tensor> results = InterpretBody(body, in, ctx);
+  for (size_t i = 0; i < results.size(); ++i)
+    env[node.outputs()[i]->id()] = results[i];
+}
+
+void RunAssign(std::vector<Tensor>& in) {
+  Tensor& target = in[0];
+  const Tensor& value = in[1];
+  // In-place updates already wrote the state's own buffer.
+  const bool same = value.storage() == target.storage() &&
+                    value.offset() == target.offset() &&
+                    value.strides() == target.strides();
+  if (!same) target.copy_(value);
+}
+
+void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
+  const std::vector<std::vector<int>>& last_uses = ctx.plan->last_uses->at(&g);
+  const bool profiling = ProfilingEnabled();
+  for (size_t pos = 0; pos < g.nodes().size(); ++pos) {
+    const ir::Node* node = g.nodes()[pos].get();
+    const auto t0 = profiling ? std::chrono::steady_clock::now()
+                              : std::chrono::steady_clock::time_point();
+    std::vector<Tensor> in;
+    in.reserve(node->inputs().size());
+    for (const ir::Value* v : node->inputs()) in.push_back(env[v->id()]);
+    switch (node->kind()) {
+      case NodeKind::kOp:
+        RunOp(*node, in, env, ctx);
+        break;
+      case NodeKind::kFusion:
+        RunFusion(*node, in, env, ctx);
+        break;
+      case NodeKind::kAssign:
+        RunAssign(in);
+        break;
+    }
+    for (int id : last_uses[pos]) env[id] = Tensor();
+    if (profiling && node->kind() != NodeKind::kAssign) {
+      RecordProfile(ProfileLabel(*node, ctx),
+                    std::chrono::duration<double, std::milli>(
+                        std::chrono::steady_clock::now() - t0)
+                        .count());
+    }
+  }
+}
+
+}  // namespace
+
+LastUseMap CollectLastUses(const ir::Graph& g) {
+  LastUseMap out;
+  CollectLastUsesInto(g, out);
+  return out;
+}
+
+int CountKernels(const ir::Graph& g) {
+  int n = 0;
+  for (const auto& node : g.nodes()) {
+    if (node->kind() == NodeKind::kFusion) {
+      ++n;
+    } else if (node->kind() == NodeKind::kOp && !ir::IsView(node->op())) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+std::vector<Tensor> RunReplay(const ReplayPlan& plan,
+                              absl::Span<const Tensor> inputs,
+                              absl::Span<const Tensor> state,
+                              const RunHooks& hooks, RegionChecker* checker) {
+  NoGradGuard no_grad;
+  const ir::Graph& graph = *plan.graph;
+  std::vector<Tensor> env(graph.num_values());
+  size_t next_input = 0, next_state = 0;
+  for (const ir::Value* param : graph.params()) {
+    if (graph.param_kind(param) == ir::ParamKind::kInput) {
+      SJ_CHECK(next_input < inputs.size(), "too few inputs bound");
+      env[param->id()] = inputs[next_input++];
+    } else {
+      SJ_CHECK(next_state < state.size(), "too few state tensors bound");
+      env[param->id()] = state[next_state++];
+    }
+  }
+  SJ_CHECK(next_input == inputs.size() && next_state == state.size(), "bound ",
+           inputs.size(), " inputs and ", state.size(),
+           " state tensors to a graph with ", next_input, " and ", next_state);
+  RunContext ctx;
+  ctx.plan = &plan;
+  ctx.hooks = &hooks;
+  ctx.checker = checker;
+  RunGraph(graph, env, ctx);
+  std::vector<Tensor> out;
+  for (const ir::Value* v : graph.returns()) out.push_back(env[v->id()]);
+  return out;
+}
+
+}  // namespace stepjit::runtime

@@ -1,0 +1,54 @@
+// The device-neutral replay loop: runs a graph's nodes over bound tensors,
+// fusion regions through a region backend (runtime/program/region_backend.h)
+// or interpreted, everything else through Dispatch.
+#ifndef STEPJIT_RUNTIME_PROGRAM_REPLAY_H_
+#define STEPJIT_RUNTIME_PROGRAM_REPLAY_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/types/span.h"
+#include "ir/graph.h"
+#include "runtime/program/region_backend.h"
+#include "runtime/region_check.h"
+#include "runtime/tensor.h"
+
+namespace stepjit::runtime {
+
+// Per graph (the top level and each fusion body): for each node position,
+// the value ids read there for the last time, which the loop drops so that
+// buffers free early.
+using LastUseMap =
+    absl::flat_hash_map<const ir::Graph*, std::vector<std::vector<int>>>;
+LastUseMap CollectLastUses(const ir::Graph& g);
+
+// One launch per op and per fusion region; views launch nothing.
+int CountKernels(const ir::Graph& g);
+
+// The top-level fusion nodes that run as generated code.
+using CompiledRegions =
+    absl::flat_hash_map<const ir::Node*, std::unique_ptr<CompiledRegion>>;
+
+// What the loop runs: all of it outlives the run.
+struct ReplayPlan {
+  const ir::Graph* graph = nullptr;
+  const LastUseMap* last_uses = nullptr;
+  const CompiledRegions* regions = nullptr;
+  RegionBackend* backend = nullptr;
+};
+
+// Binds `inputs` and `state` to the graph's input and state params (each in
+// param order), runs every node with autograd off, and returns the graph's
+// returns. With `checker` (Program::RunChecked) every region that runs as
+// generated code also runs interpreted on copies of its operands, and the
+// two are compared.
+std::vector<Tensor> RunReplay(const ReplayPlan& plan,
+                              absl::Span<const Tensor> inputs,
+                              absl::Span<const Tensor> state,
+                              const RunHooks& hooks,
+                              RegionChecker* checker = nullptr);
+
+}  // namespace stepjit::runtime
+
+#endif  // STEPJIT_RUNTIME_PROGRAM_REPLAY_H_
