@@ -22,26 +22,6 @@ int Category(DType t) {
   return 2;
 }
 
-bool IsFloatUnary(OpId op) {
-  switch (op) {
-    case OpId::kExp:
-    case OpId::kLog:
-    case OpId::kSqrt:
-    case OpId::kRsqrt:
-    case OpId::kReciprocal:
-    case OpId::kTanh:
-    case OpId::kErf:
-    case OpId::kSigmoid:
-    case OpId::kGelu:
-    case OpId::kGeluTanh:
-    case OpId::kSin:
-    case OpId::kCos:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // The comparisons: the ops ir/scalar_def.h defines with a boolean result.
 bool IsCompare(OpId op) {
   switch (op) {
@@ -57,7 +37,8 @@ bool IsCompare(OpId op) {
 DType ToFloat(DType t) { return IsFloating(t) ? t : DType::kF32; }
 
 // Elementwise ops broadcast their operands and promote dtypes as PyTorch does;
-// float-only unaries, div and pow give a float, comparisons a bool.
+// the table's kFloatResult ops (exp, sigmoid, div ...) give a float,
+// comparisons a bool.
 absl::StatusOr<TensorType> InferElementwise(OpId op,
                                             absl::Span<const TensorType> in,
                                             const Attrs& attrs) {
@@ -77,12 +58,11 @@ absl::StatusOr<TensorType> InferElementwise(OpId op,
     return TensorType{ResultType(in.subspan(1)), shape};
   }
   DType dt = ResultType(in);
-  if (in.size() == 1 && IsFloatUnary(op)) dt = ToFloat(dt);
   if (dt == DType::kBool && (op == OpId::kNeg || op == OpId::kSub)) {
     return InvalidInputs(op, in,
                          "bool tensors do not support negation/subtraction");
   }
-  if (op == OpId::kDiv || op == OpId::kPow) dt = ToFloat(dt);
+  if (HasFloatResult(op)) dt = ToFloat(dt);
   if (IsCompare(op)) dt = DType::kBool;
   return TensorType{dt, shape};
 }

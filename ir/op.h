@@ -38,6 +38,12 @@ enum OpFlags : uint32_t {
   kPure = 1u << 1,
   kInplace = 1u << 2,
   kCommutative = 1u << 3,
+  // Elementwise ops whose result is floating-point for integer or bool
+  // inputs (they promote to f32), as exp, sigmoid, div.
+  kFloatResult = 1u << 4,
+  // Unary elementwise ops a GEMM may apply to its result in its epilogue
+  // (ir/gemm_epilogue.h): `matmul ... {epilogue = "bias,<op>"}`.
+  kGemmActivation = 1u << 5,
 };
 
 struct OpInfo {
@@ -60,6 +66,12 @@ inline bool IsView(OpId op) { return GetOpInfo(op).kind == OpKind::kView; }
 inline bool IsInplace(OpId op) { return GetOpInfo(op).flags & kInplace; }
 inline bool IsDifferentiable(OpId op) { return GetOpInfo(op).flags & kDiff; }
 inline bool IsPure(OpId op) { return GetOpInfo(op).flags & kPure; }
+inline bool HasFloatResult(OpId op) {
+  return GetOpInfo(op).flags & kFloatResult;
+}
+inline bool IsGemmActivation(OpId op) {
+  return GetOpInfo(op).flags & kGemmActivation;
+}
 
 }  // namespace stepjit::ir
 

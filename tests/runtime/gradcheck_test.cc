@@ -835,6 +835,8 @@ TEST(GradCoverageTest, EveryDifferentiableOpIsChecked) {
   if ((flags)&ir::kDiff) diff.push_back(text);
   using ir::kCommutative;
   using ir::kDiff;
+  using ir::kFloatResult;
+  using ir::kGemmActivation;
   using ir::kInplace;
   using ir::kPure;
 #include "ir/ops.def"
