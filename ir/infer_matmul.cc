@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "ir/gemm_epilogue.h"
 #include "ir/status.h"
 
 namespace stepjit::ir {
@@ -18,25 +18,17 @@ constexpr OpId kOp = OpId::kMatmul;
 // what the GEMM call computes.
 absl::Status CheckMatmulEpilogue(absl::Span<const TensorType> in,
                                  const Attrs& attrs, int64_t n) {
-  const std::string epilogue = attrs.GetString(AttrKey::kEpilogue);
+  const std::string text = attrs.GetString(AttrKey::kEpilogue);
   const bool absorbed = in.size() == 3;
-  if (epilogue.empty() || epilogue == "bgrad") {
+  absl::StatusOr<GemmEpilogue> epilogue = ParseGemmEpilogue(text);
+  if (!epilogue.ok())
+    return InvalidInputs(kOp, in, epilogue.status().message());
+  if (!epilogue->has_bias()) {
     if (!absorbed) return absl::OkStatus();
-    return InvalidInputs(kOp, in,
-                         absl::StrCat("a bias operand needs epilogue = "
-                                      "\"bias[,relu|gelu|gelu_tanh]\", got '",
-                                      epilogue, "'"));
-  }
-  const absl::string_view act = absl::StartsWith(epilogue, "bias,")
-                                    ? absl::string_view(epilogue).substr(5)
-                                    : "";
-  if (epilogue != "bias" &&
-      !(act == "relu" || act == "gelu" || act == "gelu_tanh")) {
     return InvalidInputs(
         kOp, in,
-        absl::StrCat("unknown epilogue '", epilogue,
-                     "' (expected \"bias\" optionally followed by \",relu\", "
-                     "\",gelu\" or \",gelu_tanh\", or \"bgrad\")"));
+        absl::StrCat("a bias operand needs epilogue = \"bias[,",
+                     GemmActivationNames("|"), "]\", got '", text, "'"));
   }
   if (!absorbed) return absl::OkStatus();
   const TensorType& bias = in[2];
@@ -98,7 +90,7 @@ absl::StatusOr<TensorType> InferMatmul(absl::Span<const TensorType> in,
 absl::StatusOr<TensorType> InferMatmulBiasGrad(absl::Span<const TensorType> in,
                                                const Attrs& attrs) {
   const std::string epilogue = attrs.GetString(AttrKey::kEpilogue);
-  if (in.size() != 2 || epilogue != "bgrad") {
+  if (in.size() != 2 || epilogue != GemmEpilogueText(GemmEpilogue::Bgrad())) {
     return InvalidInputs(
         kOp, in,
         absl::StrCat("a second result (the bias gradient) needs 2 operands "

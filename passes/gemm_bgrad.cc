@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "ir/gemm_epilogue.h"
 #include "ir/status.h"
 #include "passes/region_split.h"
 
@@ -39,7 +40,7 @@ struct Want {
 std::optional<Want> Candidate(const Node* mm) {
   if (!IsOp(mm, OpId::kMatmul) || mm->inputs().size() != 2 ||
       mm->outputs().size() != 1 ||
-      mm->attrs().GetString(AttrKey::kEpilogue) != "bgrad") {
+      ir::GemmEpilogueOf(mm->attrs()).kind != ir::GemmEpilogueKind::kBgrad) {
     return std::nullopt;
   }
   const ir::TensorType& a = mm->inputs()[0]->type();

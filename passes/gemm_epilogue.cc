@@ -7,8 +7,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "ir/gemm_epilogue.h"
 
 namespace stepjit::passes {
 
@@ -39,9 +39,10 @@ bool IsOp(const Node* n, OpId op) {
   return n != nullptr && n->kind() == NodeKind::kOp && n->op() == op;
 }
 
+// An op the table marks kGemmActivation (ir/ops.def).
 bool IsActivation(const Node* n) {
-  return IsOp(n, OpId::kRelu) || IsOp(n, OpId::kGelu) ||
-         IsOp(n, OpId::kGeluTanh);
+  return n != nullptr && n->kind() == NodeKind::kOp &&
+         ir::IsGemmActivation(n->op());
 }
 
 bool Returns(const ir::Graph& g, const Value* v) {
@@ -77,9 +78,7 @@ struct Match {
 };
 
 std::optional<Match> FindAbsorbable(const ir::Graph& g, Node* mm) {
-  if (mm->inputs().size() != 2 ||
-      !absl::StartsWith(mm->attrs().GetString(ir::AttrKey::kEpilogue),
-                        "bias")) {
+  if (mm->inputs().size() != 2 || !ir::GemmEpilogueOf(mm->attrs()).has_bias()) {
     return std::nullopt;
   }
   const Value* out = mm->output();
@@ -180,8 +179,9 @@ void RebuildRegion(ir::Graph& g, const Match& m, Value* carried,
 void Absorb(ir::Graph& g, const Match& m) {
   ir::Attrs attrs = m.matmul->attrs();
   attrs.Set(ir::AttrKey::kEpilogue,
-            absl::StrCat("bias", m.act != nullptr ? "," : "",
-                         m.act != nullptr ? ir::OpName(m.act->op()) : ""));
+            ir::GemmEpilogueText(m.act != nullptr
+                                     ? ir::GemmEpilogue::BiasAct(m.act->op())
+                                     : ir::GemmEpilogue::Bias()));
   Node* mm = g.AddOp(OpId::kMatmul,
                      {m.matmul->inputs()[0], m.matmul->inputs()[1], m.bias},
                      std::move(attrs), m.matmul->output()->type());
@@ -217,32 +217,33 @@ int MarkGemmEpilogues(ir::Graph& g) {
         n->outputs().size() != 1) {
       continue;
     }
-    std::string epilogue;
+    ir::GemmEpilogue epilogue;
     const Node* add = SoleUse(uses, n->output());
     const int64_t cols = n->output()->type().shape.back();
     if (IsOp(add, OpId::kAdd)) {
       const Value* bias =
           add->inputs()[add->inputs()[0] == n->output() ? 1 : 0];
       if (bias->type().shape == ir::Shape{cols}) {
-        epilogue = "bias";
         const Node* act = SoleUse(uses, add->output());
-        if (IsActivation(act))
-          epilogue += absl::StrCat(",", ir::OpName(act->op()));
+        epilogue = IsActivation(act) ? ir::GemmEpilogue::BiasAct(act->op())
+                                     : ir::GemmEpilogue::Bias();
       }
     }
-    if (epilogue.empty() && n->attrs().GetBool(ir::AttrKey::kTransposeA)) {
+    if (epilogue.kind == ir::GemmEpilogueKind::kNone &&
+        n->attrs().GetBool(ir::AttrKey::kTransposeA)) {
       auto it = uses.find(n->inputs()[0]);
       for (const Node* u :
            it != uses.end() ? it->second : std::vector<Node*>{}) {
         if (IsOp(u, OpId::kSum) &&
             u->attrs().GetInts(ir::AttrKey::kDims) == std::vector<int64_t>{0}) {
-          epilogue = "bgrad";
+          epilogue = ir::GemmEpilogue::Bgrad();
         }
       }
     }
-    if (!epilogue.empty() &&
-        n->attrs().GetString(ir::AttrKey::kEpilogue) != epilogue) {
-      n->mutable_attrs().Set(ir::AttrKey::kEpilogue, epilogue);
+    if (epilogue.kind != ir::GemmEpilogueKind::kNone &&
+        !(ir::GemmEpilogueOf(n->attrs()) == epilogue)) {
+      n->mutable_attrs().Set(ir::AttrKey::kEpilogue,
+                             ir::GemmEpilogueText(epilogue));
       ++marked;
     }
   }

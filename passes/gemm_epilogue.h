@@ -2,11 +2,11 @@
 // moves a bias add and activation into the matmul's GEMM library call.
 //
 // Marking (before regions form): a 2-operand matmul whose only consumer adds
-// a 1-D bias of its last dim (then optionally relu/gelu/gelu_tanh) gets
-// `epilogue = "bias[,relu|gelu|gelu_tanh]"`; a transposed-A matmul (a weight
-// gradient) whose left operand is also summed over dim 0 (the bias gradient)
-// gets `epilogue = "bgrad"` (which the gemm-bgrad pass, passes/gemm_bgrad.h,
-// may act on). A mark changes nothing by itself.
+// a 1-D bias of its last dim (then optionally an activation: an op the table
+// marks kGemmActivation) gets `epilogue = "bias[,<act>]"` (ir/gemm_epilogue.h
+// types it); a transposed-A matmul (a weight gradient) whose left operand is
+// also summed over dim 0 (the bias gradient) gets `epilogue = "bgrad"` (which
+// the gemm-bgrad pass, passes/gemm_bgrad.h, may act on). A mark changes nothing by itself.
 //
 // Absorbing (after regions form): a matmul marked "bias..." whose only user
 // is one region whose body reads the matmul's parameter only in

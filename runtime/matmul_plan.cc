@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "ir/gemm_epilogue.h"
 #include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/cpu/loops.h"
@@ -63,12 +64,23 @@ Operand Prepare(const Tensor& x, bool trans, ShapeRef batch, CopyFn copy) {
   return {c, trans, cols, rows * cols};
 }
 
-// The activation of an absorbed epilogue ("bias[,act]"; type inference has
-// checked the spelling).
-GemmActivation ActivationOf(const std::string& epilogue) {
-  if (epilogue == "bias,relu") return GemmActivation::kRelu;
-  if (epilogue == "bias,gelu") return GemmActivation::kGelu;
-  if (epilogue == "bias,gelu_tanh") return GemmActivation::kGeluTanh;
+// The GEMM library's activation for an absorbed epilogue (typed by
+// ir/gemm_epilogue.h; type inference checked it is a kGemmActivation op).
+GemmActivation ActivationOf(const ir::GemmEpilogue& epilogue) {
+  if (epilogue.kind != ir::GemmEpilogueKind::kBiasAct) {
+    return GemmActivation::kNone;
+  }
+  switch (epilogue.activation) {
+    case ir::OpId::kRelu:
+      return GemmActivation::kRelu;
+    case ir::OpId::kGelu:
+      return GemmActivation::kGelu;
+    case ir::OpId::kGeluTanh:
+      return GemmActivation::kGeluTanh;
+    default:
+      break;
+  }
+  SJ_CHECK(false, "no GEMM activation for ", ir::OpName(epilogue.activation));
   return GemmActivation::kNone;
 }
 
@@ -125,7 +137,7 @@ MatmulPlan PlanMatmul(const KernelArgs& k, CopyFn copy) {
     }
     plan.keep.push_back(bias);
     g.bias = bias.data_ptr();
-    g.activation = ActivationOf(k.attrs.GetString(AttrKey::kEpilogue));
+    g.activation = ActivationOf(ir::GemmEpilogueOf(k.attrs));
   }
   if (bias_grad) {
     // The second result (ir/ops.def), allocated contiguous by DispatchResults.
