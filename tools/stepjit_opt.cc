@@ -1,7 +1,8 @@
-// stepjit-opt: reads IR text, verifies it, runs a pass pipeline, prints the IR.
+// stepjit-opt: reads IR text, verifies it, runs a pass pipeline, prints the IR
+// or the code the back ends generate for its fusion regions.
 //
 //   stepjit-opt [file|-] [--passes=p1,p2] [--print-after-all] [--stats]
-//               [--split-input-file] [-o out]
+//               [--split-input-file] [--emit=ir|llvm|cuda] [-o out]
 //   stepjit-opt --list-passes
 //
 // Passes come from the registry in passes/pass_manager.cc; STEPJIT_DUMP and
@@ -12,8 +13,8 @@
 // and processing goes on.
 //
 // Exit status: 0 on success; 1 when an input (or any chunk) does not parse or
-// verify, a pass fails, or a file cannot be read or written; 2 for a bad
-// command line (including an unknown pass name).
+// verify, a pass or code generation fails, or a file cannot be read or
+// written; 2 for a bad command line (including an unknown pass name).
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -24,77 +25,81 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "ir/graph.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
+#include "llvm/Support/CommandLine.h"
 #include "passes/pass_manager.h"
+#include "tools/cli_flags.h"
+#include "tools/emit_code.h"
 
-namespace stepjit {
+namespace stepjit::tools {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: stepjit-opt [file|-] [--passes=p1,p2,...] [--print-after-all]\n"
-    "                   [--stats] [--split-input-file] [-o out]\n"
-    "       stepjit-opt --list-passes\n"
+namespace cl = llvm::cl;
+
+constexpr const char* kOverview =
     "Reads IR text (stdin when no file or '-'), verifies it, runs the passes\n"
-    "in order and prints the resulting IR to stdout (or to `out`).\n"
-    "  --print-after-all   print the IR after every pass to stderr\n"
-    "  --stats             print per-pass statistics to stderr\n"
-    "  --split-input-file  process each `// -----` separated chunk on its own\n"
-    "Environment: STEPJIT_DUMP=<dir> writes NNN-<pass>.ir after each pass;\n"
-    "STEPJIT_DISABLE=p1,p2 skips those passes.\n";
+    "in order and prints the resulting IR to stdout (or to `out`), or with\n"
+    "--emit the code generated for its fusion regions.\n";
+
+cl::OptionCategory kFlags("stepjit-opt options");
+
+namespace flags {
+// LLVM's flags of these names are for its own IR passes, which stepjit-opt
+// does not run from the command line.
+const bool kLlvmFlagsRemoved =
+    UnregisterLlvmOptions({"print-after-all", "stats"});
+cl::opt<std::string> input(cl::Positional, cl::desc("<file|->"), cl::init("-"),
+                           cl::cat(kFlags));
+cl::opt<std::string> output("o", cl::desc("write the result to <out>"),
+                            cl::value_desc("out"), cl::cat(kFlags));
+cl::list<std::string> passes(
+    "passes",
+    cl::desc("the passes to run, in order; given twice, the second list "
+             "runs\nafter the first (--list-passes names them)"),
+    cl::value_desc("p1,p2,..."), cl::cat(kFlags));
+cl::opt<bool> list_passes("list-passes",
+                          cl::desc("list the passes with a line on each"),
+                          cl::cat(kFlags));
+cl::opt<bool> print_after_all(
+    "print-after-all", cl::desc("print the IR after every pass to stderr"),
+    cl::cat(kFlags));
+cl::opt<bool> stats("stats", cl::desc("print per-pass statistics to stderr"),
+                    cl::cat(kFlags));
+cl::opt<bool> split_input_file(
+    "split-input-file",
+    cl::desc("process each `// -----` separated chunk on its own"),
+    cl::cat(kFlags));
+cl::opt<EmitTarget, false, WordParser<EmitTarget>> emit(
+    "emit",
+    cl::desc("what to print after the passes; for llvm and cuda, each fusion\n"
+             "region's code (a graph without fusion nodes is taken as one\n"
+             "region body), or a comment saying why a region is not lowered"),
+    cl::values(
+        clEnumValN(EmitTarget::kIr, "ir", "the IR (default)"),
+        clEnumValN(EmitTarget::kLlvm, "llvm",
+                   "the LLVM IR of the CPU backend, before optimization"),
+        clEnumValN(EmitTarget::kCuda, "cuda",
+                   "the CUDA C of the CUDA backend, as NVRTC compiles it")),
+    cl::init(EmitTarget::kIr), cl::cat(kFlags));
+cl::extrahelp environment(
+    "\nEnvironment: STEPJIT_DUMP=<dir> writes NNN-<pass>.ir after each pass;\n"
+    "STEPJIT_DISABLE=p1,p2 skips those passes.\n"
+    "Exit status: 1 when an input does not parse or verify, a pass or code\n"
+    "generation fails, or a file cannot be read or written; 2 for a bad\n"
+    "command line.\n");
+}  // namespace flags
 
 constexpr absl::string_view kSplitMarker = "// -----";
-
-struct Options {
-  std::string input = "-";
-  std::string output;  // empty: stdout
-  std::string pipeline;
-  bool print_after_all = false;
-  bool stats = false;
-  bool split_input_file = false;
-};
 
 void ListPasses(std::ostream& os) {
   for (const passes::PassInfo& p : passes::ListPasses()) {
     os << absl::StrFormat("  %-14s%s\n", p.name, p.summary);
   }
-}
-
-// Returns -1 to go on, or the exit status to stop with.
-int ParseArgs(int argc, char** argv, Options& options) {
-  bool have_input = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      return 0;
-    } else if (arg == "--list-passes") {
-      ListPasses(std::cout);
-      return 0;
-    } else if (arg == "--print-after-all") {
-      options.print_after_all = true;
-    } else if (arg == "--stats") {
-      options.stats = true;
-    } else if (arg == "--split-input-file") {
-      options.split_input_file = true;
-    } else if (absl::StartsWith(arg, "--passes=")) {
-      if (!options.pipeline.empty()) options.pipeline += ",";
-      options.pipeline += arg.substr(9);
-    } else if (arg == "-o" && i + 1 < argc) {
-      options.output = argv[++i];
-    } else if ((arg == "-" || arg[0] != '-') && !have_input) {
-      options.input = arg;
-      have_input = true;
-    } else {
-      std::cerr << "stepjit-opt: error: unexpected argument '" << arg << "'\n"
-                << kUsage;
-      return 2;
-    }
-  }
-  return -1;
 }
 
 bool ReadInput(const std::string& path, std::string& text) {
@@ -148,7 +153,7 @@ std::string Location(const std::string& filename, const Chunk& chunk,
 // Parses, verifies and transforms one chunk; appends the printed result to
 // `out`. Diagnostics go to stderr. Returns false on failure.
 bool ProcessChunk(const Chunk& chunk, const std::string& filename,
-                  const Options& options, std::string& out) {
+                  const std::string& pipeline, std::string& out) {
   // Leading newlines keep the parser's line numbers those of the whole file.
   const std::string text = std::string(chunk.first_line - 1, '\n') + chunk.text;
   absl::StatusOr<std::unique_ptr<ir::Graph>> graph =
@@ -157,13 +162,13 @@ bool ProcessChunk(const Chunk& chunk, const std::string& filename,
     std::cerr << graph.status().message() << "\n";
     return false;
   }
-  const std::string where = Location(filename, chunk, options.split_input_file);
+  const std::string where = Location(filename, chunk, flags::split_input_file);
   if (absl::Status s = ir::Verify(**graph); !s.ok()) {
     std::cerr << where << ": error: " << s.message() << "\n";
     return false;
   }
   passes::PipelineOptions pipeline_options = passes::FromEnvironment();
-  if (options.print_after_all) {
+  if (flags::print_after_all) {
     pipeline_options.after_pass = [](absl::string_view pass,
                                      const ir::Graph& g) {
       std::cerr << "// -----// IR after " << pass << " //----- //\n";
@@ -172,21 +177,33 @@ bool ProcessChunk(const Chunk& chunk, const std::string& filename,
   }
   passes::PipelineStats stats;
   absl::Status status =
-      passes::RunPipeline(**graph, options.pipeline, pipeline_options, &stats);
-  if (options.stats) std::cerr << stats.ToString();
+      passes::RunPipeline(**graph, pipeline, pipeline_options, &stats);
+  if (flags::stats) std::cerr << stats.ToString();
+  if (status.ok() && flags::emit != EmitTarget::kIr) {
+    status = EmitRegionCode(**graph, flags::emit, out);
+  } else if (status.ok()) {
+    out += ir::Print(**graph);
+  }
   if (!status.ok()) {
     std::cerr << where << ": error: " << status.message() << "\n";
     return false;
   }
-  out += ir::Print(**graph);
   return true;
 }
 
 int Main(int argc, char** argv) {
-  Options options;
-  if (int rc = ParseArgs(argc, argv, options); rc >= 0) return rc;
+  if (!ParseFlags(argc, argv, kFlags, kOverview)) return 2;
+  if (flags::list_passes) {
+    ListPasses(std::cout);
+    return 0;
+  }
+  std::vector<std::string> lists;
+  for (const std::string& list : flags::passes) {
+    if (!list.empty()) lists.push_back(list);
+  }
+  const std::string pipeline = absl::StrJoin(lists, ",");
   // Bad pass names are command-line errors: report them before any input.
-  if (auto parsed = passes::ParsePipeline(options.pipeline); !parsed.ok()) {
+  if (auto parsed = passes::ParsePipeline(pipeline); !parsed.ok()) {
     std::cerr << "stepjit-opt: error: " << parsed.status().message() << "\n";
     return 2;
   }
@@ -197,38 +214,38 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
-  const std::string filename = options.input == "-" ? "<stdin>" : options.input;
+  const std::string& input = flags::input;
+  const std::string filename = input == "-" ? "<stdin>" : input;
   std::string text;
-  if (!ReadInput(options.input, text)) {
-    std::cerr << "stepjit-opt: error: cannot read '" << options.input << "'\n";
+  if (!ReadInput(input, text)) {
+    std::cerr << "stepjit-opt: error: cannot read '" << input << "'\n";
     return 1;
   }
   std::string result;
   bool ok = true;
-  const std::vector<Chunk> chunks = SplitInput(text, options.split_input_file);
+  const std::vector<Chunk> chunks = SplitInput(text, flags::split_input_file);
   for (size_t i = 0; i < chunks.size(); ++i) {
     if (i > 0) absl::StrAppend(&result, kSplitMarker, "\n");
-    if (!ProcessChunk(chunks[i], filename, options, result)) {
+    if (!ProcessChunk(chunks[i], filename, pipeline, result)) {
       ok = false;
-      if (!options.split_input_file) return 1;
+      if (!flags::split_input_file) return 1;
     }
   }
-  if (options.output.empty()) {
+  if (flags::output.empty()) {
     std::cout << result;
     return std::cout.flush() && ok ? 0 : 1;
   }
-  std::ofstream out(options.output, std::ios::binary);
+  std::ofstream out(flags::output, std::ios::binary);
   out << result;
   out.close();
   if (!out) {
-    std::cerr << "stepjit-opt: error: cannot write '" << options.output
-              << "'\n";
+    std::cerr << "stepjit-opt: error: cannot write '" << flags::output << "'\n";
     return 1;
   }
   return ok ? 0 : 1;
 }
 
 }  // namespace
-}  // namespace stepjit
+}  // namespace stepjit::tools
 
-int main(int argc, char** argv) { return stepjit::Main(argc, argv); }
+int main(int argc, char** argv) { return stepjit::tools::Main(argc, argv); }

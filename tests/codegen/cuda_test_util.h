@@ -1,5 +1,6 @@
 // Helpers shared by the CUDA code generation tests: file reading and the
-// golden fused regions in tests/codegen/cuda_golden/*.ir.
+// golden fused regions in tests/ir/emit/cuda/*.ir (lit tests of the CUDA C
+// stepjit-opt --emit=cuda prints for them; here, bodies to compile and run).
 #ifndef STEPJIT_TESTS_CODEGEN_CUDA_TEST_UTIL_H_
 #define STEPJIT_TESTS_CODEGEN_CUDA_TEST_UTIL_H_
 
@@ -17,7 +18,8 @@ namespace stepjit::codegen::cuda::test {
 
 inline const std::filesystem::path& GoldenDir() {
   static const std::filesystem::path dir =
-      std::filesystem::path(__FILE__).parent_path() / "cuda_golden";
+      std::filesystem::path(__FILE__).parent_path().parent_path() / "ir" /
+      "emit" / "cuda";
   return dir;
 }
 
