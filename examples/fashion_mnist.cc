@@ -9,15 +9,16 @@
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "frontend/compile.h"
 #include "ir/status.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
 #include "runtime/amp/autocast.h"
 #include "runtime/amp/grad_scaler.h"
 #include "runtime/autograd/grad_mode.h"
@@ -28,45 +29,103 @@
 #include "runtime/nn/layers.h"
 #include "runtime/ops.h"
 #include "runtime/optim/adamw.h"
+#include "tools/cli_flags.h"
 
 namespace {
 
 using namespace stepjit;  // NOLINT: example code, mirrors libtorch usage
 using Clock = std::chrono::steady_clock;
 
-constexpr char kUsage[] =
-    R"(usage: fashion_mnist [flags]
-Trains a 784-512-512-10 ReLU MLP on Fashion-MNIST with AdamW.
-  --data-dir DIR     IDX files (default /usr/share/datasets/fashion-mnist,
-                     from the Debian package dataset-fashion-mnist)
-  --epochs N         training epochs (default 2)
-  --max-steps N      stop after N optimizer steps in total (default: no limit)
-  --batch-size N     samples per step (default 128)
-  --lr X             AdamW learning rate (default 1e-3)
-  --seed N           seeds parameter init and the shuffle (default 0)
-  --workers N        DataLoader worker threads, 0 = main thread (default 1)
-  --mode M           eager | compiled | both (default eager)
-  --amp P            none | bf16 | f16 (default none): mixed precision. Eager
-                     runs the step under amp::Autocast with an amp::GradScaler
-                     (f16, or bf16 with --loss-scaling); compiled compiles the
-                     plain f32 step with {.amp = P}, whose passes insert the
-                     same casts and scaler ops. Evaluation runs under autocast.
-  --device D         cpu | cuda (default cpu): where the model and batches
-                     live; cuda needs a GPU (or STEPJIT_CUDA_BACKEND=emulator,
-                     slow) and copies batches from pinned memory one ahead
-  --loss-scaling     use dynamic loss scaling with bf16 too (always on for f16)
-  --compare-amp      run each mode in f32 and with --amp (default bf16) and
-                     print them side by side, with the scaler's skipped steps
-  --check            compiled mode: run the accuracy checker on the first 3
-                     replays (compiled vs eager from the same state; the
-                     verdict is in the explain() summary)
-  --json             print one JSON result line on stdout (epoch lines go to
-                     stderr)
-  --quiet            no progress bar and no epoch lines
-  --help             this text
-Flags take their value as "--flag V" or "--flag=V".
-)";
+namespace cl = llvm::cl;
 
+constexpr char kOverview[] =
+    "Trains a 784-512-512-10 ReLU MLP on Fashion-MNIST with AdamW.\n";
+
+enum class ModeFlag : uint8_t { kEager, kCompiled, kBoth };
+enum class AmpFlag : uint8_t { kNone, kBF16, kF16 };
+enum class DeviceFlag : uint8_t { kCpu, kCuda };
+
+cl::OptionCategory kFlags("fashion_mnist options");
+
+namespace flags {
+cl::opt<std::string> data_dir(
+    "data-dir",
+    cl::desc("IDX files (default /usr/share/datasets/fashion-mnist,\n"
+             "from the Debian package dataset-fashion-mnist)"),
+    cl::value_desc("DIR"), cl::init(data::kFashionMnistDir), cl::cat(kFlags));
+cl::opt<long long, false, tools::IntParser<1>> epochs(
+    "epochs", cl::desc("training epochs (default 2)"), cl::init(2),
+    cl::cat(kFlags));
+cl::opt<long long, false, tools::IntParser<1>> max_steps(
+    "max-steps",
+    cl::desc("stop after N optimizer steps in total (default: no limit)"),
+    cl::init(-1), cl::cat(kFlags));
+cl::opt<long long, false, tools::IntParser<1>> batch_size(
+    "batch-size", cl::desc("samples per step (default 128)"), cl::init(128),
+    cl::cat(kFlags));
+cl::opt<double, false, tools::PositiveNumberParser> lr(
+    "lr", cl::desc("AdamW learning rate (default 1e-3)"), cl::init(1e-3),
+    cl::cat(kFlags));
+cl::opt<unsigned long long, false, tools::Uint64Parser> seed(
+    "seed", cl::desc("seeds parameter init and the shuffle (default 0)"),
+    cl::init(0), cl::cat(kFlags));
+cl::opt<long long, false, tools::IntParser<0>> workers(
+    "workers",
+    cl::desc("DataLoader worker threads, 0 = main thread (default 1)"),
+    cl::init(1), cl::cat(kFlags));
+cl::opt<ModeFlag, false, tools::WordParser<ModeFlag>> mode(
+    "mode", cl::desc("how to train"),
+    cl::values(clEnumValN(ModeFlag::kEager, "eager", "eagerly (default)"),
+               clEnumValN(ModeFlag::kCompiled, "compiled",
+                          "through stepjit::compile"),
+               clEnumValN(ModeFlag::kBoth, "both", "eager, then compiled")),
+    cl::init(ModeFlag::kEager), cl::cat(kFlags));
+cl::opt<AmpFlag, false, tools::WordParser<AmpFlag>> amp(
+    "amp",
+    cl::desc("mixed precision. Eager runs the step under amp::Autocast\n"
+             "with an amp::GradScaler (f16, or bf16 with --loss-scaling);\n"
+             "compiled compiles the plain f32 step with {.amp = P}, whose\n"
+             "passes insert the same casts and scaler ops. Evaluation runs\n"
+             "under autocast."),
+    cl::values(clEnumValN(AmpFlag::kNone, "none", "f32 (default)"),
+               clEnumValN(AmpFlag::kBF16, "bf16", "bfloat16 autocast"),
+               clEnumValN(AmpFlag::kF16, "f16", "float16 autocast")),
+    cl::init(AmpFlag::kNone), cl::cat(kFlags));
+cl::opt<DeviceFlag, false, tools::WordParser<DeviceFlag>> device(
+    "device",
+    cl::desc("where the model and batches live; cuda needs a GPU (or\n"
+             "STEPJIT_CUDA_BACKEND=emulator, slow) and copies batches from\n"
+             "pinned memory one ahead"),
+    cl::values(clEnumValN(DeviceFlag::kCpu, "cpu", "the CPU (default)"),
+               clEnumValN(DeviceFlag::kCuda, "cuda", "CUDA device 0")),
+    cl::init(DeviceFlag::kCpu), cl::cat(kFlags));
+cl::opt<bool> loss_scaling(
+    "loss-scaling",
+    cl::desc("use dynamic loss scaling with bf16 too (always on for f16)"),
+    cl::cat(kFlags));
+cl::opt<bool> compare_amp(
+    "compare-amp",
+    cl::desc("run each mode in f32 and with --amp (default bf16) and\n"
+             "print them side by side, with the scaler's skipped steps"),
+    cl::cat(kFlags));
+cl::opt<bool> check(
+    "check",
+    cl::desc("compiled mode: run the accuracy checker on the first 3\n"
+             "replays (compiled vs eager from the same state; the\n"
+             "verdict is in the explain() summary)"),
+    cl::cat(kFlags));
+cl::opt<bool> json(
+    "json",
+    cl::desc("print one JSON result line on stdout (epoch lines go to\n"
+             "stderr)"),
+    cl::cat(kFlags));
+cl::opt<bool> quiet("quiet", cl::desc("no progress bar and no epoch lines"),
+                    cl::cat(kFlags));
+cl::extrahelp value_forms(
+    "\nFlags take their value as \"--flag V\" or \"--flag=V\".\n");
+}  // namespace flags
+
+// The parsed command line.
 struct Flags {
   std::string data_dir = data::kFashionMnistDir;
   int64_t epochs = 2;
@@ -85,94 +144,28 @@ struct Flags {
   Device device = Device::cpu();
 };
 
-// Returns an error message, or "" when all flags parsed.
-std::string ParseFlags(int argc, char** argv, Flags& f, bool& help) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::optional<std::string> inline_value;
-    if (const size_t eq = arg.find('='); eq != std::string::npos) {
-      inline_value = arg.substr(eq + 1);
-      arg.resize(eq);
-    }
-    const bool is_switch = arg == "--help" || arg == "-h" || arg == "--json" ||
-                           arg == "--quiet" || arg == "--loss-scaling" || arg == "--compare-amp" ||
-                           arg == "--check";
-    if (is_switch) {
-      if (inline_value) return arg + " takes no value";
-      help |= arg == "--help" || arg == "-h";
-      f.json |= arg == "--json";
-      f.quiet |= arg == "--quiet";
-      f.loss_scaling |= arg == "--loss-scaling";
-      f.compare_amp |= arg == "--compare-amp";
-      f.check |= arg == "--check";
-      continue;
-    }
-    auto value = [&]() -> std::optional<std::string> {
-      if (inline_value) return inline_value;
-      if (i + 1 < argc) return std::string(argv[++i]);
-      return std::nullopt;
-    };
-    auto positive_int = [&](int64_t& out, int64_t min) -> std::string {
-      std::optional<std::string> v = value();
-      if (!v) return arg + " needs a value";
-      if (!absl::SimpleAtoi(*v, &out) || out < min) {
-        return absl::StrFormat("%s: expected an integer >= %d, got '%s'", arg,
-                               min, *v);
-      }
-      return "";
-    };
-    std::string error;
-    if (arg == "--data-dir") {
-      std::optional<std::string> v = value();
-      if (!v) return arg + " needs a value";
-      f.data_dir = *v;
-    } else if (arg == "--epochs") {
-      error = positive_int(f.epochs, 1);
-    } else if (arg == "--max-steps") {
-      error = positive_int(f.max_steps, 1);
-    } else if (arg == "--batch-size") {
-      error = positive_int(f.batch_size, 1);
-    } else if (arg == "--workers") {
-      error = positive_int(f.workers, 0);
-    } else if (arg == "--seed") {
-      std::optional<std::string> v = value();
-      if (!v) return arg + " needs a value";
-      if (!absl::SimpleAtoi(*v, &f.seed)) {
-        return "--seed: expected a non-negative integer, got '" + *v + "'";
-      }
-    } else if (arg == "--lr") {
-      std::optional<std::string> v = value();
-      if (!v) return arg + " needs a value";
-      if (!absl::SimpleAtod(*v, &f.lr) || !(f.lr > 0)) {
-        return "--lr: expected a positive number, got '" + *v + "'";
-      }
-    } else if (arg == "--mode") {
-      std::optional<std::string> v = value();
-      if (!v) return arg + " needs a value";
-      if (*v != "eager" && *v != "compiled" && *v != "both") {
-        return "--mode: expected eager, compiled or both, got '" + *v + "'";
-      }
-      f.mode = *v;
-    } else if (arg == "--amp") {
-      std::optional<std::string> v = value();
-      if (!v) return arg + " needs a value";
-      if (*v == "none") f.amp = DType::kF32;
-      else if (*v == "bf16") f.amp = DType::kBF16;
-      else if (*v == "f16") f.amp = DType::kF16;
-      else return "--amp: expected none, bf16 or f16, got '" + *v + "'";
-    } else if (arg == "--device") {
-      std::optional<std::string> v = value();
-      if (!v) return arg + " needs a value";
-      if (*v == "cpu") f.device = Device::cpu();
-      else if (*v == "cuda") f.device = Device::cuda(0);
-      else return "--device: expected cpu or cuda, got '" + *v + "'";
-      if (f.device.is_cuda() && !cuda::is_available()) {
-        return "--device cuda: " + cuda::unavailable_reason();
-      }
-    } else {
-      return "unknown flag '" + std::string(argv[i]) + "'";
-    }
-    if (!error.empty()) return error;
+// Returns an error message, or "" when the command line can be used.
+std::string FromCommandLine(Flags& f) {
+  constexpr const char* kModes[] = {"eager", "compiled", "both"};
+  constexpr DType kAmps[] = {DType::kF32, DType::kBF16, DType::kF16};
+  f = Flags{.data_dir = flags::data_dir,
+            .epochs = flags::epochs,
+            .max_steps = flags::max_steps,
+            .batch_size = flags::batch_size,
+            .lr = flags::lr,
+            .seed = flags::seed,
+            .workers = flags::workers,
+            .mode = kModes[static_cast<int>(flags::mode.getValue())],
+            .amp = kAmps[static_cast<int>(flags::amp.getValue())],
+            .loss_scaling = flags::loss_scaling,
+            .compare_amp = flags::compare_amp,
+            .check = flags::check,
+            .json = flags::json,
+            .quiet = flags::quiet,
+            .device = flags::device == DeviceFlag::kCuda ? Device::cuda(0)
+                                                         : Device::cpu()};
+  if (f.device.is_cuda() && !cuda::is_available()) {
+    return "--device cuda: " + cuda::unavailable_reason();
   }
   return "";
 }
@@ -365,13 +358,24 @@ RunResult Run(const Flags& f, const data::Dataset& train,
   return r;
 }
 
-std::string Json(const RunResult& r) {
-  return absl::StrFormat(
-      "{\"mode\":\"%s\",\"amp\":\"%s\",\"epochs\":%d,\"steps\":%d,\"ms_per_step\":%.4f,"
-      "\"train_ms_per_step\":%.4f,\"final_loss\":%.6f,\"test_accuracy\":%.4f,"
-      "\"skipped_steps\":%d}",
-      r.mode, r.amp, r.epochs, r.steps, r.ms_per_step, r.train_ms_per_step,
-      r.final_loss, r.test_accuracy, r.skipped_steps);
+llvm::json::Object Json(const RunResult& r) {
+  return llvm::json::Object{{"mode", r.mode},
+                            {"amp", r.amp},
+                            {"epochs", r.epochs},
+                            {"steps", r.steps},
+                            {"ms_per_step", r.ms_per_step},
+                            {"train_ms_per_step", r.train_ms_per_step},
+                            {"final_loss", r.final_loss},
+                            {"test_accuracy", r.test_accuracy},
+                            {"skipped_steps", r.skipped_steps}};
+}
+
+// One JSON value on a line of stdout.
+void PrintJsonLine(llvm::json::Value v) {
+  std::string line;
+  llvm::raw_string_ostream os(line);
+  os << v << "\n";
+  std::fputs(os.str().c_str(), stdout);
 }
 
 // One row per mode; speedup is relative to the first row's ms/step.
@@ -387,16 +391,12 @@ void PrintSummary(const std::vector<RunResult>& rows) {
 }
 
 int Main(int argc, char** argv) {
+  if (!tools::ParseFlags(argc, argv, kFlags, kOverview)) return 2;
   Flags f;
-  bool help = false;
-  if (std::string error = ParseFlags(argc, argv, f, help); !error.empty()) {
+  if (std::string error = FromCommandLine(f); !error.empty()) {
     std::fprintf(stderr, "fashion_mnist: %s\nrun with --help for usage\n",
                  error.c_str());
     return 2;
-  }
-  if (help) {
-    std::fputs(kUsage, stdout);
-    return 0;
   }
   absl::StatusOr<data::Dataset> train =
       data::LoadFashionMnist(f.data_dir, true);
@@ -421,13 +421,15 @@ int Main(int argc, char** argv) {
   if (!f.json) {
     PrintSummary(rows);
   } else if (rows.size() > 2) {
-    for (const RunResult& r : rows) std::printf("%s\n", Json(r).c_str());
+    for (const RunResult& r : rows) PrintJsonLine(Json(r));
   } else if (rows.size() == 2) {
-    std::printf("{\"mode\":\"both\",\"eager\":%s,\"compiled\":%s,\"speedup\":%.4f}\n",
-                Json(rows[0]).c_str(), Json(rows[1]).c_str(),
-                rows[0].ms_per_step / rows[1].ms_per_step);
+    PrintJsonLine(llvm::json::Object{
+        {"mode", "both"},
+        {"eager", Json(rows[0])},
+        {"compiled", Json(rows[1])},
+        {"speedup", rows[0].ms_per_step / rows[1].ms_per_step}});
   } else {
-    std::printf("%s\n", Json(rows[0]).c_str());
+    PrintJsonLine(Json(rows[0]));
   }
   return 0;
 }

@@ -11,72 +11,143 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <tuple>
 #include <functional>
-#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "bench/workloads.h"
 #include "frontend/stepjit.h"
 #include "ir/status.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
 #include "runtime/cuda/api.h"
 #include "runtime/ops.h"
 #include "runtime/storage.h"
+#include "tools/cli_flags.h"
 
 namespace {
 
 using namespace stepjit;  // NOLINT: tool code, mirrors libtorch usage
 using Clock = std::chrono::steady_clock;
 
-constexpr char kUsage[] =
-    R"(usage: stepjit-bench [flags]
-Times training steps (forward, cross-entropy, backward, optimizer) of MLP
-workloads, eager and through stepjit::compile, on the CPU or a CUDA device.
-  --workload NAME   run only NAME (default: all of the device's), one of:
-                      mlp784_adamw_b128     784-512-512-10, batch 128, AdamW lr 1e-3
-                      mlp784_sgd_b128       the same with SGD lr 0.01 momentum 0.9
-                      tiny_mlp_adamw_b32    64-64-64-64-10, batch 32, AdamW
-                      mlp1024x3_adamw_b512  3x Linear(1024,1024)+ReLU, Linear(1024,10),
-                                            batch 512, AdamW
-                    and, sized for a GPU (in "all" only with --device cuda):
-                      mlp4096x4_adamw_b4096_bf16  4x Linear(4096,4096)+ReLU,
-                                            Linear(4096,10), batch 4096, AdamW,
-                                            bf16 autocast
-  --device D        cpu (default) or cuda: where the model, optimizer state
-                    and batches live and the step runs. Each CUDA step is
-                    followed by a device synchronize before the clock stops.
-  --cuda-graphs B   on (default) or off: CompileOptions::cuda_graphs, whether
-                    compiled CUDA steps replay as one captured CUDA graph
-  --multi-region B  on (default) or off: CompileOptions::cuda_multi_region,
-                    whether consecutive independent regions (the optimizer
-                    updates) launch as one kernel per phase
-  --steps N         timed steps per workload and mode (default 50); with
-                    --bandwidth, timed runs of each kernel
-  --warmup N        untimed steps first (default 5; compiled runs at least
-                    enough to warm up and trace)
-  --amp P           f32, bf16, f16 or all: the training precision (default:
-                    the workload's, f32 except for *_bf16).
-                    Eager steps run under amp::Autocast (f16 with an
-                    amp::GradScaler); compiled steps compile the plain step
-                    with {.amp = P} (f16: the grad-scaler pass). "all" runs
-                    f32, bf16 and f16 one after the other.
-  --bandwidth       instead of the workloads, time on the device: a plain copy
-                    (dst.copy_(src)) and the elementwise y = relu(x * a + b),
-                    eager (three ops) and compiled (one fused kernel), over
-                    --numel f32 elements; GB/s counts the bytes the kernel
-                    must read and write (copy and elementwise: 8 per element)
-                    over the median time
-  --numel N         elements for --bandwidth (default 67108864, 64M)
-  --json            one JSON object per line per workload and mode, keys:
-                    workload, mode, dtype, device, ms_per_step,
-                    kernels_per_step, compile_ms_cold, compile_ms_warm,
-                    peak_bytes; with --bandwidth per kernel:
-                    bandwidth, mode, device, numel, bytes, ms, gb_per_s
-  --help            this text
+namespace cl = llvm::cl;
+
+constexpr char kOverview[] =
+    "Times training steps (forward, cross-entropy, backward, optimizer) of "
+    "MLP\nworkloads, eager and through stepjit::compile, on the CPU or a CUDA "
+    "device.\n";
+
+enum class Amp : uint8_t { kWorkload, kF32, kBF16, kF16, kAll };
+enum class DeviceKind : uint8_t { kCpu, kCuda };
+enum class OnOff : uint8_t { kOff, kOn };
+
+// A workload's name, checked against bench::Workloads() and CudaWorkloads().
+class WorkloadParser : public cl::parser<std::string> {
+ public:
+  using parser::parser;
+  bool parse(cl::Option& option, llvm::StringRef, llvm::StringRef arg,
+             std::string& value) {
+    value = arg.str();
+    if (bench::FindWorkload(value) != nullptr) return false;
+    return tools::FlagError(
+        option, absl::StrFormat("unknown workload '%s'; known: %s", value,
+                                bench::WorkloadNames()));
+  }
+  llvm::StringRef getValueName() const override { return "NAME"; }
+};
+
+cl::OptionCategory kFlags("stepjit-bench options");
+
+namespace flags {
+cl::opt<std::string, false, WorkloadParser> workload(
+    "workload",
+    cl::desc(
+        "run only NAME (default: all of the device's), one of:\n"
+        "  mlp784_adamw_b128     784-512-512-10, batch 128, AdamW lr 1e-3\n"
+        "  mlp784_sgd_b128       the same with SGD lr 0.01 momentum 0.9\n"
+        "  tiny_mlp_adamw_b32    64-64-64-64-10, batch 32, AdamW\n"
+        "  mlp1024x3_adamw_b512  3x Linear(1024,1024)+ReLU, Linear(1024,10),\n"
+        "                        batch 512, AdamW\n"
+        "and, sized for a GPU (in \"all\" only with --device cuda):\n"
+        "  mlp4096x4_adamw_b4096_bf16  4x Linear(4096,4096)+ReLU,\n"
+        "                        Linear(4096,10), batch 4096, AdamW,\n"
+        "                        bf16 autocast"),
+    cl::cat(kFlags));
+cl::opt<DeviceKind, false, tools::WordParser<DeviceKind>> device(
+    "device",
+    cl::desc("where the model, optimizer state and batches live and the\n"
+             "step runs. Each CUDA step is followed by a device synchronize\n"
+             "before the clock stops."),
+    cl::values(clEnumValN(DeviceKind::kCpu, "cpu", "the CPU (default)"),
+               clEnumValN(DeviceKind::kCuda, "cuda", "CUDA device 0")),
+    cl::init(DeviceKind::kCpu), cl::cat(kFlags));
+cl::opt<OnOff, false, tools::WordParser<OnOff>> cuda_graphs(
+    "cuda-graphs",
+    cl::desc("CompileOptions::cuda_graphs, whether compiled CUDA steps\n"
+             "replay as one captured CUDA graph"),
+    cl::values(clEnumValN(OnOff::kOn, "on", "(default)"),
+               clEnumValN(OnOff::kOff, "off", "no")),
+    cl::init(OnOff::kOn), cl::cat(kFlags));
+cl::opt<OnOff, false, tools::WordParser<OnOff>> multi_region(
+    "multi-region",
+    cl::desc("CompileOptions::cuda_multi_region, whether consecutive\n"
+             "independent regions (the optimizer updates) launch as one\n"
+             "kernel per phase"),
+    cl::values(clEnumValN(OnOff::kOn, "on", "(default)"),
+               clEnumValN(OnOff::kOff, "off", "no")),
+    cl::init(OnOff::kOn), cl::cat(kFlags));
+cl::opt<long long, false, tools::IntParser<1>> steps(
+    "steps",
+    cl::desc("timed steps per workload and mode (default 50); with\n"
+             "--bandwidth, timed runs of each kernel"),
+    cl::init(50), cl::cat(kFlags));
+cl::opt<long long, false, tools::IntParser<0>> warmup(
+    "warmup",
+    cl::desc("untimed steps first (default 5; compiled runs at least\n"
+             "enough to warm up and trace)"),
+    cl::init(5), cl::cat(kFlags));
+cl::opt<Amp, false, tools::WordParser<Amp>> amp(
+    "amp",
+    cl::desc("the training precision (default: the workload's, f32 except\n"
+             "for *_bf16). Eager steps run under amp::Autocast (f16 with an\n"
+             "amp::GradScaler); compiled steps compile the plain step with\n"
+             "{.amp = P} (f16: the grad-scaler pass)."),
+    cl::values(clEnumValN(Amp::kF32, "f32", "plain f32"),
+               clEnumValN(Amp::kBF16, "bf16", "bf16 autocast"),
+               clEnumValN(Amp::kF16, "f16", "f16 autocast, loss scaling"),
+               clEnumValN(Amp::kAll, "all",
+                          "f32, bf16 and f16 one after the other")),
+    cl::init(Amp::kWorkload), cl::cat(kFlags));
+cl::opt<bool> bandwidth(
+    "bandwidth",
+    cl::desc("instead of the workloads, time on the device: a plain copy\n"
+             "(dst.copy_(src)) and the elementwise y = relu(x * a + b),\n"
+             "eager (three ops) and compiled (one fused kernel), over\n"
+             "--numel f32 elements; GB/s counts the bytes the kernel\n"
+             "must read and write (copy and elementwise: 8 per element)\n"
+             "over the median time"),
+    cl::cat(kFlags));
+cl::opt<long long, false, tools::IntParser<1>> numel(
+    "numel", cl::desc("elements for --bandwidth (default 67108864, 64M)"),
+    cl::init(int64_t{1} << 26), cl::cat(kFlags));
+cl::opt<bool> json(
+    "json",
+    cl::desc("one JSON object per line per workload and mode, keys:\n"
+             "workload, mode, dtype, device, ms_per_step,\n"
+             "kernels_per_step, compile_ms_cold, compile_ms_warm,\n"
+             "peak_bytes; with --bandwidth per kernel:\n"
+             "bandwidth, mode, device, numel, bytes, ms, gb_per_s"),
+    cl::cat(kFlags));
+// Internal: the child process ColdWarmCompileMs starts.
+cl::opt<std::string, false, WorkloadParser> compile_probe(
+    "compile-probe",
+    cl::desc("compile NAME's step once and print \"<compile_ms> "
+             "<cached_regions> <native_regions>\""),
+    cl::Hidden, cl::cat(kFlags));
+cl::extrahelp columns(R"(
 Flags take their value as "--flag V" or "--flag=V".
 
 Columns: speedup is against the workload's first eager row (f32 unless
@@ -90,15 +161,18 @@ is the first (every kernel compiled), warm the second (every kernel loaded
 from the disk cache). Each is stats().compile_ms: tracing the step (one
 eager step), the pass pipeline and code generation. peak is the tensor
 memory allocated above the steady state during one step (on CUDA: the
-caching allocator's allocated bytes, as torch.cuda.max_memory_allocated). A device that cannot be used (no CUDA runtime, driver or GPU) is an
+caching allocator's allocated bytes, as torch.cuda.max_memory_allocated). A
+device that cannot be used (no CUDA runtime, driver or GPU) is an
 error naming the reason, before any workload runs.
-)";
+)");
+}  // namespace flags
 
 using bench::Workload;
 using bench::WorkloadRun;
 
+// The parsed command line.
 struct Flags {
-  std::string workload;  // empty: all
+  std::string workload;       // empty: all
   std::string compile_probe;  // internal: time one compile and print it
   std::vector<DType> amp;     // empty: the workload's own precision
   Device device = Device::cpu();
@@ -110,6 +184,38 @@ struct Flags {
   bool bandwidth = false;
   bool json = false;
 };
+
+Flags FromCommandLine() {
+  Flags f{.workload = flags::workload,
+          .compile_probe = flags::compile_probe,
+          .amp = {},
+          .device = flags::device == DeviceKind::kCuda ? Device::cuda()
+                                                       : Device::cpu(),
+          .steps = flags::steps,
+          .warmup = flags::warmup,
+          .numel = flags::numel,
+          .cuda_graphs = flags::cuda_graphs == OnOff::kOn,
+          .multi_region = flags::multi_region == OnOff::kOn,
+          .bandwidth = flags::bandwidth,
+          .json = flags::json};
+  switch (flags::amp) {
+    case Amp::kWorkload:
+      break;
+    case Amp::kF32:
+      f.amp = {DType::kF32};
+      break;
+    case Amp::kBF16:
+      f.amp = {DType::kBF16};
+      break;
+    case Amp::kF16:
+      f.amp = {DType::kF16};
+      break;
+    case Amp::kAll:
+      f.amp = {DType::kF32, DType::kBF16, DType::kF16};
+      break;
+  }
+  return f;
+}
 
 struct Result {
   std::string workload;
@@ -123,67 +229,6 @@ struct Result {
   int64_t peak_bytes = 0;
   int64_t ops_per_step = 0;  // compiled only: fills eager's kernels_per_step
 };
-
-// Returns an error message, or "" when all flags parsed.
-std::string ParseFlags(int argc, char** argv, Flags& f, bool& help) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::optional<std::string> inline_value;
-    if (const size_t eq = arg.find('='); eq != std::string::npos) {
-      inline_value = arg.substr(eq + 1);
-      arg.resize(eq);
-    }
-    if (arg == "--help" || arg == "-h" || arg == "--json" || arg == "--bandwidth") {
-      if (inline_value) return arg + " takes no value";
-      help |= arg == "--help" || arg == "-h";
-      f.json |= arg == "--json";
-      f.bandwidth |= arg == "--bandwidth";
-      continue;
-    }
-    if (arg != "--workload" && arg != "--steps" && arg != "--warmup" &&
-        arg != "--compile-probe" && arg != "--amp" && arg != "--device" &&
-        arg != "--numel" && arg != "--cuda-graphs" && arg != "--multi-region") {
-      return "unknown flag '" + std::string(argv[i]) + "'";
-    }
-    std::optional<std::string> v = inline_value;
-    if (!v && i + 1 < argc) v = argv[++i];
-    if (!v) return arg + " needs a value";
-    if (arg == "--workload" || arg == "--compile-probe") {
-      if (bench::FindWorkload(*v) == nullptr) {
-        return absl::StrFormat("%s: unknown workload '%s'; known: %s", arg, *v,
-                               bench::WorkloadNames());
-      }
-      (arg == "--workload" ? f.workload : f.compile_probe) = *v;
-      continue;
-    }
-    if (arg == "--amp") {
-      if (*v == "f32") f.amp = {DType::kF32};
-      else if (*v == "bf16") f.amp = {DType::kBF16};
-      else if (*v == "f16") f.amp = {DType::kF16};
-      else if (*v == "all") f.amp = {DType::kF32, DType::kBF16, DType::kF16};
-      else return "--amp: expected f32, bf16, f16 or all, got '" + *v + "'";
-      continue;
-    }
-    if (arg == "--device") {
-      if (*v == "cpu") f.device = Device::cpu();
-      else if (*v == "cuda") f.device = Device::cuda();
-      else return "--device: expected cpu or cuda, got '" + *v + "'";
-      continue;
-    }
-    if (arg == "--cuda-graphs" || arg == "--multi-region") {
-      if (*v != "on" && *v != "off") return arg + ": expected on or off, got '" + *v + "'";
-      (arg == "--cuda-graphs" ? f.cuda_graphs : f.multi_region) = *v == "on";
-      continue;
-    }
-    int64_t& out = arg == "--steps" ? f.steps : arg == "--numel" ? f.numel : f.warmup;
-    const int64_t min = arg == "--warmup" ? 0 : 1;
-    if (!absl::SimpleAtoi(*v, &out) || out < min) {
-      return absl::StrFormat("%s: expected an integer >= %d, got '%s'", arg,
-                             min, *v);
-    }
-  }
-  return "";
-}
 
 double Ms(Clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
@@ -284,13 +329,24 @@ Result Run(const Workload& w, const Flags& f, bool compiled, DType amp, const ch
   return r;
 }
 
-std::string Json(const Result& r) {
-  return absl::StrFormat(
-      "{\"workload\":\"%s\",\"mode\":\"%s\",\"dtype\":\"%s\",\"device\":\"%s\","
-      "\"ms_per_step\":%.4f,\"kernels_per_step\":%d,\"compile_ms_cold\":%.3f,"
-      "\"compile_ms_warm\":%.3f,\"peak_bytes\":%d}",
-      r.workload, r.mode, r.dtype, r.device, r.ms_per_step, r.kernels_per_step,
-      r.compile_ms_cold, r.compile_ms_warm, r.peak_bytes);
+llvm::json::Value Json(const Result& r) {
+  return llvm::json::Object{{"workload", r.workload},
+                            {"mode", r.mode},
+                            {"dtype", r.dtype},
+                            {"device", r.device},
+                            {"ms_per_step", r.ms_per_step},
+                            {"kernels_per_step", r.kernels_per_step},
+                            {"compile_ms_cold", r.compile_ms_cold},
+                            {"compile_ms_warm", r.compile_ms_warm},
+                            {"peak_bytes", r.peak_bytes}};
+}
+
+// One JSON value on a line of stdout (through stdio, like the table rows).
+void PrintJsonLine(const llvm::json::Value& v) {
+  std::string line;
+  llvm::raw_string_ostream os(line);
+  os << v << "\n";
+  std::fputs(os.str().c_str(), stdout);
 }
 
 // One --bandwidth measurement: `bytes` moved per run of `fn` on `device`,
@@ -344,10 +400,13 @@ int RunBandwidth(const Flags& f) {
   }
   for (const Bandwidth& b : rows) {
     if (f.json) {
-      absl::PrintF(
-          "{\"bandwidth\":\"%s\",\"mode\":\"%s\",\"device\":\"%s\",\"numel\":%d,"
-          "\"bytes\":%d,\"ms\":%.4f,\"gb_per_s\":%.2f}\n",
-          b.kernel, b.mode, DeviceFlag(f.device), n, b.bytes, b.ms, b.gb_per_s());
+      PrintJsonLine(llvm::json::Object{{"bandwidth", b.kernel},
+                                       {"mode", b.mode},
+                                       {"device", DeviceFlag(f.device)},
+                                       {"numel", n},
+                                       {"bytes", b.bytes},
+                                       {"ms", b.ms},
+                                       {"gb_per_s", b.gb_per_s()}});
     } else {
       std::printf("%-10s %-9s %-6s %12.1f %10.3f %9.2f\n", b.kernel.c_str(), b.mode.c_str(),
                   DeviceFlag(f.device), b.bytes / 1e6, b.ms, b.gb_per_s());
@@ -383,17 +442,8 @@ void PrintRow(const Result& r, double eager_ms) {
 }
 
 int Main(int argc, char** argv) {
-  Flags f;
-  bool help = false;
-  if (std::string error = ParseFlags(argc, argv, f, help); !error.empty()) {
-    std::fprintf(stderr, "stepjit-bench: %s\nrun with --help for usage\n",
-                 error.c_str());
-    return 2;
-  }
-  if (help) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
+  if (!tools::ParseFlags(argc, argv, kFlags, kOverview)) return 2;
+  const Flags f = FromCommandLine();
   if (std::string error = CheckDevice(f.device); !error.empty()) {
     std::fprintf(stderr, "stepjit-bench: --device %s: %s\n", DeviceFlag(f.device),
                  error.c_str());
@@ -425,7 +475,7 @@ int Main(int argc, char** argv) {
       if (f32_eager_ms == 0) f32_eager_ms = eager.ms_per_step;
       for (const Result* r : {&eager, &compiled}) {
         if (f.json) {
-          std::printf("%s\n", Json(*r).c_str());
+          PrintJsonLine(Json(*r));
         } else {
           PrintRow(*r, f32_eager_ms);
         }

@@ -1,5 +1,6 @@
 # Runs a stepjit tool as a user would and checks its output and exit status
-# (stepjit-opt; MODE=fails also serves stepjit-bench, tests/CMakeLists.txt).
+# (stepjit-opt; MODE=fails also serves stepjit-bench and fashion_mnist,
+# tests/CMakeLists.txt).
 #   -DOPT=<stepjit-opt> -DMODE=roundtrip -DINPUT=<file.ir> -DWORK=<scratch dir>
 #     the file (minus its first-line comment) must come back unchanged on
 #     stdout, from the `print` pass on stderr, and again from stdin to -o.
