@@ -35,6 +35,7 @@ namespace stepjit::ir {
                 m.Tanh(m.Mul(m.Const(0.79788456080286536),                      \
                              m.Add(x, m.Mul(m.Const(0.044715),                  \
                                             m.Mul(x, m.Mul(x, x)))))))))        \
+  X(Silu, m.Mul(x, m.Div(m.Const(1), m.Add(m.Const(1), m.Exp(m.Neg(x))))))    \
   X(Sin, m.Sin(x))                                                              \
   X(Cos, m.Cos(x))
 

@@ -32,6 +32,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
              "gelu: approximate must be 'none' or 'tanh', got '", approximate, "'");
   return Unary(approximate == "tanh" ? OpId::kGeluTanh : OpId::kGelu, x);
 }
+Tensor silu(const Tensor& x) { return Unary(OpId::kSilu, x); }
 Tensor sin(const Tensor& x) { return Unary(OpId::kSin, x); }
 Tensor cos(const Tensor& x) { return Unary(OpId::kCos, x); }
 Tensor cast(const Tensor& x, DType dtype) {

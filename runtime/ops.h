@@ -26,6 +26,8 @@ Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 // approximate: "none" (erf form) or "tanh".
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");
+// x * sigmoid(x) (SiLU, swish).
+Tensor silu(const Tensor& x);
 Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
 Tensor cast(const Tensor& x, DType dtype);

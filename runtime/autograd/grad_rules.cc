@@ -124,6 +124,11 @@ std::vector<Tensor> ComputeGrads(const GradContext& c, const Tensor& g) {
                        x * 0.5 * (1.0 - th * th) * ((x * x * (3.0 * c3) + 1.0) * k);
       return {g * d};
     }
+    case OpId::kSilu: {
+      // d/dx x s(x) = s + x s (1 - s), s = sigmoid(x).
+      const Tensor s = sigmoid(in[0]);
+      return {g * s * (in[0] * (1.0 - s) + 1.0)};
+    }
     case OpId::kSin: return {g * cos(in[0])};
     case OpId::kCos: return {-(g * sin(in[0]))};
     case OpId::kCast: return {g};

@@ -41,6 +41,8 @@ inline Tensor gelu(const Tensor& x, const std::string& approximate = "none") {
   return ::stepjit::gelu(x, approximate);
 }
 
+inline Tensor silu(const Tensor& x) { return ::stepjit::silu(x); }
+
 inline Tensor layer_norm(const Tensor& x, ShapeRef normalized_shape,
                          const Tensor& weight = Tensor(),
                          const Tensor& bias = Tensor(), double eps = 1e-5) {

@@ -97,6 +97,7 @@ TEST_F(CudaTest, UnaryOpsMatchTheCpuBitForBit) {
       {"relu", [](const Tensor& x) { return relu(x); }},
       {"gelu", [](const Tensor& x) { return gelu(x); }},
       {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }},
+      {"silu", [](const Tensor& x) { return silu(x); }},
       {"sin", [](const Tensor& x) { return sin(x); }},
       {"cos", [](const Tensor& x) { return cos(x); }},
   };

@@ -219,6 +219,7 @@ const UnaryCase kUnaryCases[] = {
     {"gelu", [](const Tensor& x) { return gelu(x); }, -3, 3, false},
     {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }, -3, 3,
      false},
+    {"silu", [](const Tensor& x) { return silu(x); }, -3, 3, false},
     {"sin", [](const Tensor& x) { return sin(x); }, -3, 3, false},
     {"cos", [](const Tensor& x) { return cos(x); }, -3, 3, false},
 };
@@ -829,7 +830,7 @@ TEST(GradCoverageTest, EveryDifferentiableOpIsChecked) {
       "cross_entropy", "mse_loss",   "matmul",      "reshape",
       "permute",       "slice",      "expand",      "squeeze",
       "unsqueeze",     "contiguous", "embedding",   "slice_backward",
-      "dropout"};
+      "dropout",       "silu"};
   std::vector<std::string> diff;
 #define OP(e, text, lo, hi, kind, amp, flags) \
   if ((flags)&ir::kDiff) diff.push_back(text);
