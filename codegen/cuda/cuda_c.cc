@@ -112,12 +112,15 @@ std::string Preamble(uint32_t helpers) {
     s += "template <class T, int N>\n"
          "struct alignas(sizeof(T) * N) sj_vec {\n  T v[N];\n};\n";
   }
-  if (helpers & kHelperReduce) {
+  if (helpers & (kHelperReduce | kHelperRowReduce)) {
     s += R"(// NaN-propagating max, as the CPU kernels accumulate amax.
 static __device__ __forceinline__ double sj_amax(double acc, double x) {
   return (x != x || x > acc) ? x : acc;
 }
-static __device__ __forceinline__ double sj_warp_sum(double v) {
+)";
+  }
+  if (helpers & kHelperReduce) {
+    s += R"(static __device__ __forceinline__ double sj_warp_sum(double v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
   return v;
 }
@@ -147,6 +150,43 @@ static __device__ __forceinline__ double sj_block_amax(double v) {
     v = sj_warp_amax(threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : -inf);
   }
   return v;
+}
+)";
+  }
+  if (helpers & kHelperRowReduce) {
+    s +=
+        R"(// All-reductions: every lane (thread) returns the same bits. The xor
+// butterfly adds the same two values on both lanes of a pair; amax takes
+// lane 0's result, since sj_amax(+0, -0) differs from sj_amax(-0, +0).
+static __device__ __forceinline__ double sj_warp_allsum(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+static __device__ __forceinline__ double sj_warp_allamax(double v) {
+  for (int o = 16; o > 0; o >>= 1) v = sj_amax(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+// Every thread of the block must call these (they synchronize); each folds
+// the warps' results in warp order.
+static __device__ __forceinline__ double sj_block_allsum(double v) {
+  __shared__ double part[32];
+  v = sj_warp_allsum(v);
+  __syncthreads();  // a previous call's reads of part[] are done
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  __syncthreads();
+  double t = part[0];
+  for (unsigned w = 1; w < (blockDim.x >> 5); ++w) t += part[w];
+  return t;
+}
+static __device__ __forceinline__ double sj_block_allamax(double v) {
+  __shared__ double part[32];
+  v = sj_warp_allamax(v);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  __syncthreads();
+  double t = part[0];
+  for (unsigned w = 1; w < (blockDim.x >> 5); ++w) t = sj_amax(t, part[w]);
+  return t;
 }
 )";
   }

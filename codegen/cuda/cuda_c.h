@@ -37,6 +37,10 @@ enum Helpers : uint32_t {
   kHelperBF16 = 1u << 1,    // cuda_bf16.h and sj_round_bf16
   kHelperReduce = 1u << 2,  // sj_amax and the warp/block reductions
   kHelperVector = 1u << 3,  // sj_vec, N elements loaded and stored as one
+  // sj_amax and the warp and block all-reductions whose result every thread
+  // gets, bit for bit the same (row plans: every thread computes the row
+  // values).
+  kHelperRowReduce = 1u << 4,
 };
 std::string Preamble(uint32_t helpers);
 // The helpers values of dtype `t` need (kHelperF16 / kHelperBF16, or none).

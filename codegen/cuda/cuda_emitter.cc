@@ -77,6 +77,9 @@ void Emitter::Analyze(RegionSource& out) {
       slots_[v] = s;
     }
     if (IsReduction(n->op())) {
+      // A row plan's row reductions stay in registers; only its totals
+      // fold per-row values through a buffer.
+      if (Rows() && plan_.domain.at(n->output()) != Domain::kTotal) continue;
       acc_index_[n.get()] = static_cast<int>(accs_.size());
       accs_.push_back(n.get());
       continue;
@@ -100,6 +103,19 @@ void Emitter::Analyze(RegionSource& out) {
   out.strategy = layout_.strategy;
   out.chunks = layout_.chunks;
   out.partials = plan_.r_numel * layout_.chunks;
+  if (Rows()) {
+    row_strategy_ = plan_.row_len <= options_.max_thread_row
+                        ? ReductionStrategy::kRowPerThread
+                    : plan_.row_len <= kMaxWarpRow
+                        ? ReductionStrategy::kRowPerWarp
+                        : ReductionStrategy::kRowPerBlock;
+    out.strategy = row_strategy_;
+    out.chunks = 1;
+    out.rows = plan_.rows;
+    out.row_len = plan_.row_len;
+    out.reduced_numel = plan_.has_totals ? 1 : 0;
+    out.partials = accs_.empty() ? 0 : plan_.rows;
+  }
 }
 
 absl::StatusOr<std::string> Emitter::Expr(const Node& n, Env& env,
@@ -145,6 +161,7 @@ absl::Status Emitter::EmitPhase(Domain d, Env& env, CudaStatements& s,
   for (const auto& n : body_.nodes()) {
     const Value* v = n->output();
     if (IsReduction(n->op())) {
+      if (d != Domain::kFull && d != Domain::kReduced) continue;
       const std::string a = absl::StrCat("a", acc_index_.at(n.get()));
       if (d == Domain::kFull) {
         const Value* src = n->inputs()[0];
@@ -202,16 +219,18 @@ bool Emitter::UsedIn(Domain d, const Value* v) const {
   return false;
 }
 
-// The index type, and the 0-d constants and scratch slots the kernel of
-// domain `d` reads.
-void Emitter::Prologue(Domain d, Env& env, CudaStatements& s) {
-  if (d == Domain::kScalar) return;
+void Emitter::Prologue(std::initializer_list<Domain> ds, Env& env,
+                       CudaStatements& s) {
+  if (ds.size() == 1 && *ds.begin() == Domain::kScalar) return;
+  auto used = [&](const Value* v) {
+    return absl::c_any_of(ds, [&](Domain d) { return UsedIn(d, v); });
+  };
   s.Line(absl::StrCat("typedef ", layout_.index64 ? "long long" : "int",
                       " sj_index;"));
   for (const auto& n : body_.nodes()) {
     const Value* v = n->output();
     if (n->op() != OpId::kFull || plan_.domain.at(v) != Domain::kScalar ||
-        !UsedIn(d, v))
+        !used(v))
       continue;
     env[v] = names_.at(v);
     s.Line(absl::StrCat(
@@ -220,7 +239,7 @@ void Emitter::Prologue(Domain d, Env& env, CudaStatements& s) {
   }
   std::vector<std::pair<int, const Value*>> slots;
   for (const auto& [v, k] : slots_) {
-    if (UsedIn(d, v)) slots.push_back({k, v});
+    if (used(v)) slots.push_back({k, v});
   }
   std::sort(slots.begin(), slots.end());
   for (const auto& [k, v] : slots) {
@@ -299,12 +318,19 @@ absl::Status Emitter::Run(const std::string& prefix, RegionSource& out) {
     scalar_work |= plan_.domain.at(r) == Domain::kScalar;
     full_work |= plan_.domain.at(r) != Domain::kScalar;
   }
-  out.helpers = accs_.empty() ? 0u : static_cast<uint32_t>(kHelperReduce);
+  out.helpers = Rows()          ? static_cast<uint32_t>(kHelperRowReduce)
+                : accs_.empty() ? 0u
+                                : static_cast<uint32_t>(kHelperReduce);
   for (const Value* p : body_.params()) out.helpers |= DTypeHelpers(p->type().dtype);
   for (const auto& n : body_.nodes()) out.helpers |= DTypeHelpers(n->output()->type().dtype);
   if (scalar_work) RETURN_IF_ERROR(EmitScalar(out));
-  if (full_work) RETURN_IF_ERROR(EmitMain(out));
-  if (plan_.r_numel > 0) RETURN_IF_ERROR(EmitReduced(out));
+  if (Rows()) {
+    RETURN_IF_ERROR(EmitRowMain(out));
+    if (plan_.has_totals) RETURN_IF_ERROR(EmitRowTotals(out));
+  } else {
+    if (full_work) RETURN_IF_ERROR(EmitMain(out));
+    if (plan_.r_numel > 0) RETURN_IF_ERROR(EmitReduced(out));
+  }
   out.kernels_text = std::move(text_);
   out.params = Params();
   std::vector<std::string> names;
@@ -338,15 +364,21 @@ absl::StatusOr<RegionSource> EmitRegion(const ir::Graph& body,
     return absl::InvalidArgumentError(absl::StrCat(
         "block size ", options.block, " is not a multiple of 32 up to 1024"));
   }
-  ASSIGN_OR_RETURN(Plan plan, Analyze(body, {.allow_one_element = options.allow_one_element,
-                                    .allow_integers = true}));
+  ASSIGN_OR_RETURN(
+      Plan plan, Analyze(body, {.allow_one_element = options.allow_one_element,
+                                .allow_integers = true,
+                                .allow_row_phases = true}));
   // Names derive from the body's text, so the same region gives the same
   // source (and kernel cache key) in every process.
-  const std::string hash = ToHex(Sha256Of(absl::StrCat(
-      ir::Print(body), kLoweringVersion, ";block=", options.block,
-      options.device_functions ? ";device" : "")));
+  const bool thread_rows =
+      plan.row_phases > 0 && plan.row_len <= options.max_thread_row;
+  const std::string hash = ToHex(Sha256Of(
+      absl::StrCat(ir::Print(body), kLoweringVersion, ";block=", options.block,
+                   options.device_functions ? ";device" : "",
+                   thread_rows ? ";thread_rows" : "")));
   RegionSource out;
-  detail::Emitter emitter(body, plan, options);
+  // Row ops are lowered from their expansion into primitive steps.
+  detail::Emitter emitter(plan.Body(body), plan, options);
   RETURN_IF_ERROR(emitter.Run(
       absl::StrCat(Identifier(body.name()), "_", hash.substr(0, 12)), out));
   return out;

@@ -23,6 +23,26 @@
 //   <name>_reduced  over the reduced shape R: combines the partials in a fixed
 //                   order (double, like the CPU backend), divides means, and
 //                   computes the epilogue (e.g. a bias gradient's momentum).
+// A row plan (codegen/region_plan.h: softmax, log_softmax, layer_norm, var,
+// cross_entropy, mse_loss, their backward patterns, with their elementwise
+// neighbours) lowers instead into (cuda_emitter_rows.cc):
+//   <name>_scalar   as above.
+//   <name>_main     rows in a grid-stride loop, each row owned by one warp
+//                   (kRowPerWarp, rows of up to kMaxWarpRow elements) or one
+//                   block (kRowPerBlock, longer rows), or one thread
+//                   (kRowPerThread, when asked for); per row: the row's
+//                   per-row params and the values computed from them, then
+//                   per phase a strided loop over the row accumulating that
+//                   phase's reductions in double, an all-reduction (warp
+//                   shuffles, plus shared memory across warps) that gives
+//                   every thread the same bits, and the row values that
+//                   follow; then a strided loop storing the full-size
+//                   returns, the per-row returns, and each row's value of a
+//                   total (a loss's mean over rows) in acc<a>[row].
+//   <name>_reduced  (only with totals; one block, thread 0) folds acc<a> in
+//                   row order from 0.0 (or -inf), as the CPU backend does,
+//                   and computes and stores the 0-d values that follow.
+//                   No atomics: results are the same run to run.
 // f16/bf16 values load and store as __half/__nv_bfloat16 and compute in
 // float, rounded after every op exactly as the eager kernels do. i32/i64
 // values (int, long long) take part in casts, comparisons and where; integer
@@ -52,8 +72,16 @@ struct KernelLaunch {
 enum class ReductionStrategy : uint8_t {
   kNone,
   kBlockPerRow,
-  kThreadPerOutput
+  kThreadPerOutput,
+  kRowPerWarp,    // row plans, short rows: a warp per row
+  kRowPerBlock,   // row plans, long rows: a block per row
+  kRowPerThread,  // row plans, EmitOptions::max_thread_row: a thread per row
 };
+
+// Row plans take a warp per row up to this row length (32 elements per lane
+// at most, and a row's warp needs no shared memory or block barrier), a
+// block per row beyond.
+inline constexpr int64_t kMaxWarpRow = 1024;
 
 // Every kernel of a region takes the same arguments, in this order:
 //   one `const T*` per body parameter, one `T*` per body return (the
@@ -74,7 +102,10 @@ struct RegionSource {
   int64_t reduced_numel = 0;          // elements of R (0: no reductions)
   ReductionStrategy strategy = ReductionStrategy::kNone;
   int64_t chunks = 1;    // partial results per reduced element
-  int64_t partials = 0;  // reduced_numel * chunks
+  // reduced_numel * chunks; for a row plan with totals, one per row (0
+  // without totals).
+  int64_t partials = 0;
+  int64_t rows = 0, row_len = 0;  // row plans: rows of F and their length
   int num_accumulators = 0;
   int num_slots = 0;
   bool index64 = false;  // 64-bit indexing (numel near or over 2^31)
@@ -84,6 +115,10 @@ struct EmitOptions {
   int block = 256;  // threads per block, a multiple of 32
   // Allow a region of one element (all scalar work); single-op kernels need it.
   bool allow_one_element = false;
+  // Row plans: rows of at most this many elements run one per thread, which
+  // sums each row in element order as the eager CPU kernels do, so that
+  // single-op eager kernels match them bit for bit (0: never).
+  int64_t max_thread_row = 0;
   // Emit the kernels as `__device__` functions taking two more arguments,
   // `sj_bid` and `sj_grid`, in place of blockIdx.x and gridDim.x, for a
   // kernel that runs several regions in one launch (multi_region.h).

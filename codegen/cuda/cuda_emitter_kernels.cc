@@ -18,7 +18,7 @@ using ir::Value;
 absl::Status Emitter::EmitScalar(RegionSource& out) {
   CudaStatements s;
   Env env;
-  Prologue(Domain::kScalar, env, s);
+  Prologue({Domain::kScalar}, env, s);
   LoadParams(Domain::kScalar, env, s, "0");
   RETURN_IF_ERROR(EmitPhase(Domain::kScalar, env, s, "0"));
   std::vector<std::pair<int, const Value*>> slots;
@@ -101,7 +101,7 @@ absl::Status Emitter::EmitVectorLoop(CudaStatements& s, const Env& env) {
 absl::Status Emitter::EmitMain(RegionSource& out) {
   CudaStatements s;
   Env env;
-  Prologue(Domain::kFull, env, s);
+  Prologue({Domain::kFull}, env, s);
   const std::string name = absl::StrCat(out.name, "_main");
   const int block = options_.block;
   auto init_accs = [&] {
@@ -203,7 +203,7 @@ absl::Status Emitter::EmitMain(RegionSource& out) {
 absl::Status Emitter::EmitReduced(RegionSource& out) {
   CudaStatements s;
   Env env;
-  Prologue(Domain::kReduced, env, s);
+  Prologue({Domain::kReduced}, env, s);
   s.Line(absl::StrCat(
       "for (sj_index r = (sj_index)", bid_, " * blockDim.x + threadIdx.x; r < ",
       plan_.r_numel, "; r += (sj_index)", grid_, " * blockDim.x) {"));

@@ -1,10 +1,12 @@
 // The fusion-region emitter behind EmitRegion (cuda_emitter.h), shared by
-// its two source files: cuda_emitter.cc (analysis, expressions, phases,
-// signatures) and cuda_emitter_kernels.cc (the scalar, main and reduced
-// kernels). Internal to codegen/cuda.
+// its source files: cuda_emitter.cc (analysis, expressions, phases,
+// signatures), cuda_emitter_kernels.cc (the scalar, main and reduced
+// kernels) and cuda_emitter_rows.cc (the row plan's kernels). Internal to
+// codegen/cuda.
 #ifndef STEPJIT_CODEGEN_CUDA_REGION_EMITTER_H_
 #define STEPJIT_CODEGEN_CUDA_REGION_EMITTER_H_
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -48,7 +50,9 @@ class Emitter {
                          const std::string& index,
                          const std::string& suffix = "");
   bool UsedIn(Domain d, const Value* v) const;
-  void Prologue(Domain d, Env& env, CudaStatements& s);
+  // The index type, and the 0-d constants and scratch slots the kernel of
+  // domains `ds` reads.
+  void Prologue(std::initializer_list<Domain> ds, Env& env, CudaStatements& s);
   void LoadParams(Domain d, Env& env, CudaStatements& s,
                   const std::string& index, const std::string& suffix = "");
   absl::Status EmitVectorLoop(CudaStatements& s, const Env& env);
@@ -58,6 +62,16 @@ class Emitter {
   absl::Status EmitScalar(RegionSource& out);
   absl::Status EmitMain(RegionSource& out);
   absl::Status EmitReduced(RegionSource& out);
+
+  // Row plans (cuda_emitter_rows.cc).
+  bool Rows() const { return plan_.row_phases > 0; }
+  absl::Status EmitRowMain(RegionSource& out);
+  absl::Status EmitRowTotals(RegionSource& out);
+  void RowStart(Env& env, CudaStatements& s);
+  absl::Status RowValues(int level, Env& env, CudaStatements& s);
+  absl::Status RowPass(int phase, Env& env, CudaStatements& s);
+  void StoreRowReturns(Domain d, const Env& env, CudaStatements& s,
+                       const std::string& index);
 
   const ir::Graph& body_;
   const Plan& plan_;
@@ -72,6 +86,7 @@ class Emitter {
   // The operands each node's code reads (fill_ and copy_ ignore `self`).
   absl::flat_hash_map<const Node*, absl::flat_hash_set<const Value*>> reads_;
   std::vector<const Value*> bcast_;  // broadcast operands, in first-use order
+  ReductionStrategy row_strategy_ = ReductionStrategy::kNone;  // row plans
   Layout layout_;
   std::string text_;
 };

@@ -15,12 +15,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/cuda/cuda_emitter.h"
+#include "codegen/cuda/multi_region.h"
 #include "codegen/cuda/nvrtc.h"
 #include "codegen/cuda/single_op.h"
 #include "codegen/kernel_cache.h"
 #include "gtest/gtest.h"
-#include "tests/codegen/cuda_test_util.h"
 #include "ir/parser.h"
+#include "tests/codegen/cuda_test_util.h"
 
 namespace stepjit::codegen::cuda {
 namespace {
@@ -276,6 +277,100 @@ TEST(CudaNvrtcTest, FusedRegionsCompileForSm80AndSm90) {
         CompileCuda(r.source, r.name, {.arch = "sm_90", .use_cache = false});
     EXPECT_TRUE(c.ok()) << r.name << ": " << c.status();
   }
+}
+
+// Row-plan regions (softmax, log_softmax, layer_norm with and without
+// affine, var, cross_entropy, mse_loss, backward patterns) with a warp, a
+// block and a thread per row, alone, in one translation unit, and as members
+// of a multi-region kernel.
+TEST(CudaNvrtcTest, RowRegionsCompileForSm80AndSm90) {
+  SKIP_WITHOUT_NVRTC();
+  const std::vector<std::string> texts = {
+      R"(graph @softmax(%p0: f32[64,1000] input) {
+  %0 = softmax %p0 {dim = 1} : f32[64,1000]
+  return %0
+})",
+      R"(graph @log_softmax(%p0: bf16[8,4097] input) {
+  %0 = log_softmax %p0 {dim = 1} : bf16[8,4097]
+  return %0
+})",
+      R"(graph @layer_norm(%p0: f16[4,3,33] input, %w: f16[33] input, %b: f16[33] input) {
+  %0 = layer_norm %p0, %w, %b {normalized_ndim = 1, eps = 1e-05} : f16[4,3,33]
+  %1 = gelu %0 : f16[4,3,33]
+  return %1
+})",
+      R"(graph @layer_norm_2d(%p0: f32[6,2,10] input) {
+  %0 = layer_norm %p0 {normalized_ndim = 2, eps = 1e-05} : f32[6,2,10]
+  return %0
+})",
+      R"(graph @var(%p0: f64[7,33] input) {
+  %0 = var %p0 {dims = [1], keepdim = false, correction = 1} : f64[7]
+  return %0
+})",
+      R"(graph @xent(%p0: bf16[256,10] input, %p1: i64[256] input, %s: f32[] input) {
+  %0 = cross_entropy %p0, %p1 {reduction = "mean", label_smoothing = 0.1} : bf16[]
+  %1 = cast %0 {dtype = f32} : f32[]
+  %2 = mul %1, %s : f32[]
+  return %0, %2
+})",
+      R"(graph @xent_none(%p0: f32[33,7] input, %p1: i64[33] input) {
+  %0 = cross_entropy %p0, %p1 {reduction = "none"} : f32[33]
+  return %0
+})",
+      R"(graph @mse_rows(%p0: f32[9,70] input, %p1: f32[9,70] input) {
+  %0 = mse_loss %p0, %p1 {reduction = "none"} : f32[9,70]
+  %1 = sum %0 {dims = [1], keepdim = true} : f32[9,1]
+  %2 = div %0, %1 : f32[9,70]
+  return %2
+})",
+      R"(graph @ln_backward(%x: f32[12,32] input, %g: f32[12,32] input) {
+  %0 = mean %x {dims = [1], keepdim = true} : f32[12,1]
+  %1 = var %x {dims = [1], keepdim = true, correction = 0} : f32[12,1]
+  %2 = full {shape = [], value = 1e-05, dtype = f32} : f32[]
+  %3 = add %1, %2 : f32[12,1]
+  %4 = rsqrt %3 : f32[12,1]
+  %5 = sub %x, %0 : f32[12,32]
+  %6 = mul %5, %4 : f32[12,32]
+  %7 = mean %g {dims = [1], keepdim = true} : f32[12,1]
+  %8 = mul %g, %6 : f32[12,32]
+  %9 = mean %8 {dims = [1], keepdim = true} : f32[12,1]
+  %10 = sub %g, %7 : f32[12,32]
+  %11 = mul %6, %9 : f32[12,32]
+  %12 = sub %10, %11 : f32[12,32]
+  %13 = mul %4, %12 : f32[12,32]
+  return %13
+})"};
+  std::vector<std::unique_ptr<ir::Graph>> bodies;
+  std::vector<RegionSource> regions;
+  for (const std::string& text : texts) {
+    absl::StatusOr<std::unique_ptr<ir::Graph>> g = ir::ParseGraph(text);
+    ASSERT_TRUE(g.ok()) << g.status() << "\n" << text;
+    for (const int64_t thread_row : {int64_t{0}, int64_t{256}}) {
+      absl::StatusOr<RegionSource> r =
+          EmitRegion(**g, {.max_thread_row = thread_row});
+      ASSERT_TRUE(r.ok()) << r.status() << "\n" << text;
+      regions.push_back(*std::move(r));
+    }
+    bodies.push_back(*std::move(g));
+  }
+  EXPECT_EQ(regions[0].strategy, ReductionStrategy::kRowPerWarp);
+  EXPECT_EQ(regions[2].strategy, ReductionStrategy::kRowPerBlock);
+  EXPECT_EQ(regions[5].strategy, ReductionStrategy::kRowPerThread);
+  std::vector<const RegionSource*> all;
+  for (const RegionSource& r : regions) all.push_back(&r);
+  ASSERT_EQ(CompileForAllArchs(CombineSources(all), "row_regions").size(), 2u);
+  for (const RegionSource& r : regions) {
+    absl::StatusOr<CompiledCuda> c =
+        CompileCuda(r.source, r.name, {.arch = "sm_90", .use_cache = false});
+    EXPECT_TRUE(c.ok()) << r.name << ": " << c.status() << "\n" << r.source;
+  }
+  std::vector<const ir::Graph*> views;
+  for (const auto& b : bodies) views.push_back(b.get());
+  absl::StatusOr<MultiRegionSource> multi = EmitMultiRegion(views);
+  ASSERT_TRUE(multi.ok()) << multi.status();
+  ASSERT_EQ(
+      CompileForAllArchs(multi->combined.source, "row_multi_region").size(),
+      2u);
 }
 
 TEST(CudaNvrtcTest, BrokenSourceReportsTheNvrtcLog) {

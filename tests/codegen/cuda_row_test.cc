@@ -1,0 +1,558 @@
+// Row-plan regions on CUDA (codegen/cuda/cuda_emitter_rows.cc): softmax,
+// log_softmax, layer_norm, var, cross_entropy, mse_loss and the backward
+// patterns their gradient rules write, generated as CUDA C, compiled as host
+// C++ against the emulation of the CUDA built-ins and run with a grid of at
+// most 3 blocks of 64 threads (so row loops wrap and block reductions cross
+// warps), against the same bodies run op by op through the eager CPU
+// kernels. Also: launch shapes, grouping in a multi-region kernel, and the
+// same bits on every run.
+//
+// Tolerance (as tests/codegen/row_kernel_test.cc): |got - want| <= ulps *
+// eps(dtype) * (|want| + scale), NaN exactly where eager has NaN; f32 4 ulps
+// (a row's sum is a tree of per-lane sums here, a sequential sum in the eager
+// kernels), f16/bf16 1 ulp (a rounding of nearly equal f32 values may land on
+// either neighbour); `scale` is what an op's error is relative to (the row's
+// largest |x| for log_softmax, 1 for normalized or O(1) values).
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "codegen/cuda/cuda_emitter.h"
+#include "codegen/cuda/multi_region.h"
+#include "gtest/gtest.h"
+#include "ir/parser.h"
+#include "runtime/cuda/emulator/host_emulation.h"
+#include "runtime/dispatch.h"
+#include "runtime/generator.h"
+#include "runtime/ops.h"
+
+namespace stepjit::codegen::cuda {
+namespace {
+
+using ir::DType;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int kBlock = 64;
+constexpr int64_t kGridCap = 3;
+
+std::unique_ptr<ir::Graph> Parse(std::string text, DType t, int64_t n,
+                                 int64_t c) {
+  text = absl::StrReplaceAll(text, {{"{T}", ir::DTypeName(t)},
+                                    {"{N}", absl::StrCat(n)},
+                                    {"{C}", absl::StrCat(c)}});
+  auto g = ir::ParseGraph(text);
+  EXPECT_TRUE(g.ok()) << g.status() << "\n" << text;
+  return g.ok() ? *std::move(g) : nullptr;
+}
+
+// The body run node by node through Dispatch (the eager CPU kernels).
+std::vector<Tensor> Interpret(const ir::Graph& g,
+                              const std::vector<Tensor>& args) {
+  absl::flat_hash_map<const ir::Value*, Tensor> env;
+  for (size_t i = 0; i < args.size(); ++i) env[g.params()[i]] = args[i];
+  for (const auto& n : g.nodes()) {
+    std::vector<Tensor> in;
+    for (const ir::Value* v : n->inputs()) in.push_back(env.at(v));
+    env[n->output()] = runtime::Dispatch(n->op(), in, n->attrs());
+  }
+  std::vector<Tensor> out;
+  for (const ir::Value* r : g.returns()) out.push_back(env.at(r));
+  return out;
+}
+
+// A region's buffers: outputs (NaN-filled), scratch slots and partials.
+struct Bound {
+  std::vector<Tensor> outs;
+  std::vector<std::unique_ptr<std::vector<double>>> temps;
+};
+void Bind(const RegionSource& src, const ir::Graph& body,
+          const std::vector<Tensor>& args, Bound& b, std::vector<void*>& ptrs) {
+  for (const Tensor& a : args) ptrs.push_back(a.data_ptr());
+  for (const ir::Value* r : body.returns()) {
+    b.outs.push_back(
+        full(r->type().shape, std::nan(""), {.dtype = r->type().dtype}));
+    ptrs.push_back(b.outs.back().data_ptr());
+  }
+  b.temps.push_back(std::make_unique<std::vector<double>>(
+      static_cast<size_t>(src.num_slots) + 1, std::nan("")));
+  ptrs.push_back(b.temps.back()->data());
+  for (int a = 0; a < src.num_accumulators; ++a) {
+    b.temps.push_back(std::make_unique<std::vector<double>>(
+        static_cast<size_t>(std::max<int64_t>(src.partials, 1)), std::nan("")));
+    ptrs.push_back(b.temps.back()->data());
+  }
+}
+
+void Launch(const HostModule& module, const RegionSource& src,
+            std::vector<void*>& ptrs, int64_t grid_cap) {
+  std::vector<void*> args;
+  for (void*& p : ptrs) args.push_back(&p);
+  for (const KernelLaunch& k : src.kernels) {
+    absl::StatusOr<HostKernel> kernel = module.Kernel(k.name);
+    ASSERT_TRUE(kernel.ok()) << kernel.status();
+    const absl::Status run =
+        kernel->Launch(args.data(), std::min(k.grid, grid_cap), k.block);
+    ASSERT_TRUE(run.ok()) << k.name << ": " << run;
+  }
+}
+
+std::vector<Tensor> Emulate(const HostModule& module, const RegionSource& src,
+                            const ir::Graph& body,
+                            const std::vector<Tensor>& args,
+                            int64_t grid_cap = kGridCap) {
+  Bound b;
+  std::vector<void*> ptrs;
+  Bind(src, body, args, b, ptrs);
+  Launch(module, src, ptrs, grid_cap);
+  return b.outs;
+}
+
+double Eps(DType t) {
+  switch (t) {
+    case DType::kBF16:
+      return 0x1p-7;
+    case DType::kF16:
+      return 0x1p-10;
+    case DType::kF64:
+      return 0x1p-52;
+    default:
+      return 0x1p-23;
+  }
+}
+
+void ExpectClose(const Tensor& got, const Tensor& want, double ulps,
+                 double scale, const std::string& what) {
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const std::vector<double> a = got.to(DType::kF64).to_vector<double>();
+  const std::vector<double> b = want.to(DType::kF64).to_vector<double>();
+  const double tol = ulps * Eps(want.dtype());
+  int bad = 0;
+  for (size_t i = 0; i < a.size() && bad < 5; ++i) {
+    if (std::isnan(b[i])) {
+      if (!std::isnan(a[i])) {
+        ADD_FAILURE() << what << " [" << i << "]: " << a[i] << ", eager NaN";
+        ++bad;
+      }
+      continue;
+    }
+    if (a[i] == b[i]) continue;  // infinities included
+    if (!(std::abs(a[i] - b[i]) <= tol * (std::abs(b[i]) + scale))) {
+      ADD_FAILURE() << what << " [" << i << "]: " << a[i] << " vs eager "
+                    << b[i] << " (tolerance " << tol << " * (" << std::abs(b[i])
+                    << " + " << scale << "))";
+      ++bad;
+    }
+  }
+}
+
+bool SameBytes(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.data_ptr(), b.data_ptr(),
+                     a.numel() * a.element_size()) == 0;
+}
+
+// Random O(1) values with, in the first rows, a -inf, a large value, and a
+// whole row of -inf (when the row has room).
+Tensor Logits(int64_t n, int64_t c, DType t, uint64_t seed,
+              bool specials = true) {
+  Generator gen(seed);
+  std::vector<double> v =
+      (randn({n, c}, {}, &gen) * 3.0).to(DType::kF64).to_vector<double>();
+  if (specials && c > 1) {
+    v[0] = -kInf;
+    if (n > 1) v[c + c / 2] = t == DType::kBF16 ? 1e30 : 3e4;
+    if (n > 2) {
+      for (int64_t j = 0; j < c; ++j) v[2 * c + j] = -kInf;
+    }
+  }
+  return from_vector(v, {n, c}).to(t);
+}
+
+// Row lengths 1, 7, 33, 1000 (a warp per row) and 4097 (a block per row);
+// odd row counts.
+const std::vector<std::pair<int64_t, int64_t>>& Shapes() {
+  static const auto* s = new std::vector<std::pair<int64_t, int64_t>>{
+      {5, 1}, {5, 7}, {3, 33}, {5, 1000}, {3, 4097}, {1, 33}, {17, 10}};
+  return *s;
+}
+
+struct Case {
+  const char* name;
+  std::string text;
+  // Operands for (n, c, dtype, seed).
+  std::vector<Tensor> (*args)(int64_t, int64_t, DType, uint64_t);
+  double scale;
+};
+
+// Emits `c` for every shape in f32, f16 and bf16, compiles them as one host
+// module, runs each and compares with the eager kernels.
+void CheckCase(const Case& c) {
+  if (HostCompiler().empty())
+    GTEST_SKIP() << "no host C++ compiler to build the emulation";
+  struct Instance {
+    std::string what;
+    std::unique_ptr<ir::Graph> body;
+    RegionSource src;
+    DType t;
+    int64_t n, cols;
+  };
+  std::vector<Instance> all;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (auto [n, cols] : Shapes()) {
+      Instance in{
+          absl::StrCat(c.name, " ", ir::DTypeName(t), " [", n, ",", cols, "]"),
+          Parse(c.text, t, n, cols),
+          {},
+          t,
+          n,
+          cols};
+      ASSERT_NE(in.body, nullptr);
+      absl::StatusOr<RegionSource> src =
+          EmitRegion(*in.body, {.block = kBlock});
+      ASSERT_TRUE(src.ok()) << in.what << ": " << src.status();
+      in.src = *std::move(src);
+      all.push_back(std::move(in));
+    }
+  }
+  std::vector<const RegionSource*> sources;
+  std::vector<std::string> kernels;
+  for (const Instance& in : all) {
+    sources.push_back(&in.src);
+    for (const KernelLaunch& k : in.src.kernels) kernels.push_back(k.name);
+  }
+  absl::StatusOr<HostModule> module =
+      CompileForHost(CombineSources(sources), "rows", kernels);
+  ASSERT_TRUE(module.ok()) << module.status();
+  for (const Instance& in : all) {
+    const std::vector<Tensor> args =
+        c.args(in.n, in.cols, in.t, in.n * 131 + in.cols);
+    const std::vector<Tensor> got = Emulate(*module, in.src, *in.body, args);
+    const std::vector<Tensor> want = Interpret(*in.body, args);
+    double scale = c.scale;
+    if (scale < 0) {  // log_softmax: relative to the largest finite |x|
+      scale = 0;
+      for (double x : args[0].to(DType::kF64).to_vector<double>())
+        if (std::isfinite(x)) scale = std::max(scale, std::abs(x));
+    }
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t r = 0; r < got.size(); ++r)
+      ExpectClose(got[r], want[r], in.t == DType::kF32 ? 4 : 1, scale,
+                  absl::StrCat(in.what, " result ", r));
+    // The same bits again, with every block of the grid its own.
+    const std::vector<Tensor> again =
+        Emulate(*module, in.src, *in.body, args, int64_t{1} << 30);
+    for (size_t r = 0; r < got.size(); ++r)
+      EXPECT_TRUE(SameBytes(got[r], again[r])) << in.what << " result " << r;
+  }
+}
+
+std::vector<Tensor> OneLogits(int64_t n, int64_t c, DType t, uint64_t s) {
+  return {Logits(n, c, t, s)};
+}
+std::vector<Tensor> LogitsAndAffine(int64_t n, int64_t c, DType t, uint64_t s) {
+  Generator gen(s + 7);
+  return {Logits(n, c, t, s, false), (randn({c}, {}, &gen) + 1.0).to(t),
+          randn({c}, {}, &gen).to(t)};
+}
+std::vector<Tensor> LogitsTargetsScale(int64_t n, int64_t c, DType t,
+                                       uint64_t s) {
+  std::vector<int64_t> y(n);
+  for (int64_t i = 0; i < n; ++i) y[i] = (i * 5 + 3) % c;
+  return {Logits(n, c, t, s, false), from_vector(y, {n}),
+          scalar_tensor(4.0).to(t)};
+}
+std::vector<Tensor> TwoRows(int64_t n, int64_t c, DType t, uint64_t s) {
+  Generator gen(s + 3);
+  return {softmax(Logits(n, c, DType::kF32, s, false), 1).to(t),
+          randn({n, c}, {}, &gen).to(t)};
+}
+std::vector<Tensor> LogSoftmaxAndGrad(int64_t n, int64_t c, DType t,
+                                      uint64_t s) {
+  Generator gen(s + 3);
+  return {log_softmax(Logits(n, c, DType::kF32, s, false), 1).to(t),
+          randn({n, c}, {}, &gen).to(t)};
+}
+std::vector<Tensor> LayerNormGradArgs(int64_t n, int64_t c, DType t,
+                                      uint64_t s) {
+  Generator gen(s + 3);
+  return {(Logits(n, c, DType::kF32, s, false) + 2.0).to(t),
+          randn({n, c}, {}, &gen).to(t)};
+}
+std::vector<Tensor> CrossEntropyGradArgs(int64_t n, int64_t c, DType t,
+                                         uint64_t s) {
+  std::vector<int64_t> y(n);
+  for (int64_t i = 0; i < n; ++i) y[i] = (i * 5 + 3) % c;
+  return {Logits(n, c, t, s, false), one_hot(from_vector(y, {n}), c, t),
+          scalar_tensor(1.0 / static_cast<double>(n)).to(t)};
+}
+
+TEST(CudaRowTest, SoftmaxMatchesEager) {
+  CheckCase({"softmax", R"(graph @r(%p0: {T}[{N},{C}] input) {
+  %0 = softmax %p0 {dim = 1} : {T}[{N},{C}]
+  return %0
+})",
+             OneLogits, 0});
+}
+
+TEST(CudaRowTest, LogSoftmaxMatchesEager) {
+  CheckCase({"log_softmax", R"(graph @r(%p0: {T}[{N},{C}] input) {
+  %0 = log_softmax %p0 {dim = 1} : {T}[{N},{C}]
+  return %0
+})",
+             OneLogits, -1});
+}
+
+TEST(CudaRowTest, LayerNormMatchesEager) {
+  CheckCase({"layer_norm", R"(graph @r(%p0: {T}[{N},{C}] input) {
+  %0 = layer_norm %p0 {normalized_ndim = 1, eps = 1e-05} : {T}[{N},{C}]
+  return %0
+})",
+             OneLogits, 1});
+  CheckCase(
+      {"layer_norm affine",
+       R"(graph @r(%p0: {T}[{N},{C}] input, %w: {T}[{C}] input, %b: {T}[{C}] input) {
+  %0 = layer_norm %p0, %w, %b {normalized_ndim = 1, eps = 1e-05} : {T}[{N},{C}]
+  %1 = relu %0 : {T}[{N},{C}]
+  return %1
+})",
+       LogitsAndAffine, 1});
+}
+
+TEST(CudaRowTest, VarMatchesEager) {
+  CheckCase({"var", R"(graph @r(%p0: {T}[{N},{C}] input) {
+  %0 = var %p0 {dims = [1], keepdim = false, correction = 1} : {T}[{N}]
+  %1 = sqrt %0 : {T}[{N}]
+  return %0, %1
+})",
+             OneLogits, 0});
+}
+
+TEST(CudaRowTest, CrossEntropyMatchesEager) {
+  for (const char* red : {"mean", "sum", "none"}) {
+    const bool none = std::string(red) == "none";
+    const std::string type = none ? "{T}[{N}]" : "{T}[]";
+    CheckCase(
+        {"cross_entropy",
+         absl::StrCat(
+             R"(graph @r(%p0: {T}[{N},{C}] input, %p1: i64[{N}] input, %s: {T}[] input) {
+  %0 = cross_entropy %p0, %p1 {reduction = ")",
+             red, R"(", label_smoothing = 0.1} : )", type,
+             R"(
+  %1 = mul %0, %s : )",
+             type, R"(
+  return %0, %1
+})"),
+         LogitsTargetsScale, 0});
+  }
+}
+
+TEST(CudaRowTest, MseLossMatchesEager) {
+  for (const char* red : {"mean", "sum", "none"}) {
+    const std::string type =
+        std::string(red) == "none" ? "{T}[{N},{C}]" : "{T}[]";
+    CheckCase(
+        {"mse_loss",
+         absl::StrCat(
+             R"(graph @r(%p0: {T}[{N},{C}] input, %p1: {T}[{N},{C}] input) {
+  %0 = mse_loss %p0, %p1 {reduction = ")",
+             red, R"("} : )", type, R"(
+  return %0
+})"),
+         TwoRows, 0});
+  }
+}
+
+// Backward patterns, as runtime/autograd/grad_rules.cc writes them.
+
+TEST(CudaRowTest, SoftmaxBackwardMatchesEager) {
+  CheckCase({"softmax backward",
+             R"(graph @r(%y: {T}[{N},{C}] input, %g: {T}[{N},{C}] input) {
+  %0 = mul %g, %y : {T}[{N},{C}]
+  %1 = sum %0 {dims = [1], keepdim = true} : {T}[{N},1]
+  %2 = sub %g, %1 : {T}[{N},{C}]
+  %3 = mul %y, %2 : {T}[{N},{C}]
+  return %3
+})",
+             TwoRows, 1});
+}
+
+TEST(CudaRowTest, LogSoftmaxBackwardMatchesEager) {
+  CheckCase({"log_softmax backward",
+             R"(graph @r(%y: {T}[{N},{C}] input, %g: {T}[{N},{C}] input) {
+  %0 = sum %g {dims = [1], keepdim = true} : {T}[{N},1]
+  %1 = exp %y : {T}[{N},{C}]
+  %2 = mul %1, %0 : {T}[{N},{C}]
+  %3 = sub %g, %2 : {T}[{N},{C}]
+  return %3
+})",
+             LogSoftmaxAndGrad, 8});
+}
+
+TEST(CudaRowTest, LayerNormBackwardMatchesEager) {
+  CheckCase({"layer_norm backward",
+             R"(graph @r(%x: {T}[{N},{C}] input, %g: {T}[{N},{C}] input) {
+  %0 = mean %x {dims = [1], keepdim = true} : {T}[{N},1]
+  %1 = var %x {dims = [1], keepdim = true, correction = 0} : {T}[{N},1]
+  %2 = full {shape = [], value = 1e-05, dtype = {T}} : {T}[]
+  %3 = add %1, %2 : {T}[{N},1]
+  %4 = rsqrt %3 : {T}[{N},1]
+  %5 = sub %x, %0 : {T}[{N},{C}]
+  %6 = mul %5, %4 : {T}[{N},{C}]
+  %7 = mean %g {dims = [1], keepdim = true} : {T}[{N},1]
+  %8 = mul %g, %6 : {T}[{N},{C}]
+  %9 = mean %8 {dims = [1], keepdim = true} : {T}[{N},1]
+  %10 = sub %g, %7 : {T}[{N},{C}]
+  %11 = mul %6, %9 : {T}[{N},{C}]
+  %12 = sub %10, %11 : {T}[{N},{C}]
+  %13 = mul %4, %12 : {T}[{N},{C}]
+  return %13
+})",
+             LayerNormGradArgs, 16});
+}
+
+TEST(CudaRowTest, CrossEntropyBackwardMatchesEager) {
+  CheckCase(
+      {"cross_entropy backward",
+       R"(graph @r(%x: {T}[{N},{C}] input, %oh: {T}[{N},{C}] input, %s: {T}[] input) {
+  %0 = softmax %x {dim = 1} : {T}[{N},{C}]
+  %1 = sub %0, %oh : {T}[{N},{C}]
+  %2 = mul %1, %s : {T}[{N},{C}]
+  return %2
+})",
+       CrossEntropyGradArgs, 1});
+}
+
+const char kSoftmax[] = R"(graph @r(%p0: f32[{N},{C}] input) {
+  %0 = softmax %p0 {dim = 1} : f32[{N},{C}]
+  return %0
+})";
+
+TEST(CudaRowTest, RowsTakeAWarpOrABlockByLength) {
+  for (auto [cols, strategy] :
+       std::vector<std::pair<int64_t, ReductionStrategy>>{
+           {33, ReductionStrategy::kRowPerWarp},
+           {kMaxWarpRow, ReductionStrategy::kRowPerWarp},
+           {kMaxWarpRow + 1, ReductionStrategy::kRowPerBlock}}) {
+    auto g = Parse(kSoftmax, DType::kF32, 100, cols);
+    absl::StatusOr<RegionSource> src = EmitRegion(*g, {.block = 256});
+    ASSERT_TRUE(src.ok()) << src.status();
+    EXPECT_EQ(src->strategy, strategy) << cols;
+    EXPECT_EQ(src->rows, 100);
+    EXPECT_EQ(src->row_len, cols);
+    ASSERT_EQ(src->kernels.size(), 1u);
+    // 8 warps of a block take 8 rows; a block takes one.
+    EXPECT_EQ(src->kernels[0].grid,
+              strategy == ReductionStrategy::kRowPerWarp ? 13 : 100);
+    EXPECT_EQ(src->num_accumulators, 0);
+  }
+  auto g = Parse(kSoftmax, DType::kF32, 100, 33);
+  absl::StatusOr<RegionSource> thread =
+      EmitRegion(*g, {.block = 64, .max_thread_row = 33});
+  ASSERT_TRUE(thread.ok()) << thread.status();
+  EXPECT_EQ(thread->strategy, ReductionStrategy::kRowPerThread);
+  EXPECT_EQ(thread->kernels[0].grid, 2);
+}
+
+// A mean over rows: each row's loss goes to acc0[row]; one thread of the
+// reduced kernel folds them in row order (no atomics).
+TEST(CudaRowTest, TotalsFoldPerRowValuesInRowOrder) {
+  auto g = Parse(R"(graph @r(%p0: f32[{N},{C}] input, %p1: i64[{N}] input) {
+  %0 = cross_entropy %p0, %p1 {reduction = "mean"} : f32[]
+  return %0
+})",
+                 DType::kF32, 37, 10);
+  absl::StatusOr<RegionSource> src = EmitRegion(*g);
+  ASSERT_TRUE(src.ok()) << src.status();
+  ASSERT_EQ(src->kernels.size(), 2u);
+  EXPECT_TRUE(absl::EndsWith(src->kernels[1].name, "_reduced"));
+  EXPECT_EQ(src->kernels[1].grid, 1);
+  EXPECT_EQ(src->num_accumulators, 1);
+  EXPECT_EQ(src->partials, 37);
+  EXPECT_TRUE(absl::StrContains(
+      src->source, "for (sj_index r = 0; r < 37; ++r) a0 += acc0[r];"))
+      << src->source;
+  EXPECT_FALSE(absl::StrContains(src->source, "atomic")) << src->source;
+}
+
+// Row regions group with other regions in one multi-region launch and give
+// the bytes each gives alone.
+TEST(CudaRowTest, MultiRegionGroupMatchesEachRegionAlone) {
+  if (HostCompiler().empty())
+    GTEST_SKIP() << "no host C++ compiler to build the emulation";
+  std::vector<std::unique_ptr<ir::Graph>> bodies;
+  bodies.push_back(Parse(kSoftmax, DType::kF32, 9, 1500));
+  bodies.push_back(
+      Parse(R"(graph @r(%p0: {T}[{N},{C}] input, %p1: i64[{N}] input) {
+  %0 = cross_entropy %p0, %p1 {reduction = "mean"} : {T}[]
+  return %0
+})",
+            DType::kBF16, 11, 10));
+  bodies.push_back(Parse(R"(graph @e(%p0: f32[{N},{C}] input) {
+  %0 = relu %p0 : f32[{N},{C}]
+  return %0
+})",
+                         DType::kF32, 7, 13));
+  std::vector<const ir::Graph*> views;
+  std::vector<RegionSource> alone;
+  std::vector<std::string> alone_kernels;
+  for (const auto& b : bodies) {
+    ASSERT_NE(b, nullptr);
+    views.push_back(b.get());
+    absl::StatusOr<RegionSource> r = EmitRegion(*b, {.block = kBlock});
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (const KernelLaunch& k : r->kernels) alone_kernels.push_back(k.name);
+    alone.push_back(*std::move(r));
+  }
+  absl::StatusOr<MultiRegionSource> multi =
+      EmitMultiRegion(views, {.block = kBlock});
+  ASSERT_TRUE(multi.ok()) << multi.status();
+  std::vector<const RegionSource*> all;
+  for (const RegionSource& r : alone) all.push_back(&r);
+  absl::StatusOr<HostModule> alone_module =
+      CompileForHost(CombineSources(all), "alone", alone_kernels);
+  ASSERT_TRUE(alone_module.ok()) << alone_module.status();
+  const RegionSource& c = multi->combined;
+  std::vector<std::string> multi_kernels;
+  for (const KernelLaunch& k : c.kernels) multi_kernels.push_back(k.name);
+  absl::StatusOr<HostModule> multi_module =
+      CompileForHost(c.source, c.name, multi_kernels);
+  ASSERT_TRUE(multi_module.ok()) << multi_module.status();
+
+  std::vector<std::vector<Tensor>> args = {
+      {Logits(9, 1500, DType::kF32, 1)},
+      {Logits(11, 10, DType::kBF16, 2, false),
+       from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 3},
+                   {11})},
+      {Logits(7, 13, DType::kF32, 3, false)}};
+  std::vector<std::vector<Tensor>> expect;
+  for (size_t m = 0; m < bodies.size(); ++m) {
+    expect.push_back(Emulate(*alone_module, alone[m], *bodies[m], args[m]));
+    const std::vector<Tensor> eager = Interpret(*bodies[m], args[m]);
+    ExpectClose(expect.back()[0], eager[0],
+                args[m][0].dtype() == DType::kF32 ? 4 : 1, 1,
+                bodies[m]->name());
+  }
+  for (const int64_t cap : {int64_t{1} << 30, kGridCap}) {
+    std::vector<Bound> got(bodies.size());
+    std::vector<void*> ptrs;
+    for (size_t m = 0; m < bodies.size(); ++m)
+      Bind(multi->members[m], *bodies[m], args[m], got[m], ptrs);
+    ASSERT_EQ(ptrs.size(), c.params.size());
+    Launch(*multi_module, c, ptrs, cap);
+    for (size_t m = 0; m < bodies.size(); ++m) {
+      EXPECT_TRUE(SameBytes(got[m].outs[0], expect[m][0]))
+          << bodies[m]->name() << " with grid cap " << cap;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace stepjit::codegen::cuda
