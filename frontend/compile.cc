@@ -428,15 +428,6 @@ std::string StepCompiler::explain() const {
         os << "  region " << r.region << " runs interpreted: " << r.reason
            << "\n";
     }
-    if (s.program) {
-      const auto& interpreted = s.program->interpreted_regions();
-      os << "  " << s.program->compiled_regions()
-         << " regions run as generated code, " << interpreted.size()
-         << " interpreted\n";
-      for (const auto& r : interpreted)
-        os << "  region " << r.region << " runs interpreted: " << r.reason
-           << "\n";
-    }
   }
   for (size_t i = 0; i < m.specs.size(); ++i) {
     const Specialization& s = *m.specs[i];
