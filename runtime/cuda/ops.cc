@@ -1,5 +1,7 @@
-// Eager CUDA ops: generated single-op kernels, the hand-written modules,
-// GEMM, and the host round trip for what none of them covers.
+// Eager CUDA ops: generated single-op kernels (elementwise ops, sum, mean,
+// amax, and the row ops softmax, log_softmax, cross_entropy, layer_norm and
+// mse_loss), the hand-written modules, GEMM, and the host round trip for
+// what none of them covers.
 #include "runtime/cuda/ops.h"
 
 #include <atomic>
@@ -12,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "codegen/cuda/single_op.h"
+#include "codegen/region_expand.h"
 #include "ir/infer.h"
 #include "ir/status.h"
 #include "runtime/cpu/kernels.h"
@@ -84,6 +87,12 @@ std::string OpKey(OpId op, absl::Span<const ir::TensorType> types,
   return key;
 }
 
+// Row ops' rows up to this length run one per thread in the single-op
+// kernels, summed in element order as the CPU kernels sum them, so eager
+// CUDA results equal eager CPU ones bit for bit (with the same libm);
+// longer rows take a warp or a block each (a reordered sum).
+constexpr int64_t kEagerMaxThreadRow = 256;
+
 // The single-op kernel for these operand types, or null when the emitter
 // does not lower the op (the caller then runs it on the host).
 std::shared_ptr<const LoadedRegion> SingleOpKernel(Backend& b, OpId op,
@@ -96,8 +105,10 @@ std::shared_ptr<const LoadedRegion> SingleOpKernel(Backend& b, OpId op,
     if (auto it = c.ops.find(key); it != c.ops.end()) return it->second;
     if (c.unsupported.contains(key)) return nullptr;
   }
-  absl::StatusOr<codegen::cuda::RegionSource> src = codegen::cuda::EmitSingleOp(
-      op, types, attrs, {.block = b.Limits().preferred_block});
+  absl::StatusOr<codegen::cuda::RegionSource> src =
+      codegen::cuda::EmitSingleOp(op, types, attrs,
+                                  {.block = b.Limits().preferred_block,
+                                   .max_thread_row = kEagerMaxThreadRow});
   if (!src.ok()) {
     std::lock_guard<std::mutex> lock(g_mu);
     GetCaches(&b).unsupported[key] = std::string(src.status().message());
@@ -130,6 +141,57 @@ bool RunGenerated(Backend& b, const KernelArgs& k) {
   std::lock_guard<std::mutex> lock(g_mu);
   ++GetCaches(&b).stats.generated_launches;
   return true;
+}
+
+// The row ops the generated single-op kernels run. var stays hand-written
+// (kernels/index_ops.cc): the CPU kernel sums its mean in 8 interleaved
+// partials, which the generated code does not reproduce bit for bit.
+bool GeneratedRowOp(const KernelArgs& k) {
+  if (!ir::IsFloating(k.out.dtype()) || k.inputs[0].dtype() != k.out.dtype())
+    return false;
+  switch (k.op) {
+    case OpId::kSoftmax:
+    case OpId::kLogSoftmax:
+    case OpId::kLayerNorm:
+      return true;
+    case OpId::kCrossEntropy:
+      return k.inputs[0].dim() == 2 && k.inputs[1].dtype() == DType::kI64;
+    case OpId::kMseLoss:
+      return k.inputs[0].shape() == k.inputs[1].shape() &&
+             k.inputs[0].dtype() == k.inputs[1].dtype();
+    default:
+      return false;
+  }
+}
+
+// Softmax over another dim than the last runs over a permuted contiguous
+// copy whose rows are that dim (as the CPU kernel does), through the
+// generated kernel for the last dim.
+bool RunGeneratedSoftmax(Backend& b, const KernelArgs& k) {
+  const Tensor& x = k.inputs[0];
+  const int64_t d = ir::WrapDim(k.attrs.GetInt(AttrKey::kDim), x.dim());
+  if (x.dim() == 0 || d == x.dim() - 1) return RunGenerated(b, k);
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < x.dim(); ++i) {
+    if (i != d) perm.push_back(i);
+  }
+  perm.push_back(d);
+  const Tensor rows = ContiguousOnDevice(cpu::PermutedView(x, perm));
+  const Tensor out_rows = cpu::PermutedView(k.out, perm);
+  Tensor dst =
+      empty(rows.shape(), {.dtype = rows.dtype(), .device = rows.device()});
+  const ir::Attrs attrs = {{AttrKey::kDim, int64_t{-1}}};
+  const Tensor in[] = {rows};
+  if (!RunGenerated(b, KernelArgs{k.op, in, attrs, dst})) return false;
+  CopyInto(out_rows, dst);
+  return true;
+}
+
+bool RunGeneratedRowOp(Backend& b, const KernelArgs& k) {
+  if (!GeneratedRowOp(k)) return false;
+  if (k.op == OpId::kSoftmax || k.op == OpId::kLogSoftmax)
+    return RunGeneratedSoftmax(b, k);
+  return RunGenerated(b, k);
 }
 
 // Operands to the host, the CPU kernel, the result back.
@@ -300,10 +362,11 @@ bool RunsOnDevice(OpId op) {
   return kind == OpKind::kElementwise || kind == OpKind::kInplaceUpdate ||
          kind == OpKind::kView || op == OpId::kSum || op == OpId::kMean ||
          op == OpId::kAmax || op == OpId::kMatmul || op == OpId::kContiguous ||
-         op == OpId::kFull || IsRowOp(op) || op == OpId::kEmbedding ||
-         op == OpId::kEmbeddingBackward || op == OpId::kSliceBackward || op == OpId::kArange ||
-         op == OpId::kArgmax || op == OpId::kLayerNorm || op == OpId::kMseLoss ||
-         op == OpId::kVar;
+         op == OpId::kFull || IsRowOp(op) || codegen::IsRowOp(op) ||
+         op == OpId::kEmbedding || op == OpId::kEmbeddingBackward ||
+         op == OpId::kSliceBackward || op == OpId::kArange ||
+         op == OpId::kArgmax || op == OpId::kLayerNorm ||
+         op == OpId::kMseLoss || op == OpId::kVar;
 }
 
 void RunKernel(const KernelArgs& k) {
@@ -335,6 +398,7 @@ void RunKernel(const KernelArgs& k) {
                               k.op == OpId::kSum || k.op == OpId::kMean ||
                               k.op == OpId::kAmax;
   if (generated_kind && RunGenerated(b, k)) return;
+  if (codegen::IsRowOp(k.op) && RunGeneratedRowOp(b, k)) return;
   if (IsRowOp(k.op) && RunRowOp(b, k)) return;
   if (kind == OpKind::kRandom && RunRandomOp(b, k)) return;
   if (RunIndexOp(b, k)) return;

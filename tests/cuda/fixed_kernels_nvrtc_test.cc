@@ -1,5 +1,5 @@
-// The hand-written CUDA modules (copies and fills; softmax, cross-entropy and
-// one_hot rows) compile with NVRTC for every architecture the project
+// The hand-written CUDA modules (copies and fills, one_hot, random draws,
+// gathers and var) compile with NVRTC for every architecture the project
 // targets, with the flags generated kernels use, and export every kernel the
 // runtime asks for. No GPU is needed.
 #include <string>
@@ -48,7 +48,7 @@ TEST(FixedKernelsNvrtcTest, CopyAndFillKernelsCompileForSm80AndSm90) {
 
 TEST(FixedKernelsNvrtcTest, RowKernelsCompileForSm80AndSm90) {
   std::vector<std::string> kernels;
-  for (const char* k : {"softmax", "xent_rows", "xent_reduce", "one_hot"}) {
+  for (const char* k : {"one_hot"}) {
     for (const char* t : {"f32", "f64", "f16", "bf16"}) {
       kernels.push_back(std::string("sj_") + k + "_" + t);
     }
@@ -68,8 +68,8 @@ TEST(FixedKernelsNvrtcTest, RandomKernelsCompileForSm80AndSm90) {
 
 TEST(FixedKernelsNvrtcTest, IndexKernelsCompileForSm80AndSm90) {
   std::vector<std::string> kernels = {"sj_arange_i64", "sj_arange_i32"};
-  for (const char* k : {"embedding", "embedding_backward", "from_double", "arange", "argmax",
-                        "layer_norm", "mse", "var"}) {
+  for (const char* k : {"embedding", "embedding_backward", "from_double",
+                        "arange", "argmax", "var"}) {
     for (const char* t : {"f32", "f64", "f16", "bf16"}) {
       kernels.push_back(std::string("sj_") + k + "_" + t);
     }

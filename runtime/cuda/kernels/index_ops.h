@@ -1,5 +1,5 @@
 // Hand-written CUDA kernels for embedding, embedding_backward,
-// slice_backward, arange, argmax, layer_norm and mse_loss (f32 and f64; i64
+// slice_backward, arange, argmax and var (f32, f64, f16, bf16; i64
 // indices).
 //
 // Unlike the CPU kernels, they cannot stop the program on a bad index: an

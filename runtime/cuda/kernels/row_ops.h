@@ -1,8 +1,7 @@
-// Hand-written CUDA kernels for the row-wise ops of a classifier's loss:
-// softmax, log_softmax, cross_entropy and one_hot (f32, f64, f16, bf16).
+// The hand-written CUDA one_hot (f32, f64, f16, bf16); the other row ops of
+// a classifier's loss are generated (runtime/cuda/ops.cc).
 //
-// Unlike the CPU kernels, they cannot stop the program on a bad target: an
-// out-of-range cross_entropy target gives a NaN loss for its row, and an
+// Unlike the CPU kernel, it cannot stop the program on a bad index: an
 // out-of-range one_hot index leaves its row zero.
 #ifndef STEPJIT_RUNTIME_CUDA_KERNELS_ROW_OPS_H_
 #define STEPJIT_RUNTIME_CUDA_KERNELS_ROW_OPS_H_
