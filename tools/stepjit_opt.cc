@@ -98,7 +98,8 @@ constexpr absl::string_view kSplitMarker = "// -----";
 
 void ListPasses(std::ostream& os) {
   for (const passes::PassInfo& p : passes::ListPasses()) {
-    os << absl::StrFormat("  %-14s%s\n", p.name, p.summary);
+    os << absl::StrFormat("  %-14s%s\n", p.name, p.summary)
+       << passes::DescribeOptions(p);
   }
 }
 
