@@ -6,7 +6,8 @@
 // marks kGemmActivation) gets `epilogue = "bias[,<act>]"` (ir/gemm_epilogue.h
 // types it); a transposed-A matmul (a weight gradient) whose left operand is
 // also summed over dim 0 (the bias gradient) gets `epilogue = "bgrad"` (which
-// the gemm-bgrad pass, passes/gemm_bgrad.h, may act on). A mark changes nothing by itself.
+// the gemm-bgrad pass, passes/gemm_bgrad.h, may act on). A mark changes nothing
+// by itself.
 //
 // Absorbing (after regions form): a matmul marked "bias..." whose only user
 // is one region whose body reads the matmul's parameter only in

@@ -35,8 +35,8 @@ TEST(GemmEpilogueTest, TextRoundTripsForEveryKindAndMarkedActivation) {
 }
 
 TEST(GemmEpilogueTest, UnknownTextNamesTheMarkedActivations) {
-  for (const char* bad : {"bias,tanh", "relu", "bias,", "bias,gelu,relu",
-                          "bias,add"}) {
+  for (const char* bad :
+       {"bias,tanh", "relu", "bias,", "bias,gelu,relu", "bias,add"}) {
     absl::StatusOr<GemmEpilogue> e = ParseGemmEpilogue(bad);
     ASSERT_FALSE(e.ok()) << bad;
     EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
