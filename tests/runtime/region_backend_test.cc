@@ -281,7 +281,7 @@ TEST(RegionBackendTest, GroupLaunchAndCheckedRunGoThroughTheBackend) {
     want = RunTwice(cpu, start);
   }
   // post and adamw are consecutive and independent.
-  ScopedCountingBackend counting({.group = {"post", "adamw"}});
+  ScopedCountingBackend counting({.decline = "", .group = {"post", "adamw"}});
   const Program p = Build(*g);
   EXPECT_EQ(p.cuda_region_groups(), 1);
   EXPECT_EQ(p.cuda_grouped_regions(), 2);
