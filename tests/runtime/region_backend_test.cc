@@ -245,7 +245,7 @@ TEST(RegionBackendTest, DeclinedRegionRunsInterpretedAndProfilesSayWho) {
   std::unique_ptr<ir::Graph> g = ParseVerified(kStep);
   ASSERT_NE(g, nullptr);
   const Start start(4);
-  ScopedCountingBackend counting({.decline = "post"});
+  ScopedCountingBackend counting({.decline = "post", .group = {}});
   const Program p = Build(*g);
   EXPECT_EQ(counting.counts.declined, 1);
   EXPECT_EQ(p.compiled_regions(), 2);
