@@ -450,32 +450,6 @@ void ZeroC(const GemmArgs& g) {
 
 }  // namespace
 
-absl::string_view GemmActivationName(GemmActivation a) {
-  switch (a) {
-    case GemmActivation::kNone:
-      return "none";
-    case GemmActivation::kRelu:
-      return "relu";
-    case GemmActivation::kGelu:
-      return "gelu";
-    case GemmActivation::kGeluTanh:
-      return "gelu_tanh";
-  }
-  return "?";
-}
-
-absl::string_view GemmBackendName(GemmBackend b) {
-  switch (b) {
-    case GemmBackend::kAuto:
-      return "auto";
-    case GemmBackend::kOpenBlas:
-      return "openblas";
-    case GemmBackend::kOneDnn:
-      return "onednn";
-  }
-  return "?";
-}
-
 // Measured on the 2-core AVX2 machines (bench/gemm_bench.cc, f32, median of
 // 5, best of 2-5 passes taken while no other process ran; us):
 //   MLP 784-512-512-10, batch 128     OpenBLAS  oneDNN

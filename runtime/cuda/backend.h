@@ -22,8 +22,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "ir/dtype.h"
-#include "runtime/cpu/gemm.h"
 #include "runtime/cuda/memory/caching_allocator.h"
+#include "runtime/gemm_args.h"
 
 namespace stepjit::runtime::cuda {
 
@@ -46,13 +46,13 @@ class LoadedModule {
 using GraphHandle = uintptr_t;
 
 // C[m,n] = act(op(A)[m,k] * op(B)[k,n] + bias[n]) on the device, row-major,
-// with the CPU GEMM's argument conventions (runtime/cpu/gemm.h): batched
+// with the CPU GEMM's argument conventions (runtime/gemm_args.h): batched
 // with element strides, a stride of 0 broadcasting A or B. `dtype` is the
 // type of A, B and C (f32, f64, f16, bf16; half types accumulate in f32);
 // `bias` and `bias_grad` (the row sums of op(A), batch 1 only) have C's
 // dtype. `allow_tf32` lets f32 products use TF32 tensor cores.
 struct DeviceGemmArgs {
-  cpu::GemmArgs gemm;  // gemm.backend is ignored
+  GemmArgs gemm;  // gemm.backend is ignored
   bool allow_tf32 = false;
 };
 

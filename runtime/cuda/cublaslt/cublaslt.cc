@@ -23,7 +23,6 @@ namespace stepjit::runtime::cuda {
 
 namespace {
 
-using cpu::GemmActivation;
 using ir::DType;
 using Api = CublasLtLibrary::Api;
 
@@ -179,7 +178,7 @@ struct CublasLtGemm::Impl {
   absl::StatusOr<KernelHandle> BiasGradKernel(DType dtype);
   absl::Status LaunchGrid(KernelHandle fn, int64_t threads, void** params,
                           Stream stream);
-  absl::Status RunPost(const LtPlan& p, const cpu::GemmArgs& g, Stream stream);
+  absl::Status RunPost(const LtPlan& p, const GemmArgs& g, Stream stream);
   absl::Status RunBiasGrad(const LtPlan& p, DType dtype, Stream stream);
 };
 
@@ -282,8 +281,7 @@ absl::Status CublasLtGemm::Impl::LaunchGrid(KernelHandle fn, int64_t threads,
   return backend->Launch(fn, grid, block, params, stream);
 }
 
-absl::Status CublasLtGemm::Impl::RunPost(const LtPlan& p,
-                                         const cpu::GemmArgs& g,
+absl::Status CublasLtGemm::Impl::RunPost(const LtPlan& p, const GemmArgs& g,
                                          Stream stream) {
   if (p.post_bias == nullptr && p.post_activation == GemmActivation::kNone &&
       !(p.skip_product && !g.accumulate)) {

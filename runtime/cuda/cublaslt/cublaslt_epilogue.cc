@@ -13,7 +13,6 @@ namespace stepjit::runtime::cuda {
 
 namespace {
 
-using cpu::GemmActivation;
 using ir::DType;
 
 }  // namespace
@@ -27,7 +26,7 @@ EpilogueKernelSource GemmEpilogueKernel(DType dtype,
   const std::string mem = codegen::cuda::MemType(dtype);
   EpilogueKernelSource k;
   k.name = absl::StrCat("sj_gemm_epilogue_", ir::DTypeName(dtype), "_",
-                        cpu::GemmActivationName(activation));
+                        GemmActivationName(activation));
   CudaStatements body;
   body.indent = "    ";
   CudaMath m{body, is_double};

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "ir/dtype.h"
-#include "runtime/cpu/gemm.h"
+#include "runtime/gemm_args.h"
 
 namespace stepjit::runtime::cuda {
 
@@ -25,10 +25,10 @@ struct EpilogueKernelSource {
   std::string source;
 };
 EpilogueKernelSource GemmEpilogueKernel(ir::DType dtype,
-                                        cpu::GemmActivation activation);
+                                        GemmActivation activation);
 
 // The CUDA C of the kernel that writes a GEMM's bias gradient where
-// cuBLASLt's BGRADB epilogue does not (runtime/cpu/gemm.h's bias_grad),
+// cuBLASLt's BGRADB epilogue does not (runtime/gemm_args.h's bias_grad),
 // summing in float (double for f64) and rounding once. Its arguments:
 // (const T* a, T* bias_grad, long long rows, long long k, long long lda,
 // int trans_a): bias_grad[i] = sum over l < k of op(A)[i, l] for i < rows,

@@ -16,7 +16,6 @@ namespace stepjit::runtime::cuda {
 
 namespace {
 
-using cpu::GemmActivation;
 using ir::DType;
 
 #ifdef STEPJIT_HAVE_NVRTC
@@ -56,7 +55,7 @@ LtDataType DataType(DType t) {
   }
 }
 
-absl::Status ValidateGemm(const cpu::GemmArgs& g) {
+absl::Status ValidateGemm(const GemmArgs& g) {
   if (!ir::IsFloating(g.dtype)) {
     return absl::InvalidArgumentError(
         absl::StrCat("device Gemm: expected dtype f32, f64, f16 or bf16, got ",
@@ -121,7 +120,7 @@ absl::Status ValidateGemm(const cpu::GemmArgs& g) {
 
 absl::StatusOr<LtPlan> PlanLtGemm(const DeviceGemmArgs& args,
                                   bool fuse_epilogue) {
-  const cpu::GemmArgs& g = args.gemm;
+  const GemmArgs& g = args.gemm;
   RETURN_IF_ERROR(ValidateGemm(g));
   if (g.batch > INT32_MAX) {
     return absl::InvalidArgumentError(

@@ -1,16 +1,16 @@
 // PlanLtGemm: stepjit's row-major GEMM as cuBLASLt's column-major one.
 //
 // A pure function of the arguments, with no GPU and no cuBLASLt needed, so
-// that tests can check the mapping on a CPU (runtime/cuda/cublaslt/cublaslt.h runs
-// the plans; runtime/cpu/gemm.h states the row-major conventions).
+// that tests can check the mapping on a CPU (runtime/cuda/cublaslt/cublaslt.h
+// runs the plans; runtime/gemm_args.h states the row-major conventions).
 #ifndef STEPJIT_RUNTIME_CUDA_CUBLASLT_CUBLASLT_PLAN_H_
 #define STEPJIT_RUNTIME_CUDA_CUBLASLT_CUBLASLT_PLAN_H_
 
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "runtime/cpu/gemm.h"
 #include "runtime/cuda/backend.h"
+#include "runtime/gemm_args.h"
 
 namespace stepjit::runtime::cuda {
 
@@ -68,7 +68,7 @@ struct LtPlan {
   // everything when the fused epilogue was not asked for):
   //   C = post_activation(C + post_bias), post_bias per column of the
   //   caller's (row-major) C.
-  cpu::GemmActivation post_activation = cpu::GemmActivation::kNone;
+  GemmActivation post_activation = GemmActivation::kNone;
   const void* post_bias = nullptr;
   // The bias gradient left to a kernel (when BGRADB is not used), from
   // cuBLASLt's B: post_bias_grad[j] = sum over l < k of op_b(B)[l, j] for

@@ -11,10 +11,12 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/cuda/emulator/host_emulation.h"
 #include "ir/status.h"
+// The emulator runs GEMMs on the host with the CPU library.
+#include "runtime/cpu/gemm.h"
 #include "runtime/cuda/emulator/emulator_memory.h"
 #include "runtime/cuda/emulator/emulator_streams.h"
+#include "runtime/cuda/emulator/host_emulation.h"
 
 namespace stepjit::runtime::cuda {
 namespace {
@@ -324,7 +326,7 @@ absl::Status EmulatorBackend::Launch(KernelHandle kernel, int64_t grid,
 absl::Status EmulatorBackend::Gemm(const DeviceGemmArgs& args, Stream stream) {
   std::lock_guard<std::mutex> lock(queues_.mu());
   ASSIGN_OR_RETURN(StreamPtr s, queues_.FindStream(stream, "Gemm"));
-  const cpu::GemmArgs& g = args.gemm;
+  const GemmArgs& g = args.gemm;
   RETURN_IF_ERROR(memory_.CheckDevice(g.a, 1, "Gemm", "A"));
   RETURN_IF_ERROR(memory_.CheckDevice(g.b, 1, "Gemm", "B"));
   RETURN_IF_ERROR(memory_.CheckDevice(g.c, 1, "Gemm", "C"));
@@ -332,8 +334,8 @@ absl::Status EmulatorBackend::Gemm(const DeviceGemmArgs& args, Stream stream) {
     RETURN_IF_ERROR(memory_.CheckDevice(g.bias, 1, "Gemm", "bias"));
   if (g.bias_grad != nullptr)
     RETURN_IF_ERROR(memory_.CheckDevice(g.bias_grad, 1, "Gemm", "bias_grad"));
-  cpu::GemmArgs host = g;
-  host.backend = cpu::GemmBackend::kAuto;
+  GemmArgs host = g;
+  host.backend = GemmBackend::kAuto;
   queues_.Submit(s, {.run = [this, host] {
                    ++gemms_;
                    return cpu::Gemm(host);

@@ -1,0 +1,57 @@
+// The arguments of a GEMM call, the same on every device: the CPU runs them
+// with OpenBLAS or oneDNN (runtime/cpu/gemm.h), CUDA with cuBLASLt
+// (runtime/cuda/cublaslt/) or the host emulator.
+#ifndef STEPJIT_RUNTIME_GEMM_ARGS_H_
+#define STEPJIT_RUNTIME_GEMM_ARGS_H_
+
+#include <cstdint>
+
+#include "absl/strings/string_view.h"
+#include "ir/dtype.h"
+
+namespace stepjit::runtime {
+
+// The CPU library (CUDA ignores it).
+enum class GemmBackend { kAuto, kOpenBlas, kOneDnn };
+
+// Applied to every element of C last, as the scalar definitions of the ops of
+// the same names (ir/scalar_def.h).
+enum class GemmActivation { kNone, kRelu, kGelu, kGeluTanh };
+
+// C[m,n] = act(op(A)[m,k] * op(B)[k,n] (+ C when accumulating) + bias[n]),
+// all row-major. op(X) is X or its transpose; lda/ldb/ldc are the row pitches
+// of the matrices as stored (so lda >= m when trans_a, lda >= k otherwise).
+// oneDNN adds the bias and applies the activation inside its matmul primitive
+// (DNNL_ARG_BIAS, an eltwise post-op); OpenBLAS does them in one pass over C
+// after the product. With `bias_grad`, the call also writes the bias gradient
+// bias_grad[i] = sum over l < k of op(A)[i, l] (m elements of `dtype`, 0 when
+// k == 0; runtime/cpu/gemm_bias_grad.h), for one product (batch == 1) only.
+struct GemmArgs {
+  ir::DType dtype;  // f32, f64, f16 or bf16; A, B and C all have this dtype
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  void* c = nullptr;
+  int64_t ldc = 0;
+  bool accumulate = false;     // beta = 1 instead of 0
+  const void* bias = nullptr;  // n elements of `dtype`, or none
+  GemmActivation activation = GemmActivation::kNone;
+  void* bias_grad = nullptr;  // m elements of `dtype` written, or none
+  // Batched: `batch` products; element strides between consecutive matrices.
+  // A stride of 0 broadcasts one A or B to every product (never for C).
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  GemmBackend backend = GemmBackend::kAuto;
+};
+
+// "auto", "openblas" or "onednn".
+absl::string_view GemmBackendName(GemmBackend b);
+// "none", "relu", "gelu" or "gelu_tanh".
+absl::string_view GemmActivationName(GemmActivation a);
+
+}  // namespace stepjit::runtime
+
+#endif  // STEPJIT_RUNTIME_GEMM_ARGS_H_
