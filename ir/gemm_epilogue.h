@@ -48,7 +48,7 @@ absl::StatusOr<GemmEpilogue> ParseGemmEpilogue(absl::string_view text);
 // A verified node's epilogue (type inference checked the text).
 GemmEpilogue GemmEpilogueOf(const Attrs& attrs);
 
-// The ops the table marks kGemmActivation, joined: "relu|gelu|gelu_tanh".
+// The ops the table marks kGemmActivation, joined: "relu|gelu|gelu_tanh|silu".
 std::string GemmActivationNames(absl::string_view separator);
 
 }  // namespace stepjit::ir

@@ -3,17 +3,7 @@
 namespace stepjit::runtime {
 
 absl::string_view GemmActivationName(GemmActivation a) {
-  switch (a) {
-    case GemmActivation::kNone:
-      return "none";
-    case GemmActivation::kRelu:
-      return "relu";
-    case GemmActivation::kGelu:
-      return "gelu";
-    case GemmActivation::kGeluTanh:
-      return "gelu_tanh";
-  }
-  return "?";
+  return a.has_value() ? ir::OpName(*a) : "none";
 }
 
 absl::string_view GemmBackendName(GemmBackend b) {

@@ -5,18 +5,21 @@
 #define STEPJIT_RUNTIME_GEMM_ARGS_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/strings/string_view.h"
 #include "ir/dtype.h"
+#include "ir/op.h"
 
 namespace stepjit::runtime {
 
 // The CPU library (CUDA ignores it).
 enum class GemmBackend { kAuto, kOpenBlas, kOneDnn };
 
-// Applied to every element of C last, as the scalar definitions of the ops of
-// the same names (ir/scalar_def.h).
-enum class GemmActivation { kNone, kRelu, kGelu, kGeluTanh };
+// Applied to every element of C last: an op the table marks kGemmActivation
+// (ir/ops.def), computed as its scalar definition (ir/scalar_def.h); none
+// when empty.
+using GemmActivation = std::optional<ir::OpId>;
 
 // C[m,n] = act(op(A)[m,k] * op(B)[k,n] (+ C when accumulating) + bias[n]),
 // all row-major. op(X) is X or its transpose; lda/ldb/ldc are the row pitches
@@ -38,7 +41,7 @@ struct GemmArgs {
   int64_t ldc = 0;
   bool accumulate = false;     // beta = 1 instead of 0
   const void* bias = nullptr;  // n elements of `dtype`, or none
-  GemmActivation activation = GemmActivation::kNone;
+  GemmActivation activation = std::nullopt;
   void* bias_grad = nullptr;  // m elements of `dtype` written, or none
   // Batched: `batch` products; element strides between consecutive matrices.
   // A stride of 0 broadcasts one A or B to every product (never for C).
@@ -49,7 +52,7 @@ struct GemmArgs {
 
 // "auto", "openblas" or "onednn".
 absl::string_view GemmBackendName(GemmBackend b);
-// "none", "relu", "gelu" or "gelu_tanh".
+// "none" or the activation op's name ("relu", "silu").
 absl::string_view GemmActivationName(GemmActivation a);
 
 }  // namespace stepjit::runtime

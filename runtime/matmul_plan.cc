@@ -67,21 +67,8 @@ Operand Prepare(const Tensor& x, bool trans, ShapeRef batch, CopyFn copy) {
 // The GEMM library's activation for an absorbed epilogue (typed by
 // ir/gemm_epilogue.h; type inference checked it is a kGemmActivation op).
 GemmActivation ActivationOf(const ir::GemmEpilogue& epilogue) {
-  if (epilogue.kind != ir::GemmEpilogueKind::kBiasAct) {
-    return GemmActivation::kNone;
-  }
-  switch (epilogue.activation) {
-    case ir::OpId::kRelu:
-      return GemmActivation::kRelu;
-    case ir::OpId::kGelu:
-      return GemmActivation::kGelu;
-    case ir::OpId::kGeluTanh:
-      return GemmActivation::kGeluTanh;
-    default:
-      break;
-  }
-  SJ_CHECK(false, "no GEMM activation for ", ir::OpName(epilogue.activation));
-  return GemmActivation::kNone;
+  if (epilogue.kind != ir::GemmEpilogueKind::kBiasAct) return GemmActivation();
+  return epilogue.activation;
 }
 
 }  // namespace

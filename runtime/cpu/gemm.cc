@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "dnnl.hpp"
+#include "ir/gemm_activation.h"
 #include "ir/host_math.h"
 #include "ir/scalar_def.h"
 #include "ir/status.h"
@@ -122,23 +123,15 @@ void ApplyEpilogue(const GemmArgs& g) {
   using ir::OpId;
   using ir::ScalarDef;
   ir::HostMath<V> m;
-  switch (g.activation) {
-    case GemmActivation::kNone:
-      if (g.bias != nullptr) EpilogueRows<T>(g, [](V x) { return x; });
-      return;
-    case GemmActivation::kRelu:
-      EpilogueRows<T>(g,
-                      [&](V x) { return ScalarDef<OpId::kRelu>::Apply(m, x); });
-      return;
-    case GemmActivation::kGelu:
-      EpilogueRows<T>(g,
-                      [&](V x) { return ScalarDef<OpId::kGelu>::Apply(m, x); });
-      return;
-    case GemmActivation::kGeluTanh:
-      EpilogueRows<T>(
-          g, [&](V x) { return ScalarDef<OpId::kGeluTanh>::Apply(m, x); });
-      return;
+  if (!g.activation.has_value()) {
+    if (g.bias != nullptr) EpilogueRows<T>(g, [](V x) { return x; });
+    return;
   }
+  const bool known = ir::VisitGemmActivation(*g.activation, [&]<OpId op>() {
+    EpilogueRows<T>(g, [&](V x) { return ScalarDef<op>::Apply(m, x); });
+  });
+  SJ_CHECK(known, "Gemm: ", ir::OpName(*g.activation),
+           " is not a GEMM activation");
 }
 
 void ApplyEpilogueAnyDType(const GemmArgs& g) {
@@ -252,18 +245,21 @@ dnnl::memory::desc BiasDesc(const GemmArgs& g) {
                             g.batch > 1 ? tag::abc : tag::ab);
 }
 
+// oneDNN's post-op for an activation it computes as the scalar definition
+// does; undef for none and for activations it has no exact match for (those
+// run after the product, with the bias, in ApplyEpilogue).
 dnnl::algorithm DnnlActivation(GemmActivation a) {
-  switch (a) {
-    case GemmActivation::kRelu:
+  if (!a.has_value()) return dnnl::algorithm::undef;
+  switch (*a) {
+    case ir::OpId::kRelu:
       return dnnl::algorithm::eltwise_relu;
-    case GemmActivation::kGelu:
+    case ir::OpId::kGelu:
       return dnnl::algorithm::eltwise_gelu_erf;
-    case GemmActivation::kGeluTanh:
+    case ir::OpId::kGeluTanh:
       return dnnl::algorithm::eltwise_gelu_tanh;
-    case GemmActivation::kNone:
-      break;
+    default:
+      return dnnl::algorithm::undef;
   }
-  return dnnl::algorithm::undef;
 }
 
 absl::StatusOr<CacheEntry> GetPrimitive(const GemmArgs& g) {
@@ -282,7 +278,7 @@ absl::StatusOr<CacheEntry> GetPrimitive(const GemmArgs& g) {
     // Bias first (inside the product), then C = act(A*B + bias + 1.0 * C).
     dnnl::post_ops ops;
     if (g.accumulate) ops.append_sum(1.0f);
-    if (g.activation != GemmActivation::kNone) {
+    if (DnnlActivation(g.activation) != dnnl::algorithm::undef) {
       ops.append_eltwise(1.0f, DnnlActivation(g.activation), 0.0f, 0.0f);
     }
     dnnl::primitive_attr attr;
@@ -501,6 +497,18 @@ absl::Status Gemm(const GemmArgs& g) {
   }
   const GemmBackend backend =
       g.backend == GemmBackend::kAuto ? ChooseBackend(g) : g.backend;
+  if (backend == GemmBackend::kOneDnn && g.activation.has_value() &&
+      DnnlActivation(g.activation) == dnnl::algorithm::undef) {
+    // oneDNN has no exact post-op for this activation: the product alone,
+    // then the bias and the activation in one pass over C.
+    GemmArgs product = g;
+    product.bias = nullptr;
+    product.activation.reset();
+    product.bias_grad = nullptr;
+    RETURN_IF_ERROR(Gemm(product));
+    ApplyEpilogueAnyDType(g);
+    return absl::OkStatus();
+  }
   switch (g.dtype) {
     case DType::kF32:
       return F32Gemm(g, backend);

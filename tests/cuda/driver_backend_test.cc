@@ -136,12 +136,15 @@ TEST(CublasLtTest, EpilogueKernelsCompileWithNvrtc) {
   EXPECT_THAT(GemmBiasGradKernel(DType::kF64).source,
               HasSubstr("double s = 0.0;"));
   // The exact GELU uses erf; the tanh one tanh; f64 computes in double.
-  EXPECT_THAT(GemmEpilogueKernel(DType::kF32, GemmActivation::kGelu).source,
-              HasSubstr("erff("));
-  EXPECT_THAT(GemmEpilogueKernel(DType::kF64, GemmActivation::kGelu).source,
-              HasSubstr("erf("));
   EXPECT_THAT(
-      GemmEpilogueKernel(DType::kBF16, GemmActivation::kGeluTanh).source,
+      GemmEpilogueKernel(DType::kF32, GemmActivation(ir::OpId::kGelu)).source,
+      HasSubstr("erff("));
+  EXPECT_THAT(
+      GemmEpilogueKernel(DType::kF64, GemmActivation(ir::OpId::kGelu)).source,
+      HasSubstr("erf("));
+  EXPECT_THAT(
+      GemmEpilogueKernel(DType::kBF16, GemmActivation(ir::OpId::kGeluTanh))
+          .source,
       HasSubstr("tanhf("));
 }
 
@@ -364,7 +367,7 @@ double DeviceTolerance(const GemmCase& c) {
     case DType::kF32:
       if (c.allow_tf32) return 3e-3;  // inputs rounded to 10-bit mantissas
       // cuBLASLt's GELU epilogue may evaluate tanh less exactly than libm.
-      return c.activation == GemmActivation::kGeluTanh ? 1e-4 : 1e-5;
+      return c.activation == GemmActivation(ir::OpId::kGeluTanh) ? 1e-4 : 1e-5;
     case DType::kF16:
       return 1e-2;  // C rounded to 11 bits, twice with an exact GELU
     default:
@@ -443,7 +446,7 @@ TEST_F(GpuTest, GemmMatchesCpuGemm) {
     big.n = 512;
     big.k = 384;
     big.bias = true;
-    big.activation = GemmActivation::kGelu;
+    big.activation = GemmActivation(ir::OpId::kGelu);
     RunOnDevice(b_, big, ++seed);
   }
   // Weight gradients dW = dY^T X with their bias gradients (cuBLASLt's
@@ -462,7 +465,7 @@ TEST_F(GpuTest, GemmMatchesCpuGemm) {
   GemmCase empty;
   empty.k = 0;
   empty.bias = true;
-  empty.activation = GemmActivation::kRelu;
+  empty.activation = GemmActivation(ir::OpId::kRelu);
   empty.accumulate = true;
   RunOnDevice(b_, empty, ++seed);
 }
@@ -480,7 +483,7 @@ TEST_F(GpuTest, GemmIsCapturedIntoAGraph) {
   gc.n = 96;
   gc.k = 32;
   gc.bias = true;
-  gc.activation = GemmActivation::kGelu;
+  gc.activation = GemmActivation(ir::OpId::kGelu);
   HostGemm h(gc, 5);
   std::vector<char> want = h.out;
   cpu::GemmArgs cpu_args = h.args;

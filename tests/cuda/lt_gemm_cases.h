@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "ir/dtype.h"
+#include "ir/gemm_activation.h"
 #include "ir/host_math.h"
 #include "ir/scalar_def.h"
 #include "runtime/cpu/gemm.h"
@@ -28,8 +29,8 @@ using cpu::GemmActivation;
 using ir::DType;
 
 inline constexpr GemmActivation kActivations[] = {
-    GemmActivation::kNone, GemmActivation::kRelu, GemmActivation::kGelu,
-    GemmActivation::kGeluTanh};
+    GemmActivation(), GemmActivation(ir::OpId::kRelu),
+    GemmActivation(ir::OpId::kGelu), GemmActivation(ir::OpId::kGeluTanh)};
 
 inline double Get(const void* p, DType t, int64_t i) {
   switch (t) {
@@ -74,17 +75,12 @@ inline DType FromLt(LtDataType t) {
 }
 
 inline double Activate(GemmActivation act, double x) {
+  if (!act.has_value()) return x;
   ir::HostMath<double> m;
-  switch (act) {
-    case GemmActivation::kRelu:
-      return ir::ScalarDef<ir::OpId::kRelu>::Apply(m, x);
-    case GemmActivation::kGelu:
-      return ir::ScalarDef<ir::OpId::kGelu>::Apply(m, x);
-    case GemmActivation::kGeluTanh:
-      return ir::ScalarDef<ir::OpId::kGeluTanh>::Apply(m, x);
-    default:
-      return x;
-  }
+  double y = NAN;
+  ir::VisitGemmActivation(
+      *act, [&]<ir::OpId op>() { y = ir::ScalarDef<op>::Apply(m, x); });
+  return y;
 }
 
 // out[j] = sum over l < k of op_b(B)[l, j] for j < n: what BGRADB writes to
@@ -135,11 +131,11 @@ inline void RunPlanOnHost(const LtPlan& p) {
     ASSERT_EQ(p.post_bias_grad, nullptr) << "the bias gradient twice";
     SumBOverK(p, const_cast<void*>(p.bias));
   }
-  GemmActivation act = GemmActivation::kNone;
+  GemmActivation act = GemmActivation();
   if (p.epilogue == LtEpilogue::kRelu || p.epilogue == LtEpilogue::kReluBias)
-    act = GemmActivation::kRelu;
+    act = GemmActivation(ir::OpId::kRelu);
   if (p.epilogue == LtEpilogue::kGelu || p.epilogue == LtEpilogue::kGeluBias)
-    act = GemmActivation::kGeluTanh;
+    act = GemmActivation(ir::OpId::kGeluTanh);
   for (int64_t b = 0; b < p.batch && !p.skip_product; ++b) {
     for (int64_t j = 0; j < p.n; ++j) {
       for (int64_t i = 0; i < p.m; ++i) {
@@ -159,7 +155,7 @@ inline void RunPlanOnHost(const LtPlan& p) {
     }
   }
   if (!p.skip_product && p.post_bias == nullptr &&
-      p.post_activation == GemmActivation::kNone) {
+      p.post_activation == GemmActivation()) {
     return;
   }
   // The kernel's view: the caller's row-major C, rows x cols.
@@ -185,7 +181,7 @@ struct GemmCase {
   int64_t batch = 1;
   bool broadcast_a = false, broadcast_b = false;
   bool bias = false;
-  GemmActivation activation = GemmActivation::kNone;
+  GemmActivation activation = GemmActivation();
   bool accumulate = false;
   bool allow_tf32 = false;
   bool bias_grad = false;

@@ -60,7 +60,7 @@ TEST(LtPlanTest, EmptyProductsNeedNoCublasLt) {
     GemmCase gc;
     gc.k = 0;
     gc.bias = true;
-    gc.activation = GemmActivation::kGelu;
+    gc.activation = GemmActivation(ir::OpId::kGelu);
     gc.accumulate = acc;
     gc.batch = 2;
     HostGemm h(gc, 7);
@@ -71,7 +71,7 @@ TEST(LtPlanTest, EmptyProductsNeedNoCublasLt) {
     absl::StatusOr<LtPlan> plan = PlanLtGemm(h.Device());
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_TRUE(plan->skip_product);
-    EXPECT_EQ(plan->post_activation, GemmActivation::kGelu);
+    EXPECT_EQ(plan->post_activation, GemmActivation(ir::OpId::kGelu));
     EXPECT_EQ(plan->post_bias, h.args.bias);
     RunPlanOnHost(*plan);
     ExpectClose(gc, h.args, h.out, want, h.Scale(before), 1e-6);
@@ -149,20 +149,21 @@ TEST(LtPlanTest, TypesAndEpilogues) {
     LtEpilogue epilogue;
     GemmActivation post;
   } const epilogues[] = {
-      {false, GemmActivation::kNone, LtEpilogue::kDefault,
-       GemmActivation::kNone},
-      {true, GemmActivation::kNone, LtEpilogue::kBias, GemmActivation::kNone},
-      {false, GemmActivation::kRelu, LtEpilogue::kRelu, GemmActivation::kNone},
-      {true, GemmActivation::kRelu, LtEpilogue::kReluBias,
-       GemmActivation::kNone},
-      {false, GemmActivation::kGeluTanh, LtEpilogue::kGelu,
-       GemmActivation::kNone},
-      {true, GemmActivation::kGeluTanh, LtEpilogue::kGeluBias,
-       GemmActivation::kNone},
+      {false, GemmActivation(), LtEpilogue::kDefault, GemmActivation()},
+      {true, GemmActivation(), LtEpilogue::kBias, GemmActivation()},
+      {false, GemmActivation(ir::OpId::kRelu), LtEpilogue::kRelu,
+       GemmActivation()},
+      {true, GemmActivation(ir::OpId::kRelu), LtEpilogue::kReluBias,
+       GemmActivation()},
+      {false, GemmActivation(ir::OpId::kGeluTanh), LtEpilogue::kGelu,
+       GemmActivation()},
+      {true, GemmActivation(ir::OpId::kGeluTanh), LtEpilogue::kGeluBias,
+       GemmActivation()},
       // cuBLASLt has no exact GELU: bias in the epilogue, erf in the kernel.
-      {false, GemmActivation::kGelu, LtEpilogue::kDefault,
-       GemmActivation::kGelu},
-      {true, GemmActivation::kGelu, LtEpilogue::kBias, GemmActivation::kGelu},
+      {false, GemmActivation(ir::OpId::kGelu), LtEpilogue::kDefault,
+       GemmActivation(ir::OpId::kGelu)},
+      {true, GemmActivation(ir::OpId::kGelu), LtEpilogue::kBias,
+       GemmActivation(ir::OpId::kGelu)},
   };
   for (const auto& e : epilogues) {
     GemmCase gc;
@@ -194,10 +195,10 @@ TEST(LtPlanTest, TypesAndEpilogues) {
     LtEpilogue epilogue;
     bool fused;
   } const grads[] = {
-      {false, GemmActivation::kNone, LtEpilogue::kBgradB, true},
-      {false, GemmActivation::kGelu, LtEpilogue::kBgradB, true},
-      {true, GemmActivation::kNone, LtEpilogue::kBias, false},
-      {false, GemmActivation::kRelu, LtEpilogue::kRelu, false},
+      {false, GemmActivation(), LtEpilogue::kBgradB, true},
+      {false, GemmActivation(ir::OpId::kGelu), LtEpilogue::kBgradB, true},
+      {true, GemmActivation(), LtEpilogue::kBias, false},
+      {false, GemmActivation(ir::OpId::kRelu), LtEpilogue::kRelu, false},
   };
   for (const auto& e : grads) {
     GemmCase gc;

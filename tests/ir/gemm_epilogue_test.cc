@@ -18,7 +18,7 @@ TEST(GemmEpilogueTest, TextRoundTripsForEveryKindAndMarkedActivation) {
       all.push_back(GemmEpilogue::BiasAct(static_cast<OpId>(i)));
     }
   }
-  ASSERT_EQ(all.size(), 6u);  // relu, gelu, gelu_tanh
+  ASSERT_EQ(all.size(), 7u);  // relu, gelu, gelu_tanh, silu
   for (const GemmEpilogue& e : all) {
     const std::string text = GemmEpilogueText(e);
     absl::StatusOr<GemmEpilogue> back = ParseGemmEpilogue(text);
@@ -31,7 +31,7 @@ TEST(GemmEpilogueTest, TextRoundTripsForEveryKindAndMarkedActivation) {
   EXPECT_EQ(ParseGemmEpilogue("bias,gelu")->activation, OpId::kGelu);
   EXPECT_TRUE(ParseGemmEpilogue("bias")->has_bias());
   EXPECT_FALSE(ParseGemmEpilogue("bgrad")->has_bias());
-  EXPECT_EQ(GemmActivationNames("|"), "relu|gelu|gelu_tanh");
+  EXPECT_EQ(GemmActivationNames("|"), "relu|gelu|gelu_tanh|silu");
 }
 
 TEST(GemmEpilogueTest, UnknownTextNamesTheMarkedActivations) {
@@ -43,7 +43,7 @@ TEST(GemmEpilogueTest, UnknownTextNamesTheMarkedActivations) {
     EXPECT_EQ(e.status().message(),
               std::string("unknown epilogue '") + bad +
                   "' (expected \"bias\" optionally followed by \",relu\", "
-                  "\",gelu\" or \",gelu_tanh\", or \"bgrad\")");
+                  "\",gelu\", \",gelu_tanh\" or \",silu\", or \"bgrad\")");
   }
 }
 

@@ -153,7 +153,7 @@ TEST(GemmBiasGradTest, MatchesFloat64RowSumsAndLeavesCAsWithout) {
               for (int64_t j = 0; j < o.args.n; ++j)
                 Store(bias, t, j, 0.25 * j);
               o.args.bias = bias.data();
-              o.args.activation = GemmActivation::kRelu;
+              o.args.activation = GemmActivation(ir::OpId::kRelu);
               o.args.accumulate = true;
             }
             std::vector<char> plain_c = o.c;

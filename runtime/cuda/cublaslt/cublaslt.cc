@@ -283,7 +283,7 @@ absl::Status CublasLtGemm::Impl::LaunchGrid(KernelHandle fn, int64_t threads,
 
 absl::Status CublasLtGemm::Impl::RunPost(const LtPlan& p, const GemmArgs& g,
                                          Stream stream) {
-  if (p.post_bias == nullptr && p.post_activation == GemmActivation::kNone &&
+  if (p.post_bias == nullptr && !p.post_activation.has_value() &&
       !(p.skip_product && !g.accumulate)) {
     return absl::OkStatus();
   }

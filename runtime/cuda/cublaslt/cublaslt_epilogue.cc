@@ -7,7 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/cuda/cuda_c.h"
 #include "codegen/cuda/cuda_math.h"
+#include "ir/gemm_activation.h"
 #include "ir/scalar_def.h"
+#include "ir/status.h"
 
 namespace stepjit::runtime::cuda {
 
@@ -31,18 +33,12 @@ EpilogueKernelSource GemmEpilogueKernel(DType dtype,
   body.indent = "    ";
   CudaMath m{body, is_double};
   std::string y = "x";
-  switch (activation) {
-    case GemmActivation::kNone:
-      break;
-    case GemmActivation::kRelu:
-      y = ir::ScalarDef<ir::OpId::kRelu>::Apply(m, y);
-      break;
-    case GemmActivation::kGelu:
-      y = ir::ScalarDef<ir::OpId::kGelu>::Apply(m, y);
-      break;
-    case GemmActivation::kGeluTanh:
-      y = ir::ScalarDef<ir::OpId::kGeluTanh>::Apply(m, y);
-      break;
+  if (activation.has_value()) {
+    const bool known = ir::VisitGemmActivation(*activation, [&]<ir::OpId op>() {
+      y = ir::ScalarDef<op>::Apply(m, y);
+    });
+    SJ_CHECK(known, "GemmEpilogueKernel: ", ir::OpName(*activation),
+             " is not a GEMM activation");
   }
   const uint32_t helpers = codegen::cuda::DTypeHelpers(dtype);
   k.source = absl::StrCat(

@@ -168,22 +168,18 @@ absl::StatusOr<LtPlan> PlanLtGemm(const DeviceGemmArgs& args,
     p.post_bias = g.bias;
     return p;
   }
-  switch (g.activation) {
-    case GemmActivation::kNone:
-      p.epilogue = bias ? LtEpilogue::kBias : LtEpilogue::kDefault;
-      break;
-    case GemmActivation::kRelu:
-      p.epilogue = bias ? LtEpilogue::kReluBias : LtEpilogue::kRelu;
-      break;
-    case GemmActivation::kGeluTanh:
-      p.epilogue = bias ? LtEpilogue::kGeluBias : LtEpilogue::kGelu;
-      break;
-    case GemmActivation::kGelu:
-      // cuBLASLt's GELU is the tanh approximation: add the bias there and
-      // apply the exact one afterwards.
-      p.epilogue = bias ? LtEpilogue::kBias : LtEpilogue::kDefault;
-      p.post_activation = GemmActivation::kGelu;
-      break;
+  if (!g.activation.has_value()) {
+    p.epilogue = bias ? LtEpilogue::kBias : LtEpilogue::kDefault;
+  } else if (*g.activation == ir::OpId::kRelu) {
+    p.epilogue = bias ? LtEpilogue::kReluBias : LtEpilogue::kRelu;
+  } else if (*g.activation == ir::OpId::kGeluTanh) {
+    p.epilogue = bias ? LtEpilogue::kGeluBias : LtEpilogue::kGelu;
+  } else {
+    // No cuBLASLt epilogue computes it as the scalar definition does (its
+    // GELU is the tanh approximation): add the bias there and apply the
+    // activation afterwards with the generated epilogue kernel.
+    p.epilogue = bias ? LtEpilogue::kBias : LtEpilogue::kDefault;
+    p.post_activation = g.activation;
   }
   if (p.epilogue == LtEpilogue::kBias || p.epilogue == LtEpilogue::kReluBias ||
       p.epilogue == LtEpilogue::kGeluBias) {

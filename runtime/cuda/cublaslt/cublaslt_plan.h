@@ -68,7 +68,7 @@ struct LtPlan {
   // everything when the fused epilogue was not asked for):
   //   C = post_activation(C + post_bias), post_bias per column of the
   //   caller's (row-major) C.
-  GemmActivation post_activation = GemmActivation::kNone;
+  GemmActivation post_activation = std::nullopt;
   const void* post_bias = nullptr;
   // The bias gradient left to a kernel (when BGRADB is not used), from
   // cuBLASLt's B: post_bias_grad[j] = sum over l < k of op_b(B)[l, j] for
