@@ -1,4 +1,5 @@
-// Device: where a tensor's storage lives (CPU now; the CUDA slot is reserved).
+// Device: where a tensor's storage lives, the CPU or a CUDA device; what each
+// device type provides is its DeviceRuntime (runtime/device_runtime.h).
 #ifndef STEPJIT_RUNTIME_DEVICE_H_
 #define STEPJIT_RUNTIME_DEVICE_H_
 
