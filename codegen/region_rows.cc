@@ -256,4 +256,35 @@ absl::StatusOr<Plan> AnalyzeRows(const ir::Graph& body,
   return plan;
 }
 
+RowPassWork RowPass(const ir::Graph& body, const Plan& plan, int phase) {
+  std::vector<const ir::Value*> stack;
+  const bool final = phase > plan.row_phases;
+  for (const auto& n : body.nodes()) {
+    if (!final && IsReduction(n->op()) &&
+        plan.domain.at(n->output()) == Domain::kReduced &&
+        plan.level.at(n->output()) == phase)
+      stack.push_back(n->inputs()[0]);
+  }
+  if (final) {
+    for (const ir::Value* r : body.returns()) {
+      if (plan.domain.at(r) == Domain::kFull) stack.push_back(r);
+    }
+  }
+  RowPassWork work;
+  work.read.insert(stack.begin(), stack.end());
+  while (!stack.empty()) {
+    const ir::Value* v = stack.back();
+    stack.pop_back();
+    const ir::Node* p = v->producer();
+    if (p == nullptr || plan.domain.at(v) != Domain::kFull ||
+        !work.nodes.insert(p).second)
+      continue;
+    for (const ir::Value* in : p->inputs()) {
+      work.read.insert(in);
+      stack.push_back(in);
+    }
+  }
+  return work;
+}
+
 }  // namespace stepjit::codegen

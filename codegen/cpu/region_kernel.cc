@@ -14,6 +14,7 @@
 #include "codegen/cpu/jit.h"
 #include "codegen/cpu/llvm_math.h"
 #include "codegen/region_plan.h"
+#include "codegen/region_rows.h"
 #include "codegen/scalar_op.h"
 #include "codegen/sha256.h"
 #include "ir/printer.h"
@@ -811,40 +812,12 @@ class Lowering {
     return absl::OkStatus();
   }
 
-  // The full-domain nodes a pass computes: those feeding its reductions,
-  // or (the final pass) the full returns.
-  absl::flat_hash_set<const Node*> PassNodes(int phase) const {
-    std::vector<const Value*> stack;
-    const bool final = phase > plan_.row_phases;
-    for (const auto& n : body_.nodes()) {
-      if (!final && IsReduction(n->op()) &&
-          plan_.domain.at(n->output()) == Domain::kReduced &&
-          plan_.level.at(n->output()) == phase)
-        stack.push_back(n->inputs()[0]);
-    }
-    if (final) {
-      for (const Value* r : body_.returns()) {
-        if (plan_.domain.at(r) == Domain::kFull) stack.push_back(r);
-      }
-    }
-    absl::flat_hash_set<const Node*> nodes;
-    while (!stack.empty()) {
-      const Value* v = stack.back();
-      stack.pop_back();
-      const Node* p = v->producer();
-      if (p == nullptr || plan_.domain.at(v) != Domain::kFull ||
-          !nodes.insert(p).second)
-        continue;
-      for (const Value* in : p->inputs()) stack.push_back(in);
-    }
-    return nodes;
-  }
-
   // One loop over the row's elements: phase k's reductions fold their
   // inputs in registers; the final pass stores the full returns.
   absl::Status EmitPass(Row& w, int phase) {
     const bool final = phase > plan_.row_phases;
-    const absl::flat_hash_set<const Node*> nodes = PassNodes(phase);
+    const absl::flat_hash_set<const Node*> nodes =
+        codegen::RowPass(body_, plan_, phase).nodes;
     llvm::Function* fn = b_.GetInsertBlock()->getParent();
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     auto* loop = llvm::BasicBlock::Create(ctx_, "pass", fn);

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "codegen/cuda/region_emitter.h"
+#include "codegen/region_rows.h"
 #include "ir/status.h"
 
 namespace stepjit::codegen::cuda::detail {
@@ -177,34 +178,16 @@ absl::Status Emitter::RowPass(int phase, Env& env, CudaStatements& s) {
   const bool warp = row_strategy_ == ReductionStrategy::kRowPerWarp;
   const bool thread = row_strategy_ == ReductionStrategy::kRowPerThread;
   std::vector<const Node*> reds;
-  std::vector<const Value*> stack;
   for (const auto& n : body_.nodes()) {
     if (final || !IsReduction(n->op()) ||
         plan_.domain.at(n->output()) != Domain::kReduced ||
         plan_.level.at(n->output()) != phase)
       continue;
     reds.push_back(n.get());
-    stack.push_back(n->inputs()[0]);
   }
-  if (final) {
-    for (const Value* r : body_.returns()) {
-      if (plan_.domain.at(r) == Domain::kFull) stack.push_back(r);
-    }
-  }
-  absl::flat_hash_set<const Value*> read(stack.begin(), stack.end());
-  absl::flat_hash_set<const Node*> nodes;
-  while (!stack.empty()) {
-    const Value* v = stack.back();
-    stack.pop_back();
-    const Node* p = v->producer();
-    if (p == nullptr || plan_.domain.at(v) != Domain::kFull ||
-        !nodes.insert(p).second)
-      continue;
-    for (const Value* in : p->inputs()) {
-      read.insert(in);
-      stack.push_back(in);
-    }
-  }
+  const RowPassWork work = codegen::RowPass(body_, plan_, phase);
+  const absl::flat_hash_set<const Node*>& nodes = work.nodes;
+  const absl::flat_hash_set<const Value*>& read = work.read;
   s.Line(final ? "// final pass: the full-size returns"
                : absl::StrCat("// phase ", phase));
   for (const Node* n : reds) {
