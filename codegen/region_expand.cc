@@ -269,11 +269,7 @@ absl::StatusOr<Value*> Expand(Builder& b, const Node& n,
 
 }  // namespace
 
-bool IsRowOp(OpId op) {
-  return op == OpId::kSoftmax || op == OpId::kLogSoftmax ||
-         op == OpId::kLayerNorm || op == OpId::kVar ||
-         op == OpId::kCrossEntropy || op == OpId::kMseLoss;
-}
+bool IsRowOp(OpId op) { return ir::IsRowReduction(op); }
 
 absl::StatusOr<std::unique_ptr<ir::Graph>> ExpandRowOps(const ir::Graph& body) {
   auto g = std::make_unique<ir::Graph>(body.name());

@@ -12,7 +12,8 @@
 
 namespace stepjit::codegen {
 
-// Whether `op` is one ExpandRowOps rewrites.
+// Whether `op` is one ExpandRowOps rewrites: the ops the table marks
+// kRowReduction (ir/ops.def), each of which has its expansion here.
 bool IsRowOp(ir::OpId op);
 
 // A copy of `body` (the same params in order, the same returns) in which

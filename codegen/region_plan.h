@@ -109,13 +109,8 @@ inline bool IsFloat(ir::DType t) {
 inline int64_t Numel(const ir::Value* v) {
   return ir::NumElements(v->type().shape);
 }
-inline bool IsReduction(ir::OpId op) {
-  return op == ir::OpId::kSum || op == ir::OpId::kMean || op == ir::OpId::kAmax;
-}
-inline bool IsOrderPreservingView(ir::OpId op) {
-  return op == ir::OpId::kReshape || op == ir::OpId::kSqueeze ||
-         op == ir::OpId::kUnsqueeze;
-}
+inline bool IsReduction(ir::OpId op) { return ir::IsFusedReduction(op); }
+inline bool IsOrderPreservingView(ir::OpId op) { return ir::IsOrderedView(op); }
 
 }  // namespace stepjit::codegen
 

@@ -44,6 +44,15 @@ enum OpFlags : uint32_t {
   // Unary elementwise ops a GEMM may apply to its result in its epilogue
   // (ir/gemm_epilogue.h): `matmul ... {epilogue = "bias,<op>"}`.
   kGemmActivation = 1u << 5,
+  // What a fusion region may hold besides elementwise ops and in-place
+  // updates (ir/region_ops.h says in which attribute forms):
+  // views whose element order is their input's (reshape, squeeze, ...),
+  kOrderedView = 1u << 6,
+  // reductions a region computes with one accumulator per output element,
+  kFusedReduction = 1u << 7,
+  // and row ops the region code generators expand into chained reductions
+  // over a row (codegen/region_expand.h).
+  kRowReduction = 1u << 8,
 };
 
 struct OpInfo {
@@ -71,6 +80,15 @@ inline bool HasFloatResult(OpId op) {
 }
 inline bool IsGemmActivation(OpId op) {
   return GetOpInfo(op).flags & kGemmActivation;
+}
+inline bool IsOrderedView(OpId op) {
+  return GetOpInfo(op).flags & kOrderedView;
+}
+inline bool IsFusedReduction(OpId op) {
+  return GetOpInfo(op).flags & kFusedReduction;
+}
+inline bool IsRowReduction(OpId op) {
+  return GetOpInfo(op).flags & kRowReduction;
 }
 
 }  // namespace stepjit::ir

@@ -1,4 +1,5 @@
-// RegionRoleOf: the op kinds and attribute forms a fusion region holds.
+// RegionRoleOf: the op kinds, table flags and attribute forms a fusion
+// region holds.
 #include "ir/region_ops.h"
 
 #include <vector>
@@ -37,27 +38,17 @@ bool TrailingDims(const Node& n) {
 RegionRole RegionRoleOf(const Node& n) {
   if (n.kind() != NodeKind::kOp) return RegionRole::kNone;
   const OpId op = n.op();
-  switch (GetOpInfo(op).kind) {
-    case OpKind::kElementwise:
-    case OpKind::kInplaceUpdate:
-      return RegionRole::kElementwise;
-    case OpKind::kView:
-      return op == OpId::kReshape || op == OpId::kSqueeze ||
-                     op == OpId::kUnsqueeze
-                 ? RegionRole::kElementwise
-                 : RegionRole::kNone;
-    case OpKind::kReduction:
-      if (op == OpId::kArgmax) return RegionRole::kNone;
-      if (op == OpId::kVar && !TrailingDims(n)) return RegionRole::kNone;
-      return RegionRole::kReduce;
-    case OpKind::kNormalization:
-      if (op != OpId::kLayerNorm && !LastDim(n)) return RegionRole::kNone;
-      return RegionRole::kReduce;
-    case OpKind::kLoss:
-      return RegionRole::kReduce;
-    default:
-      return RegionRole::kNone;
-  }
+  const OpKind kind = GetOpInfo(op).kind;
+  if (kind == OpKind::kElementwise || kind == OpKind::kInplaceUpdate)
+    return RegionRole::kElementwise;
+  if (IsOrderedView(op)) return RegionRole::kElementwise;
+  if (IsFusedReduction(op)) return RegionRole::kReduce;
+  if (!IsRowReduction(op)) return RegionRole::kNone;
+  // Row ops reduce a row only when their dims are the trailing ones.
+  if (n.attrs().Has(AttrKey::kDim) && !LastDim(n)) return RegionRole::kNone;
+  if (n.attrs().Has(AttrKey::kDims) && !TrailingDims(n))
+    return RegionRole::kNone;
+  return RegionRole::kReduce;
 }
 
 }  // namespace stepjit::ir

@@ -1,7 +1,7 @@
-// Eager CUDA ops: generated single-op kernels (elementwise ops, sum, mean,
-// amax, and the row ops softmax, log_softmax, cross_entropy, layer_norm and
-// mse_loss), the hand-written modules, GEMM, and the host round trip for
-// what none of them covers.
+// Eager CUDA ops: each op's device path, from the op table (generated
+// single-op kernels), the fixed copy/fill kernels, GEMM and the hand-written
+// kernel modules' registrations, and the host round trip for what none of
+// them covers.
 #include "runtime/cuda/ops.h"
 
 #include <atomic>
@@ -143,31 +143,26 @@ bool RunGenerated(Backend& b, const KernelArgs& k) {
   return true;
 }
 
-// The row ops the generated single-op kernels run. var stays hand-written
-// (kernels/index_ops.cc): the CPU kernel sums its mean in 8 interleaved
-// partials, which the generated code does not reproduce bit for bit.
+// Row ops through their generated kernels: floating-point rows, with the
+// operand forms the row expansion takes (codegen/region_expand.h).
 bool GeneratedRowOp(const KernelArgs& k) {
   if (!ir::IsFloating(k.out.dtype()) || k.inputs[0].dtype() != k.out.dtype())
     return false;
   switch (k.op) {
-    case OpId::kSoftmax:
-    case OpId::kLogSoftmax:
-    case OpId::kLayerNorm:
-      return true;
     case OpId::kCrossEntropy:
       return k.inputs[0].dim() == 2 && k.inputs[1].dtype() == DType::kI64;
     case OpId::kMseLoss:
       return k.inputs[0].shape() == k.inputs[1].shape() &&
              k.inputs[0].dtype() == k.inputs[1].dtype();
     default:
-      return false;
+      return true;
   }
 }
 
-// Softmax over another dim than the last runs over a permuted contiguous
-// copy whose rows are that dim (as the CPU kernel does), through the
-// generated kernel for the last dim.
-bool RunGeneratedSoftmax(Backend& b, const KernelArgs& k) {
+// A row op over one `dim` (softmax, log_softmax) that is not the last runs
+// over a permuted contiguous copy whose rows are that dim (as the CPU
+// kernel does), through the generated kernel for the last dim.
+bool RunGeneratedOverDim(Backend& b, const KernelArgs& k) {
   const Tensor& x = k.inputs[0];
   const int64_t d = ir::WrapDim(k.attrs.GetInt(AttrKey::kDim), x.dim());
   if (x.dim() == 0 || d == x.dim() - 1) return RunGenerated(b, k);
@@ -189,9 +184,57 @@ bool RunGeneratedSoftmax(Backend& b, const KernelArgs& k) {
 
 bool RunGeneratedRowOp(Backend& b, const KernelArgs& k) {
   if (!GeneratedRowOp(k)) return false;
-  if (k.op == OpId::kSoftmax || k.op == OpId::kLogSoftmax)
-    return RunGeneratedSoftmax(b, k);
+  if (k.attrs.Has(AttrKey::kDim)) return RunGeneratedOverDim(b, k);
   return RunGenerated(b, k);
+}
+
+bool RunCopy(Backend&, const KernelArgs& k) {
+  CopyInto(k.out, k.inputs.back());
+  return true;
+}
+
+bool RunFill(Backend&, const KernelArgs& k) {
+  Fill(k.out, k.attrs.GetDouble(AttrKey::kValue));
+  return true;
+}
+
+bool RunMatmul(Backend& b, const KernelArgs& k) {
+  MatmulPlan plan = PlanMatmul(k, &CopySameDType);
+  if (plan.empty) return true;
+  Check(b.Gemm({.gemm = plan.gemm, .allow_tf32 = AllowTf32()}, CurrentStream()),
+        "CUDA matmul");
+  std::lock_guard<std::mutex> lock(g_mu);
+  ++GetCaches(&b).stats.gemms;
+  return true;
+}
+
+// The paths the op table gives: every op a fusion region may compute runs
+// as a generated single-op kernel, with copies, fills and GEMMs as above;
+// then the kernel modules set theirs (a module's path replaces a generated
+// one: var's, whose CPU kernel sums in an order generated code does not
+// reproduce).
+DevicePaths MakeDevicePaths() {
+  DevicePaths paths{};
+  for (int i = 0; i < ir::kNumOps; ++i) {
+    const OpId op = static_cast<OpId>(i);
+    const OpKind kind = ir::GetOpInfo(op).kind;
+    if (kind == OpKind::kElementwise || kind == OpKind::kInplaceUpdate ||
+        ir::IsFusedReduction(op)) {
+      paths[i] = &RunGenerated;
+    } else if (ir::IsRowReduction(op)) {
+      paths[i] = &RunGeneratedRowOp;
+    } else if (kind == OpKind::kMatmul) {
+      paths[i] = &RunMatmul;
+    }
+  }
+  paths[static_cast<int>(OpId::kContiguous)] = &RunCopy;
+  paths[static_cast<int>(OpId::kCopyInplace)] = &RunCopy;
+  paths[static_cast<int>(OpId::kFull)] = &RunFill;
+  paths[static_cast<int>(OpId::kFillInplace)] = &RunFill;
+  AddRowPaths(paths);
+  AddRandomPaths(paths);
+  AddIndexPaths(paths);
+  return paths;
 }
 
 // Operands to the host, the CPU kernel, the result back.
@@ -357,51 +400,19 @@ std::atomic<bool> g_allow_tf32{false};
 void SetAllowTf32(bool allow) { g_allow_tf32.store(allow); }
 bool AllowTf32() { return g_allow_tf32.load(); }
 
+const DevicePaths& GetDevicePaths() {
+  static const DevicePaths paths = MakeDevicePaths();
+  return paths;
+}
+
 bool RunsOnDevice(OpId op) {
-  const OpKind kind = ir::GetOpInfo(op).kind;
-  return kind == OpKind::kElementwise || kind == OpKind::kInplaceUpdate ||
-         kind == OpKind::kView || op == OpId::kSum || op == OpId::kMean ||
-         op == OpId::kAmax || op == OpId::kMatmul || op == OpId::kContiguous ||
-         op == OpId::kFull || IsRowOp(op) || codegen::IsRowOp(op) ||
-         op == OpId::kEmbedding || op == OpId::kEmbeddingBackward ||
-         op == OpId::kSliceBackward || op == OpId::kArange ||
-         op == OpId::kArgmax || op == OpId::kLayerNorm ||
-         op == OpId::kMseLoss || op == OpId::kVar;
+  return ir::IsView(op) || GetDevicePaths()[static_cast<int>(op)] != nullptr;
 }
 
 void RunKernel(const KernelArgs& k) {
   Backend& b = BackendOrThrow();
-  switch (k.op) {
-    case OpId::kContiguous:
-    case OpId::kCopyInplace:
-      CopyInto(k.out, k.inputs.back());
-      return;
-    case OpId::kFull:
-    case OpId::kFillInplace:
-      Fill(k.out, k.attrs.GetDouble(AttrKey::kValue));
-      return;
-    case OpId::kMatmul: {
-      MatmulPlan plan = PlanMatmul(k, &CopySameDType);
-      if (plan.empty) return;
-      Check(b.Gemm({.gemm = plan.gemm, .allow_tf32 = AllowTf32()}, CurrentStream()),
-            "CUDA matmul");
-      std::lock_guard<std::mutex> lock(g_mu);
-      ++GetCaches(&b).stats.gemms;
-      return;
-    }
-    default:
-      break;
-  }
-  const OpKind kind = ir::GetOpInfo(k.op).kind;
-  const bool generated_kind = kind == OpKind::kElementwise ||
-                              kind == OpKind::kInplaceUpdate ||
-                              k.op == OpId::kSum || k.op == OpId::kMean ||
-                              k.op == OpId::kAmax;
-  if (generated_kind && RunGenerated(b, k)) return;
-  if (codegen::IsRowOp(k.op) && RunGeneratedRowOp(b, k)) return;
-  if (IsRowOp(k.op) && RunRowOp(b, k)) return;
-  if (kind == OpKind::kRandom && RunRandomOp(b, k)) return;
-  if (RunIndexOp(b, k)) return;
+  const DevicePath path = GetDevicePaths()[static_cast<int>(k.op)];
+  if (path != nullptr && path(b, k)) return;
   RunOnHost(b, k);
 }
 

@@ -1,19 +1,22 @@
-// Eager CUDA ops, queued on the current stream of the process's backend:
-// elementwise ops, casts, in-place updates and sum/mean/amax as single-op
-// kernels from the CUDA C emitter (the scalar definitions the CPU kernels
-// use), layout copies and fills as fixed kernels, softmax/log_softmax/
-// cross_entropy/one_hot, rand/randn/dropout and embedding/argmax/
-// layer_norm/... as hand-written kernels (row_ops.h, random_ops.h,
-// index_ops.h), matmul through the backend's GEMM (cuBLASLt on a GPU). What
-// those do not cover (half-precision inputs to the index and random
-// kernels, argmax of an integer tensor, integer arithmetic; integer casts
-// and comparisons are generated kernels, and embedding widens i32 indices
-// on the device) runs on the host:
-// operands are copied to the CPU, the CPU kernel runs, and the result is
-// copied back; EagerStats counts these host round trips.
+// Eager CUDA ops, queued on the current stream of the process's backend.
+// Each op has a device path (DevicePaths), chosen from the op table:
+// elementwise ops, in-place updates, fused reductions (sum, mean, amax) and
+// row reductions (softmax, log_softmax, layer_norm, cross_entropy,
+// mse_loss) run as single-op kernels from the CUDA C emitter (the scalar
+// definitions and row expansions the compiled regions use); layout copies
+// and fills as fixed kernels; matmul through the backend's GEMM (cuBLASLt
+// on a GPU); and the ops the kernel modules register (one_hot in
+// kernels/row_ops.h; rand/randn/randint/dropout in kernels/random_ops.h;
+// embedding, its backward, slice_backward, arange, argmax and var in
+// kernels/index_ops.h) as hand-written kernels. What a path declines
+// (half-precision inputs to the index and random kernels, argmax of an
+// integer tensor, integer arithmetic) and the ops with no path run on the
+// host: operands are copied to the CPU, the CPU kernel runs, and the result
+// is copied back; EagerStats counts these host round trips.
 #ifndef STEPJIT_RUNTIME_CUDA_OPS_H_
 #define STEPJIT_RUNTIME_CUDA_OPS_H_
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,8 +31,18 @@
 
 namespace stepjit::runtime::cuda {
 
-// Whether `op` runs on the device (false: it makes a host round trip, which
-// a CUDA graph cannot capture).
+// A device path of one op: queues `k` on the device and returns true, or
+// returns false when these operand dtypes or forms are not covered (the op
+// then makes a host round trip).
+using DevicePath = bool (*)(Backend& b, const KernelArgs& k);
+// The device path of each op; null where the op always runs on the host.
+using DevicePaths = std::array<DevicePath, ir::kNumOps>;
+// The paths of this process, built once from the op table and the kernel
+// modules' registrations.
+const DevicePaths& GetDevicePaths();
+
+// Whether `op` runs on the device: a view, or an op with a device path
+// (false: it makes a host round trip, which a CUDA graph cannot capture).
 bool RunsOnDevice(ir::OpId op);
 
 // Whether f32 matmuls on CUDA may use TF32 tensor cores (10-bit mantissa

@@ -1,10 +1,11 @@
 // The CUDA device runtime through the registry, on the test backend (the
 // host emulator unless STEPJIT_TEST_CUDA_BACKEND=driver): storage, copies
 // both ways, kernels through Dispatch, pinned host memory counted as host
-// memory.
+// memory; each op's device path chosen from the op table.
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/cuda/ops.h"
 #include "runtime/device_runtime.h"
 #include "runtime/ops.h"
 #include "runtime/storage.h"
@@ -56,6 +57,54 @@ TEST_F(DeviceRuntimeCudaTest, DeviceStorageIsNotHostMemoryButPinnedStorageIs) {
               4096);
   }
   EXPECT_EQ(GetCpuMemoryStats().allocated_bytes, before.allocated_bytes);
+}
+
+// Every op of the table has a device path or is a view: none makes a host
+// round trip for every call. The paths of the elementwise, fused-reduction
+// and row-reduction rows come from their flags, so a new row with one of
+// those gets a path without an edit here or in runtime/cuda.
+TEST(CudaDevicePathsTest, EveryOpOfTheTableRunsOnTheDevice) {
+  const cuda::DevicePaths& paths = cuda::GetDevicePaths();
+  for (int i = 0; i < ir::kNumOps; ++i) {
+    const ir::OpId op = static_cast<ir::OpId>(i);
+    EXPECT_TRUE(cuda::RunsOnDevice(op)) << ir::OpName(op);
+    EXPECT_EQ(paths[i] == nullptr, ir::IsView(op)) << ir::OpName(op);
+  }
+  // Ops sharing one rule share one path: the generated kernels.
+  auto path = [&](ir::OpId op) { return paths[static_cast<int>(op)]; };
+  EXPECT_EQ(path(ir::OpId::kSilu), path(ir::OpId::kAdd));
+  EXPECT_EQ(path(ir::OpId::kAmax), path(ir::OpId::kAdd));
+  EXPECT_EQ(path(ir::OpId::kAddcdivInplace), path(ir::OpId::kAdd));
+  EXPECT_EQ(path(ir::OpId::kSoftmax), path(ir::OpId::kCrossEntropy));
+  // var's hand-written kernel replaces the generated row path.
+  EXPECT_NE(path(ir::OpId::kVar), path(ir::OpId::kSoftmax));
+}
+
+// A path declines operand forms it does not cover, and the op then runs on
+// the host, counted, with the CPU's result: log_softmax over a non-last dim
+// goes through a permuted copy on the device; argmax of an integer tensor
+// is declined by its kernel.
+TEST_F(DeviceRuntimeCudaTest, DeclinedFormsRunOnTheHostAndAreCounted) {
+  const std::vector<float> xs = {0.5f, -1.0f, 2.0f, 3.0f, 0.25f, -4.0f};
+  const Tensor hx = from_vector(xs, {2, 3});
+  const Tensor dx = hx.to(Device::cuda(0));
+  const int64_t before = cuda::GetEagerStats().host_fallbacks;
+  const Tensor over_rows = log_softmax(dx, 0);
+  EXPECT_EQ(cuda::GetEagerStats().host_fallbacks, before)
+      << cuda::HostFallbackSummary();
+  const std::vector<float> want = log_softmax(hx, 0).to_vector<float>();
+  const std::vector<float> got = over_rows.to(Device::cpu()).to_vector<float>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-6) << i;
+
+  const Tensor ints =
+      from_vector(std::vector<int64_t>{3, 9, 1, 4, 2, 8}, {2, 3},
+                  {.dtype = DType::kI64, .device = Device::cuda(0)});
+  const Tensor am = argmax(ints, 1);
+  EXPECT_EQ(cuda::GetEagerStats().host_fallbacks, before + 1);
+  EXPECT_EQ(am.to(Device::cpu()).to_vector<int64_t>(),
+            (std::vector<int64_t>{1, 2}));
 }
 
 }  // namespace

@@ -837,9 +837,12 @@ TEST(GradCoverageTest, EveryDifferentiableOpIsChecked) {
   using ir::kCommutative;
   using ir::kDiff;
   using ir::kFloatResult;
+  using ir::kFusedReduction;
   using ir::kGemmActivation;
   using ir::kInplace;
+  using ir::kOrderedView;
   using ir::kPure;
+  using ir::kRowReduction;
 #include "ir/ops.def"
   std::vector<std::string> want = checked;
   std::sort(want.begin(), want.end());

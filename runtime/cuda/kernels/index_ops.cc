@@ -143,8 +143,15 @@ bool Embedding(Backend& b, const KernelArgs& k) {
   return true;
 }
 
+// The kernels below write their input's dtype.
+bool SameDType(const KernelArgs& k) {
+  return k.inputs[0].dtype() == k.out.dtype();
+}
+
 bool EmbeddingBackward(Backend& b, const KernelArgs& k) {
-  if (!IsFloat(k.inputs[0].dtype()) || !IndexDType(k.inputs[1].dtype())) return false;
+  if (!IsFloat(k.inputs[0].dtype()) || !IndexDType(k.inputs[1].dtype()) ||
+      !SameDType(k))
+    return false;
   const Tensor g = ContiguousOnDevice(k.inputs[0]), idx = I64Indices(k.inputs[1]);
   long long n = idx.numel(), rows = k.out.shape()[0], dim = k.out.shape()[1];
   long long total = rows * dim;
@@ -165,10 +172,11 @@ bool EmbeddingBackward(Backend& b, const KernelArgs& k) {
   return true;
 }
 
-bool SliceBackward(const KernelArgs& k) {
+bool SliceBackward(Backend& b, const KernelArgs& k) {
+  if (!SameDType(k)) return false;
   // Zeros with the gradient copied into the sliced window.
-  ThrowIfError(GetBackend()->Memset(k.out.data_ptr(), 0, k.out.numel() * k.out.element_size(),
-                                    CurrentStream()));
+  ThrowIfError(b.Memset(k.out.data_ptr(), 0,
+                        k.out.numel() * k.out.element_size(), CurrentStream()));
   const Tensor window = cpu::SliceBackwardWindow(k.out, k.inputs[0], k.attrs);
   CopyInto(window, k.inputs[0]);
   return true;
@@ -208,7 +216,7 @@ bool Argmax(Backend& b, const KernelArgs& k) {
 
 bool Var(Backend& b, const KernelArgs& k) {
   const Tensor& x = k.inputs[0];
-  if (!IsFloat(x.dtype()) || x.dim() == 0) return false;
+  if (!IsFloat(x.dtype()) || x.dim() == 0 || !SameDType(k)) return false;
   std::vector<int64_t> dims = ValueOrThrow(ir::NormalizeDims(k.attrs.GetInts(AttrKey::kDims), x.dim()));
   if (dims.empty()) {
     for (int64_t d = 0; d < x.dim(); ++d) dims.push_back(d);
@@ -236,20 +244,13 @@ bool Var(Backend& b, const KernelArgs& k) {
 
 const char* IndexKernelSource() { return Module().source.c_str(); }
 
-bool RunIndexOp(Backend& b, const KernelArgs& k) {
-  const bool float_out_matches =
-      k.inputs.empty() || k.op == OpId::kArgmax || k.inputs[0].dtype() == k.out.dtype();
-  if (!float_out_matches && k.op != OpId::kEmbedding) return false;
-  switch (k.op) {
-    case OpId::kEmbedding: return Embedding(b, k);
-    case OpId::kEmbeddingBackward: return EmbeddingBackward(b, k);
-    case OpId::kSliceBackward: return SliceBackward(k);
-    case OpId::kArange: return Arange(b, k);
-    case OpId::kArgmax:
-      return Argmax(b, k);
-    case OpId::kVar: return Var(b, k);
-    default: return false;
-  }
+void AddIndexPaths(DevicePaths& paths) {
+  paths[static_cast<int>(OpId::kEmbedding)] = &Embedding;
+  paths[static_cast<int>(OpId::kEmbeddingBackward)] = &EmbeddingBackward;
+  paths[static_cast<int>(OpId::kSliceBackward)] = &SliceBackward;
+  paths[static_cast<int>(OpId::kArange)] = &Arange;
+  paths[static_cast<int>(OpId::kArgmax)] = &Argmax;
+  paths[static_cast<int>(OpId::kVar)] = &Var;
 }
 
 }  // namespace stepjit::runtime::cuda

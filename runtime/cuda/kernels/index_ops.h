@@ -9,13 +9,14 @@
 #define STEPJIT_RUNTIME_CUDA_KERNELS_INDEX_OPS_H_
 
 #include "runtime/cuda/backend.h"
+#include "runtime/cuda/ops.h"
 #include "runtime/dispatch.h"
 
 namespace stepjit::runtime::cuda {
 
-// Runs `k` on the device and returns true, or false when these dtypes are
-// not covered (the caller then runs the op on the host).
-bool RunIndexOp(Backend& b, const KernelArgs& k);
+// Sets the device paths of the ops this module runs (embedding,
+// embedding_backward, slice_backward, arange, argmax and var).
+void AddIndexPaths(DevicePaths& paths);
 
 // The module's CUDA C, for tests that compile every kernel with NVRTC.
 const char* IndexKernelSource();

@@ -125,6 +125,8 @@ bool RunsOnDeviceAsRandom(ir::OpId op, DType out) {
 
 const char* RandomKernelSource() { return Module().source.c_str(); }
 
+namespace {
+
 bool RunRandomOp(Backend& b, const KernelArgs& k) {
   const DType t = k.out.dtype();
   if (k.op == OpId::kRandint && t == DType::kI64) {
@@ -165,6 +167,13 @@ bool RunRandomOp(Backend& b, const KernelArgs& k) {
   const std::string name = absl::StrCat("sj_", ir::OpName(k.op), "_", ir::DTypeName(t));
   Launch(b, name, n, args.data());
   return true;
+}
+
+}  // namespace
+
+void AddRandomPaths(DevicePaths& paths) {
+  for (OpId op : {OpId::kRand, OpId::kRandn, OpId::kRandint, OpId::kDropout})
+    paths[static_cast<int>(op)] = &RunRandomOp;
 }
 
 }  // namespace stepjit::runtime::cuda

@@ -11,13 +11,12 @@
 #include <cstdint>
 
 #include "runtime/cuda/backend.h"
+#include "runtime/cuda/ops.h"
 #include "runtime/dispatch.h"
 
 namespace stepjit::runtime::cuda {
 
-// Runs `k` on the device and returns true, or false when not covered.
-bool RunRandomOp(Backend& b, const KernelArgs& k);
-// Whether RunRandomOp covers `op` with result dtype `out`.
+// Whether the random ops' device paths cover `op` with result dtype `out`.
 bool RunsOnDeviceAsRandom(ir::OpId op, ir::DType out);
 
 // While one is alive on this thread, random kernels read their seed and
@@ -34,6 +33,10 @@ class PhiloxSlotGuard {
  private:
   const uint64_t* previous_;
 };
+
+// Sets the device paths of the ops this module runs (rand, randn, randint and
+// dropout).
+void AddRandomPaths(DevicePaths& paths);
 
 // The module's CUDA C, for tests that compile every kernel with NVRTC.
 const char* RandomKernelSource();

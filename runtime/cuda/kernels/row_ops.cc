@@ -48,7 +48,9 @@ void Launch(Backend& b, const std::string& kernel, int64_t threads, void** args)
 
 std::string Suffix(DType t) { return std::string(ir::DTypeName(t)); }
 
-void OneHot(Backend& b, const KernelArgs& k) {
+bool OneHot(Backend& b, const KernelArgs& k) {
+  if (!ir::IsFloating(k.out.dtype()) || k.inputs[0].dtype() != DType::kI64)
+    return false;
   const Tensor idx = ContiguousOnDevice(k.inputs[0]);
   ThrowIfError(b.Memset(k.out.data_ptr(), 0, k.out.numel() * k.out.element_size(),
                         CurrentStream()));
@@ -57,25 +59,15 @@ void OneHot(Backend& b, const KernelArgs& k) {
   void* op = k.out.data_ptr();
   void* args[] = {&ip, &op, &n, &c};
   if (n > 0) Launch(b, absl::StrCat("sj_one_hot_", Suffix(k.out.dtype())), n, args);
+  return true;
 }
-
-bool FloatOut(const KernelArgs& k) { return ir::IsFloating(k.out.dtype()); }
 
 }  // namespace
 
 const char* RowKernelSource() { return Module().source.c_str(); }
 
-bool IsRowOp(ir::OpId op) { return op == OpId::kOneHot; }
-
-bool RunRowOp(Backend& b, const KernelArgs& k) {
-  switch (k.op) {
-    case OpId::kOneHot:
-      if (!FloatOut(k) || k.inputs[0].dtype() != DType::kI64) return false;
-      OneHot(b, k);
-      return true;
-    default:
-      return false;
-  }
+void AddRowPaths(DevicePaths& paths) {
+  paths[static_cast<int>(OpId::kOneHot)] = &OneHot;
 }
 
 }  // namespace stepjit::runtime::cuda

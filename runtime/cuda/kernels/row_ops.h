@@ -7,15 +7,13 @@
 #define STEPJIT_RUNTIME_CUDA_KERNELS_ROW_OPS_H_
 
 #include "runtime/cuda/backend.h"
+#include "runtime/cuda/ops.h"
 #include "runtime/dispatch.h"
 
 namespace stepjit::runtime::cuda {
 
-// The ops RunRowOp may run on the device.
-bool IsRowOp(ir::OpId op);
-// Runs `k` on the device and returns true, or false when these dtypes are
-// not covered (the caller then runs the op on the host).
-bool RunRowOp(Backend& b, const KernelArgs& k);
+// Sets the device paths of the ops this module runs (one_hot).
+void AddRowPaths(DevicePaths& paths);
 
 // The module's CUDA C, for tests that compile every kernel with NVRTC.
 const char* RowKernelSource();
