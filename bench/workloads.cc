@@ -2,7 +2,9 @@
 #include "bench/workloads.h"
 
 #include <algorithm>
+#include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/cuda/api.h"
 
@@ -12,27 +14,157 @@ namespace {
 constexpr uint64_t kDataSeed = 1234;
 constexpr uint64_t kInitSeed = 0;
 
-nn::Sequential MakeModel(const Workload& w) {
-  manual_seed(kInitSeed);
+std::shared_ptr<nn::Module> MakeMlp(const Workload& w) {
   nn::Sequential model;
   for (size_t i = 0; i + 1 < w.widths.size(); ++i) {
     if (i > 0) model.push_back(nn::ReLU());
     model.push_back(nn::Linear(w.widths[i], w.widths[i + 1]));
   }
-  return model;
+  return model.ptr();
+}
+
+// A pre-LN block of GptShape's model on rows [B * T, D].
+class GptBlockImpl : public nn::Module {
+ public:
+  GptBlockImpl(int64_t d, int64_t heads) : d_(d), heads_(heads) {
+    ln1_ = register_module("ln1", nn::LayerNorm(d));
+    qkv_ = register_module("qkv", nn::Linear(d, 3 * d));
+    proj_ = register_module("proj", nn::Linear(d, d));
+    ln2_ = register_module("ln2", nn::LayerNorm(d));
+    fc1_ = register_module("fc1", nn::Linear(d, 4 * d));
+    fc2_ = register_module("fc2", nn::Linear(4 * d, d));
+  }
+
+  // `mask` [T, T] is true where a position may attend.
+  Tensor Run(const Tensor& x, const Tensor& mask, int64_t b, int64_t t) {
+    const int64_t h = heads_, dh = d_ / heads_;
+    const Tensor qkv = qkv_(ln1_(x));
+    auto head_view = [&](int64_t part) {  // [B, H, T, Dh]
+      return qkv.slice(1, part * d_, (part + 1) * d_)
+          .reshape({b, t, h, dh})
+          .permute({0, 2, 1, 3});
+    };
+    const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
+    Tensor att = matmul(head_view(0), head_view(1), false, true) * scale;
+    att = where(mask, att, full({}, -1e9, {.device = x.device()}));
+    const Tensor y = matmul(softmax(att, -1), head_view(2))
+                         .permute({0, 2, 1, 3})
+                         .reshape({b * t, d_});
+    const Tensor r = x + proj_(y);
+    return r + fc2_(gelu(fc1_(ln2_(r))));
+  }
+
+ private:
+  int64_t d_, heads_;
+  nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
+  nn::Linear qkv_{nullptr}, proj_{nullptr}, fc1_{nullptr}, fc2_{nullptr};
+};
+
+// GptShape's model, written with ordinary ops so that the tracer records
+// every step: tokens [B, T] -> logits [B * T, vocab].
+class GptImpl : public nn::Module {
+ public:
+  explicit GptImpl(const GptShape& s) : s_(s) {
+    tok_ = register_module("tok", nn::Embedding(s.vocab, s.d_model));
+    pos_ = register_module("pos", nn::Embedding(s.context, s.d_model));
+    for (int64_t l = 0; l < s.layers; ++l) {
+      blocks_.push_back(
+          register_module(absl::StrCat("h", l),
+                          std::make_shared<GptBlockImpl>(s.d_model, s.heads)));
+    }
+    ln_f_ = register_module("ln_f", nn::LayerNorm(s.d_model));
+    head_ = register_module("head", nn::Linear(s.d_model, s.vocab));
+  }
+
+  Tensor forward(const Tensor& tokens) override {
+    const int64_t b = tokens.size(0), t = tokens.size(1);
+    PrepareConstants(b, t, tokens.device());
+    Tensor x = tok_(tokens.reshape({b * t})) + pos_(positions_);
+    for (const auto& block : blocks_) x = block->Run(x, mask_, b, t);
+    return head_(ln_f_(x));
+  }
+
+ private:
+  // The causal mask [T, T] and the position of every row, made once per
+  // batch shape and device.
+  void PrepareConstants(int64_t b, int64_t t, Device device) {
+    if (positions_.defined() && positions_.size(0) == b * t &&
+        mask_.size(0) == t && mask_.device() == device)
+      return;
+    std::vector<float> causal(static_cast<size_t>(t * t));
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t j = 0; j <= i; ++j)
+        causal[static_cast<size_t>(i * t + j)] = 1;
+    mask_ = gt(from_vector(causal, {t, t}), full({}, 0.5)).to(device);
+    std::vector<int64_t> pos(static_cast<size_t>(b * t));
+    for (int64_t r = 0; r < b * t; ++r) pos[static_cast<size_t>(r)] = r % t;
+    positions_ = from_vector(pos, {b * t}, {.dtype = DType::kI64}).to(device);
+  }
+
+  GptShape s_;
+  nn::Embedding tok_{nullptr}, pos_{nullptr};
+  std::vector<std::shared_ptr<GptBlockImpl>> blocks_;
+  nn::LayerNorm ln_f_{nullptr};
+  nn::Linear head_{nullptr};
+  Tensor mask_, positions_;
+};
+
+std::shared_ptr<nn::Module> MakeModel(const Workload& w) {
+  manual_seed(kInitSeed);
+  if (w.gpt) return std::make_shared<GptImpl>(*w.gpt);
+  return MakeMlp(w);
 }
 }  // namespace
 
 const std::vector<Workload>& Workloads() {
   static const std::vector<Workload> kAll = {
-      {"mlp784_adamw_b128", "784-512-512-10, batch 128, AdamW lr 1e-3", {784, 512, 512, 10}, 128,
-       OptKind::kAdamW, 1e-3},
-      {"mlp784_sgd_b128", "the same with SGD lr 0.01 momentum 0.9", {784, 512, 512, 10}, 128,
-       OptKind::kSGD, 1e-2},
-      {"tiny_mlp_adamw_b32", "64-64-64-64-10, batch 32, AdamW", {64, 64, 64, 64, 10}, 32,
-       OptKind::kAdamW, 1e-3},
-      {"mlp1024x3_adamw_b512", "3x Linear(1024,1024)+ReLU, Linear(1024,10), batch 512, AdamW",
-       {1024, 1024, 1024, 1024, 10}, 512, OptKind::kAdamW, 1e-3},
+      {.name = "mlp784_adamw_b128",
+       .description = "784-512-512-10, batch 128, AdamW lr 1e-3",
+       .widths = {784, 512, 512, 10},
+       .batch = 128,
+       .opt = OptKind::kAdamW,
+       .lr = 1e-3},
+      {.name = "mlp784_sgd_b128",
+       .description = "the same with SGD lr 0.01 momentum 0.9",
+       .widths = {784, 512, 512, 10},
+       .batch = 128,
+       .opt = OptKind::kSGD,
+       .lr = 1e-2},
+      {.name = "tiny_mlp_adamw_b32",
+       .description = "64-64-64-64-10, batch 32, AdamW",
+       .widths = {64, 64, 64, 64, 10},
+       .batch = 32,
+       .opt = OptKind::kAdamW,
+       .lr = 1e-3},
+      {.name = "mlp1024x3_adamw_b512",
+       .description =
+           "3x Linear(1024,1024)+ReLU, Linear(1024,10), batch 512, AdamW",
+       .widths = {1024, 1024, 1024, 1024, 10},
+       .batch = 512,
+       .opt = OptKind::kAdamW,
+       .lr = 1e-3},
+      {.name = "gpt_d64_l1_t32_b16",
+       .description = "GPT: vocab 65, width 64, 4 heads, 1 layer, context 32, "
+                      "batch 16, AdamW",
+       .batch = 16,
+       .opt = OptKind::kAdamW,
+       .lr = 1e-3,
+       .gpt = GptShape{.vocab = 65,
+                       .d_model = 64,
+                       .heads = 4,
+                       .context = 32,
+                       .layers = 1}},
+      {.name = "gpt_d128_l2_t64_b16",
+       .description = "GPT: vocab 65, width 128, 4 heads, 2 layers, context "
+                      "64, batch 16, AdamW",
+       .batch = 16,
+       .opt = OptKind::kAdamW,
+       .lr = 1e-3,
+       .gpt = GptShape{.vocab = 65,
+                       .d_model = 128,
+                       .heads = 4,
+                       .context = 64,
+                       .layers = 2}},
   };
   return kAll;
 }
@@ -41,9 +173,14 @@ const std::vector<Workload>& CudaWorkloads() {
   // About 1.6 TFLOP of GEMMs per step (4 layers x 3 products of 4096^3)
   // and 67M AdamW parameters: GEMM-bound on a GPU, seconds on a CPU.
   static const std::vector<Workload> kAll = {
-      {"mlp4096x4_adamw_b4096_bf16",
-       "4x Linear(4096,4096)+ReLU, Linear(4096,10), batch 4096, AdamW, bf16 autocast",
-       {4096, 4096, 4096, 4096, 4096, 10}, 4096, OptKind::kAdamW, 1e-3, DType::kBF16},
+      {.name = "mlp4096x4_adamw_b4096_bf16",
+       .description = "4x Linear(4096,4096)+ReLU, Linear(4096,10), batch "
+                      "4096, AdamW, bf16 autocast",
+       .widths = {4096, 4096, 4096, 4096, 4096, 10},
+       .batch = 4096,
+       .opt = OptKind::kAdamW,
+       .lr = 1e-3,
+       .amp = DType::kBF16},
   };
   return kAll;
 }
@@ -70,7 +207,7 @@ void Synchronize(Device device) {
 }
 
 struct WorkloadRun::State {
-  nn::Sequential model;
+  std::shared_ptr<nn::Module> model;
   std::unique_ptr<optim::Optimizer> opt;
   std::unique_ptr<amp::GradScaler> scaler;
   std::function<Tensor(const Tensor&, const Tensor&)> step;
@@ -80,28 +217,32 @@ struct WorkloadRun::State {
   int warmup_steps = 0;
 };
 
-WorkloadRun::WorkloadRun(const Workload& w, CompileOptions options, Device device)
+WorkloadRun::WorkloadRun(const Workload& w, CompileOptions options,
+                         Device device)
     : state_(std::make_unique<State>()) {
   State& s = *state_;
   s.model = MakeModel(w);
-  s.model.to(device);
+  s.model->to(device);
   if (w.opt == OptKind::kSGD) {
-    s.opt = std::make_unique<optim::SGD>(s.model.parameters(),
-                                         optim::SGDOptions{.lr = w.lr, .momentum = 0.9});
+    s.opt = std::make_unique<optim::SGD>(
+        s.model->parameters(), optim::SGDOptions{.lr = w.lr, .momentum = 0.9});
   } else {
-    s.opt = std::make_unique<optim::AdamW>(s.model.parameters(), optim::AdamWOptions{.lr = w.lr});
+    s.opt = std::make_unique<optim::AdamW>(s.model->parameters(),
+                                           optim::AdamWOptions{.lr = w.lr});
   }
   State* raw = &s;
   const DType amp_dtype = options.amp;
-  const bool eager_amp = options.mode == Mode::kEager && amp_dtype != DType::kF32;
+  const bool eager_amp =
+      options.mode == Mode::kEager && amp_dtype != DType::kF32;
   s.scaler = std::make_unique<amp::GradScaler>(
       amp::GradScalerOptions{.enabled = eager_amp && amp_dtype == DType::kF16});
   auto body = [raw, eager_amp, amp_dtype](const Tensor& x, const Tensor& y) {
     raw->opt->zero_grad();
     Tensor loss;
     {
-      amp::Autocast autocast(amp_dtype == DType::kF16 ? DType::kF16 : DType::kBF16, eager_amp);
-      loss = cross_entropy(raw->model(x), y);
+      amp::Autocast autocast(
+          amp_dtype == DType::kF16 ? DType::kF16 : DType::kBF16, eager_amp);
+      loss = cross_entropy((*raw->model)(x), y.reshape({y.numel()}));
     }
     raw->scaler->scale(loss).backward();  // disabled: a pass-through
     raw->scaler->step(*raw->opt);
@@ -109,14 +250,25 @@ WorkloadRun::WorkloadRun(const Workload& w, CompileOptions options, Device devic
     return loss;
   };
   s.warmup_steps = options.warmup_steps;
-  auto fast = std::make_shared<CompiledStep<decltype(body)>>(compile(body, options));
+  auto fast =
+      std::make_shared<CompiledStep<decltype(body)>>(compile(body, options));
   s.step = [fast](const Tensor& x, const Tensor& y) { return (*fast)(x, y); };
   s.stats = [fast] { return fast->stats(); };
   Generator gen(kDataSeed);
-  const int64_t classes = w.widths.back();
   for (int i = 0; i < kPoolSize; ++i) {
-    s.pool.emplace_back(randn({w.batch, w.widths.front()}, {}, &gen).to(device),
-                        randint(0, classes, {w.batch}, {.dtype = DType::kI64}, &gen).to(device));
+    if (w.gpt) {
+      // Random tokens; the targets are the inputs shifted by one position.
+      const int64_t t = w.gpt->context;
+      const Tensor seq = randint(0, w.gpt->vocab, {w.batch, t + 1},
+                                 {.dtype = DType::kI64}, &gen);
+      s.pool.emplace_back(seq.slice(1, 0, t).contiguous().to(device),
+                          seq.slice(1, 1, t + 1).contiguous().to(device));
+    } else {
+      s.pool.emplace_back(
+          randn({w.batch, w.widths.front()}, {}, &gen).to(device),
+          randint(0, w.widths.back(), {w.batch}, {.dtype = DType::kI64}, &gen)
+              .to(device));
+    }
   }
 }
 

@@ -1,11 +1,13 @@
-// The benchmark workloads shared by stepjit-bench and stepjit_benchmarks: MLP
-// training steps (forward, cross-entropy, backward, optimizer) on a rotating
-// pool of random batches, run eagerly or through stepjit::compile.
+// The benchmark workloads shared by stepjit-bench and stepjit_benchmarks:
+// training steps (forward, cross-entropy, backward, optimizer) of MLPs and of
+// a GPT-style language model, on a rotating pool of random batches, run
+// eagerly or through stepjit::compile.
 #ifndef STEPJIT_BENCH_WORKLOADS_H_
 #define STEPJIT_BENCH_WORKLOADS_H_
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,20 +17,37 @@ namespace stepjit::bench {
 
 enum class OptKind { kAdamW, kSGD };
 
+// A GPT-style language model: token and learned position embeddings,
+// `layers` pre-LN blocks (causal multi-head self-attention with a fused QKV
+// projection, a GELU MLP of width 4 * d_model, residuals), a final
+// LayerNorm and a vocabulary head; the loss is the cross-entropy of the
+// next token at every position. Batches are [batch, context] token ids.
+struct GptShape {
+  int64_t vocab;
+  int64_t d_model;
+  int64_t heads;
+  int64_t context;
+  int64_t layers;
+};
+
 struct Workload {
   std::string name;
   std::string description;
-  std::vector<int64_t> widths;  // input, hidden..., classes
+  std::vector<int64_t> widths = {};  // MLP: input, hidden..., classes
   int64_t batch;
   OptKind opt;
   double lr;
   // The precision the workload is defined in (stepjit-bench's --amp
   // overrides it): kF32, or kBF16 for autocast.
   DType amp = DType::kF32;
+  // Set: the workload trains this language model instead of an MLP.
+  std::optional<GptShape> gpt = std::nullopt;
 };
 
 // (a) mlp784_adamw_b128, (b) mlp784_sgd_b128, (c) tiny_mlp_adamw_b32,
-// (d) mlp1024x3_adamw_b512: sized for the CPU.
+// (d) mlp1024x3_adamw_b512, (e) gpt_d64_l1_t32_b16 and
+// (f) gpt_d128_l2_t64_b16 (the language model; softmax, layer_norm and
+// cross-entropy rows are a large part of their steps): sized for the CPU.
 const std::vector<Workload>& Workloads();
 // Sized for a GPU, far too slow on a CPU: mlp4096x4_adamw_b4096_bf16.
 const std::vector<Workload>& CudaWorkloads();

@@ -33,6 +33,7 @@ std::ostream& operator<<(std::ostream& os, const CompileStats& s) {
             << ", compile " << s.compile_ms << " ms, ops/step "
             << s.ops_per_step << ", kernels/step " << s.kernels_per_step << " ("
             << s.native_regions << " regions as native code, "
+            << s.interpreted_regions << " interpreted, "
             << s.cached_regions << " from the kernel cache, codegen "
             << s.codegen_ms << " ms), planned peak " << s.planned_peak_bytes
             << " B";
@@ -123,6 +124,8 @@ struct StepCompiler::Impl {
     if (spec->program) {
       stats.kernels_per_step = spec->program->kernels_per_run();
       stats.native_regions = spec->program->compiled_regions();
+      stats.interpreted_regions =
+          static_cast<int>(spec->program->interpreted_regions().size());
       stats.cached_regions = spec->program->cached_regions();
       stats.codegen_ms = spec->program->codegen_ms();
     }

@@ -1,7 +1,7 @@
 // stepjit-bench: eager vs compiled training-step timings for a fixed set of
-// MLP workloads on the CPU or a CUDA device, and the device's copy and
-// fused-elementwise bandwidth, as a table or one JSON object per line
-// (issue 5, item 5; issue 7, point 7).
+// MLP and GPT workloads (bench/workloads.h) on the CPU or a CUDA device, and
+// the device's copy and fused-elementwise bandwidth, as a table or one JSON
+// object per line.
 //
 //   stepjit-bench --workload mlp784_adamw_b128 --steps 50 --json
 //   stepjit-bench --device cuda --bandwidth
@@ -37,8 +37,8 @@ namespace cl = llvm::cl;
 
 constexpr char kOverview[] =
     "Times training steps (forward, cross-entropy, backward, optimizer) of "
-    "MLP\nworkloads, eager and through stepjit::compile, on the CPU or a CUDA "
-    "device.\n";
+    "MLP\nand GPT workloads, eager and through stepjit::compile, on the CPU or a "
+    "CUDA device.\n";
 
 enum class Amp : uint8_t { kWorkload, kF32, kBF16, kF16, kAll };
 enum class DeviceKind : uint8_t { kCpu, kCuda };
