@@ -7,12 +7,9 @@
 // kernels. Also: launch shapes, grouping in a multi-region kernel, and the
 // same bits on every run.
 //
-// Tolerance (as tests/codegen/row_kernel_test.cc): |got - want| <= ulps *
-// eps(dtype) * (|want| + scale), NaN exactly where eager has NaN; f32 4 ulps
-// (a row's sum is a tree of per-lane sums here, a sequential sum in the eager
-// kernels), f16/bf16 1 ulp (a rounding of nearly equal f32 values may land on
-// either neighbour); `scale` is what an op's error is relative to (the row's
-// largest |x| for log_softmax, 1 for normalized or O(1) values).
+// The cases and tolerances are tests/util/row_cases.h's: f32 4 ulps (a row's
+// sum is a tree of per-lane sums here, a sequential sum in the eager
+// kernels), f16/bf16 1 ulp.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -20,52 +17,28 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "codegen/cuda/cuda_emitter.h"
 #include "codegen/cuda/multi_region.h"
 #include "gtest/gtest.h"
-#include "ir/parser.h"
 #include "runtime/cuda/emulator/host_emulation.h"
-#include "runtime/dispatch.h"
-#include "runtime/generator.h"
-#include "runtime/ops.h"
+#include "tests/util/row_cases.h"
 
 namespace stepjit::codegen::cuda {
 namespace {
 
 using ir::DType;
+namespace rows = test::rows;
+using rows::Case;
+using rows::ExpectClose;
+using rows::Interpret;
+using rows::Logits;
+using rows::Parse;
+using rows::ScaleFor;
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int kBlock = 64;
 constexpr int64_t kGridCap = 3;
-
-std::unique_ptr<ir::Graph> Parse(std::string text, DType t, int64_t n,
-                                 int64_t c) {
-  text = absl::StrReplaceAll(text, {{"{T}", ir::DTypeName(t)},
-                                    {"{N}", absl::StrCat(n)},
-                                    {"{C}", absl::StrCat(c)}});
-  auto g = ir::ParseGraph(text);
-  EXPECT_TRUE(g.ok()) << g.status() << "\n" << text;
-  return g.ok() ? *std::move(g) : nullptr;
-}
-
-// The body run node by node through Dispatch (the eager CPU kernels).
-std::vector<Tensor> Interpret(const ir::Graph& g,
-                              const std::vector<Tensor>& args) {
-  absl::flat_hash_map<const ir::Value*, Tensor> env;
-  for (size_t i = 0; i < args.size(); ++i) env[g.params()[i]] = args[i];
-  for (const auto& n : g.nodes()) {
-    std::vector<Tensor> in;
-    for (const ir::Value* v : n->inputs()) in.push_back(env.at(v));
-    env[n->output()] = runtime::Dispatch(n->op(), in, n->attrs());
-  }
-  std::vector<Tensor> out;
-  for (const ir::Value* r : g.returns()) out.push_back(env.at(r));
-  return out;
-}
 
 // A region's buffers: outputs (NaN-filled), scratch slots and partials.
 struct Bound {
@@ -114,66 +87,10 @@ std::vector<Tensor> Emulate(const HostModule& module, const RegionSource& src,
   return b.outs;
 }
 
-double Eps(DType t) {
-  switch (t) {
-    case DType::kBF16:
-      return 0x1p-7;
-    case DType::kF16:
-      return 0x1p-10;
-    case DType::kF64:
-      return 0x1p-52;
-    default:
-      return 0x1p-23;
-  }
-}
-
-void ExpectClose(const Tensor& got, const Tensor& want, double ulps,
-                 double scale, const std::string& what) {
-  ASSERT_EQ(got.dtype(), want.dtype()) << what;
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const std::vector<double> a = got.to(DType::kF64).to_vector<double>();
-  const std::vector<double> b = want.to(DType::kF64).to_vector<double>();
-  const double tol = ulps * Eps(want.dtype());
-  int bad = 0;
-  for (size_t i = 0; i < a.size() && bad < 5; ++i) {
-    if (std::isnan(b[i])) {
-      if (!std::isnan(a[i])) {
-        ADD_FAILURE() << what << " [" << i << "]: " << a[i] << ", eager NaN";
-        ++bad;
-      }
-      continue;
-    }
-    if (a[i] == b[i]) continue;  // infinities included
-    if (!(std::abs(a[i] - b[i]) <= tol * (std::abs(b[i]) + scale))) {
-      ADD_FAILURE() << what << " [" << i << "]: " << a[i] << " vs eager "
-                    << b[i] << " (tolerance " << tol << " * (" << std::abs(b[i])
-                    << " + " << scale << "))";
-      ++bad;
-    }
-  }
-}
-
 bool SameBytes(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() &&
          std::memcmp(a.data_ptr(), b.data_ptr(),
                      a.numel() * a.element_size()) == 0;
-}
-
-// Random O(1) values with, in the first rows, a -inf, a large value, and a
-// whole row of -inf (when the row has room).
-Tensor Logits(int64_t n, int64_t c, DType t, uint64_t seed,
-              bool specials = true) {
-  Generator gen(seed);
-  std::vector<double> v =
-      (randn({n, c}, {}, &gen) * 3.0).to(DType::kF64).to_vector<double>();
-  if (specials && c > 1) {
-    v[0] = -kInf;
-    if (n > 1) v[c + c / 2] = t == DType::kBF16 ? 1e30 : 3e4;
-    if (n > 2) {
-      for (int64_t j = 0; j < c; ++j) v[2 * c + j] = -kInf;
-    }
-  }
-  return from_vector(v, {n, c}).to(t);
 }
 
 // Row lengths 1, 7, 33, 1000 (a warp per row) and 4097 (a block per row);
@@ -183,14 +100,6 @@ const std::vector<std::pair<int64_t, int64_t>>& Shapes() {
       {5, 1}, {5, 7}, {3, 33}, {5, 1000}, {3, 4097}, {1, 33}, {17, 10}};
   return *s;
 }
-
-struct Case {
-  const char* name;
-  std::string text;
-  // Operands for (n, c, dtype, seed).
-  std::vector<Tensor> (*args)(int64_t, int64_t, DType, uint64_t);
-  double scale;
-};
 
 // Emits `c` for every shape in f32, f16 and bf16, compiles them as one host
 // module, runs each and compares with the eager kernels.
@@ -236,12 +145,7 @@ void CheckCase(const Case& c) {
         c.args(in.n, in.cols, in.t, in.n * 131 + in.cols);
     const std::vector<Tensor> got = Emulate(*module, in.src, *in.body, args);
     const std::vector<Tensor> want = Interpret(*in.body, args);
-    double scale = c.scale;
-    if (scale < 0) {  // log_softmax: relative to the largest finite |x|
-      scale = 0;
-      for (double x : args[0].to(DType::kF64).to_vector<double>())
-        if (std::isfinite(x)) scale = std::max(scale, std::abs(x));
-    }
+    const double scale = ScaleFor(c, args);
     ASSERT_EQ(got.size(), want.size());
     for (size_t r = 0; r < got.size(); ++r)
       ExpectClose(got[r], want[r], in.t == DType::kF32 ? 4 : 1, scale,
@@ -254,180 +158,29 @@ void CheckCase(const Case& c) {
   }
 }
 
-std::vector<Tensor> OneLogits(int64_t n, int64_t c, DType t, uint64_t s) {
-  return {Logits(n, c, t, s)};
-}
-std::vector<Tensor> LogitsAndAffine(int64_t n, int64_t c, DType t, uint64_t s) {
-  Generator gen(s + 7);
-  return {Logits(n, c, t, s, false), (randn({c}, {}, &gen) + 1.0).to(t),
-          randn({c}, {}, &gen).to(t)};
-}
-std::vector<Tensor> LogitsTargetsScale(int64_t n, int64_t c, DType t,
-                                       uint64_t s) {
-  std::vector<int64_t> y(n);
-  for (int64_t i = 0; i < n; ++i) y[i] = (i * 5 + 3) % c;
-  return {Logits(n, c, t, s, false), from_vector(y, {n}),
-          scalar_tensor(4.0).to(t)};
-}
-std::vector<Tensor> TwoRows(int64_t n, int64_t c, DType t, uint64_t s) {
-  Generator gen(s + 3);
-  return {softmax(Logits(n, c, DType::kF32, s, false), 1).to(t),
-          randn({n, c}, {}, &gen).to(t)};
-}
-std::vector<Tensor> LogSoftmaxAndGrad(int64_t n, int64_t c, DType t,
-                                      uint64_t s) {
-  Generator gen(s + 3);
-  return {log_softmax(Logits(n, c, DType::kF32, s, false), 1).to(t),
-          randn({n, c}, {}, &gen).to(t)};
-}
-std::vector<Tensor> LayerNormGradArgs(int64_t n, int64_t c, DType t,
-                                      uint64_t s) {
-  Generator gen(s + 3);
-  return {(Logits(n, c, DType::kF32, s, false) + 2.0).to(t),
-          randn({n, c}, {}, &gen).to(t)};
-}
-std::vector<Tensor> CrossEntropyGradArgs(int64_t n, int64_t c, DType t,
-                                         uint64_t s) {
-  std::vector<int64_t> y(n);
-  for (int64_t i = 0; i < n; ++i) y[i] = (i * 5 + 3) % c;
-  return {Logits(n, c, t, s, false), one_hot(from_vector(y, {n}), c, t),
-          scalar_tensor(1.0 / static_cast<double>(n)).to(t)};
+void CheckCases(const std::vector<Case>& cases) {
+  for (const Case& c : cases) CheckCase(c);
 }
 
-TEST(CudaRowTest, SoftmaxMatchesEager) {
-  CheckCase({"softmax", R"(graph @r(%p0: {T}[{N},{C}] input) {
-  %0 = softmax %p0 {dim = 1} : {T}[{N},{C}]
-  return %0
-})",
-             OneLogits, 0});
-}
-
-TEST(CudaRowTest, LogSoftmaxMatchesEager) {
-  CheckCase({"log_softmax", R"(graph @r(%p0: {T}[{N},{C}] input) {
-  %0 = log_softmax %p0 {dim = 1} : {T}[{N},{C}]
-  return %0
-})",
-             OneLogits, -1});
-}
-
-TEST(CudaRowTest, LayerNormMatchesEager) {
-  CheckCase({"layer_norm", R"(graph @r(%p0: {T}[{N},{C}] input) {
-  %0 = layer_norm %p0 {normalized_ndim = 1, eps = 1e-05} : {T}[{N},{C}]
-  return %0
-})",
-             OneLogits, 1});
-  CheckCase(
-      {"layer_norm affine",
-       R"(graph @r(%p0: {T}[{N},{C}] input, %w: {T}[{C}] input, %b: {T}[{C}] input) {
-  %0 = layer_norm %p0, %w, %b {normalized_ndim = 1, eps = 1e-05} : {T}[{N},{C}]
-  %1 = relu %0 : {T}[{N},{C}]
-  return %1
-})",
-       LogitsAndAffine, 1});
-}
-
-TEST(CudaRowTest, VarMatchesEager) {
-  CheckCase({"var", R"(graph @r(%p0: {T}[{N},{C}] input) {
-  %0 = var %p0 {dims = [1], keepdim = false, correction = 1} : {T}[{N}]
-  %1 = sqrt %0 : {T}[{N}]
-  return %0, %1
-})",
-             OneLogits, 0});
-}
-
+TEST(CudaRowTest, SoftmaxMatchesEager) { CheckCase(rows::Softmax()); }
+TEST(CudaRowTest, LogSoftmaxMatchesEager) { CheckCase(rows::LogSoftmax()); }
+TEST(CudaRowTest, LayerNormMatchesEager) { CheckCases(rows::LayerNorm()); }
+TEST(CudaRowTest, VarMatchesEager) { CheckCase(rows::Var()); }
 TEST(CudaRowTest, CrossEntropyMatchesEager) {
-  for (const char* red : {"mean", "sum", "none"}) {
-    const bool none = std::string(red) == "none";
-    const std::string type = none ? "{T}[{N}]" : "{T}[]";
-    CheckCase(
-        {"cross_entropy",
-         absl::StrCat(
-             R"(graph @r(%p0: {T}[{N},{C}] input, %p1: i64[{N}] input, %s: {T}[] input) {
-  %0 = cross_entropy %p0, %p1 {reduction = ")",
-             red, R"(", label_smoothing = 0.1} : )", type,
-             R"(
-  %1 = mul %0, %s : )",
-             type, R"(
-  return %0, %1
-})"),
-         LogitsTargetsScale, 0});
-  }
+  CheckCases(rows::CrossEntropy());
 }
-
-TEST(CudaRowTest, MseLossMatchesEager) {
-  for (const char* red : {"mean", "sum", "none"}) {
-    const std::string type =
-        std::string(red) == "none" ? "{T}[{N},{C}]" : "{T}[]";
-    CheckCase(
-        {"mse_loss",
-         absl::StrCat(
-             R"(graph @r(%p0: {T}[{N},{C}] input, %p1: {T}[{N},{C}] input) {
-  %0 = mse_loss %p0, %p1 {reduction = ")",
-             red, R"("} : )", type, R"(
-  return %0
-})"),
-         TwoRows, 0});
-  }
-}
-
-// Backward patterns, as runtime/autograd/grad_rules.cc writes them.
-
+TEST(CudaRowTest, MseLossMatchesEager) { CheckCases(rows::MseLoss()); }
 TEST(CudaRowTest, SoftmaxBackwardMatchesEager) {
-  CheckCase({"softmax backward",
-             R"(graph @r(%y: {T}[{N},{C}] input, %g: {T}[{N},{C}] input) {
-  %0 = mul %g, %y : {T}[{N},{C}]
-  %1 = sum %0 {dims = [1], keepdim = true} : {T}[{N},1]
-  %2 = sub %g, %1 : {T}[{N},{C}]
-  %3 = mul %y, %2 : {T}[{N},{C}]
-  return %3
-})",
-             TwoRows, 1});
+  CheckCase(rows::SoftmaxBackward());
 }
-
 TEST(CudaRowTest, LogSoftmaxBackwardMatchesEager) {
-  CheckCase({"log_softmax backward",
-             R"(graph @r(%y: {T}[{N},{C}] input, %g: {T}[{N},{C}] input) {
-  %0 = sum %g {dims = [1], keepdim = true} : {T}[{N},1]
-  %1 = exp %y : {T}[{N},{C}]
-  %2 = mul %1, %0 : {T}[{N},{C}]
-  %3 = sub %g, %2 : {T}[{N},{C}]
-  return %3
-})",
-             LogSoftmaxAndGrad, 8});
+  CheckCase(rows::LogSoftmaxBackward());
 }
-
 TEST(CudaRowTest, LayerNormBackwardMatchesEager) {
-  CheckCase({"layer_norm backward",
-             R"(graph @r(%x: {T}[{N},{C}] input, %g: {T}[{N},{C}] input) {
-  %0 = mean %x {dims = [1], keepdim = true} : {T}[{N},1]
-  %1 = var %x {dims = [1], keepdim = true, correction = 0} : {T}[{N},1]
-  %2 = full {shape = [], value = 1e-05, dtype = {T}} : {T}[]
-  %3 = add %1, %2 : {T}[{N},1]
-  %4 = rsqrt %3 : {T}[{N},1]
-  %5 = sub %x, %0 : {T}[{N},{C}]
-  %6 = mul %5, %4 : {T}[{N},{C}]
-  %7 = mean %g {dims = [1], keepdim = true} : {T}[{N},1]
-  %8 = mul %g, %6 : {T}[{N},{C}]
-  %9 = mean %8 {dims = [1], keepdim = true} : {T}[{N},1]
-  %10 = sub %g, %7 : {T}[{N},{C}]
-  %11 = mul %6, %9 : {T}[{N},{C}]
-  %12 = sub %10, %11 : {T}[{N},{C}]
-  %13 = mul %4, %12 : {T}[{N},{C}]
-  return %13
-})",
-             LayerNormGradArgs, 16});
+  CheckCase(rows::LayerNormBackward());
 }
-
 TEST(CudaRowTest, CrossEntropyBackwardMatchesEager) {
-  CheckCase(
-      {"cross_entropy backward",
-       R"(graph @r(%x: {T}[{N},{C}] input, %oh: {T}[{N},{C}] input, %s: {T}[] input) {
-  %0 = softmax %x {dim = 1} : {T}[{N},{C}]
-  %1 = sub %0, %oh : {T}[{N},{C}]
-  %2 = mul %1, %s : {T}[{N},{C}]
-  return %2
-})",
-       CrossEntropyGradArgs, 1});
+  CheckCase(rows::CrossEntropyBackward());
 }
 
 const char kSoftmax[] = R"(graph @r(%p0: f32[{N},{C}] input) {
