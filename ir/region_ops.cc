@@ -51,4 +51,36 @@ RegionRole RegionRoleOf(const Node& n) {
   return RegionRole::kReduce;
 }
 
+std::optional<RowExtent> RowExtentOf(const Node& n) {
+  if (RegionRoleOf(n) != RegionRole::kReduce) return std::nullopt;
+  const Shape& in = n.inputs()[0]->type().shape;
+  const int64_t rank = static_cast<int64_t>(in.size());
+  if (rank == 0) return std::nullopt;
+  // The number of trailing dims each op reduces.
+  int64_t k = 0;
+  switch (n.op()) {
+    case OpId::kSoftmax:
+    case OpId::kLogSoftmax:
+    case OpId::kCrossEntropy:
+      k = 1;
+      break;
+    case OpId::kLayerNorm:
+      k = n.attrs().GetInt(AttrKey::kNormalizedNdim, 1);
+      break;
+    case OpId::kMseLoss:
+      return std::nullopt;
+    default: {  // sum, mean, amax, var: their dims (empty = all), trailing
+      absl::StatusOr<std::vector<int64_t>> dims =
+          NormalizeDims(n.attrs().GetInts(AttrKey::kDims), rank);
+      if (!dims.ok() || !TrailingDims(n)) return std::nullopt;
+      k = dims->empty() ? rank : static_cast<int64_t>(dims->size());
+    }
+  }
+  if (k < 1 || k > rank) return std::nullopt;
+  RowExtent e{.rows = 1, .row_len = 1};
+  for (int64_t d = 0; d < rank; ++d)
+    (d < rank - k ? e.rows : e.row_len) *= in[d];
+  return e;
+}
+
 }  // namespace stepjit::ir

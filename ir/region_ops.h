@@ -4,6 +4,7 @@
 #define STEPJIT_IR_REGION_OPS_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "ir/graph.h"
 
@@ -20,6 +21,19 @@ enum class RegionRole : uint8_t {
 // trailing dims: softmax and log_softmax over the last dim, var over a
 // trailing set of dims; other forms run as their eager kernels.
 RegionRole RegionRoleOf(const Node& n);
+
+// The rows a reducing node of a region (RegionRoleOf kReduce) reduces: its
+// input seen as `rows` rows of `row_len` elements, the reduced dims
+// trailing. nullopt for reductions over leading dims and for mse_loss (a
+// total over every element). Reductions of one such extent, and the
+// elementwise work between them that reads their results broadcast back
+// over the rows, form one row region (codegen/region_plan.h's row plan).
+struct RowExtent {
+  int64_t rows = 0;
+  int64_t row_len = 0;
+  bool operator==(const RowExtent&) const = default;
+};
+std::optional<RowExtent> RowExtentOf(const Node& n);
 
 }  // namespace stepjit::ir
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <queue>
 
 #include "absl/container/flat_hash_map.h"
@@ -89,15 +90,28 @@ class Fuser {
 
   bool Legal(const std::vector<int>& m) const {
     int reduce = -1;
+    int reductions = 0;
     int64_t iter = 1;
     for (int i : m) {
       iter = std::max(iter, IterNumel(nodes_[i]));
       if (RoleOf(nodes_[i]) == Role::kReduce) {
-        if (reduce >= 0) return false;  // R3: one reduction
         reduce = i;
+        ++reductions;
       }
     }
-    absl::flat_hash_set<int> in(m.begin(), m.end()), after_reduce;
+    absl::flat_hash_set<int> in(m.begin(), m.end());
+    const bool shapes_ok = reductions <= 1 && OneReduction(m, in, reduce, iter);
+    if (!shapes_ok && !RowGroup(m, iter)) return false;
+    return !Cycle(in, m);
+  }
+
+  // R2 and R3 for a group of at most one reduction: every member iterates
+  // over the group's size (or is 0-d), members downstream of the reduction
+  // over its output.
+  bool OneReduction(const std::vector<int>& m,
+                    const absl::flat_hash_set<int>& in, int reduce,
+                    int64_t iter) const {
+    absl::flat_hash_set<int> after_reduce;
     if (reduce >= 0) {  // members downstream of the reduction, inside the group
       std::vector<int> stack = {reduce};
       while (!stack.empty()) {
@@ -116,7 +130,32 @@ class Fuser {
         return false;  // R2
       }
     }
-    return !Cycle(in, m);
+    return true;
+  }
+
+  // R3 for row groups: reductions that all reduce the same rows of the
+  // group's full size (ir::RowExtentOf), with work over the full size, per
+  // row or 0-d before, between and after them. Rows are the unit of
+  // parallelism, so a group of a single row stays apart. Integer values
+  // (targets and their reshapes) are read as region inputs, not computed
+  // inside: the row plan does not return them, and nodes outside that use
+  // them (one_hot) would otherwise depend on the region.
+  bool RowGroup(const std::vector<int>& m, int64_t iter) const {
+    std::optional<ir::RowExtent> row;
+    for (int i : m) {
+      if (RoleOf(nodes_[i]) != Role::kReduce) continue;
+      const std::optional<ir::RowExtent> r = ir::RowExtentOf(*nodes_[i]);
+      if (!r || r->rows * r->row_len != iter || (row && *row != *r))
+        return false;
+      row = r;
+    }
+    if (!row || row->rows < 2) return false;
+    for (int i : m) {
+      const int64_t size = OutNumel(nodes_[i]);
+      if (size != iter && size != row->rows && size != 1) return false;
+      if (ir::IsIntegral(nodes_[i]->output()->type().dtype)) return false;
+    }
+    return true;
   }
 
   // R4: a path from the group back into it through outside nodes. Other

@@ -1,7 +1,8 @@
 // fuse: groups elementwise chains, reductions with their prologue/epilogue, and
 // optimizer updates into fusion regions; absorbs GEMM epilogues.
 //
-// Legality rules (each has a "must not fuse" FileCheck case in tests/ir/fuse.ir):
+// Legality rules (each has a "must not fuse" FileCheck case in
+// tests/ir/fuse.ir):
 //  R1 Kinds. Only elementwise ops, in-place updates (values in SSA), the
 //     reductions sum/mean/amax/var, row-wise normalizations and losses, and
 //     order-preserving views (reshape, squeeze, unsqueeze) join regions.
@@ -12,7 +13,14 @@
 //     elements (a reduction iterates over its input), except 0-d scalar work
 //     and a reduction's epilogue; regions with different sizes stay apart.
 //  R3 One reduction per region, and members that consume it must have its
-//     output size (a second pass over the input would not be one kernel).
+//     output size (a second pass over the input would not be one kernel);
+//     or a row region: reductions that all reduce the same trailing "rows"
+//     of the region's size (ir::RowExtentOf: softmax, log_softmax,
+//     layer_norm, cross_entropy, and sum/mean/amax/var over trailing dims),
+//     with work over the full size that reads their results broadcast back
+//     over the rows (softmax and layer_norm backward), per-row and 0-d work;
+//     at least two rows. The row plan runs a row's phases back to back
+//     (codegen/region_plan.h).
 //  R4 No cycles: two groups never merge when a path leaves one and re-enters
 //     the other through a node outside both.
 //  R5 No duplicated work: a member whose value is needed outside the region
