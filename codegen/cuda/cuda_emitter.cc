@@ -118,6 +118,18 @@ void Emitter::Analyze(RegionSource& out) {
   }
 }
 
+void Emitter::Bind(const Node& n, const std::string& e, Env& env,
+                   CudaStatements& s) {
+  const Value* v = n.output();
+  if (IsOrderPreservingView(n.op())) {
+    env[v] = e;
+    return;
+  }
+  env[v] = names_.at(v);
+  s.Line(absl::StrCat("const ", RegType(v->type().dtype), " ", names_.at(v),
+                      " = ", e, ";"));
+}
+
 absl::StatusOr<std::string> Emitter::Expr(const Node& n, Env& env,
                                           CudaStatements& s) {
   const OpId op = n.op();
@@ -176,10 +188,7 @@ absl::Status Emitter::EmitPhase(Domain d, Env& env, CudaStatements& s,
           x = absl::StrCat("(", a, " / ",
                            CudaLiteral(static_cast<double>(layout_.q), true),
                            ")");
-        env[v] = names_.at(v);
-        s.Line(absl::StrCat("const ", RegType(v->type().dtype), " ",
-                            names_.at(v), " = ",
-                            Convert(x, DType::kF64, v->type().dtype), ";"));
+        Bind(*n, Convert(x, DType::kF64, v->type().dtype), env, s);
       }
       continue;
     }
@@ -187,13 +196,7 @@ absl::Status Emitter::EmitPhase(Domain d, Env& env, CudaStatements& s,
     if (n->op() == OpId::kFull && d == Domain::kScalar && !UsedIn(d, v))
       continue;
     ASSIGN_OR_RETURN(std::string e, Expr(*n, env, s));
-    if (IsOrderPreservingView(n->op())) {
-      env[v] = e;
-      continue;
-    }
-    env[v] = names_.at(v);
-    s.Line(absl::StrCat("const ", RegType(v->type().dtype), " ", names_.at(v),
-                        " = ", e, ";"));
+    Bind(*n, e, env, s);
   }
   for (size_t k = 0; k < body_.returns().size(); ++k) {
     const Value* r = body_.returns()[k];

@@ -158,13 +158,7 @@ absl::Status Emitter::RowValues(int level, Env& env, CudaStatements& s) {
         plan_.level.at(v) != level)
       continue;
     ASSIGN_OR_RETURN(std::string e, Expr(*n, env, s));
-    if (IsOrderPreservingView(n->op())) {
-      env[v] = e;
-      continue;
-    }
-    env[v] = names_.at(v);
-    s.Line(absl::StrCat("const ", RegType(v->type().dtype), " ", names_.at(v),
-                        " = ", e, ";"));
+    Bind(*n, e, env, s);
   }
   return absl::OkStatus();
 }
@@ -233,14 +227,8 @@ absl::Status Emitter::RowPass(int phase, Env& env, CudaStatements& s) {
       e = Convert("(double)j", DType::kF64, v->type().dtype);
     } else {
       ASSIGN_OR_RETURN(e, Expr(*n, inner, s));
-      if (IsOrderPreservingView(n->op())) {
-        inner[v] = e;
-        continue;
-      }
     }
-    inner[v] = names_.at(v);
-    s.Line(absl::StrCat("const ", RegType(v->type().dtype), " ", names_.at(v),
-                        " = ", e, ";"));
+    Bind(*n, e, inner, s);
   }
   for (const Node* n : reds) {
     const Value* src = n->inputs()[0];
@@ -263,9 +251,7 @@ absl::Status Emitter::RowPass(int phase, Env& env, CudaStatements& s) {
                   acc, " / ",
                   CudaLiteral(static_cast<double>(plan_.row_len), true))
             : acc;
-    env[v] = names_.at(v);
-    s.Line(absl::StrCat("const ", RegType(v->type().dtype), " ", names_.at(v),
-                        " = ", Convert(x, DType::kF64, v->type().dtype), ";"));
+    Bind(*n, Convert(x, DType::kF64, v->type().dtype), env, s);
   }
   return absl::OkStatus();
 }
@@ -308,14 +294,8 @@ absl::Status Emitter::EmitRowTotals(RegionSource& out) {
           DType::kF64, v->type().dtype);
     } else {
       ASSIGN_OR_RETURN(e, Expr(*n, env, s));
-      if (IsOrderPreservingView(n->op())) {
-        env[v] = e;
-        continue;
-      }
     }
-    env[v] = names_.at(v);
-    s.Line(absl::StrCat("const ", RegType(v->type().dtype), " ", names_.at(v),
-                        " = ", e, ";"));
+    Bind(*n, e, env, s);
   }
   StoreRowReturns(Domain::kTotal, env, s, "0");
   const std::string name = absl::StrCat(out.name, "_reduced");

@@ -45,6 +45,9 @@ class Emitter {
 
   void Analyze(RegionSource& out);
   absl::StatusOr<std::string> Expr(const Node& n, Env& env, CudaStatements& s);
+  // Gives `n`'s value the expression `e`: an order-preserving view aliases
+  // it, any other node declares its named register.
+  void Bind(const Node& n, const std::string& e, Env& env, CudaStatements& s);
   // `suffix` names vector registers instead of pointers: p0v.v[lane].
   absl::Status EmitPhase(Domain d, Env& env, CudaStatements& s,
                          const std::string& index,
