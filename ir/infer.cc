@@ -392,6 +392,38 @@ absl::StatusOr<TensorType> InferEmbeddingBackward(
 
 // Data movement: copies, gathers and scatters; shapes come from the operands
 // or from attributes that name the destination.
+// cat: operands of one rank, equal sizes except along `dim`, whose sizes
+// add up; the result has the promoted dtype of the operands.
+absl::StatusOr<TensorType> InferCat(OpId op, absl::Span<const TensorType> in,
+                                    const Attrs& attrs) {
+  const int64_t rank = static_cast<int64_t>(in[0].shape.size());
+  if (rank == 0)
+    return InvalidInputs(op, in, "operands must have a dim to join along");
+  const int64_t dim = attrs.GetInt(AttrKey::kDim, 0);
+  if (dim < -rank || dim >= rank) {
+    return InvalidInputs(
+        op, in, absl::StrCat("dim ", dim, " is out of range for rank ", rank));
+  }
+  const int64_t d = WrapDim(dim, rank);
+  Shape out = in[0].shape;
+  out[d] = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Shape& s = in[i].shape;
+    bool same = static_cast<int64_t>(s.size()) == rank;
+    for (int64_t k = 0; same && k < rank; ++k)
+      same = k == d || s[k] == in[0].shape[k];
+    if (!same) {
+      return InvalidInputs(
+          op, in,
+          absl::StrCat("operand ", i, " of shape ", ShapeToString(s),
+                       " differs from operand 0's ", ShapeToString(in[0].shape),
+                       " outside dim ", d));
+    }
+    out[d] += s[d];
+  }
+  return TensorType{ResultType(in), out};
+}
+
 absl::StatusOr<TensorType> InferDataMovement(OpId op,
                                              absl::Span<const TensorType> in,
                                              const Attrs& attrs) {
@@ -406,6 +438,8 @@ absl::StatusOr<TensorType> InferDataMovement(OpId op,
       std::vector<int64_t> s = attrs.GetInts(AttrKey::kInputShape);
       return TensorType{in[0].dtype, Shape(s.begin(), s.end())};
     }
+    case OpId::kCat:
+      return InferCat(op, in, attrs);
     case OpId::kOneHot: {
       if (!IsIntegral(in[0].dtype)) {
         return InvalidInputs(op, in, "indices must be integers");

@@ -123,7 +123,13 @@ ir::DType OperandDType(OpId op, int i, const Tensor& t,
   if (kind == OpKind::kInplaceUpdate) {
     return op == OpId::kCopyInplace ? t.dtype() : out.dtype;
   }
-  if (kind != OpKind::kElementwise || op == OpId::kCast) return t.dtype();
+  if (op == OpId::kCast) return t.dtype();
+  if (kind != OpKind::kElementwise) {
+    // Non-elementwise ops that promote (cat) read their operands in the
+    // result dtype; the others read them as they are.
+    return ir::GetOpInfo(op).amp == ir::AmpPolicy::kPromote ? out.dtype
+                                                            : t.dtype();
+  }
   if (op == OpId::kWhere) return i == 0 ? t.dtype() : out.dtype;
   if (out.dtype == ir::DType::kBool) return ir::ResultType(types);  // comparisons
   return out.dtype;

@@ -176,6 +176,53 @@ Tensor slice_backward(const Tensor& grad, ShapeRef input_shape, int64_t dim, int
                    {AttrKey::kEnd, end}, {AttrKey::kStep, step}});
 }
 
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  SJ_REQUIRE(!tensors.empty(), "cat: expected at least one tensor, got none");
+  return Dispatch(OpId::kCat, tensors, {{AttrKey::kDim, dim}});
+}
+
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  SJ_REQUIRE(!tensors.empty(), "stack: expected at least one tensor, got none");
+  const int64_t rank = tensors[0].dim() + 1;
+  SJ_REQUIRE(dim >= -rank && dim < rank, "stack: dim ", dim,
+             " is out of range for tensors of rank ", rank - 1);
+  std::vector<Tensor> parts;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    SJ_REQUIRE(tensors[i].shape() == tensors[0].shape(), "stack: tensor ", i,
+               " has shape ", ir::ShapeToString(tensors[i].shape()),
+               ", tensor 0 has ", ir::ShapeToString(tensors[0].shape()),
+               "; stack needs one shape");
+    parts.push_back(tensors[i].unsqueeze(ir::WrapDim(dim, rank)));
+  }
+  return cat(parts, dim);
+}
+
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+  SJ_REQUIRE(x.dim() > 0,
+             "split: expected a tensor with a dim, got a 0-d tensor");
+  SJ_REQUIRE(dim >= -x.dim() && dim < x.dim(), "split: dim ", dim,
+             " is out of range for rank ", x.dim());
+  SJ_REQUIRE(split_size > 0, "split: split_size must be positive, got ",
+             split_size);
+  const int64_t d = ir::WrapDim(dim, x.dim());
+  const int64_t n = x.shape()[d];
+  std::vector<Tensor> parts;
+  for (int64_t start = 0; start < n; start += split_size)
+    parts.push_back(x.slice(d, start, std::min(n, start + split_size)));
+  if (parts.empty()) parts.push_back(x);  // a zero-size dim: one empty part
+  return parts;
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  SJ_REQUIRE(chunks > 0, "chunk: chunks must be positive, got ", chunks);
+  SJ_REQUIRE(x.dim() > 0,
+             "chunk: expected a tensor with a dim, got a 0-d tensor");
+  SJ_REQUIRE(dim >= -x.dim() && dim < x.dim(), "chunk: dim ", dim,
+             " is out of range for rank ", x.dim());
+  const int64_t n = x.shape()[ir::WrapDim(dim, x.dim())];
+  return split(x, std::max<int64_t>(1, (n + chunks - 1) / chunks), dim);
+}
+
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
                      const std::string& reduction, double label_smoothing) {
   SJ_REQUIRE(label_smoothing >= 0.0 && label_smoothing <= 1.0,

@@ -95,6 +95,17 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes,
 Tensor slice_backward(const Tensor& grad, ShapeRef input_shape, int64_t dim,
                       int64_t start, int64_t end, int64_t step);
 
+// Joining and splitting along a dim (negative dims count from the end).
+// cat: sizes may differ along `dim` only; the result has the widest dtype.
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// stack: tensors of one shape joined along a new dim `dim`.
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// split: views of `split_size` along `dim` (the last may be shorter).
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+// chunk: `chunks` views of ceil(size / chunks) along `dim` (fewer when the
+// size runs out first, as in PyTorch).
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+
 // reduction: "mean", "sum" (or "none" for mse_loss).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
                      const std::string& reduction = "mean",

@@ -201,6 +201,18 @@ std::vector<Tensor> ComputeGrads(const GradContext& c, const Tensor& g) {
     case OpId::kExpand:
     case OpId::kContiguous:
       return {g};
+    case OpId::kCat: {
+      // Each operand's window of the gradient.
+      const int64_t d = ir::WrapDim(c.attrs.GetInt(AttrKey::kDim, 0), g.dim());
+      std::vector<Tensor> grads;
+      int64_t start = 0;
+      for (size_t i = 0; i < in.size(); ++i) {
+        const int64_t len = in[i].shape()[d];
+        grads.push_back(c.needs[i] ? g.slice(d, start, start + len) : Tensor());
+        start += len;
+      }
+      return grads;
+    }
     case OpId::kEmbedding:
       return {embedding_backward(g, in[1], in[0].shape()[0]), Tensor()};
     case OpId::kDropout:

@@ -24,6 +24,9 @@ void FillWith(const Tensor& dst, double value);
 // The view of slice_backward's output `out` that the gradient fills (the
 // slice the forward took), for any device.
 Tensor SliceBackwardWindow(const Tensor& out, const Tensor& grad, const ir::Attrs& attrs);
+// The view of `t` holding indices [start, start + len) of dim `d` (made
+// without Dispatch, so a tracer does not see it).
+Tensor WindowAlong(const Tensor& t, int64_t d, int64_t start, int64_t len);
 
 }  // namespace stepjit::runtime::cpu
 

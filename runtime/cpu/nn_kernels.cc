@@ -252,7 +252,26 @@ Tensor SliceBackwardWindow(const Tensor& out, const Tensor& grad, const ir::Attr
                     out.offset() + start * out.strides()[d], out.dtype());
 }
 
+Tensor WindowAlong(const Tensor& t, int64_t d, int64_t start, int64_t len) {
+  Shape shape = t.shape();
+  shape[d] = len;
+  return MakeTensor(t.storage(), shape, t.strides(),
+                    t.offset() + start * t.strides()[d], t.dtype());
+}
+
+// Each operand copied into its window of the result, in order along `dim`.
+void CatKernel(const KernelArgs& k) {
+  const int64_t d = ir::WrapDim(k.attrs.GetInt(AttrKey::kDim, 0), k.out.dim());
+  int64_t start = 0;
+  for (const Tensor& x : k.inputs) {
+    const int64_t len = x.shape()[d];
+    if (x.numel() > 0) CopyInto(WindowAlong(k.out, d, start, len), x);
+    start += len;
+  }
+}
+
 void RegisterNnKernels(KernelTable& table) {
+  table[static_cast<int>(OpId::kCat)] = &CatKernel;
   table[static_cast<int>(OpId::kSoftmax)] = &SoftmaxKernel<false>;
   table[static_cast<int>(OpId::kLogSoftmax)] = &SoftmaxKernel<true>;
   table[static_cast<int>(OpId::kLayerNorm)] = &LayerNormKernel;

@@ -578,6 +578,37 @@ TEST(DataMovementGradTest, SliceBackward) {
       {g0}));
 }
 
+TEST(DataMovementGradTest, CatStackSplitChunk) {
+  const Tensor a = RandLeaf({2, 3}, -1, 1, 113);
+  const Tensor b = RandLeaf({2, 1}, -1, 1, 114);
+  const Tensor c = RandLeaf({2, 4}, -1, 1, 115);
+  EXPECT_TRUE(GradCheck([](const auto& in) { return cat(in, 1); }, {a, b, c}));
+  EXPECT_TRUE(
+      GradCheck([](const auto& in) { return cat(in, -1) * 2.0; }, {a, b}));
+  const Tensor d = RandLeaf({3, 3}, -1, 1, 116);
+  EXPECT_TRUE(GradCheck([](const auto& in) { return cat(in, 0); }, {a, d}));
+  // One operand used twice: its gradient is the sum of its two windows.
+  EXPECT_TRUE(GradCheck(
+      [](const auto& in) {
+        return cat({in[0], in[1], in[0]}, 1);
+      },
+      {a, b}));
+  const Tensor e = RandLeaf({2, 3}, -1, 1, 117);
+  EXPECT_TRUE(GradCheck([](const auto& in) { return stack(in, 1); }, {a, e}));
+  EXPECT_TRUE(GradCheck(
+      [](const auto& in) {
+        std::vector<Tensor> p = split(in[0], 2, 1);  // [2,2], [2,2], [2,1]
+        return p[0] * p[1] + sum(p[2]);
+      },
+      {RandLeaf({2, 5}, -1, 1, 118)}));
+  EXPECT_TRUE(GradCheck(
+      [](const auto& in) {
+        std::vector<Tensor> p = chunk(in[0], 3, 0);  // [2,3] x 3
+        return cat({p[2], p[0] * p[1]}, 1);
+      },
+      {RandLeaf({6, 3}, -1, 1, 119)}));
+}
+
 TEST(DataMovementGradTest, DropoutGradIsTheForwardMaskScaled) {
   const double p = 0.3;
   const Tensor x = RandLeaf({20, 30}, 0.5, 1.5,
@@ -830,7 +861,7 @@ TEST(GradCoverageTest, EveryDifferentiableOpIsChecked) {
       "cross_entropy", "mse_loss",   "matmul",      "reshape",
       "permute",       "slice",      "expand",      "squeeze",
       "unsqueeze",     "contiguous", "embedding",   "slice_backward",
-      "dropout",       "silu"};
+      "dropout",       "silu",       "cat"};
   std::vector<std::string> diff;
 #define OP(e, text, lo, hi, kind, amp, flags) \
   if ((flags)&ir::kDiff) diff.push_back(text);

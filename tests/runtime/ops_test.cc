@@ -2218,6 +2218,90 @@ TEST(LargeTensorTest, EmbeddingAndMseLoss) {
 }
 
 // ---------------------------------------------------------------------------
+// cat, and stack/split/chunk built on it and on slices.
+
+TEST(CatTest, JoinsAlongADimInEveryDType) {
+  for (DType dt : {DType::kF32, DType::kF64, DType::kBF16, DType::kI64}) {
+    const Tensor a = Make({1, 2, 3, 4, 5, 6}, {2, 3}, dt);
+    const Tensor b = Make({7, 8}, {2, 1}, dt);
+    const Tensor c = cat({a, b}, 1);
+    EXPECT_EQ(c.dtype(), dt);
+    EXPECT_EQ(c.shape(), (Shape{2, 4}));
+    EXPECT_TRUE(AllClose(Read(c), {1, 2, 3, 7, 4, 5, 6, 8}, {0, 0}))
+        << Name(dt);
+    const Tensor r = cat({a, a.slice(0, 1, 2)}, -2);  // a strided operand
+    EXPECT_EQ(r.shape(), (Shape{3, 3}));
+    EXPECT_TRUE(AllClose(Read(r), {1, 2, 3, 4, 5, 6, 4, 5, 6}, {0, 0}))
+        << Name(dt);
+  }
+  // Operands of different dtypes: the widest, as for binary ops.
+  const Tensor mixed =
+      cat({Make({1.5}, {1}, DType::kBF16), Make({2.25}, {1}, DType::kF32)});
+  EXPECT_EQ(mixed.dtype(), DType::kF32);
+  EXPECT_TRUE(AllClose(Read(mixed), {1.5, 2.25}, {0, 0}));
+  // Empty operands take no room; a single operand is a copy.
+  EXPECT_TRUE(AllClose(Read(cat({Make({}, {0, 2}), Make({1, 2}, {1, 2})})),
+                       {1, 2}, {0, 0}));
+  const Tensor one = Make({3, 4}, {2});
+  const Tensor copy = cat({one});
+  EXPECT_FALSE(copy.is_same(one));
+  EXPECT_TRUE(AllClose(Read(copy), {3, 4}, {0, 0}));
+}
+
+TEST(CatTest, RefusesMismatchedOperands) {
+  ExpectError([] { cat({}); }, {"cat", "at least one"});
+  ExpectError(
+      [] {
+        cat({Make({1, 2}, {2}), Make({1, 2, 3, 4}, {2, 2})});
+      },
+      {"cat", "operand 1", "[2, 2]", "[2]"});
+  ExpectError(
+      [] {
+        cat({Make({1, 2}, {1, 2}), Make({1, 2, 3}, {1, 3})}, 0);
+      },
+      {"cat", "operand 1", "[1, 3]", "outside dim 0"});
+  ExpectError([] { cat({Make({1, 2}, {2})}, 1); }, {"cat", "dim 1", "rank 1"});
+  ExpectError([] { cat({Make({1}, {})}); }, {"cat", "a dim to join along"});
+}
+
+TEST(CatTest, StackSplitAndChunk) {
+  const Tensor a = Make({1, 2, 3}, {3}), b = Make({4, 5, 6}, {3});
+  const Tensor s0 = stack({a, b});
+  EXPECT_EQ(s0.shape(), (Shape{2, 3}));
+  EXPECT_TRUE(AllClose(Read(s0), {1, 2, 3, 4, 5, 6}, {0, 0}));
+  const Tensor s1 = stack({a, b}, -1);
+  EXPECT_EQ(s1.shape(), (Shape{3, 2}));
+  EXPECT_TRUE(AllClose(Read(s1), {1, 4, 2, 5, 3, 6}, {0, 0}));
+  ExpectError(
+      [&] {
+        stack({a, Make({1, 2}, {2})});
+      },
+      {"stack", "tensor 1", "[2]", "[3]"});
+  ExpectError([&] { stack({a}, 2); }, {"stack", "dim 2"});
+
+  const Tensor x = Make({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {2, 5});
+  const std::vector<Tensor> parts = split(x, 2, 1);
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[2].shape(), (Shape{2, 1}));
+  EXPECT_TRUE(AllClose(Read(parts[1]), {2, 3, 7, 8}, {0, 0}));
+  EXPECT_TRUE(AllClose(Read(parts[2]), {4, 9}, {0, 0}));
+  EXPECT_TRUE(AllClose(Read(cat(parts, 1)), Read(x), {0, 0}));
+  // PyTorch's chunk sizes: ceil(n / chunks), fewer chunks when n runs out.
+  const std::vector<std::pair<int64_t, std::vector<int64_t>>> chunks = {
+      {1, {5}},       {2, {3, 2}},          {3, {2, 2, 1}},
+      {4, {2, 2, 1}}, {5, {1, 1, 1, 1, 1}}, {7, {1, 1, 1, 1, 1}}};
+  for (const auto& [n, sizes] : chunks) {
+    const std::vector<Tensor> c = chunk(x, n, -1);
+    std::vector<int64_t> got;
+    for (const Tensor& t : c) got.push_back(t.shape()[1]);
+    EXPECT_EQ(got, sizes) << "chunk(x, " << n << ")";
+  }
+  ExpectError([&] { split(x, 0, 1); }, {"split", "split_size", "0"});
+  ExpectError([&] { chunk(x, 0); }, {"chunk", "chunks", "0"});
+  ExpectError([&] { split(x, 1, 2); }, {"split", "dim 2", "rank 2"});
+}
+
+// ---------------------------------------------------------------------------
 // Every op of the table has forward tests above; a new row must be added here.
 
 TEST(OpCoverageTest, EveryOpInTheTableIsCovered) {
@@ -2275,6 +2359,7 @@ TEST(OpCoverageTest, EveryOpInTheTableIsCovered) {
                                          "embedding_backward",
                                          "slice_backward",
                                          "one_hot",
+                                         "cat",
                                          "full",
                                          "arange",
                                          "rand",
