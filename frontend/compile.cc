@@ -33,10 +33,9 @@ std::ostream& operator<<(std::ostream& os, const CompileStats& s) {
             << ", compile " << s.compile_ms << " ms, ops/step "
             << s.ops_per_step << ", kernels/step " << s.kernels_per_step << " ("
             << s.native_regions << " regions as native code, "
-            << s.interpreted_regions << " interpreted, "
-            << s.cached_regions << " from the kernel cache, codegen "
-            << s.codegen_ms << " ms), planned peak " << s.planned_peak_bytes
-            << " B";
+            << s.interpreted_regions << " interpreted, " << s.cached_regions
+            << " from the kernel cache, codegen " << s.codegen_ms
+            << " ms), planned peak " << s.planned_peak_bytes << " B";
 }
 
 namespace frontend {

@@ -88,7 +88,8 @@ struct CompileStats {
   int kernels_per_step = 0;     // kernel launches per replay (last trace)
   int64_t planned_peak_bytes = 0;  // memory-plan's estimate (last trace)
   int native_regions = 0;       // fusion regions running as generated code (last trace)
-  int interpreted_regions = 0;  // fusion regions run op by op (last trace; explain() says why)
+  // Fusion regions run op by op (last trace; explain() says why).
+  int interpreted_regions = 0;
   // With loss scaling: the current scale and the steps skipped for inf/NaN
   // grads so far (read from the device when stats() is called), else 0.
   double loss_scale = 0;

@@ -37,7 +37,8 @@ namespace cl = llvm::cl;
 
 constexpr char kOverview[] =
     "Times training steps (forward, cross-entropy, backward, optimizer) of "
-    "MLP\nand GPT workloads, eager and through stepjit::compile, on the CPU or a "
+    "MLP\nand GPT workloads, eager and through stepjit::compile, on the CPU or "
+    "a "
     "CUDA device.\n";
 
 enum class Amp : uint8_t { kWorkload, kF32, kBF16, kF16, kAll };
