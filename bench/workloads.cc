@@ -23,54 +23,17 @@ std::shared_ptr<nn::Module> MakeMlp(const Workload& w) {
   return model.ptr();
 }
 
-// A pre-LN block of GptShape's model on rows [B * T, D].
-class GptBlockImpl : public nn::Module {
- public:
-  GptBlockImpl(int64_t d, int64_t heads) : d_(d), heads_(heads) {
-    ln1_ = register_module("ln1", nn::LayerNorm(d));
-    qkv_ = register_module("qkv", nn::Linear(d, 3 * d));
-    proj_ = register_module("proj", nn::Linear(d, d));
-    ln2_ = register_module("ln2", nn::LayerNorm(d));
-    fc1_ = register_module("fc1", nn::Linear(d, 4 * d));
-    fc2_ = register_module("fc2", nn::Linear(4 * d, d));
-  }
-
-  // `mask` [T, T] is true where a position may attend.
-  Tensor Run(const Tensor& x, const Tensor& mask, int64_t b, int64_t t) {
-    const int64_t h = heads_, dh = d_ / heads_;
-    const Tensor qkv = qkv_(ln1_(x));
-    auto head_view = [&](int64_t part) {  // [B, H, T, Dh]
-      return qkv.slice(1, part * d_, (part + 1) * d_)
-          .reshape({b, t, h, dh})
-          .permute({0, 2, 1, 3});
-    };
-    const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
-    Tensor att = matmul(head_view(0), head_view(1), false, true) * scale;
-    att = where(mask, att, full({}, -1e9, {.device = x.device()}));
-    const Tensor y = matmul(softmax(att, -1), head_view(2))
-                         .permute({0, 2, 1, 3})
-                         .reshape({b * t, d_});
-    const Tensor r = x + proj_(y);
-    return r + fc2_(gelu(fc1_(ln2_(r))));
-  }
-
- private:
-  int64_t d_, heads_;
-  nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
-  nn::Linear qkv_{nullptr}, proj_{nullptr}, fc1_{nullptr}, fc2_{nullptr};
-};
-
-// GptShape's model, written with ordinary ops so that the tracer records
-// every step: tokens [B, T] -> logits [B * T, vocab].
+// GptShape's model from the library's modules (nn::Embedding,
+// nn::TransformerBlock, nn::LayerNorm, nn::Linear): tokens [B, T] -> logits
+// [B * T, vocab].
 class GptImpl : public nn::Module {
  public:
   explicit GptImpl(const GptShape& s) : s_(s) {
     tok_ = register_module("tok", nn::Embedding(s.vocab, s.d_model));
     pos_ = register_module("pos", nn::Embedding(s.context, s.d_model));
     for (int64_t l = 0; l < s.layers; ++l) {
-      blocks_.push_back(
-          register_module(absl::StrCat("h", l),
-                          std::make_shared<GptBlockImpl>(s.d_model, s.heads)));
+      blocks_.push_back(register_module(
+          absl::StrCat("h", l), nn::TransformerBlock(s.d_model, s.heads)));
     }
     ln_f_ = register_module("ln_f", nn::LayerNorm(s.d_model));
     head_ = register_module("head", nn::Linear(s.d_model, s.vocab));
@@ -78,35 +41,28 @@ class GptImpl : public nn::Module {
 
   Tensor forward(const Tensor& tokens) override {
     const int64_t b = tokens.size(0), t = tokens.size(1);
-    PrepareConstants(b, t, tokens.device());
-    Tensor x = tok_(tokens.reshape({b * t})) + pos_(positions_);
-    for (const auto& block : blocks_) x = block->Run(x, mask_, b, t);
-    return head_(ln_f_(x));
+    PreparePositions(t, tokens.device());
+    Tensor x = tok_(tokens) + pos_(positions_);  // [B, T, D]
+    for (auto& block : blocks_) x = block(x);
+    return head_(ln_f_(x)).reshape({b * t, s_.vocab});
   }
 
  private:
-  // The causal mask [T, T] and the position of every row, made once per
-  // batch shape and device.
-  void PrepareConstants(int64_t b, int64_t t, Device device) {
-    if (positions_.defined() && positions_.size(0) == b * t &&
-        mask_.size(0) == t && mask_.device() == device)
+  // The positions 0..T-1, made once per length and device.
+  void PreparePositions(int64_t t, Device device) {
+    if (positions_.defined() && positions_.size(0) == t &&
+        positions_.device() == device)
       return;
-    std::vector<float> causal(static_cast<size_t>(t * t));
-    for (int64_t i = 0; i < t; ++i)
-      for (int64_t j = 0; j <= i; ++j)
-        causal[static_cast<size_t>(i * t + j)] = 1;
-    mask_ = gt(from_vector(causal, {t, t}), full({}, 0.5)).to(device);
-    std::vector<int64_t> pos(static_cast<size_t>(b * t));
-    for (int64_t r = 0; r < b * t; ++r) pos[static_cast<size_t>(r)] = r % t;
-    positions_ = from_vector(pos, {b * t}, {.dtype = DType::kI64}).to(device);
+    positions_ = arange(0.0, static_cast<double>(t), 1.0,
+                        {.dtype = DType::kI64, .device = device});
   }
 
   GptShape s_;
   nn::Embedding tok_{nullptr}, pos_{nullptr};
-  std::vector<std::shared_ptr<GptBlockImpl>> blocks_;
+  std::vector<nn::TransformerBlock> blocks_;
   nn::LayerNorm ln_f_{nullptr};
   nn::Linear head_{nullptr};
-  Tensor mask_, positions_;
+  Tensor positions_;
 };
 
 std::shared_ptr<nn::Module> MakeModel(const Workload& w) {

@@ -15,6 +15,7 @@
 #include "runtime/nn/functional.h"
 #include "runtime/nn/layers.h"
 #include "runtime/nn/module.h"
+#include "runtime/nn/transformer.h"
 #include "runtime/ops.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/sgd.h"

@@ -176,6 +176,50 @@ Tensor slice_backward(const Tensor& grad, ShapeRef input_shape, int64_t dim, int
                    {AttrKey::kEnd, end}, {AttrKey::kStep, step}});
 }
 
+namespace {
+
+// keep[i, j] = (j - i) <= diagonal for tril, >= for triu, over the last two
+// dims of x, on x's device.
+Tensor TriangleKeep(const Tensor& x, int64_t diagonal, bool lower,
+                    const char* what) {
+  SJ_REQUIRE(x.dim() >= 2, what, ": expected a tensor of rank >= 2, got ",
+             ir::ShapeToString(x.shape()));
+  const int64_t rows = x.shape()[x.dim() - 2], cols = x.shape()[x.dim() - 1];
+  const TensorOptions opts{.dtype = DType::kI64, .device = x.device()};
+  // row + diagonal against column.
+  const Tensor r = arange(static_cast<double>(diagonal),
+                          static_cast<double>(rows + diagonal), 1.0, opts)
+                       .reshape({rows, 1});
+  const Tensor c =
+      arange(0.0, static_cast<double>(cols), 1.0, opts).reshape({1, cols});
+  return lower ? ge(r, c) : ge(c, r);
+}
+
+}  // namespace
+
+Tensor tril(const Tensor& x, int64_t diagonal) {
+  return where(TriangleKeep(x, diagonal, true, "tril"), x,
+               full({}, 0.0, {.dtype = x.dtype(), .device = x.device()}));
+}
+
+Tensor triu(const Tensor& x, int64_t diagonal) {
+  return where(TriangleKeep(x, diagonal, false, "triu"), x,
+               full({}, 0.0, {.dtype = x.dtype(), .device = x.device()}));
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  SJ_REQUIRE(mask.dtype() == DType::kBool,
+             "masked_fill: mask must be bool, got ",
+             ir::DTypeName(mask.dtype()));
+  Tensor out = where(
+      mask, full({}, value, {.dtype = x.dtype(), .device = x.device()}), x);
+  SJ_REQUIRE(out.shape() == x.shape(), "masked_fill: mask of shape ",
+             ir::ShapeToString(mask.shape()),
+             " does not broadcast to the input's ",
+             ir::ShapeToString(x.shape()));
+  return out;
+}
+
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   SJ_REQUIRE(!tensors.empty(), "cat: expected at least one tensor, got none");
   return Dispatch(OpId::kCat, tensors, {{AttrKey::kDim, dim}});

@@ -95,6 +95,15 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes,
 Tensor slice_backward(const Tensor& grad, ShapeRef input_shape, int64_t dim,
                       int64_t start, int64_t end, int64_t step);
 
+// Masking by position and by value, written with table ops (arange, ge,
+// where) so that the tracer records them and they fuse with their
+// neighbours. tril keeps the elements with column <= row + diagonal of the
+// last two dims and zeroes the rest; triu keeps column >= row + diagonal.
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+// x where `mask` (bool, broadcasting to x) is false, `value` where it is true.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+
 // Joining and splitting along a dim (negative dims count from the end).
 // cat: sizes may differ along `dim` only; the result has the widest dtype.
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);

@@ -12,7 +12,9 @@
 namespace stepjit::nn::functional {
 
 // y = x W^T + b for x: [..., in], weight: [out, in], bias: [out] or undefined.
-// Leading dims are folded into one so any rank reaches the 2-D GEMM (a view).
+// Leading dims are folded into one (a view) so any rank reaches the 2-D GEMM,
+// and the bias is added before they are unfolded: the GEMM then takes the
+// bias (and its gradient) as its epilogue whatever the input's rank.
 inline Tensor linear(const Tensor& input, const Tensor& weight,
                      const Tensor& bias = Tensor()) {
   SJ_REQUIRE(weight.dim() == 2 && weight.shape()[1] > 0,
@@ -22,17 +24,14 @@ inline Tensor linear(const Tensor& input, const Tensor& weight,
   SJ_REQUIRE(input.dim() >= 1 && input.shape().back() == in, "linear: input ",
              ir::ShapeToString(input.shape()), " does not end in in_features ",
              in, " of weight ", ir::ShapeToString(weight.shape()));
-  Tensor out;
-  if (input.dim() == 2) {
-    out = matmul(input, weight, false, /*transpose_b=*/true);
-  } else {
-    Shape out_shape = input.shape();
-    out_shape.back() = weight.shape()[0];
-    out = matmul(input.reshape({input.numel() / in, in}), weight, false,
-                 /*transpose_b=*/true)
-              .reshape(out_shape);
-  }
-  return bias.defined() ? out + bias : out;
+  const bool flat = input.dim() == 2;
+  const Tensor x = flat ? input : input.reshape({input.numel() / in, in});
+  Tensor out = matmul(x, weight, false, /*transpose_b=*/true);
+  if (bias.defined()) out = out + bias;
+  if (flat) return out;
+  Shape out_shape = input.shape();
+  out_shape.back() = weight.shape()[0];
+  return out.reshape(out_shape);
 }
 
 inline Tensor relu(const Tensor& x) { return ::stepjit::relu(x); }
@@ -72,6 +71,21 @@ inline Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
                             double label_smoothing = 0.0) {
   return ::stepjit::cross_entropy(logits, targets, reduction, label_smoothing);
 }
+
+// softmax(q k^T * scale + mask) v over the last two dims (q: [..., L, E],
+// k: [..., S, E], v: [..., S, Ev]), written with ordinary ops so that a
+// compiled step fuses the scale, mask, softmax and dropout into regions.
+// `causal` hides keys after each query (position j > i); `attn_mask` is a
+// bool mask (true: attend) or an additive float mask broadcasting to
+// [..., L, S]. Hidden positions get exactly zero weight. `scale` defaults to
+// 1/sqrt(E); dropout (training) draws from `gen` (the default generator if
+// null).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k,
+                                    const Tensor& v, bool causal = false,
+                                    double dropout_p = 0.0,
+                                    const Tensor& attn_mask = Tensor(),
+                                    double scale = 0.0,
+                                    Generator* gen = nullptr);
 
 inline Tensor mse_loss(const Tensor& input, const Tensor& target,
                        const std::string& reduction = "mean") {

@@ -37,6 +37,9 @@ Tensor LinearImpl::forward(const Tensor& input) {
 }
 
 Tensor ReLUImpl::forward(const Tensor& input) { return relu(input); }
+Tensor TanhImpl::forward(const Tensor& input) { return tanh(input); }
+Tensor SigmoidImpl::forward(const Tensor& input) { return sigmoid(input); }
+Tensor SiLUImpl::forward(const Tensor& input) { return silu(input); }
 
 GELUImpl::GELUImpl(std::string approximate)
     : approximate_(std::move(approximate)) {

@@ -1,5 +1,6 @@
-// Standard layers (Linear, ReLU, GELU, LayerNorm, Dropout, Embedding, Flatten,
-// Sequential) as Impl modules plus their libtorch-style holder names.
+// Standard layers (Linear, ReLU, Tanh, Sigmoid, SiLU, GELU, LayerNorm, Dropout,
+// Embedding, Flatten, Sequential) as Impl modules plus their libtorch-style
+// holder names.
 //
 // Initialization matches PyTorch's defaults and draws from the default
 // generator, so stepjit::manual_seed makes a model reproducible.
@@ -42,6 +43,21 @@ class LinearImpl : public Module {
 };
 
 class ReLUImpl : public Module {
+ public:
+  Tensor forward(const Tensor& input) override;
+};
+
+class TanhImpl : public Module {
+ public:
+  Tensor forward(const Tensor& input) override;
+};
+
+class SigmoidImpl : public Module {
+ public:
+  Tensor forward(const Tensor& input) override;
+};
+
+class SiLUImpl : public Module {
  public:
   Tensor forward(const Tensor& input) override;
 };
@@ -155,6 +171,9 @@ class SequentialImpl : public Module {
 using Linear = ModuleHolder<LinearImpl>;
 using ReLU = ModuleHolder<ReLUImpl>;
 using GELU = ModuleHolder<GELUImpl>;
+using Tanh = ModuleHolder<TanhImpl>;
+using Sigmoid = ModuleHolder<SigmoidImpl>;
+using SiLU = ModuleHolder<SiLUImpl>;
 using LayerNorm = ModuleHolder<LayerNormImpl>;
 using Dropout = ModuleHolder<DropoutImpl>;
 using Embedding = ModuleHolder<EmbeddingImpl>;

@@ -1,7 +1,8 @@
 // Compiled training steps on CUDA whose regions hold row reductions
 // (softmax, layer_norm, cross_entropy and their backward patterns): every
 // region runs as generated CUDA code (explain() lists none interpreted), and
-// losses and parameters follow the same step run eagerly on the CPU. Runs
+// losses and parameters follow the same step run eagerly on the CPU (an MLP,
+// a transformer block, and a small GPT of nn::TransformerBlocks). Runs
 // on the host emulator unless STEPJIT_TEST_CUDA_BACKEND=driver.
 //
 // Tolerances: the compiled regions differ from the eager CPU kernels in
@@ -17,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "tests/cuda/cuda_test_backend.h"
 #include "tests/util/row_steps.h"
+#include "tests/util/tiny_gpt.h"
 
 namespace stepjit {
 namespace {
@@ -51,6 +53,17 @@ TEST_F(CudaTest, CompiledTransformerBlockStepRunsNoRegionInterpreted) {
   const auto got = test::TrainBlock(kCuda, true, &explain);
   ExpectNear(got, test::TrainBlock(kCpu, false, nullptr));
   ExpectNoneInterpreted(explain);
+}
+
+// The small GPT of tests/util/tiny_gpt.h (nn::TransformerBlock, causal
+// attention, dropout 0.1) for 30 AdamW steps on CUDA against eager on the
+// CPU (dropout draws the same Philox stream on both devices).
+TEST_F(CudaTest, CompiledTinyGptFollowsEagerCpu) {
+  const test::TinyGptRun got =
+      test::TrainTinyGpt(kCuda, true, DType::kF32, 0.1, 30);
+  ExpectNear(got.values,
+             test::TrainTinyGpt(kCpu, false, DType::kF32, 0.1, 30).values);
+  ExpectNoneInterpreted(got.explain);
 }
 
 }  // namespace

@@ -23,13 +23,14 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/util/expect_error.h"
 #include "ir/op.h"
 #include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/generator.h"
+#include "runtime/nn/functional.h"
 #include "runtime/ops.h"
 #include "runtime/tensor.h"
+#include "tests/util/expect_error.h"
 
 namespace stepjit {
 namespace {
@@ -607,6 +608,38 @@ TEST(DataMovementGradTest, CatStackSplitChunk) {
         return cat({p[2], p[0] * p[1]}, 1);
       },
       {RandLeaf({6, 3}, -1, 1, 119)}));
+}
+
+// tril, triu and masked_fill (where over position masks) and attention
+// (matmul, scale, mask, softmax, matmul), through their ops' rules.
+TEST(AttentionGradTest, MasksAndScaledDotProductAttention) {
+  const Tensor x = RandLeaf({2, 3, 4}, -1, 1, 130);
+  EXPECT_TRUE(GradCheck([](const auto& in) { return tril(in[0]); }, {x}));
+  EXPECT_TRUE(
+      GradCheck([](const auto& in) { return triu(in[0], 1) * 3.0; }, {x}));
+  const Tensor mask =
+      gt(F64({1, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 0}, {3, 4}), F64({0.5}, {}));
+  EXPECT_TRUE(GradCheck(
+      [&](const auto& in) { return masked_fill(in[0], mask, -2.0); }, {x}));
+  const Tensor q = RandLeaf({2, 2, 4, 3}, -1, 1, 131);
+  const Tensor k = RandLeaf({2, 2, 5, 3}, -1, 1, 132);
+  const Tensor v = RandLeaf({2, 2, 5, 2}, -1, 1, 133);
+  for (bool causal : {false, true}) {
+    EXPECT_TRUE(GradCheck(
+        [&](const auto& in) {
+          return nn::functional::scaled_dot_product_attention(in[0], in[1],
+                                                              in[2], causal);
+        },
+        {q, k, v}))
+        << "causal " << causal;
+  }
+  const Tensor keys = gt(F64({1, 1, 0, 1, 1}, {1, 5}), F64({0.5}, {}));
+  EXPECT_TRUE(GradCheck(
+      [&](const auto& in) {
+        return nn::functional::scaled_dot_product_attention(
+            in[0], in[1], in[2], false, 0.0, keys, 0.7);
+      },
+      {q, k, v}));
 }
 
 TEST(DataMovementGradTest, DropoutGradIsTheForwardMaskScaled) {
