@@ -18,6 +18,7 @@
 #include "runtime/nn/transformer.h"
 #include "runtime/ops.h"
 #include "runtime/optim/adamw.h"
+#include "runtime/optim/lr_scheduler.h"
 #include "runtime/optim/sgd.h"
 #include "runtime/tensor.h"
 

@@ -26,7 +26,11 @@ const AdamWOptions& Validated(const AdamWOptions& o) {
 }  // namespace
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
-    : Optimizer(std::move(params), options.lr, "AdamW"),
+    : AdamW(std::vector<ParamGroup>{{.params = std::move(params)}}, options) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
+    : Optimizer(std::move(groups), options.lr, Validated(options).weight_decay,
+                "AdamW"),
       options_(Validated(options)),
       state_(params_.size()) {
   // f64: 1 - beta^t magnifies beta's rounding error by 1/(1 - beta), so 0.999
@@ -44,11 +48,15 @@ void AdamW::step() {
   NoGradGuard no_grad;
   IncrementStep();
   const AdamWOptions& o = options_;
-  // Shared by all parameters: 0-d tensors, so nothing is read to the host.
-  const Tensor& lr = lr_tensor();
-  const Tensor decay = 1.0 - lr * o.weight_decay;
-  const Tensor step_size = lr / (1.0 - pow(beta1_, step_count()));
+  // Shared by all parameters (per group for the lr): 0-d tensors, so
+  // nothing is read to the host.
+  const Tensor bias_correction1 = 1.0 - pow(beta1_, step_count());
   const Tensor bias_correction2_sqrt = sqrt(1.0 - pow(beta2_, step_count()));
+  std::vector<Tensor> decay(num_groups()), step_size(num_groups());
+  for (size_t g = 0; g < num_groups(); ++g) {
+    if (weight_decay(g) != 0.0) decay[g] = 1.0 - lr_tensor(g) * weight_decay(g);
+    step_size[g] = lr_tensor(g) / bias_correction1;
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     const Tensor g = p.grad();
@@ -60,11 +68,12 @@ void AdamW::step() {
       MarkOwnedState(s.exp_avg);
       MarkOwnedState(s.exp_avg_sq);
     }
-    if (o.weight_decay != 0.0) p.mul_(decay);
+    const size_t grp = group_of(i);
+    if (decay[grp].defined()) p.mul_(decay[grp]);
     s.exp_avg.lerp_(g, 1.0 - o.beta1);
     s.exp_avg_sq.mul_(o.beta2).addcmul_(g, g, 1.0 - o.beta2);
     const Tensor denom = sqrt(s.exp_avg_sq) / bias_correction2_sqrt + o.eps;
-    p.sub_(s.exp_avg / denom * step_size);
+    p.sub_(s.exp_avg / denom * step_size[grp]);
   }
 }
 

@@ -4,6 +4,7 @@
 #ifndef STEPJIT_RUNTIME_OPTIM_ADAMW_H_
 #define STEPJIT_RUNTIME_OPTIM_ADAMW_H_
 
+#include <initializer_list>
 #include <vector>
 
 #include "runtime/optim/optimizer.h"
@@ -29,6 +30,11 @@ struct AdamWState {
 class AdamW : public Optimizer {
  public:
   explicit AdamW(std::vector<Tensor> params, AdamWOptions options = {});
+  // A braced list of parameters ({w, b}, or {}) picks this one.
+  AdamW(std::initializer_list<Tensor> params, AdamWOptions options = {})
+      : AdamW(std::vector<Tensor>(params), options) {}
+  // Groups with their own lr or weight_decay (the others take `options`').
+  AdamW(std::vector<ParamGroup> groups, AdamWOptions options = {});
 
   // t += 1; p *= 1 - lr * wd; m = lerp(m, g, 1 - beta1);
   // v = beta2 * v + (1 - beta2) * g^2;

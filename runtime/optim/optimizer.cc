@@ -5,14 +5,27 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "ir/status.h"
+#include "runtime/nn/module.h"
 #include "runtime/ops.h"
 
 namespace stepjit::optim {
 
-Optimizer::Optimizer(std::vector<Tensor> params, double lr, const char* name)
-    : params_(std::move(params)), name_(name) {
-  SJ_REQUIRE(!params_.empty(), name_, ": got an empty parameter list");
+Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr,
+                     double weight_decay, const char* name)
+    : name_(name) {
+  SJ_REQUIRE(!groups.empty(), name_, ": got no parameter groups");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    SJ_REQUIRE(!groups[g].params.empty(), name_,
+               groups.size() == 1
+                   ? ": got an empty parameter list"
+                   : absl::StrCat(": parameter group ", g, " is empty"));
+    for (const Tensor& p : groups[g].params) {
+      params_.push_back(p);
+      group_of_.push_back(g);
+    }
+  }
   absl::flat_hash_set<const TensorImpl*> seen;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
@@ -26,14 +39,33 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr, const char* name)
     SJ_REQUIRE(seen.insert(p.impl()).second, name_, ": parameter ", i,
                " appears more than once in the parameter list");
   }
-  SJ_REQUIRE(lr >= 0.0, name_, ": invalid learning rate: ", lr);
   // Kept next to the parameters so that step() mixes no devices.
   const TensorOptions options{.dtype = DType::kF32,
                               .device = params_.front().device()};
-  lr_ = scalar_tensor(lr, options);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const double group_lr = groups[g].lr.value_or(lr);
+    const double group_wd = groups[g].weight_decay.value_or(weight_decay);
+    SJ_REQUIRE(group_lr >= 0.0, name_, ": invalid learning rate: ", group_lr,
+               groups.size() > 1 ? absl::StrCat(" (group ", g, ")") : "");
+    SJ_REQUIRE(group_wd >= 0.0, name_,
+               ": invalid weight_decay value: ", group_wd,
+               groups.size() > 1 ? absl::StrCat(" (group ", g, ")") : "");
+    groups_.push_back({scalar_tensor(group_lr, options), group_wd});
+    MarkOwnedState(groups_.back().lr);
+  }
   step_ = scalar_tensor(0.0, options);
-  MarkOwnedState(lr_);
   MarkOwnedState(step_);
+}
+
+std::vector<ParamGroup> DecayGroups(const nn::Module& module,
+                                    double weight_decay) {
+  ParamGroup decay{.weight_decay = weight_decay}, no_decay{.weight_decay = 0.0};
+  for (const Tensor& p : module.parameters())
+    (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
+  std::vector<ParamGroup> groups;
+  for (ParamGroup* g : {&decay, &no_decay})
+    if (!g->params.empty()) groups.push_back(std::move(*g));
+  return groups;
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -46,11 +78,17 @@ void Optimizer::zero_grad(bool set_to_none) {
   }
 }
 
-double Optimizer::lr() const { return lr_.item(); }
+double Optimizer::lr(size_t group) const { return lr_tensor(group).item(); }
 
 void Optimizer::set_lr(double lr) {
+  for (size_t g = 0; g < groups_.size(); ++g) set_lr(g, lr);
+}
+
+void Optimizer::set_lr(size_t group, double lr) {
+  SJ_REQUIRE(group < groups_.size(), name_, ": no parameter group ", group,
+             " (there are ", groups_.size(), ")");
   SJ_REQUIRE(lr >= 0.0, name_, ": invalid learning rate: ", lr);
-  lr_.fill_(lr);
+  groups_[group].lr.fill_(lr);
 }
 
 void Optimizer::IncrementStep() { step_.add_(wrap_scalar(1.0, step_)); }

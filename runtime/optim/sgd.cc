@@ -24,8 +24,12 @@ const SGDOptions& Validated(const SGDOptions& o) {
 }  // namespace
 
 SGD::SGD(std::vector<Tensor> params, SGDOptions options)
-    : Optimizer(std::move(params), options.lr, "SGD"),
-      options_(Validated(options)),
+    : SGD(std::vector<ParamGroup>{{.params = std::move(params)}}, options) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
+    : Optimizer(std::move(groups), options.lr, Validated(options).weight_decay,
+                "SGD"),
+      options_(options),
       state_(params_.size()) {}
 
 void SGD::step() {
@@ -36,7 +40,8 @@ void SGD::step() {
     Tensor& p = params_[i];
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    if (o.weight_decay != 0.0) g = g + p * o.weight_decay;
+    const size_t grp = group_of(i);
+    if (weight_decay(grp) != 0.0) g = g + p * weight_decay(grp);
     if (o.momentum != 0.0) {
       Tensor& buf = state_[i].momentum_buffer;
       if (!buf.defined()) {
@@ -48,7 +53,7 @@ void SGD::step() {
       }
       g = o.nesterov ? g + buf * o.momentum : buf;
     }
-    p.sub_(g * lr_tensor());
+    p.sub_(g * lr_tensor(grp));
   }
 }
 

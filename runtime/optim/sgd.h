@@ -3,6 +3,7 @@
 #ifndef STEPJIT_RUNTIME_OPTIM_SGD_H_
 #define STEPJIT_RUNTIME_OPTIM_SGD_H_
 
+#include <initializer_list>
 #include <vector>
 
 #include "runtime/optim/optimizer.h"
@@ -27,6 +28,11 @@ struct SGDState {
 class SGD : public Optimizer {
  public:
   explicit SGD(std::vector<Tensor> params, SGDOptions options = {});
+  // A braced list of parameters ({w, b}, or {}) picks this one.
+  SGD(std::initializer_list<Tensor> params, SGDOptions options = {})
+      : SGD(std::vector<Tensor>(params), options) {}
+  // Groups with their own lr or weight_decay (the others take `options`').
+  SGD(std::vector<ParamGroup> groups, SGDOptions options = {});
 
   // g += wd * p; buf = g (first step) or momentum * buf + (1 - dampening) * g;
   // g = g + momentum * buf (Nesterov) or buf; p -= lr * g.
