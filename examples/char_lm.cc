@@ -1,0 +1,455 @@
+// A character-level GPT trained on the fortune databases of the Debian
+// package `fortunes` (runtime/data/char_corpus.h says how they are split),
+// eagerly and/or through stepjit::compile, with validation loss per epoch
+// and sampled text at the end.
+//
+//   char_lm --mode both --max-steps 300 --sample 400
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "examples/progress.h"
+#include "frontend/stepjit.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+#include "runtime/data/char_corpus.h"
+#include "tools/cli_flags.h"
+
+namespace {
+
+using namespace stepjit;  // NOLINT: example code, mirrors libtorch usage
+using examples::Clock;
+using examples::Progress;
+using examples::Seconds;
+namespace cl = llvm::cl;
+
+constexpr char kOverview[] =
+    "Trains a character-level GPT (pre-LN transformer blocks, causal\n"
+    "multi-head attention) on the fortune databases with AdamW, a linear\n"
+    "warmup and cosine decay, and samples text from it.\n";
+
+enum class ModeFlag : uint8_t { kEager, kCompiled, kBoth };
+enum class DeviceFlag : uint8_t { kCpu, kCuda };
+
+cl::OptionCategory kFlags("char_lm options");
+
+namespace flags {
+cl::opt<std::string> data_dir(
+    "data-dir",
+    cl::desc("fortune databases (default /usr/share/games/fortunes)"),
+    cl::value_desc("DIR"), cl::init(data::kFortunesDir), cl::cat(kFlags));
+cl::opt<long long, false, tools::IntParser<1>> layers(
+    "layers", cl::desc("transformer blocks (default 4)"), cl::init(4),
+    cl::cat(kFlags));
+cl::opt<long long, false, tools::IntParser<1>> heads(
+    "heads", cl::desc("attention heads (default 4)"), cl::init(4),
+    cl::cat(kFlags));
+cl::opt<long long, false, tools::IntParser<1>> width(
+    "width", cl::desc("model width, a multiple of --heads (default 128)"),
+    cl::init(128), cl::cat(kFlags));
+cl::opt<long long, false, tools::IntParser<1>> context(
+    "context", cl::desc("characters per sequence (default 128)"), cl::init(128),
+    cl::cat(kFlags));
+cl::opt<long long, false, tools::IntParser<1>> batch_size(
+    "batch-size", cl::desc("sequences per step (default 32)"), cl::init(32),
+    cl::cat(kFlags));
+cl::opt<long long, false, tools::IntParser<1>> epochs(
+    "epochs", cl::desc("epochs of --steps-per-epoch steps (default 3)"),
+    cl::init(3), cl::cat(kFlags));
+cl::opt<long long, false, tools::IntParser<1>> steps_per_epoch(
+    "steps-per-epoch", cl::desc("steps between validations (default 200)"),
+    cl::init(200), cl::cat(kFlags));
+cl::opt<long long, false, tools::IntParser<1>> max_steps(
+    "max-steps", cl::desc("stop after N steps in total (default: no limit)"),
+    cl::init(-1), cl::cat(kFlags));
+cl::opt<long long, false, tools::IntParser<1>> val_batches(
+    "val-batches", cl::desc("validation batches per evaluation (default 8)"),
+    cl::init(8), cl::cat(kFlags));
+cl::opt<double, false, tools::PositiveNumberParser> lr(
+    "lr", cl::desc("peak AdamW learning rate (default 3e-3)"), cl::init(3e-3),
+    cl::cat(kFlags));
+cl::opt<double> dropout("dropout",
+                        cl::desc("dropout in the blocks (default 0)"),
+                        cl::init(0.0), cl::cat(kFlags));
+cl::opt<bool> tie_weights(
+    "tie-weights", cl::desc("the output head shares the token embedding"),
+    cl::cat(kFlags));
+cl::opt<unsigned long long, false, tools::Uint64Parser> seed(
+    "seed", cl::desc("seeds init, batches and sampling (default 0)"),
+    cl::init(0), cl::cat(kFlags));
+cl::opt<ModeFlag, false, tools::WordParser<ModeFlag>> mode(
+    "mode", cl::desc("how to train"),
+    cl::values(clEnumValN(ModeFlag::kEager, "eager", "eagerly"),
+               clEnumValN(ModeFlag::kCompiled, "compiled",
+                          "through stepjit::compile (default)"),
+               clEnumValN(ModeFlag::kBoth, "both", "eager, then compiled")),
+    cl::init(ModeFlag::kCompiled), cl::cat(kFlags));
+cl::opt<std::string> amp("amp", cl::desc("none (default) or bf16 autocast"),
+                         cl::init("none"), cl::cat(kFlags));
+cl::opt<DeviceFlag, false, tools::WordParser<DeviceFlag>> device(
+    "device", cl::desc("where the model and batches live"),
+    cl::values(clEnumValN(DeviceFlag::kCpu, "cpu", "the CPU (default)"),
+               clEnumValN(DeviceFlag::kCuda, "cuda", "CUDA device 0")),
+    cl::init(DeviceFlag::kCpu), cl::cat(kFlags));
+cl::opt<long long, false, tools::IntParser<0>> sample(
+    "sample", cl::desc("characters to generate after training (default 0)"),
+    cl::init(0), cl::cat(kFlags));
+cl::opt<double, false, tools::PositiveNumberParser> temperature(
+    "temperature", cl::desc("sampling temperature (default 0.8)"),
+    cl::init(0.8), cl::cat(kFlags));
+cl::opt<long long, false, tools::IntParser<0>> top_k(
+    "top-k",
+    cl::desc("sample among the k likeliest characters, 0 = all (default 20)"),
+    cl::init(20), cl::cat(kFlags));
+cl::opt<bool> json("json", cl::desc("one JSON result line on stdout"),
+                   cl::cat(kFlags));
+cl::opt<bool> quiet("quiet", cl::desc("no progress bar and no epoch lines"),
+                    cl::cat(kFlags));
+}  // namespace flags
+
+struct Config {
+  int64_t layers, heads, width, context, batch, epochs, steps_per_epoch,
+      max_steps, val_batches, sample, top_k;
+  double lr, dropout, temperature;
+  bool tie, json, quiet;
+  uint64_t seed;
+  DType amp;
+  Device device;
+};
+
+// The model: token and position embeddings, pre-LN blocks, a final
+// LayerNorm and a vocabulary head (optionally tied to the embedding).
+class CharGptImpl : public nn::Module {
+ public:
+  CharGptImpl(int64_t vocab, const Config& c) : context_(c.context) {
+    tok = register_module("tok", nn::Embedding(vocab, c.width));
+    pos = register_module("pos", nn::Embedding(c.context, c.width));
+    for (int64_t l = 0; l < c.layers; ++l) {
+      blocks.push_back(register_module(
+          absl::StrCat("h", l),
+          nn::TransformerBlock(
+              c.width, c.heads,
+              nn::TransformerBlockOptions{.dropout = c.dropout})));
+    }
+    ln_f = register_module("ln_f", nn::LayerNorm(c.width));
+    head = register_module("head", nn::Linear(c.width, vocab, /*bias=*/!c.tie));
+    if (c.tie) head->replace_parameter("weight", tok->weight);
+  }
+  // tokens [B, T] -> logits [B, T, vocab].
+  Tensor forward(const Tensor& tokens) override {
+    const int64_t t = tokens.size(1);
+    if (!positions_.defined() || positions_.size(0) != t ||
+        positions_.device() != tokens.device())
+      positions_ = arange(0.0, static_cast<double>(t), 1.0,
+                          {.dtype = DType::kI64, .device = tokens.device()});
+    Tensor x = tok(tokens) + pos(positions_);
+    for (auto& b : blocks) x = b(x);
+    return head(ln_f(x));
+  }
+
+  nn::Embedding tok{nullptr}, pos{nullptr};
+  std::vector<nn::TransformerBlock> blocks;
+  nn::LayerNorm ln_f{nullptr};
+  nn::Linear head{nullptr};
+
+ private:
+  int64_t context_;
+  Tensor positions_;
+};
+
+// Random windows of context + 1 characters: inputs and next-character targets.
+std::pair<Tensor, Tensor> TrainBatch(const std::vector<int64_t>& ids,
+                                     const Config& c, Generator& gen) {
+  const int64_t span = static_cast<int64_t>(ids.size()) - c.context - 1;
+  const std::vector<int64_t> starts =
+      randint(0, span, {c.batch}, {.dtype = DType::kI64}, &gen)
+          .to_vector<int64_t>();
+  std::vector<int64_t> x, y;
+  for (int64_t s : starts) {
+    x.insert(x.end(), ids.begin() + s, ids.begin() + s + c.context);
+    y.insert(y.end(), ids.begin() + s + 1, ids.begin() + s + c.context + 1);
+  }
+  return {
+      from_vector(x, {c.batch, c.context}, {.dtype = DType::kI64}).to(c.device),
+      from_vector(y, {c.batch, c.context}, {.dtype = DType::kI64})
+          .to(c.device)};
+}
+
+// Mean next-character loss over the first val_batches x batch windows of
+// the validation text, laid end to end.
+double Validate(CharGptImpl& model, const std::vector<int64_t>& ids,
+                const Config& c) {
+  model.eval();
+  NoGradGuard no_grad;
+  amp::Autocast autocast(DType::kBF16, c.amp != DType::kF32);
+  double total = 0;
+  int64_t n = 0;
+  const int64_t windows = (static_cast<int64_t>(ids.size()) - 1) / c.context;
+  for (int64_t b = 0; b < c.val_batches && (b + 1) * c.batch <= windows; ++b) {
+    std::vector<int64_t> x, y;
+    for (int64_t w = b * c.batch; w < (b + 1) * c.batch; ++w) {
+      x.insert(x.end(), ids.begin() + w * c.context,
+               ids.begin() + (w + 1) * c.context);
+      y.insert(y.end(), ids.begin() + w * c.context + 1,
+               ids.begin() + (w + 1) * c.context + 1);
+    }
+    const Tensor logits =
+        model(from_vector(x, {c.batch, c.context}, {.dtype = DType::kI64})
+                  .to(c.device));
+    total += cross_entropy(
+                 logits.reshape({-1, logits.size(2)}),
+                 from_vector(y, {c.batch * c.context}, {.dtype = DType::kI64})
+                     .to(c.device))
+                 .item();
+    ++n;
+  }
+  model.train();
+  return n > 0 ? total / static_cast<double>(n) : NAN;
+}
+
+// `n` characters after `prompt`: softmax(logits / temperature) over the
+// top_k likeliest characters, drawn with `gen`.
+std::string Sample(CharGptImpl& model, const data::CharCorpus& corpus,
+                   const Config& c, int64_t n, Generator& gen) {
+  model.eval();
+  NoGradGuard no_grad;
+  std::vector<int64_t> ids = *corpus.Encode("\n");
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t =
+        std::min<int64_t>(static_cast<int64_t>(ids.size()), c.context);
+    std::vector<int64_t> window(ids.end() - t, ids.end());
+    const Tensor logits =
+        model(from_vector(window, {1, t}, {.dtype = DType::kI64}).to(c.device));
+    std::vector<double> l = logits.slice(1, t - 1, t)
+                                .to(Device::cpu())
+                                .to(DType::kF64)
+                                .reshape({-1})
+                                .to_vector<double>();
+    std::vector<double> sorted = l;
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    const double cut =
+        c.top_k > 0 && c.top_k < static_cast<int64_t>(sorted.size())
+            ? sorted[c.top_k - 1]
+            : -INFINITY;
+    double total = 0;
+    for (double& x : l)
+      total += (x = x >= cut ? std::exp((x - sorted[0]) / c.temperature) : 0);
+    double u = rand({}, {.dtype = DType::kF64}, &gen).item() * total;
+    int64_t pick = 0;
+    while (pick + 1 < static_cast<int64_t>(l.size()) && (u -= l[pick]) > 0)
+      ++pick;
+    ids.push_back(pick);
+  }
+  model.train();
+  return corpus.Decode(std::vector<int64_t>(ids.begin() + 1, ids.end()));
+}
+
+struct RunResult {
+  std::string mode;
+  int64_t steps = 0;
+  double ms_per_step = 0;  // median
+  double final_loss = 0;   // mean training loss over the last epoch
+  double val_loss = 0;     // after the last epoch
+  int kernels_per_step = 0;
+  int interpreted_regions = 0;
+  std::string sample = {};
+};
+
+RunResult Run(const Config& c, const data::CharCorpus& corpus, bool compiled) {
+  manual_seed(c.seed);
+  auto model = std::make_shared<CharGptImpl>(corpus.vocab_size(), c);
+  model->to(c.device);
+  optim::AdamW opt(optim::DecayGroups(*model, 0.1),
+                   {.lr = c.lr, .beta2 = 0.99});
+  int64_t total = c.epochs * c.steps_per_epoch;
+  if (c.max_steps > 0) total = std::min(total, c.max_steps);
+  optim::lr_scheduler::WarmupCosineLR sched(
+      opt, {.warmup_steps = std::min<int64_t>(100, total / 10),
+            .total_steps = total,
+            .min_factor = 0.1});
+  auto step = [&](const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      amp::Autocast autocast(DType::kBF16, c.amp != DType::kF32 && !compiled);
+      const Tensor logits = (*model)(x);
+      loss =
+          cross_entropy(logits.reshape({-1, logits.size(2)}), y.reshape({-1}));
+    }
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  auto fast = compile(step, {.mode = compiled ? Mode::kCompiled : Mode::kEager,
+                             .amp = compiled ? c.amp : DType::kF32});
+  RunResult r{.mode = absl::StrCat(compiled ? "compiled" : "eager",
+                                   c.amp != DType::kF32 ? "+bf16" : "")};
+  std::FILE* log = c.json ? stderr : stdout;
+  Progress progress(total, !c.quiet);
+  Generator gen(c.seed + 1);
+  std::vector<double> step_ms;
+  const auto start = Clock::now();
+  for (int64_t epoch = 0; r.steps < total; ++epoch) {
+    double loss_sum = 0;
+    int64_t n = 0;
+    for (; n < c.steps_per_epoch && r.steps < total; ++n) {
+      auto [x, y] = TrainBatch(corpus.train, c, gen);
+      const auto t0 = Clock::now();
+      const double l = fast(x, y).item();
+      step_ms.push_back(1e3 * Seconds(Clock::now() - t0));
+      sched.step();
+      loss_sum += l;
+      ++r.steps;
+      progress.Update(r.steps, l, Seconds(Clock::now() - start));
+    }
+    r.final_loss = loss_sum / static_cast<double>(std::max<int64_t>(n, 1));
+    r.val_loss = Validate(*model, corpus.valid, c);
+    progress.Clear();
+    if (!c.quiet) {
+      std::fprintf(log,
+                   "%-14s epoch %d  train loss %.4f  val loss %.4f  lr %.2e  "
+                   "(%d steps)\n",
+                   r.mode.c_str(), static_cast<int>(epoch + 1), r.final_loss,
+                   r.val_loss, sched.get_last_lr()[0], static_cast<int>(n));
+      std::fflush(log);
+    }
+  }
+  if (!step_ms.empty()) {
+    auto mid = step_ms.begin() + step_ms.size() / 2;
+    std::nth_element(step_ms.begin(), mid, step_ms.end());
+    r.ms_per_step = *mid;
+  }
+  if (compiled) {
+    r.kernels_per_step = fast.stats().kernels_per_step;
+    r.interpreted_regions = fast.stats().interpreted_regions;
+    if (!c.quiet) std::fprintf(log, "%s", fast.explain().c_str());
+  }
+  if (c.sample > 0) {
+    Generator sample_gen(c.seed + 2);
+    r.sample = Sample(*model, corpus, c, c.sample, sample_gen);
+  }
+  return r;
+}
+
+llvm::json::Object Json(const RunResult& r) {
+  return llvm::json::Object{{"mode", r.mode},
+                            {"steps", r.steps},
+                            {"ms_per_step", r.ms_per_step},
+                            {"final_loss", r.final_loss},
+                            {"val_loss", r.val_loss},
+                            {"kernels_per_step", r.kernels_per_step},
+                            {"interpreted_regions", r.interpreted_regions},
+                            {"sample", r.sample}};
+}
+
+int Main(int argc, char** argv) {
+  if (!tools::ParseFlags(argc, argv, kFlags, kOverview)) return 2;
+  Config c{.layers = flags::layers,
+           .heads = flags::heads,
+           .width = flags::width,
+           .context = flags::context,
+           .batch = flags::batch_size,
+           .epochs = flags::epochs,
+           .steps_per_epoch = flags::steps_per_epoch,
+           .max_steps = flags::max_steps,
+           .val_batches = flags::val_batches,
+           .sample = flags::sample,
+           .top_k = flags::top_k,
+           .lr = flags::lr,
+           .dropout = flags::dropout,
+           .temperature = flags::temperature,
+           .tie = flags::tie_weights,
+           .json = flags::json,
+           .quiet = flags::quiet,
+           .seed = flags::seed,
+           .amp = DType::kF32,
+           .device = flags::device == DeviceFlag::kCuda ? Device::cuda(0)
+                                                        : Device::cpu()};
+  std::string error;
+  if (flags::amp == "bf16") {
+    c.amp = DType::kBF16;
+  } else if (flags::amp != "none") {
+    error = absl::StrCat("--amp: expected none or bf16, got '",
+                         std::string(flags::amp), "'");
+  }
+  if (c.width % c.heads != 0)
+    error = absl::StrFormat("--width %d is not a multiple of --heads %d",
+                            c.width, c.heads);
+  if (!(c.dropout >= 0.0 && c.dropout < 1.0))
+    error =
+        absl::StrCat("--dropout: expected a number in [0, 1), got ", c.dropout);
+  if (!error.empty()) {
+    std::fprintf(stderr, "char_lm: %s\nrun with --help for usage\n",
+                 error.c_str());
+    return 2;
+  }
+  absl::StatusOr<data::CharCorpus> corpus =
+      data::LoadFortuneCorpus(flags::data_dir);
+  if (!corpus.ok()) {
+    std::fprintf(stderr, "char_lm: %s\n",
+                 std::string(corpus.status().message()).c_str());
+    return 1;
+  }
+  if (static_cast<int64_t>(corpus->train.size()) <= c.context + 1 ||
+      static_cast<int64_t>(corpus->valid.size()) <= c.context * c.batch) {
+    std::fprintf(stderr,
+                 "char_lm: the corpus is too small for --context %d and "
+                 "--batch-size %d\n",
+                 static_cast<int>(c.context), static_cast<int>(c.batch));
+    return 1;
+  }
+  if (!c.quiet) {
+    std::fprintf(c.json ? stderr : stdout,
+                 "corpus: %zu databases, %d entries, %zu train / %zu "
+                 "validation characters, "
+                 "vocabulary %d\n",
+                 corpus->files.size(), static_cast<int>(corpus->entries),
+                 corpus->train.size(), corpus->valid.size(),
+                 static_cast<int>(corpus->vocab_size()));
+  }
+  std::vector<RunResult> rows;
+  if (flags::mode != ModeFlag::kCompiled)
+    rows.push_back(Run(c, *corpus, false));
+  if (flags::mode != ModeFlag::kEager) rows.push_back(Run(c, *corpus, true));
+  if (c.json) {
+    llvm::json::Object out{{"runs", llvm::json::Array{}}};
+    for (const RunResult& r : rows)
+      out["runs"].getAsArray()->push_back(Json(r));
+    if (rows.size() == 2)
+      out["speedup"] = rows[0].ms_per_step / rows[1].ms_per_step;
+    std::string line;
+    llvm::raw_string_ostream os(line);
+    os << llvm::json::Value(std::move(out)) << "\n";
+    std::fputs(os.str().c_str(), stdout);
+    return 0;
+  }
+  std::printf("%-14s %8s %8s %8s %11s %9s %8s\n", "mode", "ms/step", "steps/s",
+              "speedup", "train loss", "val loss", "kernels");
+  for (const RunResult& r : rows) {
+    std::printf("%-14s %8.3f %8.1f %7.2fx %11.4f %9.4f %8d\n", r.mode.c_str(),
+                r.ms_per_step, 1e3 / r.ms_per_step,
+                rows[0].ms_per_step / r.ms_per_step, r.final_loss, r.val_loss,
+                r.kernels_per_step);
+  }
+  if (c.sample > 0)
+    std::printf("\nsample (%s):\n%s\n", rows.back().mode.c_str(),
+                rows.back().sample.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const stepjit::Error& e) {
+    std::fprintf(stderr, "char_lm: error: %s\n", e.what());
+    return 1;
+  }
+}
