@@ -135,7 +135,13 @@ class ModuleHolder {
   const std::shared_ptr<Impl>& ptr() const { return impl_; }
   bool is_empty() const { return impl_ == nullptr; }
 
-  Tensor operator()(const Tensor& input) const { return impl()(input); }
+  // Calls the Impl's forward with any arguments it declares (several
+  // tensors, options...), as libtorch's holders do.
+  template <typename... Args>
+  auto operator()(Args&&... args) const
+      -> decltype(std::declval<Impl&>().forward(std::forward<Args>(args)...)) {
+    return impl().forward(std::forward<Args>(args)...);
+  }
   Module::NamedTensors named_parameters(bool recurse = true) const {
     return impl().named_parameters(recurse);
   }

@@ -2,7 +2,8 @@
 // through scaled_dot_product_attention, pre-LN, GELU MLP, dropout) trained
 // for 30 AdamW steps, compiled against eager on the CPU: losses and
 // parameters within tolerance, no region interpreted, the 3-d Linear layers'
-// bias in their GEMM epilogues.
+// bias in their GEMM epilogues; and a module whose forward takes several
+// tensors.
 //
 // Tolerances: f32 1e-4 relative + 1e-5 (summation order and exp/log
 // implementation, compounded over 30 AdamW steps); bf16 autocast compares
@@ -54,6 +55,52 @@ TEST(TransformerStepTest, CompiledBf16FollowsEagerAutocast) {
   want.values.resize(30);
   test::ExpectNear(got.values, want.values, 2e-2, 2e-2);
   test::ExpectNoneInterpreted(got.explain);
+}
+
+// A module whose forward takes several tensors, called through its holder
+// and compiled: attention over a query, key/value memory and a key mask.
+class CrossAttentionImpl : public nn::Module {
+ public:
+  explicit CrossAttentionImpl(int64_t d) {
+    q = register_module("q", nn::Linear(d, d));
+    kv = register_module("kv", nn::Linear(d, 2 * d));
+  }
+  Tensor forward(const Tensor& x, const Tensor& memory, const Tensor& keep) {
+    const std::vector<Tensor> k_v = chunk(kv(memory), 2, -1);
+    return nn::functional::scaled_dot_product_attention(q(x), k_v[0], k_v[1],
+                                                        false, 0.0, keep);
+  }
+  nn::Linear q{nullptr}, kv{nullptr};
+};
+using CrossAttention = nn::ModuleHolder<CrossAttentionImpl>;
+
+std::vector<std::vector<float>> TrainCrossAttention(bool compiled) {
+  manual_seed(31);
+  CrossAttention attn(8);
+  optim::SGD opt(attn.parameters(), {.lr = 0.1});
+  const Tensor keep =
+      gt(from_vector(std::vector<float>{1, 1, 0, 1, 0}, {1, 5}), full({}, 0.5));
+  auto step = [&](const Tensor& x, const Tensor& memory) {
+    opt.zero_grad();
+    Tensor loss = mean(attn(x, memory, keep) * x);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  auto fast =
+      compile(step, {.mode = compiled ? Mode::kCompiled : Mode::kEager});
+  Generator gen(32);
+  std::vector<std::vector<float>> out;
+  for (int s = 0; s < 6; ++s)
+    out.push_back(test::HostValues(
+        fast(randn({3, 8}, {}, &gen), randn({5, 8}, {}, &gen))));
+  for (const Tensor& p : attn.parameters()) out.push_back(test::HostValues(p));
+  return out;
+}
+
+TEST(TransformerStepTest, ModuleWithSeveralTensorInputsCompiles) {
+  test::ExpectNear(TrainCrossAttention(true), TrainCrossAttention(false), 1e-4,
+                   1e-5);
 }
 
 }  // namespace
