@@ -23,51 +23,16 @@ std::shared_ptr<nn::Module> MakeMlp(const Workload& w) {
   return model.ptr();
 }
 
-// GptShape's model from the library's modules (nn::Embedding,
-// nn::TransformerBlock, nn::LayerNorm, nn::Linear): tokens [B, T] -> logits
-// [B * T, vocab].
-class GptImpl : public nn::Module {
- public:
-  explicit GptImpl(const GptShape& s) : s_(s) {
-    tok_ = register_module("tok", nn::Embedding(s.vocab, s.d_model));
-    pos_ = register_module("pos", nn::Embedding(s.context, s.d_model));
-    for (int64_t l = 0; l < s.layers; ++l) {
-      blocks_.push_back(register_module(
-          absl::StrCat("h", l), nn::TransformerBlock(s.d_model, s.heads)));
-    }
-    ln_f_ = register_module("ln_f", nn::LayerNorm(s.d_model));
-    head_ = register_module("head", nn::Linear(s.d_model, s.vocab));
-  }
-
-  Tensor forward(const Tensor& tokens) override {
-    const int64_t b = tokens.size(0), t = tokens.size(1);
-    PreparePositions(t, tokens.device());
-    Tensor x = tok_(tokens) + pos_(positions_);  // [B, T, D]
-    for (auto& block : blocks_) x = block(x);
-    return head_(ln_f_(x)).reshape({b * t, s_.vocab});
-  }
-
- private:
-  // The positions 0..T-1, made once per length and device.
-  void PreparePositions(int64_t t, Device device) {
-    if (positions_.defined() && positions_.size(0) == t &&
-        positions_.device() == device)
-      return;
-    positions_ = arange(0.0, static_cast<double>(t), 1.0,
-                        {.dtype = DType::kI64, .device = device});
-  }
-
-  GptShape s_;
-  nn::Embedding tok_{nullptr}, pos_{nullptr};
-  std::vector<nn::TransformerBlock> blocks_;
-  nn::LayerNorm ln_f_{nullptr};
-  nn::Linear head_{nullptr};
-  Tensor positions_;
-};
-
 std::shared_ptr<nn::Module> MakeModel(const Workload& w) {
   manual_seed(kInitSeed);
-  if (w.gpt) return std::make_shared<GptImpl>(*w.gpt);
+  if (w.gpt) {
+    return std::make_shared<nn::GPTImpl>(
+        nn::GPTOptions{.vocab = w.gpt->vocab,
+                       .context = w.gpt->context,
+                       .d_model = w.gpt->d_model,
+                       .heads = w.gpt->heads,
+                       .layers = w.gpt->layers});
+  }
   return MakeMlp(w);
 }
 }  // namespace
@@ -198,7 +163,9 @@ WorkloadRun::WorkloadRun(const Workload& w, CompileOptions options,
     {
       amp::Autocast autocast(
           amp_dtype == DType::kF16 ? DType::kF16 : DType::kBF16, eager_amp);
-      loss = cross_entropy((*raw->model)(x), y.reshape({y.numel()}));
+      Tensor out = (*raw->model)(x);  // the GPT's [B, T, vocab] as rows
+      if (out.dim() == 3) out = out.reshape({-1, out.size(2)});
+      loss = cross_entropy(out, y.reshape({y.numel()}));
     }
     raw->scaler->scale(loss).backward();  // disabled: a pass-through
     raw->scaler->step(*raw->opt);

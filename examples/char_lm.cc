@@ -123,46 +123,6 @@ struct Config {
   Device device;
 };
 
-// The model: token and position embeddings, pre-LN blocks, a final
-// LayerNorm and a vocabulary head (optionally tied to the embedding).
-class CharGptImpl : public nn::Module {
- public:
-  CharGptImpl(int64_t vocab, const Config& c) : context_(c.context) {
-    tok = register_module("tok", nn::Embedding(vocab, c.width));
-    pos = register_module("pos", nn::Embedding(c.context, c.width));
-    for (int64_t l = 0; l < c.layers; ++l) {
-      blocks.push_back(register_module(
-          absl::StrCat("h", l),
-          nn::TransformerBlock(
-              c.width, c.heads,
-              nn::TransformerBlockOptions{.dropout = c.dropout})));
-    }
-    ln_f = register_module("ln_f", nn::LayerNorm(c.width));
-    head = register_module("head", nn::Linear(c.width, vocab, /*bias=*/!c.tie));
-    if (c.tie) head->replace_parameter("weight", tok->weight);
-  }
-  // tokens [B, T] -> logits [B, T, vocab].
-  Tensor forward(const Tensor& tokens) override {
-    const int64_t t = tokens.size(1);
-    if (!positions_.defined() || positions_.size(0) != t ||
-        positions_.device() != tokens.device())
-      positions_ = arange(0.0, static_cast<double>(t), 1.0,
-                          {.dtype = DType::kI64, .device = tokens.device()});
-    Tensor x = tok(tokens) + pos(positions_);
-    for (auto& b : blocks) x = b(x);
-    return head(ln_f(x));
-  }
-
-  nn::Embedding tok{nullptr}, pos{nullptr};
-  std::vector<nn::TransformerBlock> blocks;
-  nn::LayerNorm ln_f{nullptr};
-  nn::Linear head{nullptr};
-
- private:
-  int64_t context_;
-  Tensor positions_;
-};
-
 // Random windows of context + 1 characters: inputs and next-character targets.
 std::pair<Tensor, Tensor> TrainBatch(const std::vector<int64_t>& ids,
                                      const Config& c, Generator& gen) {
@@ -183,7 +143,7 @@ std::pair<Tensor, Tensor> TrainBatch(const std::vector<int64_t>& ids,
 
 // Mean next-character loss over the first val_batches x batch windows of
 // the validation text, laid end to end.
-double Validate(CharGptImpl& model, const std::vector<int64_t>& ids,
+double Validate(nn::GPTImpl& model, const std::vector<int64_t>& ids,
                 const Config& c) {
   model.eval();
   NoGradGuard no_grad;
@@ -215,7 +175,7 @@ double Validate(CharGptImpl& model, const std::vector<int64_t>& ids,
 
 // `n` characters after `prompt`: softmax(logits / temperature) over the
 // top_k likeliest characters, drawn with `gen`.
-std::string Sample(CharGptImpl& model, const data::CharCorpus& corpus,
+std::string Sample(nn::GPTImpl& model, const data::CharCorpus& corpus,
                    const Config& c, int64_t n, Generator& gen) {
   model.eval();
   NoGradGuard no_grad;
@@ -263,7 +223,14 @@ struct RunResult {
 
 RunResult Run(const Config& c, const data::CharCorpus& corpus, bool compiled) {
   manual_seed(c.seed);
-  auto model = std::make_shared<CharGptImpl>(corpus.vocab_size(), c);
+  auto model =
+      std::make_shared<nn::GPTImpl>(nn::GPTOptions{.vocab = corpus.vocab_size(),
+                                                   .context = c.context,
+                                                   .d_model = c.width,
+                                                   .heads = c.heads,
+                                                   .layers = c.layers,
+                                                   .dropout = c.dropout,
+                                                   .tie_weights = c.tie});
   model->to(c.device);
   optim::AdamW opt(optim::DecayGroups(*model, 0.1),
                    {.lr = c.lr, .beta2 = 0.99});

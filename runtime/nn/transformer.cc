@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/nn/functional.h"
@@ -89,6 +90,38 @@ Tensor TransformerBlockImpl::forward(const Tensor& x) {
   const double p = is_training() ? options_.dropout : 0.0;
   Tensor r = x + dropout(attn(ln1(x)), p, p > 0.0);
   return r + dropout(fc2(gelu(fc1(ln2(r)))), p, p > 0.0);
+}
+
+GPTImpl::GPTImpl(GPTOptions options) : options_(options) {
+  SJ_REQUIRE(options.vocab > 0 && options.context > 0 && options.layers > 0,
+             "GPT: vocab, context and layers must be positive, got ",
+             options.vocab, ", ", options.context, " and ", options.layers);
+  tok = register_module("tok", Embedding(options.vocab, options.d_model));
+  pos = register_module("pos", Embedding(options.context, options.d_model));
+  for (int64_t l = 0; l < options.layers; ++l) {
+    blocks.push_back(register_module(
+        absl::StrCat("h", l),
+        TransformerBlock(options.d_model, options.heads,
+                         TransformerBlockOptions{.dropout = options.dropout})));
+  }
+  ln_f = register_module("ln_f", LayerNorm(options.d_model));
+  head = register_module(
+      "head", Linear(options.d_model, options.vocab, !options.tie_weights));
+  if (options.tie_weights) head->replace_parameter("weight", tok->weight);
+}
+
+Tensor GPTImpl::forward(const Tensor& tokens) {
+  SJ_REQUIRE(tokens.dim() == 2 && tokens.size(1) <= options_.context,
+             "GPT: expected tokens [B, T] with T <= context ", options_.context,
+             ", got ", ir::ShapeToString(tokens.shape()));
+  const int64_t t = tokens.size(1);
+  if (!positions_.defined() || positions_.size(0) != t ||
+      positions_.device() != tokens.device())
+    positions_ = arange(0.0, static_cast<double>(t), 1.0,
+                        {.dtype = DType::kI64, .device = tokens.device()});
+  Tensor x = tok(tokens) + pos(positions_);
+  for (TransformerBlock& b : blocks) x = b(x);
+  return head(ln_f(x));
 }
 
 }  // namespace stepjit::nn

@@ -6,6 +6,7 @@
 #define STEPJIT_RUNTIME_NN_TRANSFORMER_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "runtime/nn/layers.h"
 #include "runtime/nn/module.h"
@@ -64,6 +65,37 @@ class TransformerBlockImpl : public Module {
 
 using MultiheadAttention = ModuleHolder<MultiheadAttentionImpl>;
 using TransformerBlock = ModuleHolder<TransformerBlockImpl>;
+
+struct GPTOptions {
+  int64_t vocab = 0;
+  int64_t context = 0;  // the longest sequence (learned position embeddings)
+  int64_t d_model = 128;
+  int64_t heads = 4;
+  int64_t layers = 4;
+  double dropout = 0.0;
+  bool tie_weights = false;  // the head's weight is the token embedding
+};
+
+// A GPT-style language model: token and learned position embeddings,
+// `layers` causal TransformerBlocks, a final LayerNorm and a vocabulary
+// head (without bias when tied). tokens [B, T] (T <= context) -> logits
+// [B, T, vocab].
+class GPTImpl : public Module {
+ public:
+  explicit GPTImpl(GPTOptions options);
+  Tensor forward(const Tensor& tokens) override;
+
+  Embedding tok{nullptr}, pos{nullptr};
+  std::vector<TransformerBlock> blocks;
+  LayerNorm ln_f{nullptr};
+  Linear head{nullptr};
+
+ private:
+  GPTOptions options_;
+  Tensor positions_;  // 0..T-1 on the last input's device
+};
+
+using GPT = ModuleHolder<GPTImpl>;
 
 }  // namespace stepjit::nn
 

@@ -210,5 +210,38 @@ TEST(TransformerBlockTest, DropoutOnlyInTraining) {
       {"TransformerBlock", "mlp_ratio"});
 }
 
+TEST(GPTTest, TiesTheHeadToTheEmbeddingAndChecksLengths) {
+  manual_seed(13);
+  nn::GPT tied(nn::GPTOptions{.vocab = 11,
+                              .context = 6,
+                              .d_model = 8,
+                              .heads = 2,
+                              .layers = 1,
+                              .tie_weights = true});
+  nn::GPT untied(nn::GPTOptions{
+      .vocab = 11, .context = 6, .d_model = 8, .heads = 2, .layers = 1});
+  EXPECT_TRUE(tied->head->weight.is_same(tied->tok->weight));
+  EXPECT_FALSE(tied->head->bias.defined());
+  // The tied weight is listed once, and the untied model has the head's
+  // weight and bias besides.
+  EXPECT_EQ(untied->parameters().size(), tied->parameters().size() + 2);
+  const Tensor tokens =
+      from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}, {2, 4},
+                  {.dtype = DType::kI64});
+  const Tensor logits = tied(tokens);
+  EXPECT_EQ(logits.shape(), (Shape{2, 4, 11}));
+  // Both uses of the tied weight reach its gradient.
+  sum(logits * logits).backward();
+  const Tensor g = tied->tok->weight.grad();
+  ASSERT_TRUE(g.defined());
+  const Values gv = Read(g);
+  EXPECT_NE(gv[0 * 8], 0.0);  // token 0 never appears: only the head's use
+  ExpectError(
+      [&] {
+        tied(ones({2, 7}, {.dtype = DType::kI64}));
+      },
+      {"GPT", "T <= context 6", "[2, 7]"});
+}
+
 }  // namespace
 }  // namespace stepjit
