@@ -200,4 +200,16 @@ absl::StatusOr<Plan> Analyze(const ir::Graph& body,
   return plan;
 }
 
+std::vector<int64_t> BroadcastStrides(const ir::Shape& shape,
+                                      const ir::Shape& f) {
+  std::vector<int64_t> s(f.size(), 0);
+  int64_t stride = 1;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    const size_t d = f.size() - 1 - k, sd = shape.size() - 1 - k;
+    if (shape[sd] != 1) s[d] = stride;
+    stride *= shape[sd];
+  }
+  return s;
+}
+
 }  // namespace stepjit::codegen

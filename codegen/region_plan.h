@@ -109,6 +109,11 @@ inline bool IsFloat(ir::DType t) {
 inline int64_t Numel(const ir::Value* v) {
   return ir::NumElements(v->type().shape);
 }
+// Element strides, per dim of `f`, of an operand of `shape` broadcast
+// against `f` (aligned from the right; 0 where it broadcasts).
+std::vector<int64_t> BroadcastStrides(const ir::Shape& shape,
+                                      const ir::Shape& f);
+
 inline bool IsReduction(ir::OpId op) { return ir::IsFusedReduction(op); }
 inline bool IsOrderPreservingView(ir::OpId op) { return ir::IsOrderedView(op); }
 

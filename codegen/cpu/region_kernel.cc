@@ -452,15 +452,7 @@ class Lowering {
 
   // Element strides of an operand of `shape` broadcast against F.
   std::vector<int64_t> BroadcastStrides(const ir::Shape& shape) const {
-    const size_t rank = plan_.f_shape.size();
-    std::vector<int64_t> s(rank, 0);
-    int64_t stride = 1;
-    for (size_t k = 0; k < shape.size(); ++k) {
-      const size_t d = rank - 1 - k, sd = shape.size() - 1 - k;
-      if (shape[sd] != 1) s[d] = stride;
-      stride *= shape[sd];
-    }
-    return s;
+    return codegen::BroadcastStrides(shape, plan_.f_shape);
   }
 
   // Accumulator strides: kept dims only, row-major over R.

@@ -111,15 +111,7 @@ void Emitter::RowStart(Env& env, CudaStatements& s) {
   for (size_t k = 0; k < body_.params().size(); ++k) {
     const Value* p = body_.params()[k];
     if (plan_.row_stride.contains(p)) {
-      // The param's element strides against F, aligned from the right.
-      const ir::Shape& shape = p->type().shape;
-      std::vector<int64_t> strides(rank, 0);
-      int64_t stride = 1;
-      for (size_t j = 0; j < shape.size(); ++j) {
-        const size_t d = rank - 1 - j, sd = shape.size() - 1 - j;
-        if (shape[sd] != 1) strides[d] = stride;
-        stride *= shape[sd];
-      }
+      const std::vector<int64_t> strides = BroadcastStrides(p->type().shape, f);
       std::vector<std::string> terms;
       int64_t inner = 1;  // kept elements after dim d
       for (size_t d = rank; d-- > 0;) {

@@ -22,19 +22,6 @@ constexpr int64_t kMinBlockRow = 128;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Element strides of an operand of `shape` broadcast against `f`.
-std::vector<int64_t> BroadcastStrides(const ir::Shape& shape,
-                                      const ir::Shape& f) {
-  std::vector<int64_t> s(f.size(), 0);
-  int64_t stride = 1;
-  for (size_t k = 0; k < shape.size(); ++k) {
-    const size_t d = f.size() - 1 - k, sd = shape.size() - 1 - k;
-    if (shape[sd] != 1) s[d] = stride;
-    stride *= shape[sd];
-  }
-  return s;
-}
-
 }  // namespace
 
 Layout PlanLayout(const Plan& plan,
