@@ -27,6 +27,10 @@ Tensor SliceBackwardWindow(const Tensor& out, const Tensor& grad, const ir::Attr
 // The view of `t` holding indices [start, start + len) of dim `d` (made
 // without Dispatch, so a tracer does not see it).
 Tensor WindowAlong(const Tensor& t, int64_t d, int64_t start, int64_t len);
+// cat on any device: each operand of `k` copied by `copy` (the device's
+// converting copy) into its window of k.out along the op's dim.
+void CopyIntoCatWindows(const KernelArgs& k,
+                        void (*copy)(const Tensor& dst, const Tensor& src));
 
 }  // namespace stepjit::runtime::cpu
 

@@ -259,16 +259,18 @@ Tensor WindowAlong(const Tensor& t, int64_t d, int64_t start, int64_t len) {
                     t.offset() + start * t.strides()[d], t.dtype());
 }
 
-// Each operand copied into its window of the result, in order along `dim`.
-void CatKernel(const KernelArgs& k) {
+void CopyIntoCatWindows(const KernelArgs& k,
+                        void (*copy)(const Tensor& dst, const Tensor& src)) {
   const int64_t d = ir::WrapDim(k.attrs.GetInt(AttrKey::kDim, 0), k.out.dim());
   int64_t start = 0;
   for (const Tensor& x : k.inputs) {
     const int64_t len = x.shape()[d];
-    if (x.numel() > 0) CopyInto(WindowAlong(k.out, d, start, len), x);
+    if (x.numel() > 0) copy(WindowAlong(k.out, d, start, len), x);
     start += len;
   }
 }
+
+void CatKernel(const KernelArgs& k) { CopyIntoCatWindows(k, &CopyInto); }
 
 void RegisterNnKernels(KernelTable& table) {
   table[static_cast<int>(OpId::kCat)] = &CatKernel;

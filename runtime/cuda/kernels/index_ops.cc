@@ -248,13 +248,7 @@ namespace {
 
 // cat: each operand copied into its window of the result on the device.
 bool Cat(Backend&, const KernelArgs& k) {
-  const int64_t d = ir::WrapDim(k.attrs.GetInt(AttrKey::kDim, 0), k.out.dim());
-  int64_t start = 0;
-  for (const Tensor& x : k.inputs) {
-    const int64_t len = x.shape()[d];
-    if (x.numel() > 0) CopyInto(cpu::WindowAlong(k.out, d, start, len), x);
-    start += len;
-  }
+  cpu::CopyIntoCatWindows(k, &CopyInto);
   return true;
 }
 
