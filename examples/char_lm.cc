@@ -17,9 +17,9 @@
 #include "frontend/stepjit.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/JSON.h"
-#include "llvm/Support/raw_ostream.h"
 #include "runtime/data/char_corpus.h"
 #include "tools/cli_flags.h"
+#include "tools/cli_output.h"
 
 namespace {
 
@@ -287,11 +287,7 @@ RunResult Run(const Config& c, const data::CharCorpus& corpus, bool compiled) {
       std::fflush(log);
     }
   }
-  if (!step_ms.empty()) {
-    auto mid = step_ms.begin() + step_ms.size() / 2;
-    std::nth_element(step_ms.begin(), mid, step_ms.end());
-    r.ms_per_step = *mid;
-  }
+  r.ms_per_step = tools::Median(step_ms);
   if (compiled) {
     r.kernels_per_step = fast.stats().kernels_per_step;
     r.interpreted_regions = fast.stats().interpreted_regions;
@@ -390,10 +386,7 @@ int Main(int argc, char** argv) {
       out["runs"].getAsArray()->push_back(Json(r));
     if (rows.size() == 2)
       out["speedup"] = rows[0].ms_per_step / rows[1].ms_per_step;
-    std::string line;
-    llvm::raw_string_ostream os(line);
-    os << llvm::json::Value(std::move(out)) << "\n";
-    std::fputs(os.str().c_str(), stdout);
+    tools::PrintJsonLine(std::move(out));
     return 0;
   }
   std::printf("%-14s %8s %8s %8s %11s %9s %8s\n", "mode", "ms/step", "steps/s",

@@ -19,7 +19,6 @@
 #include "ir/status.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/JSON.h"
-#include "llvm/Support/raw_ostream.h"
 #include "runtime/amp/autocast.h"
 #include "runtime/amp/grad_scaler.h"
 #include "runtime/autograd/grad_mode.h"
@@ -31,6 +30,7 @@
 #include "runtime/ops.h"
 #include "runtime/optim/adamw.h"
 #include "tools/cli_flags.h"
+#include "tools/cli_output.h"
 
 namespace {
 
@@ -291,9 +291,7 @@ RunResult Run(const Flags& f, const data::Dataset& train,
     }
   }
   if (!step_ms.empty()) {
-    auto mid = step_ms.begin() + step_ms.size() / 2;
-    std::nth_element(step_ms.begin(), mid, step_ms.end());
-    r.ms_per_step = *mid;
+    r.ms_per_step = tools::Median(step_ms);
     r.train_ms_per_step = 1e3 * train_s / r.steps;
   }
   r.skipped_steps = compiled ? fast.stats().skipped_steps : (scaling ? scaler.skipped_steps() : 0);
@@ -315,14 +313,6 @@ llvm::json::Object Json(const RunResult& r) {
                             {"final_loss", r.final_loss},
                             {"test_accuracy", r.test_accuracy},
                             {"skipped_steps", r.skipped_steps}};
-}
-
-// One JSON value on a line of stdout.
-void PrintJsonLine(llvm::json::Value v) {
-  std::string line;
-  llvm::raw_string_ostream os(line);
-  os << v << "\n";
-  std::fputs(os.str().c_str(), stdout);
 }
 
 // One row per mode; speedup is relative to the first row's ms/step.
@@ -368,15 +358,15 @@ int Main(int argc, char** argv) {
   if (!f.json) {
     PrintSummary(rows);
   } else if (rows.size() > 2) {
-    for (const RunResult& r : rows) PrintJsonLine(Json(r));
+    for (const RunResult& r : rows) tools::PrintJsonLine(Json(r));
   } else if (rows.size() == 2) {
-    PrintJsonLine(llvm::json::Object{
+    tools::PrintJsonLine(llvm::json::Object{
         {"mode", "both"},
         {"eager", Json(rows[0])},
         {"compiled", Json(rows[1])},
         {"speedup", rows[0].ms_per_step / rows[1].ms_per_step}});
   } else {
-    PrintJsonLine(Json(rows[0]));
+    tools::PrintJsonLine(Json(rows[0]));
   }
   return 0;
 }

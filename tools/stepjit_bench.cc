@@ -22,11 +22,11 @@
 #include "ir/status.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/JSON.h"
-#include "llvm/Support/raw_ostream.h"
 #include "runtime/cuda/api.h"
 #include "runtime/ops.h"
 #include "runtime/storage.h"
 #include "tools/cli_flags.h"
+#include "tools/cli_output.h"
 
 namespace {
 
@@ -170,6 +170,8 @@ error naming the reason, before any workload runs.
 
 using bench::Workload;
 using bench::WorkloadRun;
+using tools::Median;
+using tools::PrintJsonLine;
 
 // The parsed command line.
 struct Flags {
@@ -233,12 +235,6 @@ struct Result {
 
 double Ms(Clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
-}
-
-double Median(std::vector<double> v) {
-  auto mid = v.begin() + v.size() / 2;
-  std::nth_element(v.begin(), mid, v.end());
-  return *mid;
 }
 
 const char* DeviceFlag(Device d) { return d.is_cpu() ? "cpu" : "cuda"; }
@@ -340,14 +336,6 @@ llvm::json::Value Json(const Result& r) {
                             {"compile_ms_cold", r.compile_ms_cold},
                             {"compile_ms_warm", r.compile_ms_warm},
                             {"peak_bytes", r.peak_bytes}};
-}
-
-// One JSON value on a line of stdout (through stdio, like the table rows).
-void PrintJsonLine(const llvm::json::Value& v) {
-  std::string line;
-  llvm::raw_string_ostream os(line);
-  os << v << "\n";
-  std::fputs(os.str().c_str(), stdout);
 }
 
 // One --bandwidth measurement: `bytes` moved per run of `fn` on `device`,
