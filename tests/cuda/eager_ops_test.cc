@@ -207,6 +207,31 @@ TEST_F(CudaTest, MatmulMatchesTheCpuGemm) {
               matmul(a.to(DType::kBF16), b.to(DType::kBF16)), 1.0 / 128, 1e-2, "bf16");
 }
 
+// cat on the device (strided and mixed-dtype operands, a negative dim)
+// equals the CPU's bit for bit, with no host round trip; split and chunk
+// views of device tensors join back to the original.
+TEST_F(CudaTest, CatMatchesTheCpuWithoutHostRoundTrips) {
+  const int64_t before = runtime::cuda::GetEagerStats().host_fallbacks;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kI64}) {
+    const std::string t(ir::DTypeName(dt));
+    const Tensor a = Random({3, 4}, DType::kF32, -2, 2).to(dt);
+    const Tensor b = Random({3, 2}, DType::kF32, -2, 2).to(dt);
+    const Tensor da = a.to(kCuda), db = b.to(kCuda);
+    ExpectSame(cat({da, db}, -1), cat({a, b}, -1), "cat " + t);
+    ExpectSame(cat({da.transpose(0, 1), da.transpose(0, 1)}, 0),
+               cat({a.transpose(0, 1), a.transpose(0, 1)}, 0),
+               "cat strided " + t);
+    ExpectSame(cat(split(da, 3, 1), 1), a, "split and cat " + t);
+    ExpectSame(stack(chunk(da, 2, 1), 0), stack(chunk(a, 2, 1), 0),
+               "chunk and stack " + t);
+  }
+  const Tensor h = Random({2, 3}, DType::kBF16, -2, 2),
+               f = Random({2, 3}, DType::kF32, -2, 2);
+  ExpectSame(cat({h.to(kCuda), f.to(kCuda)}), cat({h, f}), "cat bf16 + f32");
+  EXPECT_EQ(runtime::cuda::GetEagerStats().host_fallbacks, before)
+      << runtime::cuda::HostFallbackSummary();
+}
+
 TEST_F(CudaTest, RowKernelsMatchTheCpuWithoutHostRoundTrips) {
   const int64_t before = runtime::cuda::GetEagerStats().host_fallbacks;
   for (DType dt : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16}) {
