@@ -1,13 +1,29 @@
 #!/usr/bin/env python3
 """PyTorch (and optionally JAX) peers of tools/stepjit-bench's workloads.
 
-Same four MLP training steps (forward, cross-entropy, backward, optimizer),
-f32 on the CPU with 2 threads, a rotating pool of 16 random batches drawn with
-a fixed seed (the same scheme as stepjit-bench; the values differ because the
-generators differ, which does not matter for timing). Prints one JSON object
-per line per workload and mode with the keys of `stepjit-bench --json`:
-workload, mode, dtype, ms_per_step, kernels_per_step, compile_ms_cold,
-compile_ms_warm, peak_bytes.
+The same training steps (forward, cross-entropy, backward, optimizer) as
+stepjit-bench, f32 on the CPU with 2 threads, on a rotating pool of 16 random
+batches drawn with a fixed seed (the same scheme as stepjit-bench; the values
+differ because the generators differ, which does not matter for timing):
+  mlp*            MLPs (Linear + ReLU) on random f32 inputs and class labels.
+  gpt_dD_lL_tT_bB stepjit's nn::GPT (runtime/nn/transformer.h): token and
+                  learned position embeddings, L pre-LN blocks (LayerNorm,
+                  causal multi-head self-attention with one fused QKV
+                  projection and an output projection, residual; LayerNorm,
+                  Linear(D, 4D), exact GELU, Linear(4D, D), residual), a final
+                  LayerNorm and an untied vocabulary head with bias; the loss
+                  is the mean cross-entropy of the next token over all B x T
+                  positions. Batches are random token ids [B, T + 1]: the
+                  first T are the inputs, the last T the targets. Init as
+                  stepjit's: embeddings N(0, 1), in_proj xavier-uniform with
+                  zero bias, out_proj's bias zero, other Linears
+                  U(+-1/sqrt(fan_in)), LayerNorms 1 and 0. The torch modes
+                  call F.scaled_dot_product_attention(is_causal=True); jax_jit
+                  writes the masked softmax out with jnp ops.
+AdamW (all workloads but mlp784_sgd_b128) has stepjit's defaults, weight
+decay on every parameter. Prints one JSON object per line per workload and
+mode with the keys of `stepjit-bench --json`: workload, mode, dtype,
+ms_per_step, kernels_per_step, compile_ms_cold, compile_ms_warm, peak_bytes.
 
 Modes:
   torch_eager    plain PyTorch; kernels_per_step null, compile 0.
@@ -17,6 +33,8 @@ Modes:
                  after torch._dynamo.reset() (the inductor disk cache may hit).
   jax_jit        jax.jit + optax, when jax and optax import (XLA uses all
                  cores of the machine; on the 2-core machine that is 2).
+--amp bf16 runs the torch modes' forward and loss under
+torch.autocast("cpu", bfloat16); jax_jit is f32 only and is skipped then.
 peak_bytes is always null: PyTorch and XLA allocate tensors in C++, which
 tracemalloc does not see, so no comparable number is available.
 A mode that cannot run prints one "skip: ..." line on stderr.
@@ -34,6 +52,15 @@ WORKLOADS = {
     "tiny_mlp_adamw_b32": dict(widths=[64, 64, 64, 64, 10], batch=32, opt="adamw", lr=1e-3),
     "mlp1024x3_adamw_b512": dict(widths=[1024, 1024, 1024, 1024, 10], batch=512, opt="adamw",
                                  lr=1e-3),
+    # bench/workloads.cc's GptShape: vocab, d_model, heads, context, layers.
+    "gpt_d64_l1_t32_b16": dict(gpt=dict(vocab=65, d_model=64, heads=4, context=32, layers=1),
+                               batch=16, opt="adamw", lr=1e-3),
+    "gpt_d128_l2_t64_b16": dict(gpt=dict(vocab=65, d_model=128, heads=4, context=64, layers=2),
+                                batch=16, opt="adamw", lr=1e-3),
+    # examples/char_lm's default model and batch, with a vocabulary of 114.
+    "gpt_d128_l4_t128_b32": dict(gpt=dict(vocab=114, d_model=128, heads=4, context=128,
+                                          layers=4),
+                                 batch=32, opt="adamw", lr=1e-3),
 }
 ALL_MODES = ["torch_eager", "torch_compile", "jax_jit"]
 POOL = 16
@@ -71,6 +98,66 @@ def time_steps(call, pool, warmup, steps, sync=lambda out: None):
     return statistics.median(ms)
 
 
+def torch_gpt(g):
+    """stepjit's nn::GPT of shape `g` (runtime/nn/transformer.h) as a torch
+    nn.Module, with the same init scheme and parameter count."""
+    import torch
+    from torch import nn
+    F = nn.functional
+
+    class Attention(nn.Module):
+        """nn::MultiheadAttention(causal): one [3D, D] QKV projection."""
+
+        def __init__(self, d, heads):
+            super().__init__()
+            self.heads = heads
+            self.in_proj_weight = nn.Parameter(nn.init.xavier_uniform_(torch.empty(3 * d, d)))
+            self.in_proj_bias = nn.Parameter(torch.zeros(3 * d))
+            self.out_proj = nn.Linear(d, d)
+            nn.init.zeros_(self.out_proj.bias)
+
+        def forward(self, x):
+            b, t, d = x.shape
+            qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
+            q, k, v = (z.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+                       for z in qkv.split(d, dim=-1))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.out_proj(y.transpose(1, 2).reshape(b, t, d))
+
+    class Block(nn.Module):
+        """nn::TransformerBlock: pre-LN attention and GELU MLP, dropout 0."""
+
+        def __init__(self, d, heads):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(d)
+            self.attn = Attention(d, heads)
+            self.ln2 = nn.LayerNorm(d)
+            self.fc1 = nn.Linear(d, 4 * d)
+            self.fc2 = nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            x = x + self.attn(self.ln1(x))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    class GPT(nn.Module):
+        def __init__(self, vocab, d_model, heads, context, layers):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, d_model)  # N(0, 1), as stepjit's
+            self.pos = nn.Embedding(context, d_model)
+            self.blocks = nn.ModuleList(Block(d_model, heads) for _ in range(layers))
+            self.ln_f = nn.LayerNorm(d_model)
+            self.head = nn.Linear(d_model, vocab)  # GPTOptions: tie_weights false
+            self.register_buffer("positions", torch.arange(context), persistent=False)
+
+        def forward(self, tokens):
+            x = self.tok(tokens) + self.pos(self.positions[:tokens.shape[1]])
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.ln_f(x))
+
+    return GPT(**g)
+
+
 def torch_setup(w, device="cpu", bf16=None):
     """Model, optimizer, step and batch pool of workload `w` on `device`;
     bf16 autocast when `bf16` (default: --amp bf16)."""
@@ -78,26 +165,41 @@ def torch_setup(w, device="cpu", bf16=None):
     if bf16 is None:
         bf16 = AMP == "bf16"
     torch.manual_seed(0)
-    layers = []
-    for i in range(len(w["widths"]) - 1):
-        if i > 0:
-            layers.append(torch.nn.ReLU())
-        layers.append(torch.nn.Linear(w["widths"][i], w["widths"][i + 1]))
-    model = torch.nn.Sequential(*layers).to(device)
+    if "gpt" in w:
+        model = torch_gpt(w["gpt"])
+    else:
+        layers = []
+        for i in range(len(w["widths"]) - 1):
+            if i > 0:
+                layers.append(torch.nn.ReLU())
+            layers.append(torch.nn.Linear(w["widths"][i], w["widths"][i + 1]))
+        model = torch.nn.Sequential(*layers)
+    model = model.to(device)
     if w["opt"] == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=w["lr"], momentum=0.9)
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=w["lr"], betas=BETAS, eps=EPS,
                                 weight_decay=WEIGHT_DECAY)
     gen = torch.Generator().manual_seed(DATA_SEED)
-    pool = [(torch.randn(w["batch"], w["widths"][0], generator=gen).to(device),
-             torch.randint(0, w["widths"][-1], (w["batch"],), generator=gen).to(device))
-            for _ in range(POOL)]
+    if "gpt" in w:
+        # Random tokens; the targets are the inputs shifted by one position.
+        t = w["gpt"]["context"]
+        seqs = [torch.randint(0, w["gpt"]["vocab"], (w["batch"], t + 1), generator=gen)
+                for _ in range(POOL)]
+        pool = [(s[:, :t].contiguous().to(device), s[:, 1:].contiguous().to(device))
+                for s in seqs]
+    else:
+        pool = [(torch.randn(w["batch"], w["widths"][0], generator=gen).to(device),
+                 torch.randint(0, w["widths"][-1], (w["batch"],), generator=gen).to(device))
+                for _ in range(POOL)]
 
     def step(x, y):
         opt.zero_grad()
         with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
+            out = model(x)
+            if out.dim() == 3:  # the GPT's [B, T, vocab] as rows
+                out, y = out.reshape(-1, out.shape[-1]), y.reshape(-1)
+            loss = torch.nn.functional.cross_entropy(out, y)
         loss.backward()
         opt.step()
         return loss
@@ -127,7 +229,8 @@ def run_torch_compile(name, w, args):
     return result(name, "torch_compile", ms, cold, warm)
 
 
-def run_jax_jit(name, w, args):
+def jax_mlp(w):
+    """Initial params, loss(params, x, y) and batch pool of MLP workload `w`."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -140,10 +243,6 @@ def run_jax_jit(name, w, args):
         bound = 1.0 / fan_in ** 0.5
         params.append((jax.random.uniform(k1, (fan_in, fan_out), jnp.float32, -bound, bound),
                        jax.random.uniform(k2, (fan_out,), jnp.float32, -bound, bound)))
-    if w["opt"] == "sgd":
-        tx = optax.sgd(w["lr"], momentum=0.9)
-    else:
-        tx = optax.adamw(w["lr"], b1=BETAS[0], b2=BETAS[1], eps=EPS, weight_decay=WEIGHT_DECAY)
 
     def loss_fn(p, x, y):
         h = x
@@ -153,17 +252,100 @@ def run_jax_jit(name, w, args):
             h = h @ wt + b
         return optax.softmax_cross_entropy_with_integer_labels(h, y).mean()
 
-    def train_step(p, s, x, y):
-        loss, g = jax.value_and_grad(loss_fn)(p, x, y)
-        updates, s = tx.update(g, s, p)
-        return optax.apply_updates(p, updates), s, loss
-
     rng = jax.random.PRNGKey(DATA_SEED)
     pool = []
     for _ in range(POOL):
         rng, kx, ky = jax.random.split(rng, 3)
         pool.append((jax.random.normal(kx, (w["batch"], w["widths"][0]), jnp.float32),
                      jax.random.randint(ky, (w["batch"],), 0, w["widths"][-1])))
+    return params, loss_fn, pool
+
+
+def jax_gpt(w):
+    """The GPT of torch_gpt as pure functions over a dict of params (Linear
+    weights stored [in, out]), with its loss and batch pool."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    g = w["gpt"]
+    vocab, d, heads, context = g["vocab"], g["d_model"], g["heads"], g["context"]
+    keys = iter(jax.random.split(jax.random.PRNGKey(0), 8 * g["layers"] + 8))
+
+    def uniform(shape, bound):
+        return jax.random.uniform(next(keys), shape, jnp.float32, -bound, bound)
+
+    def linear(fan_in, fan_out):  # torch.nn.Linear's default init
+        bound = 1.0 / fan_in ** 0.5
+        return dict(w=uniform((fan_in, fan_out), bound), b=uniform((fan_out,), bound))
+
+    def layer_norm():
+        return dict(g=jnp.ones((d,), jnp.float32), b=jnp.zeros((d,), jnp.float32))
+
+    def block():
+        out_proj = linear(d, d)
+        out_proj["b"] = jnp.zeros((d,), jnp.float32)
+        return dict(ln1=layer_norm(),
+                    in_proj=dict(w=uniform((d, 3 * d), (6.0 / (4 * d)) ** 0.5),  # xavier
+                                 b=jnp.zeros((3 * d,), jnp.float32)),
+                    out_proj=out_proj, ln2=layer_norm(), fc1=linear(d, 4 * d),
+                    fc2=linear(4 * d, d))
+
+    params = dict(tok=jax.random.normal(next(keys), (vocab, d), jnp.float32),
+                  pos=jax.random.normal(next(keys), (context, d), jnp.float32),
+                  blocks=[block() for _ in range(g["layers"])],
+                  ln_f=layer_norm(), head=linear(d, vocab))
+
+    def dense(p, x):
+        return x @ p["w"] + p["b"]
+
+    def norm(p, x, eps=1e-5):
+        mu = x.mean(-1, keepdims=True)
+        var = jnp.square(x - mu).mean(-1, keepdims=True)
+        return (x - mu) * jax.lax.rsqrt(var + eps) * p["g"] + p["b"]
+
+    def attention(p, x):
+        b, t, _ = x.shape
+        q, k, v = (z.reshape(b, t, heads, d // heads).transpose(0, 2, 1, 3)
+                   for z in jnp.split(dense(p["in_proj"], x), 3, axis=-1))
+        att = (q @ k.swapaxes(-1, -2)) * (d // heads) ** -0.5
+        att = jnp.where(jnp.tril(jnp.ones((t, t), bool)), att, -jnp.inf)
+        y = jax.nn.softmax(att, axis=-1) @ v
+        return dense(p["out_proj"], y.transpose(0, 2, 1, 3).reshape(b, t, d))
+
+    def loss_fn(p, x, y):
+        h = p["tok"][x] + p["pos"][:x.shape[1]]
+        for bp in p["blocks"]:
+            h = h + attention(bp, norm(bp["ln1"], h))
+            h = h + dense(bp["fc2"], jax.nn.gelu(dense(bp["fc1"], norm(bp["ln2"], h)),
+                                                 approximate=False))
+        logits = dense(p["head"], norm(p["ln_f"], h))
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+    rng = jax.random.PRNGKey(DATA_SEED)
+    pool = []
+    for _ in range(POOL):
+        rng, k = jax.random.split(rng)
+        seq = jax.random.randint(k, (w["batch"], context + 1), 0, vocab)
+        pool.append((seq[:, :context], seq[:, 1:]))
+    return params, loss_fn, pool
+
+
+def run_jax_jit(name, w, args):
+    import jax
+    import optax
+
+    params, loss_fn, pool = (jax_gpt if "gpt" in w else jax_mlp)(w)
+    if w["opt"] == "sgd":
+        tx = optax.sgd(w["lr"], momentum=0.9)
+    else:
+        tx = optax.adamw(w["lr"], b1=BETAS[0], b2=BETAS[1], eps=EPS, weight_decay=WEIGHT_DECAY)
+
+    def train_step(p, s, x, y):
+        loss, g = jax.value_and_grad(loss_fn)(p, x, y)
+        updates, s = tx.update(g, s, p)
+        return optax.apply_updates(p, updates), s, loss
+
     state = {"p": params, "s": tx.init(params)}
 
     def make(jitted):

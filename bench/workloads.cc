@@ -86,6 +86,17 @@ const std::vector<Workload>& Workloads() {
                        .heads = 4,
                        .context = 64,
                        .layers = 2}},
+      {.name = "gpt_d128_l4_t128_b32",
+       .description = "GPT: vocab 114, width 128, 4 heads, 4 layers, context "
+                      "128, batch 32, AdamW (examples/char_lm's model)",
+       .batch = 32,
+       .opt = OptKind::kAdamW,
+       .lr = 1e-3,
+       .gpt = GptShape{.vocab = 114,
+                       .d_model = 128,
+                       .heads = 4,
+                       .context = 128,
+                       .layers = 4}},
   };
   return kAll;
 }
@@ -102,6 +113,19 @@ const std::vector<Workload>& CudaWorkloads() {
        .opt = OptKind::kAdamW,
        .lr = 1e-3,
        .amp = DType::kBF16},
+      // About 1.3 TFLOP of GEMMs per step and 25.5M parameters.
+      {.name = "gpt_d512_l8_t256_b32_bf16",
+       .description = "GPT: vocab 114, width 512, 8 heads, 8 layers, context "
+                      "256, batch 32, AdamW, bf16 autocast",
+       .batch = 32,
+       .opt = OptKind::kAdamW,
+       .lr = 1e-3,
+       .amp = DType::kBF16,
+       .gpt = GptShape{.vocab = 114,
+                       .d_model = 512,
+                       .heads = 8,
+                       .context = 256,
+                       .layers = 8}},
   };
   return kAll;
 }

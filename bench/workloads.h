@@ -45,11 +45,13 @@ struct Workload {
 };
 
 // (a) mlp784_adamw_b128, (b) mlp784_sgd_b128, (c) tiny_mlp_adamw_b32,
-// (d) mlp1024x3_adamw_b512, (e) gpt_d64_l1_t32_b16 and
-// (f) gpt_d128_l2_t64_b16 (the language model; softmax, layer_norm and
-// cross-entropy rows are a large part of their steps): sized for the CPU.
+// (d) mlp1024x3_adamw_b512, (e) gpt_d64_l1_t32_b16, (f) gpt_d128_l2_t64_b16
+// and (g) gpt_d128_l4_t128_b32 (the language model, (g) at examples/char_lm's
+// size; softmax, layer_norm and cross-entropy rows are a large part of their
+// steps): sized for the CPU.
 const std::vector<Workload>& Workloads();
-// Sized for a GPU, far too slow on a CPU: mlp4096x4_adamw_b4096_bf16.
+// Sized for a GPU, far too slow on a CPU: mlp4096x4_adamw_b4096_bf16 and
+// gpt_d512_l8_t256_b32_bf16.
 const std::vector<Workload>& CudaWorkloads();
 // Either list's workload; nullptr when none has that name.
 const Workload* FindWorkload(const std::string& name);

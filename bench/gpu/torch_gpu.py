@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """PyTorch on CUDA: the GPU peers of `stepjit-bench --device cuda`.
 
-The same MLP training steps as bench/torch_reference.py (forward,
-cross-entropy, backward, optimizer; torch.manual_seed(0) init, AdamW with
-stepjit's defaults or SGD with momentum 0.9, a rotating pool of 16 random
-batches drawn on the CPU with a fixed seed and copied to the GPU), plus the
-GPU-sized mlp4096x4_adamw_b4096_bf16 (its forward under bf16 autocast).
+The same training steps as bench/torch_reference.py (forward, cross-entropy,
+backward, optimizer; torch.manual_seed(0) init, AdamW with stepjit's
+defaults or SGD with momentum 0.9, a rotating pool of 16 random batches
+drawn on the CPU with a fixed seed and copied to the GPU): its MLPs and
+GPT language models, plus the GPU-sized ones, each with its forward under
+bf16 autocast: mlp4096x4_adamw_b4096_bf16 and gpt_d512_l8_t256_b32_bf16
+(vocab 114, width 512, 8 heads, 8 layers, context 256, batch 32; attention
+is F.scaled_dot_product_attention, which picks a fused flash or
+memory-efficient kernel on the GPU).
 Every step is followed by torch.cuda.synchronize() before the host clock
 stops, as stepjit-bench does; ms_per_step is the median over the timed steps.
 f32 matmuls stay f32 (PyTorch's default, allow_tf32 off), as in stepjit.
@@ -37,13 +41,18 @@ import sys
 import time
 
 # The CPU comparison's workloads and model setup (bench/torch_reference.py),
-# plus the GPU-sized one.
+# plus the GPU-sized ones (bench/workloads.cc's CudaWorkloads()). The GPT's
+# GEMMs are about 1.3 TFLOP per step (25M parameters x 6 x 8192 tokens, plus
+# the attention products), near the MLP's 1.6.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import torch_reference  # noqa: E402
 
 WORKLOADS = dict(torch_reference.WORKLOADS)
 WORKLOADS["mlp4096x4_adamw_b4096_bf16"] = dict(widths=[4096] * 5 + [10], batch=4096,
                                                opt="adamw", lr=1e-3, amp="bf16")
+WORKLOADS["gpt_d512_l8_t256_b32_bf16"] = dict(
+    gpt=dict(vocab=114, d_model=512, heads=8, context=256, layers=8), batch=32, opt="adamw",
+    lr=1e-3, amp="bf16")
 ALL_MODES = ["torch_eager", "torch_compile", "torch_compile_ro"]
 COMPILE_MODE = {"torch_compile": "default", "torch_compile_ro": "reduce-overhead"}
 
@@ -127,7 +136,9 @@ def run_bandwidth(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workload", choices=sorted(WORKLOADS), help="run only this workload")
+    ap.add_argument("--workload", metavar="NAME[,NAME...]",
+                    help="run only these workloads, in this order (default: all); known: "
+                         + ", ".join(WORKLOADS))
     ap.add_argument("--steps", type=int, default=50, help="timed steps or runs (default 50)")
     ap.add_argument("--warmup", type=int, default=10, help="untimed steps first (default 10)")
     ap.add_argument("--modes", default=",".join(ALL_MODES),
@@ -142,6 +153,10 @@ def main():
     bad = [m for m in modes if m not in ALL_MODES]
     if bad:
         ap.error(f"unknown mode(s) {','.join(bad)}; known: {','.join(ALL_MODES)}")
+    names = [n for n in (args.workload or "").split(",") if n] or list(WORKLOADS)
+    bad = [n for n in names if n not in WORKLOADS]
+    if bad:
+        ap.error(f"unknown workload(s) {','.join(bad)}; known: {', '.join(WORKLOADS)}")
     try:
         import torch
     except ImportError as e:
@@ -158,11 +173,9 @@ def main():
             skip(m, f"torch {torch.__version__} has no torch.compile (needs PyTorch 2.x)")
         modes = [m for m in modes if m == "torch_eager"]
     for mode in modes:
-        for name, w in WORKLOADS.items():
-            if args.workload and name != args.workload:
-                continue
+        for name in names:
             try:
-                run_workload(name, w, mode, args)
+                run_workload(name, WORKLOADS[name], mode, args)
             except Exception as e:  # a peer failing must not hide the others
                 skip(mode, f"{name} failed: {type(e).__name__}: {e}")
     return 0
