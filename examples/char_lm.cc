@@ -173,8 +173,9 @@ double Validate(nn::GPTImpl& model, const std::vector<int64_t>& ids,
   return n > 0 ? total / static_cast<double>(n) : NAN;
 }
 
-// `n` characters after `prompt`: softmax(logits / temperature) over the
-// top_k likeliest characters, drawn with `gen`.
+// `n` characters after a newline: softmax(logits / temperature) over the
+// top_k likeliest characters (topk), one drawn with `gen` (multinomial), on
+// the model's device; only the chosen id comes back to the host.
 std::string Sample(nn::GPTImpl& model, const data::CharCorpus& corpus,
                    const Config& c, int64_t n, Generator& gen) {
   model.eval();
@@ -186,25 +187,15 @@ std::string Sample(nn::GPTImpl& model, const data::CharCorpus& corpus,
     std::vector<int64_t> window(ids.end() - t, ids.end());
     const Tensor logits =
         model(from_vector(window, {1, t}, {.dtype = DType::kI64}).to(c.device));
-    std::vector<double> l = logits.slice(1, t - 1, t)
-                                .to(Device::cpu())
-                                .to(DType::kF64)
-                                .reshape({-1})
-                                .to_vector<double>();
-    std::vector<double> sorted = l;
-    std::sort(sorted.begin(), sorted.end(), std::greater<>());
-    const double cut =
-        c.top_k > 0 && c.top_k < static_cast<int64_t>(sorted.size())
-            ? sorted[c.top_k - 1]
-            : -INFINITY;
-    double total = 0;
-    for (double& x : l)
-      total += (x = x >= cut ? std::exp((x - sorted[0]) / c.temperature) : 0);
-    double u = rand({}, {.dtype = DType::kF64}, &gen).item() * total;
-    int64_t pick = 0;
-    while (pick + 1 < static_cast<int64_t>(l.size()) && (u -= l[pick]) > 0)
-      ++pick;
-    ids.push_back(pick);
+    const int64_t vocab = logits.shape().back();
+    const Tensor last =
+        logits.slice(1, t - 1, t).reshape({1, vocab}).to(DType::kF32);
+    const int64_t k = c.top_k > 0 && c.top_k < vocab ? c.top_k : vocab;
+    const TopK top = topk(last / c.temperature, k);
+    const Tensor pick = multinomial(softmax(top.values, -1), 1, false, &gen);
+    const std::vector<int64_t> kept =
+        top.indices.to(Device::cpu()).to_vector<int64_t>();
+    ids.push_back(kept[static_cast<size_t>(pick.to(Device::cpu()).item())]);
   }
   model.train();
   return corpus.Decode(std::vector<int64_t>(ids.begin() + 1, ids.end()));

@@ -424,6 +424,31 @@ absl::StatusOr<TensorType> InferCat(OpId op, absl::Span<const TensorType> in,
   return TensorType{ResultType(in), out};
 }
 
+// topk: `k` elements of a rank >= 1 operand along `dim`.
+absl::StatusOr<TensorType> InferTopk(OpId op, absl::Span<const TensorType> in,
+                                     const Attrs& attrs) {
+  const int64_t rank = static_cast<int64_t>(in[0].shape.size());
+  if (rank == 0) return InvalidInputs(op, in, "needs an operand of rank >= 1");
+  if (in[0].dtype == DType::kBool)
+    return InvalidInputs(op, in, "needs numbers, got bool");
+  const int64_t dim = attrs.GetInt(AttrKey::kDim, -1);
+  if (dim < -rank || dim >= rank) {
+    return InvalidInputs(
+        op, in, absl::StrCat("dim ", dim, " is out of range for rank ", rank));
+  }
+  const int64_t d = WrapDim(dim, rank);
+  const int64_t k = attrs.GetInt(AttrKey::kK, -1);
+  if (k < 0 || k > in[0].shape[d]) {
+    return InvalidInputs(op, in,
+                         absl::StrCat("k must be in [0, ", in[0].shape[d],
+                                      "] (the size of dim ", d, "), got ", k));
+  }
+  Shape out = in[0].shape;
+  out[d] = k;
+  return TensorType{
+      attrs.GetBool(AttrKey::kIndices) ? DType::kI64 : in[0].dtype, out};
+}
+
 absl::StatusOr<TensorType> InferDataMovement(OpId op,
                                              absl::Span<const TensorType> in,
                                              const Attrs& attrs) {
@@ -440,6 +465,8 @@ absl::StatusOr<TensorType> InferDataMovement(OpId op,
     }
     case OpId::kCat:
       return InferCat(op, in, attrs);
+    case OpId::kTopk:
+      return InferTopk(op, in, attrs);
     case OpId::kOneHot: {
       if (!IsIntegral(in[0].dtype)) {
         return InvalidInputs(op, in, "indices must be integers");
@@ -454,10 +481,35 @@ absl::StatusOr<TensorType> InferDataMovement(OpId op,
 }
 
 // Factories and random ops: those without operands make a tensor of the
-// `shape` and `dtype` attributes; one with an operand (dropout) keeps its type.
+// `shape` and `dtype` attributes; dropout keeps its operand's type;
+// multinomial draws `num_samples` i64 indices per row of its operand.
 absl::StatusOr<TensorType> InferGenerator(OpId op,
                                           absl::Span<const TensorType> in,
                                           const Attrs& attrs) {
+  if (op == OpId::kMultinomial) {
+    if (!IsFloating(in[0].dtype) || in[0].shape.empty() ||
+        in[0].shape.back() == 0) {
+      return InvalidInputs(op, in,
+                           "needs floating-point weights with a non-empty "
+                           "last dim of categories");
+    }
+    const int64_t n = in[0].shape.back();
+    const int64_t samples = attrs.GetInt(AttrKey::kNumSamples, 0);
+    const bool replacement = attrs.GetBool(AttrKey::kReplacement);
+    if (samples < 1 || (!replacement && samples > n)) {
+      return InvalidInputs(
+          op, in,
+          absl::StrCat("num_samples must be >= 1",
+                       replacement ? ""
+                                   : absl::StrCat(" and <= ", n,
+                                                  " (the categories) without "
+                                                  "replacement"),
+                       ", got ", samples));
+    }
+    Shape out = in[0].shape;
+    out.back() = samples;
+    return TensorType{DType::kI64, out};
+  }
   if (!in.empty()) return in[0];
   std::vector<int64_t> s = attrs.GetInts(AttrKey::kShape);
   for (int64_t d : s) {

@@ -1,6 +1,8 @@
 // Public op functions: thin wrappers that build attributes and call Dispatch.
 #include "runtime/ops.h"
 
+#include <algorithm>
+
 #include "ir/status.h"
 #include "runtime/dispatch.h"
 
@@ -278,6 +280,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
                   {{AttrKey::kReduction, reduction},
                    {AttrKey::kLabelSmoothing, label_smoothing}});
 }
+TopK topk(const Tensor& x, int64_t k, int64_t dim, bool largest) {
+  const ir::Attrs attrs = {
+      {AttrKey::kK, k}, {AttrKey::kDim, dim}, {AttrKey::kLargest, largest}};
+  ir::Attrs index_attrs = attrs;
+  index_attrs.Set(AttrKey::kIndices, true);
+  return {Dispatch(OpId::kTopk, {x}, attrs),
+          Dispatch(OpId::kTopk, {x}, index_attrs)};
+}
+
 Tensor mse_loss(const Tensor& input, const Tensor& target, const std::string& reduction) {
   SJ_REQUIRE(reduction == "mean" || reduction == "sum" || reduction == "none",
              "mse_loss: reduction must be 'mean', 'sum' or 'none', got '", reduction, "'");
@@ -293,6 +304,29 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
                   {{AttrKey::kP, p},
                    {AttrKey::kSeed, static_cast<int64_t>(g.seed())},
                    {AttrKey::kOffset, static_cast<int64_t>(offset)}});
+}
+
+Tensor multinomial(const Tensor& weights, int64_t num_samples, bool replacement,
+                   Generator* gen) {
+  SJ_REQUIRE(weights.defined(), "multinomial: weights is an undefined tensor");
+  SJ_REQUIRE(weights.dim() >= 1 && weights.shape().back() > 0,
+             "multinomial: weights need a non-empty last dim of categories, "
+             "got shape ",
+             ir::ShapeToString(weights.shape()));
+  Generator& g = gen ? *gen : default_generator();
+  const int64_t n = weights.shape().back();
+  const int64_t rows = weights.numel() / n;
+  // One word per draw with replacement; one per category without (each
+  // category's exponential race time).
+  const uint64_t words =
+      static_cast<uint64_t>(rows) *
+      static_cast<uint64_t>(replacement ? std::max<int64_t>(num_samples, 0)
+                                        : n);
+  return Dispatch(OpId::kMultinomial, {weights},
+                  {{AttrKey::kNumSamples, num_samples},
+                   {AttrKey::kReplacement, replacement},
+                   {AttrKey::kSeed, static_cast<int64_t>(g.seed())},
+                   {AttrKey::kOffset, static_cast<int64_t>(g.Reserve(words))}});
 }
 
 namespace {

@@ -115,6 +115,16 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
 // size runs out first, as in PyTorch).
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
 
+// The `k` largest elements of `x` along `dim` (the smallest when !largest)
+// and their positions, in order: NaN counts as the largest value and ties
+// keep the lower index first. The values have x's dtype and a gradient (the
+// output gradient scattered back to the positions); the indices are i64.
+struct TopK {
+  Tensor values;
+  Tensor indices;
+};
+TopK topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
+
 // reduction: "mean", "sum" (or "none" for mse_loss).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
                      const std::string& reduction = "mean",
@@ -126,6 +136,17 @@ Tensor mse_loss(const Tensor& input, const Tensor& target,
 // by 1/(1-p); the mask comes from Philox(seed, offset) of `gen`.
 Tensor dropout(const Tensor& x, double p, bool training = true,
                Generator* gen = nullptr);
+
+// `num_samples` category indices (i64) drawn from each row of `weights`'
+// last dim, whose non-negative finite weights need not sum to 1: with
+// replacement each draw is independent; without, a category is drawn at most
+// once (needs num_samples <= the categories with positive weight). The draws
+// come from Philox(seed, offset) of `gen`, so the tracer records them and a
+// compiled step draws anew each call. Throws stepjit::Error on a row with a
+// negative, infinite or NaN weight or with no positive weight (the CUDA
+// kernel, which cannot throw, writes -1 for such a row).
+Tensor multinomial(const Tensor& weights, int64_t num_samples,
+                   bool replacement = false, Generator* gen = nullptr);
 
 // Random factories (uniform [0,1), standard normal, integers in [low, high)).
 Tensor rand(ShapeRef shape, TensorOptions options = {}, Generator* gen = nullptr);

@@ -1,6 +1,7 @@
 // Gradient rules: one case per differentiable op of ir/ops.def.
 #include "runtime/autograd/grad_rules.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -54,6 +55,39 @@ std::vector<Tensor> MatmulGrads(const GradContext& c, const Tensor& g) {
     gb = tb ? matmul(g, a, true, ta) : matmul(a, g, !ta, false);
   }
   return {ga, gb};
+}
+
+// Each selected value's gradient goes back to its position: the positions
+// (topk with indices = true) flattened over rows of the selected dim, and
+// the gradient scattered there by embedding_backward (one-wide rows).
+Tensor TopkGrad(const GradContext& c, const Tensor& g) {
+  const Tensor& x = c.inputs[0];
+  const int64_t d = ir::WrapDim(c.attrs.GetInt(AttrKey::kDim, -1), x.dim());
+  ir::Attrs index_attrs = c.attrs;
+  index_attrs.Set(AttrKey::kIndices, true);
+  const Tensor idx = runtime::Dispatch(OpId::kTopk, {x}, index_attrs);
+  std::vector<int64_t> perm, inverse(static_cast<size_t>(x.dim()));
+  Shape rows_shape, base_shape;
+  for (int64_t i = 0; i < x.dim(); ++i) {
+    if (i == d) continue;
+    perm.push_back(i);
+    rows_shape.push_back(x.shape()[i]);
+    base_shape.push_back(x.shape()[i]);
+  }
+  perm.push_back(d);
+  rows_shape.push_back(x.shape()[d]);
+  base_shape.push_back(1);
+  for (size_t i = 0; i < perm.size(); ++i)
+    inverse[perm[i]] = static_cast<int64_t>(i);
+  const int64_t n = x.shape()[d], rows = x.numel() / std::max<int64_t>(n, 1);
+  const Tensor base =
+      arange(0, static_cast<double>(rows * n), static_cast<double>(n),
+             {.dtype = DType::kI64, .device = x.device()})
+          .reshape(base_shape);
+  const Tensor flat = (idx.permute(perm) + base).reshape({-1});
+  const Tensor scattered =
+      embedding_backward(g.permute(perm).reshape({-1, 1}), flat, rows * n);
+  return scattered.reshape(rows_shape).permute(inverse);
 }
 
 std::vector<Tensor> LayerNormGrads(const GradContext& c, const Tensor& g) {
@@ -213,6 +247,8 @@ std::vector<Tensor> ComputeGrads(const GradContext& c, const Tensor& g) {
       }
       return grads;
     }
+    case OpId::kTopk:
+      return {TopkGrad(c, g)};
     case OpId::kEmbedding:
       return {embedding_backward(g, in[1], in[0].shape()[0]), Tensor()};
     case OpId::kDropout:

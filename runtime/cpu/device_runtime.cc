@@ -38,6 +38,7 @@ DeviceRuntime Make() {
   RegisterNnKernels(table);
   RegisterMatmulKernels(table);
   RegisterMiscKernels(table);
+  RegisterSamplingKernels(table);
   for (int i = 0; i < ir::kNumOps; ++i) rt.kernels[i] = table[i];
   rt.copy_into = &CopyInto;
   rt.allocate = &Allocate;

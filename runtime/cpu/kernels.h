@@ -13,6 +13,7 @@ void RegisterReductionKernels(KernelTable& table);
 void RegisterNnKernels(KernelTable& table);
 void RegisterMatmulKernels(KernelTable& table);
 void RegisterMiscKernels(KernelTable& table);
+void RegisterSamplingKernels(KernelTable& table);
 
 // Helpers for kernels. They never go through Dispatch, so a kernel's
 // internal work is invisible to autograd and to dispatch observers.

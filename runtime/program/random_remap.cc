@@ -9,6 +9,13 @@ using ir::AttrKey;
 
 int64_t RandomWords(const ir::Node& node) {
   const ir::OpId op = node.op();
+  if (op == ir::OpId::kMultinomial) {  // as stepjit::multinomial reserves
+    const ir::Shape& w = node.inputs()[0]->type().shape;
+    const int64_t rows = ir::NumElements(w) / w.back();
+    return rows * (node.attrs().GetBool(AttrKey::kReplacement)
+                       ? node.attrs().GetInt(AttrKey::kNumSamples)
+                       : w.back());
+  }
   int64_t n = op == ir::OpId::kDropout
                   ? ir::NumElements(node.inputs()[0]->type().shape)
                   : ir::NumElements(node.output()->type().shape);

@@ -232,6 +232,46 @@ TEST_F(CudaTest, CatMatchesTheCpuWithoutHostRoundTrips) {
       << runtime::cuda::HostFallbackSummary();
 }
 
+// topk (any dim, both orders, NaN and ties) and multinomial (with and
+// without replacement, f32 and bf16 weights) on the device select and draw
+// exactly the CPU's indices from the same seed, with no host round trip; a
+// row the CPU refuses gets -1 from the device kernel, which cannot throw.
+TEST_F(CudaTest, TopkAndMultinomialMatchTheCpuWithoutHostRoundTrips) {
+  const int64_t before = runtime::cuda::GetEagerStats().host_fallbacks;
+  for (DType dt : {DType::kF32, DType::kF64, DType::kBF16}) {
+    const std::string t(ir::DTypeName(dt));
+    Tensor x = Random({4, 9, 5}, dt, -3, 3);
+    x = where(gt(x, full({}, 2.5, {.dtype = dt})),
+              full({}, std::nan(""), {.dtype = dt}), x);
+    const Tensor dx = x.to(kCuda);
+    for (int64_t dim : {0, 1, 2}) {
+      for (bool largest : {true, false}) {
+        const TopK h = topk(x, 3, dim, largest), d = topk(dx, 3, dim, largest);
+        ExpectSame(d.indices, h.indices,
+                   absl::StrCat("topk indices ", t, " dim ", dim));
+        ExpectSame(d.values, h.values,
+                   absl::StrCat("topk values ", t, " dim ", dim));
+      }
+    }
+    const Tensor w = Random({6, 20}, dt, 0, 1);
+    for (bool replacement : {false, true}) {
+      manual_seed(31);
+      const Tensor hs = multinomial(w, 4, replacement);
+      manual_seed(31);
+      const Tensor ds = multinomial(w.to(kCuda), 4, replacement);
+      ExpectSame(
+          ds, hs,
+          absl::StrCat("multinomial ", t, replacement ? " with" : " without"));
+    }
+  }
+  EXPECT_EQ(runtime::cuda::GetEagerStats().host_fallbacks, before)
+      << runtime::cuda::HostFallbackSummary();
+  const Tensor bad =
+      from_vector(std::vector<float>{1, 0, 0, 0, 1, -1}, {3, 2}).to(kCuda);
+  EXPECT_EQ(multinomial(bad, 2, true).to(Device::cpu()).to_vector<int64_t>(),
+            (std::vector<int64_t>{0, 0, -1, -1, -1, -1}));
+}
+
 TEST_F(CudaTest, RowKernelsMatchTheCpuWithoutHostRoundTrips) {
   const int64_t before = runtime::cuda::GetEagerStats().host_fallbacks;
   for (DType dt : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16}) {

@@ -610,6 +610,20 @@ TEST(DataMovementGradTest, CatStackSplitChunk) {
       {RandLeaf({6, 3}, -1, 1, 119)}));
 }
 
+// topk's values: each selected value's gradient lands on its position (the
+// operands have distinct values, so finite differences do not reorder them),
+// over the last dim, a middle dim, the smallest, and all elements (k = n).
+TEST(DataMovementGradTest, TopkValuesScatterBackToTheirPositions) {
+  const Tensor x = RandLeaf({3, 7}, -1, 1, 120);
+  EXPECT_TRUE(GradCheck(
+      [](const auto& in) { return topk(in[0], 3).values * 1.5; }, {x}));
+  const Tensor y = RandLeaf({2, 5, 3}, -1, 1, 121);
+  EXPECT_TRUE(GradCheck(
+      [](const auto& in) { return topk(in[0], 2, 1, false).values; }, {y}));
+  EXPECT_TRUE(
+      GradCheck([](const auto& in) { return topk(in[0], 5, -2).values; }, {y}));
+}
+
 // tril, triu and masked_fill (where over position masks) and attention
 // (matmul, scale, mask, softmax, matmul), through their ops' rules.
 TEST(AttentionGradTest, MasksAndScaledDotProductAttention) {
@@ -894,7 +908,7 @@ TEST(GradCoverageTest, EveryDifferentiableOpIsChecked) {
       "cross_entropy", "mse_loss",   "matmul",      "reshape",
       "permute",       "slice",      "expand",      "squeeze",
       "unsqueeze",     "contiguous", "embedding",   "slice_backward",
-      "dropout",       "silu",       "cat"};
+      "dropout",       "silu",       "cat",         "topk"};
   std::vector<std::string> diff;
 #define OP(e, text, lo, hi, kind, amp, flags) \
   if ((flags)&ir::kDiff) diff.push_back(text);

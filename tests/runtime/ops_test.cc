@@ -2360,6 +2360,8 @@ TEST(OpCoverageTest, EveryOpInTheTableIsCovered) {
                                          "slice_backward",
                                          "one_hot",
                                          "cat",
+                                         "topk",
+                                         "multinomial",
                                          "full",
                                          "arange",
                                          "rand",

@@ -1,7 +1,7 @@
 // Hand-written CUDA kernels for gathers, scatters and the row ops the
 // generated single-op kernels do not cover: embedding and its backward,
-// slice_backward, arange, argmax and var, computed as the CPU kernels compute
-// them (accumulation types and per-element summation order). var stays
+// slice_backward, arange, argmax, var and topk, computed as the CPU kernels
+// compute them (accumulation types and per-element summation order). var stays
 // because the CPU kernel sums its mean in 8 interleaved partials, which this
 // kernel reproduces bit for bit and the generated row plan does not;
 // layer_norm and mse_loss are generated (runtime/cuda/ops.cc).
@@ -27,7 +27,39 @@ using ir::OpId;
 
 constexpr char kIndexKernelBody[] = R"(
 #define SJ_LOOP(i, n) SJ_GRID_LOOP(i, n)
+// topk's order (runtime/cpu/sampling.h): by value, NaN the largest, ties by
+// the lower index.
+template <typename A>
+__device__ bool sj_topk_before(A a, long long ia, A b, long long ib, int largest) {
+  const bool na = a != a, nb = b != b;
+  if (na || nb) return na && nb ? ia < ib : (largest ? na : nb);
+  if (a != b) return largest ? a > b : a < b;
+  return ia < ib;
+}
 #define SJ_INDEX_KERNELS(S, T, ACC)                                            \
+  extern "C" __global__ void sj_topk_##S(const T* x, T* values,                \
+                                         long long* indices, long long rows,   \
+                                         long long n, long long k,             \
+                                         int largest) {                        \
+    SJ_LOOP(r, rows) {                                                         \
+      const T* row = x + r * n;                                                \
+      ACC pv = 0;                                                              \
+      long long pi = -1;                                                       \
+      for (long long j = 0; j < k; ++j) {                                      \
+        ACC bv = 0;                                                            \
+        long long bi = -1;                                                     \
+        for (long long i = 0; i < n; ++i) {                                    \
+          const ACC v = sj_ld(row[i]);                                         \
+          if (pi >= 0 && !sj_topk_before(pv, pi, v, i, largest)) continue;     \
+          if (bi < 0 || sj_topk_before(v, i, bv, bi, largest)) bv = v, bi = i; \
+        }                                                                      \
+        if (values) values[r * k + j] = row[bi];                               \
+        if (indices) indices[r * k + j] = bi;                                  \
+        pv = bv;                                                               \
+        pi = bi;                                                               \
+      }                                                                        \
+    }                                                                          \
+  }                                                                            \
   extern "C" __global__ void sj_embedding_##S(const T* w, const long long* idx, \
                                               T* out, long long n, long long dim, \
                                               long long rows) {                \
@@ -107,7 +139,7 @@ const FixedModule& Module() {
   static const FixedModule* m = new FixedModule(
       FloatKernelModule("sj_index", kIndexKernelBody,
                         {"embedding", "embedding_backward", "from_double",
-                         "arange", "argmax", "var"},
+                         "arange", "argmax", "var", "topk"},
                         {"sj_arange_i64", "sj_arange_i32"}));
   return *m;
 }
@@ -214,6 +246,39 @@ bool Argmax(Backend& b, const KernelArgs& k) {
   return true;
 }
 
+// topk along any dim: rows with the dim last, one thread per row picking
+// the k elements in order (k scans of the row); written in place when the
+// dim is the last, else through a row-shaped buffer.
+bool Topk(Backend& b, const KernelArgs& k) {
+  const Tensor& x = k.inputs[0];
+  if (!IsFloat(x.dtype()) || k.out.numel() == 0) return false;
+  const int64_t d = ir::WrapDim(k.attrs.GetInt(AttrKey::kDim, -1), x.dim());
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < x.dim(); ++i) {
+    if (i != d) perm.push_back(i);
+  }
+  perm.push_back(d);
+  const Tensor rows = ContiguousOnDevice(cpu::PermutedView(x, perm));
+  const bool in_place = d == x.dim() - 1 && k.out.is_contiguous();
+  Tensor dst = k.out;
+  if (!in_place) {
+    Shape shape;
+    for (int64_t i : perm) shape.push_back(k.out.shape()[i]);
+    dst = empty(shape, {.dtype = k.out.dtype(), .device = k.out.device()});
+  }
+  long long n = x.shape()[d], count = x.numel() / n,
+            want = k.attrs.GetInt(AttrKey::kK);
+  int largest = k.attrs.GetBool(AttrKey::kLargest, true) ? 1 : 0;
+  const bool indices = k.attrs.GetBool(AttrKey::kIndices);
+  const void* xp = rows.data_ptr();
+  void* vp = indices ? nullptr : dst.data_ptr();
+  void* ip = indices ? dst.data_ptr() : nullptr;
+  Launch(b, absl::StrCat("sj_topk_", Suffix(x.dtype())), count,
+         {&xp, &vp, &ip, &count, &n, &want, &largest});
+  if (!in_place) CopyInto(cpu::PermutedView(k.out, perm), dst);
+  return true;
+}
+
 bool Var(Backend& b, const KernelArgs& k) {
   const Tensor& x = k.inputs[0];
   if (!IsFloat(x.dtype()) || x.dim() == 0 || !SameDType(k)) return false;
@@ -256,6 +321,7 @@ bool Cat(Backend&, const KernelArgs& k) {
 
 void AddIndexPaths(DevicePaths& paths) {
   paths[static_cast<int>(OpId::kCat)] = &Cat;
+  paths[static_cast<int>(OpId::kTopk)] = &Topk;
   paths[static_cast<int>(OpId::kEmbedding)] = &Embedding;
   paths[static_cast<int>(OpId::kEmbeddingBackward)] = &EmbeddingBackward;
   paths[static_cast<int>(OpId::kSliceBackward)] = &SliceBackward;

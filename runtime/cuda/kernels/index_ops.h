@@ -1,6 +1,6 @@
 // Hand-written CUDA kernels for embedding, embedding_backward,
-// slice_backward, arange, argmax and var, and cat as copies into windows (f32,
-// f64, f16, bf16; i64 indices).
+// slice_backward, arange, argmax, var and topk, and cat as copies into windows
+// (f32, f64, f16, bf16; i64 indices).
 //
 // Unlike the CPU kernels, they cannot stop the program on a bad index: an
 // out-of-range embedding index reads a zero row, and embedding_backward

@@ -1,4 +1,5 @@
-// Philox4x32-10 draws on the device: rand, randn and dropout.
+// Philox4x32-10 draws on the device: rand, randn, randint, dropout and
+// multinomial.
 #include "runtime/cuda/kernels/random_ops.h"
 
 #include <string>
@@ -48,6 +49,24 @@ __device__ __forceinline__ float sj_uniform_f16(unsigned bits) {
 __device__ __forceinline__ float sj_uniform_bf16(unsigned bits) {
   return (float)(bits >> 24) * (1.0f / 256.0f);
 }
+// multinomial, as runtime/cpu/sampling.h draws: a row is drawn from when
+// its weights are finite and >= 0 with enough positive ones; the key of a
+// category is its arrival time -log(U) / w in an exponential race.
+template <typename T>
+__device__ bool sj_multinomial_row_ok(const T* p, long long n, long long samples,
+                                      int replacement) {
+  long long positive = 0;
+  for (long long i = 0; i < n; ++i) {
+    const double v = (double)sj_ld(p[i]);
+    if (!(v >= 0) || v - v != 0) return false;
+    positive += v > 0;
+  }
+  return positive > 0 && (replacement || positive >= samples);
+}
+__device__ __forceinline__ double sj_multinomial_key(double w, unsigned bits) {
+  if (!(w > 0)) return __longlong_as_double(0x7ff0000000000000LL);
+  return -log(1.0 - (double)sj_uniform(bits)) / w;
+}
 // Seed and offset come from the arguments, or from two values in device
 // memory when `philox` is set (a CUDA graph's draws, refreshed per replay).
 #define SJ_PHILOX_PARAMS                                                       \
@@ -80,6 +99,50 @@ __device__ __forceinline__ float sj_uniform_bf16(unsigned bits) {
       const bool keep = sj_uniform(sj_philox_word(seed, offset + i)) >= p;      \
       sj_put(&out[i], keep ? sj_ld(x[i]) * (ACC)scale : (ACC)0);               \
     }                                                                          \
+  }                                                                            \
+  extern "C" __global__ void sj_multinomial_##S(                               \
+      const T* w, long long* out, long long rows, long long n,                 \
+      long long samples, int replacement, SJ_PHILOX_PARAMS) {                  \
+    SJ_PHILOX_READ;                                                            \
+    SJ_LOOP(r, rows) {                                                         \
+      const T* p = w + r * n;                                                  \
+      long long* o = out + r * samples;                                        \
+      if (!sj_multinomial_row_ok(p, n, samples, replacement)) {                \
+        for (long long s = 0; s < samples; ++s) o[s] = -1;                     \
+        continue;                                                              \
+      }                                                                        \
+      if (replacement) {                                                       \
+        double total = 0;                                                      \
+        for (long long i = 0; i < n; ++i) total += (double)sj_ld(p[i]);        \
+        for (long long s = 0; s < samples; ++s) {                              \
+          const double u = (double)sj_uniform(                                 \
+              sj_philox_word(seed, offset + r * samples + s)) * total;         \
+          double c = 0;                                                        \
+          long long at = n - 1;                                                \
+          for (long long i = 0; i < n; ++i) {                                  \
+            c += (double)sj_ld(p[i]);                                          \
+            if (c > u) { at = i; break; }                                      \
+          }                                                                    \
+          o[s] = at;                                                           \
+        }                                                                      \
+      } else {                                                                 \
+        double pk = 0;                                                         \
+        long long pi = -1;                                                     \
+        for (long long s = 0; s < samples; ++s) {                              \
+          double bk = 0;                                                       \
+          long long bi = -1;                                                   \
+          for (long long i = 0; i < n; ++i) {                                  \
+            const double key = sj_multinomial_key(                             \
+                (double)sj_ld(p[i]), sj_philox_word(seed, offset + r * n + i));\
+            if (pi >= 0 && !(key > pk || (key == pk && i > pi))) continue;     \
+            if (bi < 0 || key < bk) bk = key, bi = i;                          \
+          }                                                                    \
+          o[s] = bi;                                                           \
+          pk = bk;                                                             \
+          pi = bi;                                                             \
+        }                                                                      \
+      }                                                                        \
+    }                                                                          \
   }
 SJ_RANDOM_KERNELS(f32, float, float, sj_uniform)
 SJ_RANDOM_KERNELS(f64, double, double, sj_uniform)
@@ -100,7 +163,8 @@ extern "C" __global__ void sj_randint_i64(long long* out, long long n, SJ_PHILOX
 
 const FixedModule& Module() {
   static const FixedModule* m = new FixedModule(FloatKernelModule(
-      "sj_random", kRandomKernelBody, {"rand", "randn", "dropout"}, {"sj_randint_i64"}));
+      "sj_random", kRandomKernelBody,
+      {"rand", "randn", "dropout", "multinomial"}, {"sj_randint_i64"}));
   return *m;
 }
 
@@ -118,7 +182,8 @@ PhiloxSlotGuard::PhiloxSlotGuard(const uint64_t* device_slot) : previous_(t_phil
 PhiloxSlotGuard::~PhiloxSlotGuard() { t_philox_slot = previous_; }
 
 bool RunsOnDeviceAsRandom(ir::OpId op, DType out) {
-  if (op == OpId::kRandint) return out == DType::kI64;
+  if (op == OpId::kRandint || op == OpId::kMultinomial)
+    return out == DType::kI64;
   return (op == OpId::kRand || op == OpId::kRandn || op == OpId::kDropout) &&
          ir::IsFloating(out);
 }
@@ -127,8 +192,32 @@ const char* RandomKernelSource() { return Module().source.c_str(); }
 
 namespace {
 
+// multinomial on rows of the last dim (the weights in any float dtype); a
+// row the CPU would refuse gets -1 in every sample.
+bool Multinomial(Backend& b, const KernelArgs& k) {
+  const Tensor w = ContiguousOnDevice(k.inputs[0]);
+  if (!ir::IsFloating(w.dtype())) return false;
+  long long n = w.shape().back(), rows = w.numel() / n;
+  long long samples = k.attrs.GetInt(AttrKey::kNumSamples);
+  int replacement = k.attrs.GetBool(AttrKey::kReplacement) ? 1 : 0;
+  if (rows == 0) return true;
+  unsigned long long seed =
+      static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kSeed));
+  unsigned long long offset =
+      static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kOffset));
+  const void* wp = w.data_ptr();
+  void* out = k.out.data_ptr();
+  const void* slot = t_philox_slot;
+  void* args[] = {&wp,          &out,  &rows, &n,     &samples,
+                  &replacement, &slot, &seed, &offset};
+  Launch(b, absl::StrCat("sj_multinomial_", ir::DTypeName(w.dtype())), rows,
+         args);
+  return true;
+}
+
 bool RunRandomOp(Backend& b, const KernelArgs& k) {
   const DType t = k.out.dtype();
+  if (k.op == OpId::kMultinomial) return Multinomial(b, k);
   if (k.op == OpId::kRandint && t == DType::kI64) {
     long long n = k.out.numel();
     if (n == 0) return true;
@@ -172,7 +261,8 @@ bool RunRandomOp(Backend& b, const KernelArgs& k) {
 }  // namespace
 
 void AddRandomPaths(DevicePaths& paths) {
-  for (OpId op : {OpId::kRand, OpId::kRandn, OpId::kRandint, OpId::kDropout})
+  for (OpId op : {OpId::kRand, OpId::kRandn, OpId::kRandint, OpId::kDropout,
+                  OpId::kMultinomial})
     paths[static_cast<int>(op)] = &RunRandomOp;
 }
 
