@@ -1,6 +1,7 @@
 // canonicalize: eager-exact constant folding; cast, identity and view rules.
 #include "passes/canonicalize.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -8,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
 #include "ir/host_math.h"
 #include "ir/scalar_def.h"
@@ -320,6 +322,39 @@ bool IsIdentity(absl::Span<const int64_t> dims) {
   return true;
 }
 
+// A slice_backward with step 1: the window [start, start + len) of dim
+// `dim` that its gradient fills, in a zero tensor of the input shape.
+struct Window {
+  const ir::Node* node;
+  int64_t dim, start, len;
+};
+std::optional<Window> UnitStepWindow(const ir::Value* v) {
+  const ir::Node* n = ProducerOp(v, OpId::kSliceBackward);
+  if (n == nullptr || n->attrs().GetInt(AttrKey::kStep, 1) != 1)
+    return std::nullopt;
+  const ir::Shape& shape = v->type().shape;
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  const int64_t dim = n->attrs().GetInt(AttrKey::kDim);
+  if (dim < -rank || dim >= rank) return std::nullopt;
+  const int64_t d = ir::WrapDim(dim, rank);
+  int64_t start = n->attrs().GetInt(AttrKey::kStart);
+  if (start < 0) start += shape[d];
+  start = std::clamp<int64_t>(start, 0, shape[d]);
+  const int64_t len = n->inputs()[0]->type().shape[d];
+  if (start + len > shape[d]) return std::nullopt;
+  return Window{n, d, start, len};
+}
+
+// How many times each value is read by the nodes and returns of `graph`.
+absl::flat_hash_map<const ir::Value*, int> CountUses(const ir::Graph& graph) {
+  absl::flat_hash_map<const ir::Value*, int> uses;
+  for (const auto& n : graph.nodes()) {
+    for (const ir::Value* v : n->inputs()) ++uses[v];
+  }
+  for (const ir::Value* v : graph.returns()) ++uses[v];
+  return uses;
+}
+
 class Canonicalizer {
  public:
   explicit Canonicalizer(PassStats& stats) : stats_(stats) {}
@@ -328,14 +363,25 @@ class Canonicalizer {
   bool Run(ir::Graph& graph) {
     ValueReplacer replacer;
     bool changed = false;
+    uses_ = CountUses(graph);
     for (size_t i = 0; i < graph.nodes().size(); ++i) {
       ir::Node& node = *graph.nodes()[i];
       replacer.ApplyTo(node);
-      if (node.kind() == ir::NodeKind::kFusion) changed |= Run(*node.body());
+      if (node.kind() == ir::NodeKind::kFusion) {
+        const auto outer = uses_;
+        changed |= Run(*node.body());
+        uses_ = outer;
+      }
       if (node.kind() != ir::NodeKind::kOp) continue;
       if (ir::Value* folded = FoldConstant(graph, node, i)) {
         replacer.Replace(node.output(), folded);
         ++i;  // the new constant took position i
+        changed = true;
+        continue;
+      }
+      if (const size_t added = JoinSliceGradients(graph, node, i)) {
+        replacer.Replace(node.output(), graph.nodes()[i + added - 1]->output());
+        i += added;  // the new nodes took positions i .. i + added - 1
         changed = true;
         continue;
       }
@@ -370,6 +416,84 @@ class Canonicalizer {
     graph.MoveLastNodeTo(pos);
     stats_.Add("constants folded");
     return full->output();
+  }
+
+  // (f): a sum of slice_backward gradients whose windows along one dim
+  // are adjacent (autograd's sum over the q, k and v slices of one QKV
+  // product) becomes one slice_backward of their cat, or the cat alone when
+  // the windows tile the dim. Only sums of such terms and at most one other
+  // term, each used once: every element then adds at most one non-zero
+  // term to the other, so no rounding changes (only a -0.0 gradient may
+  // come out as -0.0 instead of +0.0). Returns the number of nodes inserted
+  // before `pos` (the last one replaces `node`), or 0.
+  size_t JoinSliceGradients(ir::Graph& graph, const ir::Node& node,
+                            size_t pos) {
+    if (node.op() != OpId::kAdd) return 0;
+    const ir::TensorType& type = node.output()->type();
+    std::vector<ir::Value*> leaves;
+    std::vector<const ir::Value*> stack = {node.inputs()[1], node.inputs()[0]};
+    while (!stack.empty()) {
+      const ir::Value* v = stack.back();
+      stack.pop_back();
+      const ir::Node* inner = ProducerOp(v, OpId::kAdd);
+      if (inner != nullptr && v->type() == type && uses_[v] == 1) {
+        stack.push_back(inner->inputs()[1]);
+        stack.push_back(inner->inputs()[0]);
+      } else {
+        leaves.push_back(const_cast<ir::Value*>(v));
+      }
+    }
+    std::vector<Window> windows;
+    ir::Value* other = nullptr;
+    for (ir::Value* v : leaves) {
+      std::optional<Window> w = UnitStepWindow(v);
+      if (w && v->type() == type && uses_[v] == 1 &&
+          (windows.empty() || w->dim == windows[0].dim)) {
+        windows.push_back(*w);
+      } else if (other == nullptr) {
+        other = v;
+      } else {
+        return 0;
+      }
+    }
+    if (windows.size() < 2) return 0;
+    std::sort(
+        windows.begin(), windows.end(),
+        [](const Window& a, const Window& b) { return a.start < b.start; });
+    for (size_t k = 1; k < windows.size(); ++k) {
+      if (windows[k - 1].start + windows[k - 1].len != windows[k].start)
+        return 0;
+    }
+    const int64_t d = windows[0].dim, start = windows[0].start;
+    const int64_t len = windows.back().start + windows.back().len - start;
+    std::vector<ir::Value*> grads;
+    ir::Shape joined = windows[0].node->inputs()[0]->type().shape;
+    for (const Window& w : windows) grads.push_back(w.node->inputs()[0]);
+    joined[d] = len;
+    size_t added = 0;
+    auto insert = [&](OpId op, std::vector<ir::Value*> in, ir::Attrs attrs,
+                      ir::TensorType t) {
+      ir::Node* n =
+          graph.AddOp(op, std::move(in), std::move(attrs), std::move(t));
+      graph.MoveLastNodeTo(pos + added++);
+      return n->output();
+    };
+    ir::Value* sum =
+        insert(OpId::kCat, grads, {{AttrKey::kDim, d}}, {type.dtype, joined});
+    if (len != type.shape[d]) {
+      sum =
+          insert(OpId::kSliceBackward, {sum},
+                 {{AttrKey::kInputShape,
+                   std::vector<int64_t>(type.shape.begin(), type.shape.end())},
+                  {AttrKey::kDim, d},
+                  {AttrKey::kStart, start},
+                  {AttrKey::kEnd, start + len},
+                  {AttrKey::kStep, int64_t{1}}},
+                 type);
+    }
+    if (other != nullptr) sum = insert(OpId::kAdd, {other, sum}, {}, type);
+    stats_.Add("slice gradients joined", static_cast<int64_t>(windows.size()));
+    return added;
   }
 
   // (b)-(e) rules that replace the node by an existing value.
@@ -432,6 +556,7 @@ class Canonicalizer {
   }
 
   PassStats& stats_;
+  absl::flat_hash_map<const ir::Value*, int> uses_;
 };
 
 }  // namespace

@@ -26,6 +26,13 @@
 //  "permutes removed"   a permute that is the identity -> its input.
 //  "reshapes combined"  reshape(reshape(x)) -> reshape(x) (views are pure);
 //  "reshapes removed"   a reshape to its input's shape -> its input.
+//  "slice gradients joined" a sum of slice_backward results (step 1, one
+//      dim) whose windows are adjacent, plus at most one other term, each
+//      summand used once -> one slice_backward of their cat (the cat alone
+//      when the windows tile the dim), plus the other term: autograd's sum
+//      of the q, k and v gradients of one QKV product, without zero-filled
+//      tensors. Exact: each element adds at most one non-zero term (a -0.0
+//      gradient may come out as -0.0 instead of +0.0). Counts the summands.
 // Nodes left without uses stay for dce. Fusion bodies are canonicalized too.
 #ifndef STEPJIT_PASSES_CANONICALIZE_H_
 #define STEPJIT_PASSES_CANONICALIZE_H_
