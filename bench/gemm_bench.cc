@@ -1,4 +1,5 @@
-// OpenBLAS vs oneDNN on the GEMMs of an MLP 784-512-512-10 step, batch 128.
+// OpenBLAS vs oneDNN on the GEMMs of an MLP 784-512-512-10 step, batch 128,
+// and of one layer of the char-LM GPT step.
 //
 // These numbers decide ChooseBackend in runtime/cpu/gemm.cc. Reproduce with
 //   stepjit_benchmarks --benchmark_filter='Gemm|GemmStep'
@@ -29,6 +30,7 @@ struct Shape {
   std::string name;
   bool trans_a, trans_b;
   int64_t m, n, k;
+  int64_t batch = 1;  // dense matrices one after another
 };
 
 std::vector<Shape> MlpShapes() {
@@ -42,6 +44,29 @@ std::vector<Shape> MlpShapes() {
     shapes.push_back({l + "_dX_NN", false, false, kBatch, in, out});
     shapes.push_back({l + "_dW_TN", true, false, out, in, kBatch});
   }
+  return shapes;
+}
+
+// The GEMMs of one layer of the char-LM GPT step (gpt_d128_l4_t128_b32:
+// 4096 tokens, width 128, MLP 512, 4 heads of 32 over context 128): the
+// four Linear layers forward and backward, and attention's batched
+// products (32 x 4 matrices of 128 x 128 scores).
+std::vector<Shape> GptShapes() {
+  constexpr int64_t kTokens = 4096, kT = 128, kDh = 32, kHeads = 32 * 4;
+  const int64_t layers[][2] = {{128, 384}, {128, 128}, {128, 512}, {512, 128}};
+  const char* names[] = {"qkv", "out", "fc1", "fc2"};
+  std::vector<Shape> shapes;
+  for (int i = 0; i < 4; ++i) {
+    const int64_t in = layers[i][0], out = layers[i][1];
+    const std::string l = absl::StrCat("gpt_", names[i]);
+    shapes.push_back({l + "_fwd_NT", false, true, kTokens, out, in});
+    shapes.push_back({l + "_dX_NN", false, false, kTokens, in, out});
+    shapes.push_back({l + "_dW_TN", true, false, out, in, kTokens});
+  }
+  shapes.push_back({"gpt_scores_NT", false, true, kT, kT, kDh, kHeads});
+  shapes.push_back({"gpt_av_NN", false, false, kT, kDh, kT, kHeads});
+  shapes.push_back({"gpt_dscores_NT", false, true, kT, kT, kDh, kHeads});
+  shapes.push_back({"gpt_dv_TN", true, false, kT, kDh, kT, kHeads});
   return shapes;
 }
 
@@ -63,9 +88,9 @@ struct Operands {
 Operands MakeOperands(const Shape& s, DType dtype, GemmBackend backend) {
   const int64_t size = ir::DTypeSize(dtype);
   Operands o;
-  o.a.resize(s.m * s.k * size);
-  o.b.resize(s.k * s.n * size);
-  o.c.resize(s.m * s.n * size);
+  o.a.resize(s.batch * s.m * s.k * size);
+  o.b.resize(s.batch * s.k * s.n * size);
+  o.c.resize(s.batch * s.m * s.n * size);
   std::mt19937 rng(42);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   for (std::vector<uint8_t>* buf : {&o.a, &o.b}) {
@@ -90,6 +115,10 @@ Operands MakeOperands(const Shape& s, DType dtype, GemmBackend backend) {
                     .ldb = s.trans_b ? s.k : s.n,
                     .c = o.c.data(),
                     .ldc = s.n,
+                    .batch = s.batch,
+                    .stride_a = s.m * s.k,
+                    .stride_b = s.k * s.n,
+                    .stride_c = s.m * s.n,
                     .backend = backend};
   return o;
 }
@@ -107,7 +136,7 @@ void BM_Gemm(benchmark::State& state, Shape shape, DType dtype,
     benchmark::ClobberMemory();
   }
   state.counters["GFLOPS"] =
-      benchmark::Counter(2.0 * shape.m * shape.n * shape.k * 1e-9,
+      benchmark::Counter(2.0 * shape.batch * shape.m * shape.n * shape.k * 1e-9,
                          benchmark::Counter::kIsIterationInvariantRate);
 }
 
@@ -149,6 +178,17 @@ const bool kRegistered = [] {
                  {DType::kBF16, GemmBackend::kOneDnn},
                  {DType::kBF16, GemmBackend::kOpenBlas}};
   for (const Shape& s : MlpShapes()) {
+    for (const auto& c : configs) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("Gemm/", s.name, "/", ir::DTypeName(c.dtype), "/",
+                       GemmBackendName(c.backend))
+              .c_str(),
+          BM_Gemm, s, c.dtype, c.backend)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+    }
+  }
+  for (const Shape& s : GptShapes()) {
     for (const auto& c : configs) {
       benchmark::RegisterBenchmark(
           absl::StrCat("Gemm/", s.name, "/", ir::DTypeName(c.dtype), "/",
