@@ -15,13 +15,22 @@ struct MatmulPlan {
   cpu::GemmArgs gemm;
   std::vector<Tensor> keep;  // the tensors gemm's pointers refer to
   bool empty = false;        // nothing to compute (a zero-sized dim)
+  // Batch dims that do not collapse to one stride (attention's [B, H]
+  // over a permuted [B, T, H, D] tensor) but split into an outer and an
+  // inner group that each do: `outer` calls of gemm's batch, the i-th with
+  // its pointers moved by i times these element strides.
+  int64_t outer = 1;
+  int64_t outer_stride_a = 0, outer_stride_b = 0, outer_stride_c = 0;
+  // The i-th call's arguments, i in [0, outer).
+  cpu::GemmArgs Call(int64_t i) const;
 };
 
 // Copies `src` into the same-shaped, same-device `dst` (layout changes only).
 using CopyFn = void (*)(const Tensor& dst, const Tensor& src);
 
-// Operands whose layout a GEMM cannot read (not row- or column-major, or no
-// uniform batch stride) are copied to contiguous buffers with `copy`. A
+// Operands whose layout a GEMM cannot read (not row- or column-major, or
+// batch dims that collapse neither to one stride nor to two) are copied to
+// contiguous buffers with `copy`. A
 // second result (k.more_out, the bias gradient) becomes gemm.bias_grad.
 // Refuses (stepjit::Error) a 3-operand or 2-result matmul whose inputs
 // require grad while grad mode is on: neither has a gradient rule.

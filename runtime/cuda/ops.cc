@@ -201,8 +201,11 @@ bool RunFill(Backend&, const KernelArgs& k) {
 bool RunMatmul(Backend& b, const KernelArgs& k) {
   MatmulPlan plan = PlanMatmul(k, &CopySameDType);
   if (plan.empty) return true;
-  Check(b.Gemm({.gemm = plan.gemm, .allow_tf32 = AllowTf32()}, CurrentStream()),
-        "CUDA matmul");
+  for (int64_t i = 0; i < plan.outer; ++i) {
+    Check(b.Gemm({.gemm = plan.Call(i), .allow_tf32 = AllowTf32()},
+                 CurrentStream()),
+          "CUDA matmul");
+  }
   std::lock_guard<std::mutex> lock(g_mu);
   ++GetCaches(&b).stats.gemms;
   return true;

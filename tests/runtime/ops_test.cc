@@ -31,12 +31,13 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/util/expect_error.h"
 #include "ir/dtype.h"
 #include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/generator.h"
+#include "runtime/matmul_plan.h"
 #include "runtime/tensor.h"
+#include "tests/util/expect_error.h"
 
 namespace stepjit {
 namespace ir {
@@ -1296,6 +1297,47 @@ TEST_P(MatmulTest, NonContiguousOperands) {
   const Tensor ap =
       RandomTensor({4, 2, 5}, dt, -1, 1, 67).permute({1, 0, 2});  // [2, 4, 5]
   CheckMatmul(ap, RandomTensor({2, 5, 3}, dt, -1, 1, 68), false, false);
+}
+
+// Attention's operands: heads of a [B, T, 3 * H * D] QKV product sliced,
+// reshaped and permuted to [B, H, T, D], whose batch dims collapse to two
+// strides (one GEMM call per b), in every transpose form; and batch dims
+// that collapse to no split (a copy), mixed with a broadcast operand.
+TEST_P(MatmulTest, TwoLevelBatchStridesOfPermutedHeads) {
+  const DType dt = GetParam();
+  const int64_t b = 3, t = 5, h = 2, d = 4;
+  const Tensor qkv = RandomTensor({b, t, 3 * h * d}, dt, -1, 1, 69);
+  auto head = [&](int64_t i) {
+    return qkv.slice(2, i * h * d, (i + 1) * h * d)
+        .reshape({b, t, h, d})
+        .permute({0, 2, 1, 3});
+  };
+  const Tensor q = head(0), k = head(1), v = head(2);
+  CheckMatmul(q, k, false, true);                   // scores
+  CheckMatmul(q, k.transpose(2, 3), false, false);  // the same, k^T as a view
+  CheckMatmul(q.transpose(2, 3), k.transpose(2, 3), true,
+              false);  // column-major
+  const Tensor p = RandomTensor({b, h, t, t}, dt, -1, 1, 70);
+  CheckMatmul(p, v, false, false);  // probabilities x values
+  CheckMatmul(p, v, true, false);   // dV = P^T dO
+  CheckMatmul(q, RandomTensor({h, d, t}, dt, -1, 1, 71), false,
+              false);  // broadcast b
+  // The scores read q and k where they are: b calls of h products, no copy.
+  const Tensor out = empty({b, h, t, t}, {.dtype = dt});
+  const std::vector<Tensor> in = {q, k};
+  const ir::Attrs attrs = {{ir::AttrKey::kTransposeB, true}};
+  const runtime::MatmulPlan plan = runtime::PlanMatmul(
+      {ir::OpId::kMatmul, in, attrs, out}, [](const Tensor&, const Tensor&) {
+        ADD_FAILURE() << "an operand was copied";
+      });
+  EXPECT_EQ(plan.outer, b);
+  EXPECT_EQ(plan.gemm.batch, h);
+  EXPECT_EQ(plan.outer_stride_a, t * 3 * h * d);
+  EXPECT_EQ(plan.gemm.stride_a, d);
+  // Three batch dims with strides that collapse at no split: copied.
+  const Tensor odd =
+      RandomTensor({2, 3, 4, 2, 3}, dt, -1, 1, 72).permute({1, 3, 0, 2, 4});
+  CheckMatmul(odd, RandomTensor({3, 5}, dt, -1, 1, 73), false, false);
 }
 
 TEST_P(MatmulTest, EmptyInnerDimensionGivesZeros) {
