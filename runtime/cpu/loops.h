@@ -2,6 +2,7 @@
 #ifndef STEPJIT_RUNTIME_CPU_LOOPS_H_
 #define STEPJIT_RUNTIME_CPU_LOOPS_H_
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -102,20 +103,29 @@ void ForEach(ShapeRef shape, const std::array<Shape, N>& byte_strides,
   const int64_t outer_rank = dims.empty() ? 0 : static_cast<int64_t>(dims.size()) - 1;
   const int64_t total = ir::NumElements(dims);
   ParallelFor(total, kParallelGrain, [&](int64_t begin, int64_t end) {
-    int64_t pos = begin;
-    while (pos < end) {
-      int64_t row = pos / inner_n, col = pos % inner_n;
-      std::array<char*, N> p = base;
-      int64_t rem = row;
-      for (int64_t d = outer_rank - 1; d >= 0; --d) {
-        int64_t idx = rem % dims[d];
-        rem /= dims[d];
-        for (int k = 0; k < N; ++k) p[k] += idx * st[k][d];
-      }
+    // The outer index of the first run, then an odometer: one division per
+    // task, not per run (runs are short for permuted operands).
+    int64_t col = begin % inner_n;
+    Shape idx(static_cast<size_t>(outer_rank), 0);
+    std::array<char*, N> row = base;
+    for (int64_t d = outer_rank - 1, rem = begin / inner_n; d >= 0; --d) {
+      idx[d] = rem % dims[d];
+      rem /= dims[d];
+      for (int k = 0; k < N; ++k) row[k] += idx[d] * st[k][d];
+    }
+    for (int64_t pos = begin; pos < end;) {
+      std::array<char*, N> p = row;
       for (int k = 0; k < N; ++k) p[k] += col * inner[k];
       const int64_t count = std::min(inner_n - col, end - pos);
       body(p, inner, count);
       pos += count;
+      col = 0;
+      for (int64_t d = outer_rank - 1; d >= 0; --d) {
+        for (int k = 0; k < N; ++k) row[k] += st[k][d];
+        if (++idx[d] < dims[d]) break;
+        for (int k = 0; k < N; ++k) row[k] -= dims[d] * st[k][d];
+        idx[d] = 0;
+      }
     }
   });
 }
