@@ -3,6 +3,10 @@
 # one go and prints one table with ratios against torch_eager.
 #
 #   bench/run_all.sh [--build DIR] [--python PY] [--steps N] [--warmup N] [--workload NAME]
+#                    [--amp f32|bf16]
+#
+# --amp bf16 runs stepjit's steps with bf16 autocast and the torch peers
+# under torch.autocast (jax_jit is f32 only and is skipped).
 #
 # The peer interpreter is the first of: --python, $STEPJIT_BENCH_PYTHON,
 # <repo>/.venv/bin/python, python3, /usr/bin/python3 (Debian's python3-torch)
@@ -16,7 +20,8 @@ python=""
 steps=50
 warmup=5
 workload=()
-usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; }
+amp=()
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
@@ -24,6 +29,7 @@ while [[ $# -gt 0 ]]; do
     --steps) steps="$2"; shift 2 ;;
     --warmup) warmup="$2"; shift 2 ;;
     --workload) workload=(--workload "$2"); shift 2 ;;
+    --amp) amp=(--amp "$2"); shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run_all.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -54,12 +60,12 @@ skips="$tmp/skips.txt"
 : >"$skips"
 
 echo "== stepjit-bench (steps $steps, warmup $warmup)" >&2
-"$bench" --json --steps "$steps" --warmup "$warmup" "${workload[@]}" >"$tmp/stepjit.jsonl"
+"$bench" --json --steps "$steps" --warmup "$warmup" "${workload[@]}" "${amp[@]}" >"$tmp/stepjit.jsonl"
 
 if [[ -n "$python" ]]; then
   echo "== peers with $python ($("$python" -c 'import torch; print("torch", torch.__version__)'))" >&2
   "$python" "$repo/bench/torch_reference.py" --json --steps "$steps" --warmup "$warmup" \
-    "${workload[@]}" >"$tmp/peers.jsonl" 2>"$tmp/peers.err" || {
+    "${workload[@]}" "${amp[@]}" >"$tmp/peers.jsonl" 2>"$tmp/peers.err" || {
       echo "run_all.sh: torch_reference.py failed:" >&2
       cat "$tmp/peers.err" >&2
     }
