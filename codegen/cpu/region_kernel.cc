@@ -34,7 +34,7 @@ namespace {
 
 // Bumped whenever the lowering changes the code it emits for a given body,
 // so stale cache entries are never reused.
-constexpr char kLoweringVersion[] = "region-lowering-4";
+constexpr char kLoweringVersion[] = "region-lowering-5";
 
 absl::Status Unsupported(absl::string_view why) {
   return absl::UnimplementedError(why);

@@ -3,6 +3,7 @@
 #include <numbers>
 #include <type_traits>
 
+#include "ir/host_math.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/loops.h"
 #include "runtime/generator.h"
@@ -88,10 +89,12 @@ void RandomKernel(const KernelArgs& k) {
         if constexpr (op == OpId::kRand) {
           o[i] = Convert<T>(UniformFor<T>(PhiloxWord(seed, offset + i)));
         } else if constexpr (op == OpId::kRandn) {
-          // Box-Muller on the pair of words (2i, 2i+1); u1 in (0, 1].
+          // Box-Muller on the pair of words (2i, 2i+1); u1 in (0, 1]. The
+          // log is HostMath's, as every CPU kernel's (and the CUDA host
+          // emulator's) is.
           const double u1 = 1.0 - UniformFromBits(PhiloxWord(seed, offset + 2 * i));
           const double u2 = UniformFromBits(PhiloxWord(seed, offset + 2 * i + 1));
-          o[i] = Convert<T>(std::sqrt(-2.0 * std::log(u1)) *
+          o[i] = Convert<T>(std::sqrt(-2.0 * ir::HostMath<double>::Log(u1)) *
                             std::cos(2.0 * std::numbers::pi * u2));
         } else {
           const uint64_t range = static_cast<uint64_t>(high - low);

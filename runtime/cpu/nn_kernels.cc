@@ -4,6 +4,7 @@
 #include <numeric>
 #include <vector>
 
+#include "ir/host_math.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/loops.h"
 #include "runtime/generator.h"
@@ -40,6 +41,14 @@ void ForEachRow(const Tensor& x, const Tensor& out, int64_t dim, Fn fn) {
   if (!direct) CopyInto(out_rows, dst);
 }
 
+// exp and log are HostMath's (ir/poly_math.h), as in the row kernels the
+// CPU code generator emits for these ops (codegen/region_expand.cc).
+template <typename C>
+C Exp(C x) {
+  return ir::HostMath<C>::Exp(x);
+}
+double Log(double x) { return ir::HostMath<double>::Log(x); }
+
 template <bool kLog>
 void SoftmaxKernel(const KernelArgs& k) {
   SJ_DISPATCH_FLOAT(k.out.dtype(), "softmax", {
@@ -49,14 +58,16 @@ void SoftmaxKernel(const KernelArgs& k) {
                     for (int64_t i = 0; i < n; ++i) mx = std::max(mx, static_cast<Acc>(in[i]));
                     if (std::isinf(mx) && mx < 0) mx = 0;  // all -inf row
                     double s = 0;
-                    for (int64_t i = 0; i < n; ++i) s += std::exp(static_cast<Acc>(in[i]) - mx);
+                    for (int64_t i = 0; i < n; ++i)
+                      s += Exp(static_cast<Acc>(in[i]) - mx);
                     if constexpr (kLog) {
-                      const Acc lse = mx + static_cast<Acc>(std::log(s));
+                      const Acc lse = mx + static_cast<Acc>(Log(s));
                       for (int64_t i = 0; i < n; ++i) out[i] = Convert<T>(static_cast<Acc>(in[i]) - lse);
                     } else {
                       const Acc inv = static_cast<Acc>(1.0 / s);
                       for (int64_t i = 0; i < n; ++i) {
-                        out[i] = Convert<T>(std::exp(static_cast<Acc>(in[i]) - mx) * inv);
+                        out[i] =
+                            Convert<T>(Exp(static_cast<Acc>(in[i]) - mx) * inv);
                       }
                     }
                   });
@@ -125,8 +136,9 @@ void CrossEntropyKernel(const KernelArgs& k) {
           sum_x += static_cast<Acc>(row[j]);
         }
         double s = 0;
-        for (int64_t j = 0; j < c; ++j) s += std::exp(static_cast<Acc>(row[j]) - mx);
-        const double lse = mx + std::log(s);
+        for (int64_t j = 0; j < c; ++j)
+          s += Exp(static_cast<double>(row[j]) - mx);
+        const double lse = mx + Log(s);
         const double nll = lse - static_cast<Acc>(row[tp[i]]);
         losses[i] = (1.0 - ls) * nll + ls * (lse - sum_x / c);
       }

@@ -1,10 +1,10 @@
 // The generated CUDA C computes the right numbers, checked without a GPU:
 // the kernels are compiled as host C++ against the emulation of the CUDA
-// built-ins (runtime/cuda/emulator/host_emulation.h: each block's threads as fibers,
-// host libm for the math functions, _Float16 and bfloat16 bit tricks for the
+// built-ins (runtime/cuda/emulator/host_emulation.h: each block's threads as
+// fibers, the CPU's math functions, _Float16 and bfloat16 bit tricks for the
 // half types) and launched with a deliberately small grid so every
 // grid-stride and chunk loop wraps. Results
-// match the eager kernels bit for bit (the same scalar definitions and libm)
+// match the eager kernels bit for bit (the same scalar definitions and math)
 // and the CPU backend's kernels within the rounding of a reordered sum.
 #include <cmath>
 #include <cstring>

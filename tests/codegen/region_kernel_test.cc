@@ -84,7 +84,7 @@ std::unique_ptr<ir::Graph> Parse(const std::string& text) {
 // Every elementwise op in every float dtype: the generated kernel gives the
 // eager result bit for bit, since both evaluate the same scalar definition
 // in the same precision (f32 for f16/bf16, rounded after the op) with the
-// same libm calls.
+// same exp, log, tanh and erf (ir/poly_math.h) and the same libm calls.
 TEST(RegionKernelTest, EveryUnaryAndBinaryOpMatchesEagerInEveryFloatDType) {
   const std::vector<OpId> unary = {OpId::kNeg, OpId::kAbs, OpId::kSign, OpId::kExp, OpId::kLog,
                                    OpId::kSqrt, OpId::kRsqrt, OpId::kReciprocal, OpId::kTanh,

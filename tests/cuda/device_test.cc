@@ -133,8 +133,8 @@ absl::StatusOr<std::vector<Tensor>> RunOnDevice(
 
 // Each golden region (and the single ops of every dtype) runs on the GPU
 // and matches the CPU backend: exactly for + * and comparisons, within a
-// few ulps of the storage type where libdevice and libm round differently
-// or the reduction order differs.
+// few ulps of the storage type where libdevice and the CPU's math
+// (ir/poly_math.h, libm) round differently or the reduction order differs.
 TEST(CudaDeviceTest, GeneratedRegionsMatchTheCpuBackend) {
   if (!Availability().available)
     GTEST_SKIP() << "needs a CUDA device: " << Availability().reason;

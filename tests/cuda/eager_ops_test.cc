@@ -279,8 +279,8 @@ TEST_F(CudaTest, RowKernelsMatchTheCpuWithoutHostRoundTrips) {
     Tensor x = Random({4, 10}, dt, -6, 6);
     Tensor dx = x.to(kCuda);
     Tensor y = from_vector(std::vector<int64_t>{3, 0, 9, 4}, {4});
-    // libm's exp on the host, CUDA's (within 2 ulp) on a GPU, where a half
-    // result may then round one ulp the other way (bf16: 2^-8).
+    // The CPU's exp on the host emulator, CUDA's (within 2 ulp) on a GPU,
+    // where a half result may then round one ulp the other way (bf16: 2^-8).
     const bool half = dt == DType::kF16 || dt == DType::kBF16;
     const double rel = test::OnRealGpu() ? (half ? 1e-2 : 1e-6) : 0;
     ExpectClose(softmax(dx, 1), softmax(x, 1), rel, 0, "softmax " + t);

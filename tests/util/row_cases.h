@@ -9,9 +9,10 @@
 // exactly where eager has NaN. eps is the dtype's machine epsilon (f32
 // 2^-23, f16 2^-10, bf16 2^-7); `scale` is the magnitude an op's error is
 // relative to (the largest finite |x| for log_softmax, 1 for normalized or
-// O(1) values). The callers allow f32 4 ulps (exp/log and summation order
-// differ from the eager kernels'), f16/bf16 1 ulp (a rounding of nearly
-// equal f32 values may land on either neighbour).
+// O(1) values). The callers allow f32 4 ulps (summation order differs from
+// the eager kernels'; exp and log are the same, ir/poly_math.h), f16/bf16
+// 1 ulp (a rounding of nearly equal f32 values may land on either
+// neighbour).
 #ifndef STEPJIT_TESTS_UTIL_ROW_CASES_H_
 #define STEPJIT_TESTS_UTIL_ROW_CASES_H_
 

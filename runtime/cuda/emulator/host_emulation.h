@@ -17,7 +17,9 @@
 //   * shuffle masks are not checked: every live lane of the warp takes part;
 //   * atomics are plain read-modify-writes, which is atomic under this
 //     scheduling;
-//   * math functions are the host's libm.
+//   * exp, log, tanh and f32 erf are the CPU kernels' (ir/poly_math.h),
+//     so results match the CPU backend's bit for bit (a GPU's are CUDA's,
+//     within a few ulps); the other math functions are the host's libm.
 #ifndef STEPJIT_RUNTIME_CUDA_EMULATOR_HOST_EMULATION_H_
 #define STEPJIT_RUNTIME_CUDA_EMULATOR_HOST_EMULATION_H_
 

@@ -42,6 +42,17 @@ static sj_dim3 threadIdx{0, 0, 0}, blockIdx{0, 0, 0};
 static sj_dim3 blockDim{1, 1, 1}, gridDim{1, 1, 1};
 static const int warpSize = 32;
 static const sj_host_api* sj_api;
+// exp, log, tanh and f32 erf are the CPU kernels' (ir/poly_math.h), called
+// in the host process, so that emulated results match the CPU's bit for
+// bit; the macros at the end route the kernels' calls here. The other math
+// functions are the host's libm, as the CPU kernels' are.
+static inline float sj_host_exp(float x) { return sj_api->math->expf(x); }
+static inline double sj_host_exp(double x) { return sj_api->math->exp(x); }
+static inline float sj_host_log(float x) { return sj_api->math->logf(x); }
+static inline double sj_host_log(double x) { return sj_api->math->log(x); }
+static inline float sj_host_tanh(float x) { return sj_api->math->tanhf(x); }
+static inline double sj_host_tanh(double x) { return sj_api->math->tanh(x); }
+static inline float sj_host_erff(float x) { return sj_api->math->erff(x); }
 // The other threads of the block run while this one waits: restore its index.
 static inline void __syncthreads() {
   const unsigned t = threadIdx.x;
@@ -175,6 +186,13 @@ template <auto F> struct sj_kernel {
     d->run = &run;
   }
 };
+#define expf sj_host_exp
+#define exp sj_host_exp
+#define logf sj_host_log
+#define log sj_host_log
+#define tanhf sj_host_tanh
+#define tanh sj_host_tanh
+#define erff sj_host_erff
 )";
 
 }  // namespace

@@ -8,11 +8,17 @@
   struct sj_thread_ctx {                                                 \
     unsigned thread, block, block_dim, grid_dim;                         \
   };                                                                     \
+  struct sj_host_math {                                                  \
+    float (*expf)(float), (*logf)(float);                                \
+    float (*tanhf)(float), (*erff)(float);                               \
+    double (*exp)(double), (*log)(double), (*tanh)(double);              \
+  };                                                                     \
   struct sj_host_api {                                                   \
     void* team;                                                          \
     void (*sync_block)(void* team);                                      \
     unsigned long long (*exchange)(void* team, unsigned long long value, \
                                    int src_lane);                        \
+    const sj_host_math* math;                                            \
   };                                                                     \
   struct sj_kernel_desc {                                                \
     unsigned long long arg_bytes, arg_align;                             \

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "ir/host_math.h"
 #include "ir/status.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -43,6 +44,17 @@ namespace stepjit::codegen::cuda {
 namespace {
 
 constexpr size_t kFiberStackBytes = size_t{256} << 10;
+
+// The math the emulation header routes to the host: the CPU kernels'.
+const abi::sj_host_math kHostMath = {
+    .expf = &ir::HostMath<float>::Exp,
+    .logf = &ir::HostMath<float>::Log,
+    .tanhf = &ir::HostMath<float>::Tanh,
+    .erff = &ir::HostMath<float>::Erf,
+    .exp = &ir::HostMath<double>::Exp,
+    .log = &ir::HostMath<double>::Log,
+    .tanh = &ir::HostMath<double>::Tanh,
+};
 
 // Runs the threads of one block as fibers on the calling thread. Used with
 // ExecutionMutex() held, so one block runs at a time process-wide.
@@ -93,7 +105,7 @@ class BlockRunner {
   Group block_;
   std::vector<Group> warps_;
   std::vector<unsigned long long> slots_;
-  abi::sj_host_api api_{this, &SyncBlock, &Exchange};
+  abi::sj_host_api api_{this, &SyncBlock, &Exchange, &kHostMath};
 };
 
 std::mutex& ExecutionMutex() {
