@@ -83,6 +83,12 @@ struct HostMath {
   static bool Le(C a, C b) { return a <= b; }
   static bool Gt(C a, C b) { return a > b; }
   static bool Ge(C a, C b) { return a >= b; }
+  // Scalar code runs only the branch it needs (ir/poly_math.h's tanh and
+  // erf); the other would give the same value for this element.
+  template <class F, class G>
+  static C Choose(bool c, F then, G otherwise) {
+    return c ? then() : otherwise();
+  }
   static I Bits(C a) { return std::bit_cast<I>(a); }
   static C FromBits(I a) { return std::bit_cast<C>(a); }
   static I IConst(int64_t v) { return static_cast<I>(v); }

@@ -15,10 +15,13 @@
 // in f32 (subnormal results in ulps of the subnormal spacing); exp, log, tanh
 // within 2 ulp in f64. erf has no f64 polynomial here: backends call libm's.
 //
-// Besides scalar_def.h's primitives, a backend provides IsDouble() and, for
-// an integer type I of the float's width: Bits(V) -> I and FromBits(I) -> V
-// (bit casts), IConst, IAdd, ISub, IAnd (two's complement, wrapping),
-// IShl/IShrA by a constant (arithmetic right shift) and IToF (I to V).
+// Besides scalar_def.h's primitives, a backend provides IsDouble();
+// Choose(c, then, otherwise), the value of then() where c holds and of
+// otherwise() elsewhere (a vector backend computes both and selects, a
+// scalar one calls only the function it needs); and, for an integer type I
+// of the float's width: Bits(V) -> I and FromBits(I) -> V (bit casts),
+// IConst, IAdd, ISub, IAnd (two's complement, wrapping), IShl/IShrA by a
+// constant (arithmetic right shift) and IToF (I to V).
 #ifndef STEPJIT_IR_POLY_MATH_H_
 #define STEPJIT_IR_POLY_MATH_H_
 
@@ -167,19 +170,24 @@ typename M::V PolyLog(M& m, typename M::V x) {
 template <class M>
 typename M::V PolyTanh(M& m, typename M::V x) {
   using namespace poly_math;
-  const typename M::V u = m.Mul(x, x);
-  // x + x u P(u) is +0 at x = -0 (P(0) < 0), hence the select.
-  const typename M::V near0 =
-      m.Select(m.Eq(x, m.Const(0)), x,
-               m.Add(x, m.Mul(x, m.Mul(u, Poly(m, u, kTanhF32, kTanhF64)))));
   const typename M::V a = m.Abs(x);
-  const typename M::V q =
-      m.Div(m.Const(2), m.Add(PolyExp(m, m.Add(a, a)), m.Const(1)));
-  const typename M::V far = m.Sub(m.Const(1), q);
   const typename M::V small =
       m.Const(m.IsDouble() ? kTanhSmallF64 : kTanhSmallF32);
-  return m.Select(m.Lt(a, small), near0,
-                  m.Select(m.Lt(x, m.Const(0)), m.Neg(far), far));
+  return m.Choose(
+      m.Lt(a, small),
+      [&] {
+        const typename M::V u = m.Mul(x, x);
+        const typename M::V p = Poly(m, u, kTanhF32, kTanhF64);
+        // x + x u P(u) is +0 at x = -0 (P(0) < 0), hence the select.
+        return m.Select(m.Eq(x, m.Const(0)), x,
+                        m.Add(x, m.Mul(x, m.Mul(u, p))));
+      },
+      [&] {
+        const typename M::V e = PolyExp(m, m.Add(a, a));
+        const typename M::V far =
+            m.Sub(m.Const(1), m.Div(m.Const(2), m.Add(e, m.Const(1))));
+        return m.Select(m.Lt(x, m.Const(0)), m.Neg(far), far);
+      });
 }
 
 // erf(x) in f32: an odd polynomial near 0, else sign(x) (1 - erfc(|x|)) with
@@ -188,14 +196,16 @@ typename M::V PolyTanh(M& m, typename M::V x) {
 template <class M>
 typename M::V PolyErfF32(M& m, typename M::V x) {
   using namespace poly_math;
-  const typename M::V near0 =
-      m.Add(x, m.Mul(x, Horner(m, m.Mul(x, x), kErfSmallF32)));
   const typename M::V a = m.Abs(x);
-  const typename M::V t = m.Sub(m.Min(a, m.Const(4)), m.Const(kErfSmall));
-  const typename M::V far =
-      m.Sub(m.Const(1), PolyExp(m, Horner(m, t, kErfLargeF32)));
-  return m.Select(m.Lt(a, m.Const(kErfSmall)), near0,
-                  m.Select(m.Lt(x, m.Const(0)), m.Neg(far), far));
+  return m.Choose(
+      m.Lt(a, m.Const(kErfSmall)),
+      [&] { return m.Add(x, m.Mul(x, Horner(m, m.Mul(x, x), kErfSmallF32))); },
+      [&] {
+        const typename M::V t = m.Sub(m.Min(a, m.Const(4)), m.Const(kErfSmall));
+        const typename M::V far =
+            m.Sub(m.Const(1), PolyExp(m, Horner(m, t, kErfLargeF32)));
+        return m.Select(m.Lt(x, m.Const(0)), m.Neg(far), far);
+      });
 }
 
 }  // namespace stepjit::ir

@@ -53,6 +53,13 @@ struct LlvmMath {
   V Gt(V x, V y) { return b.CreateFCmpOGT(x, y); }
   V Ge(V x, V y) { return b.CreateFCmpOGE(x, y); }
 
+  // Both values and a select: straight-line code for the vectorizer.
+  template <class F, class G>
+  V Choose(V c, F then, G otherwise) {
+    V x = then();
+    V y = otherwise();
+    return b.CreateSelect(c, x, y);
+  }
   // The integers of ir/poly_math.h, as wide as `type`.
   bool IsDouble() const { return type->isDoubleTy(); }
   V Bits(V x) { return b.CreateBitCast(x, IntType()); }
