@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/workloads.h"
 #include "frontend/stepjit.h"
@@ -63,20 +64,28 @@ class WorkloadParser : public cl::parser<std::string> {
 cl::OptionCategory kFlags("stepjit-bench options");
 
 namespace flags {
-cl::opt<std::string, false, WorkloadParser> workload(
-    "workload",
-    cl::desc(
-        "run only NAME (default: all of the device's), one of:\n"
-        "  mlp784_adamw_b128     784-512-512-10, batch 128, AdamW lr 1e-3\n"
-        "  mlp784_sgd_b128       the same with SGD lr 0.01 momentum 0.9\n"
-        "  tiny_mlp_adamw_b32    64-64-64-64-10, batch 32, AdamW\n"
-        "  mlp1024x3_adamw_b512  3x Linear(1024,1024)+ReLU, Linear(1024,10),\n"
-        "                        batch 512, AdamW\n"
-        "and, sized for a GPU (in \"all\" only with --device cuda):\n"
-        "  mlp4096x4_adamw_b4096_bf16  4x Linear(4096,4096)+ReLU,\n"
-        "                        Linear(4096,10), batch 4096, AdamW,\n"
-        "                        bf16 autocast"),
-    cl::cat(kFlags));
+// The --workload help: every workload of both lists with its description.
+const std::string& WorkloadHelp() {
+  static const std::string* help = [] {
+    auto* s = new std::string(
+        "run only NAME (default: all of the device's), one of:\n");
+    auto add = [&](const std::vector<bench::Workload>& list) {
+      for (const bench::Workload& w : list) {
+        absl::StrAppend(s, "  ", w.name, "\n      ", w.description, "\n");
+      }
+    };
+    add(bench::Workloads());
+    absl::StrAppend(
+        s, "and, sized for a GPU (in \"all\" only with --device cuda):\n");
+    add(bench::CudaWorkloads());
+    s->pop_back();
+    return s;
+  }();
+  return *help;
+}
+cl::opt<std::string, false, WorkloadParser> workload("workload",
+                                                     cl::desc(WorkloadHelp()),
+                                                     cl::cat(kFlags));
 cl::opt<DeviceKind, false, tools::WordParser<DeviceKind>> device(
     "device",
     cl::desc("where the model, optimizer state and batches live and the\n"
