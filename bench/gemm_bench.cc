@@ -177,18 +177,9 @@ const bool kRegistered = [] {
                  {DType::kF32, GemmBackend::kAuto},
                  {DType::kBF16, GemmBackend::kOneDnn},
                  {DType::kBF16, GemmBackend::kOpenBlas}};
-  for (const Shape& s : MlpShapes()) {
-    for (const auto& c : configs) {
-      benchmark::RegisterBenchmark(
-          absl::StrCat("Gemm/", s.name, "/", ir::DTypeName(c.dtype), "/",
-                       GemmBackendName(c.backend))
-              .c_str(),
-          BM_Gemm, s, c.dtype, c.backend)
-          ->Unit(benchmark::kMicrosecond)
-          ->UseRealTime();
-    }
-  }
-  for (const Shape& s : GptShapes()) {
+  std::vector<Shape> shapes = MlpShapes();
+  for (const Shape& s : GptShapes()) shapes.push_back(s);
+  for (const Shape& s : shapes) {
     for (const auto& c : configs) {
       benchmark::RegisterBenchmark(
           absl::StrCat("Gemm/", s.name, "/", ir::DTypeName(c.dtype), "/",

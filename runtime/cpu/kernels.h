@@ -2,6 +2,8 @@
 #ifndef STEPJIT_RUNTIME_CPU_KERNELS_H_
 #define STEPJIT_RUNTIME_CPU_KERNELS_H_
 
+#include <vector>
+
 #include "runtime/dispatch.h"
 
 namespace stepjit::runtime::cpu {
@@ -20,6 +22,9 @@ void RegisterSamplingKernels(KernelTable& table);
 // Strided copy with dtype conversion; src broadcasts to dst's shape.
 void CopyInto(const Tensor& dst, const Tensor& src);
 Tensor PermutedView(const Tensor& x, absl::Span<const int64_t> perm);
+// The permutation that moves dim `d` of a rank-`rank` tensor last, keeping
+// the others in order (row kernels work on that dim's rows).
+std::vector<int64_t> DimLastPermutation(int64_t rank, int64_t d);
 Tensor ContiguousCopyIfNeeded(const Tensor& x);
 void FillWith(const Tensor& dst, double value);
 // The view of slice_backward's output `out` that the gradient fills (the

@@ -22,6 +22,15 @@ Tensor PermutedView(const Tensor& x, absl::Span<const int64_t> perm) {
   return MakeTensor(x.storage(), shape, strides, x.offset(), x.dtype());
 }
 
+std::vector<int64_t> DimLastPermutation(int64_t rank, int64_t d) {
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (i != d) perm.push_back(i);
+  }
+  perm.push_back(d);
+  return perm;
+}
+
 Tensor ContiguousCopyIfNeeded(const Tensor& x) {
   if (x.is_contiguous()) return x;
   Tensor c = empty(x.shape(), {.dtype = x.dtype()});

@@ -21,11 +21,8 @@ namespace {
 template <typename T, typename Fn>
 void ForEachRow(const Tensor& x, const Tensor& out, int64_t dim, Fn fn) {
   const int64_t d = ir::WrapDim(dim, x.dim());
-  std::vector<int64_t> perm;
-  for (int64_t i = 0; i < x.dim(); ++i) {
-    if (i != d) perm.push_back(i);
-  }
-  if (x.dim() > 0) perm.push_back(d);
+  const std::vector<int64_t> perm =
+      x.dim() > 0 ? DimLastPermutation(x.dim(), d) : std::vector<int64_t>{};
   Tensor rows = ContiguousCopyIfNeeded(PermutedView(x, perm));
   Tensor out_rows = PermutedView(out, perm);
   const bool direct = out_rows.is_contiguous();

@@ -28,27 +28,20 @@ struct Rows {
 };
 Rows RowsAlong(const Tensor& x, int64_t d) {
   Rows r;
-  for (int64_t i = 0; i < x.dim(); ++i) {
-    if (i != d) r.perm.push_back(i);
-  }
-  r.perm.push_back(d);
+  r.perm = DimLastPermutation(x.dim(), d);
   r.rows = ContiguousCopyIfNeeded(PermutedView(x, r.perm));
   r.n = x.shape()[d];
   r.count = r.n == 0 ? 0 : x.numel() / r.n;
   return r;
 }
 
-// Writes `rows` (the output with dim d moved last, contiguous) into `out`.
-void StoreRows(const Tensor& out, const Tensor& rows,
-               absl::Span<const int64_t> perm) {
-  CopyInto(PermutedView(out, perm), rows);
-}
-
-// A contiguous tensor of `out`'s dtype shaped as `out` with dim d last.
+// `out` with dim d moved last, when that view is contiguous (the kernel
+// writes it directly); else a contiguous tensor of that shape, copied into
+// `out` afterwards.
 Tensor RowsShaped(const Tensor& out, absl::Span<const int64_t> perm) {
-  Shape shape;
-  for (int64_t d : perm) shape.push_back(out.shape()[d]);
-  return empty(shape, {.dtype = out.dtype()});
+  const Tensor view = PermutedView(out, perm);
+  return view.is_contiguous() ? view
+                              : empty(view.shape(), {.dtype = out.dtype()});
 }
 
 void TopkKernel(const KernelArgs& k) {
@@ -84,7 +77,8 @@ void TopkKernel(const KernelArgs& k) {
                   }
                 });
   });
-  StoreRows(k.out, result, r.perm);
+  if (result.storage() != k.out.storage())
+    CopyInto(PermutedView(k.out, r.perm), result);
 }
 
 void MultinomialKernel(const KernelArgs& k) {

@@ -232,11 +232,7 @@ bool Argmax(Backend& b, const KernelArgs& k) {
   const Tensor& x = k.inputs[0];
   if (!IsFloat(x.dtype()) || x.dim() == 0 || x.numel() == 0) return false;
   const int64_t d = ir::WrapDim(k.attrs.GetInt(AttrKey::kDim), x.dim());
-  std::vector<int64_t> perm;
-  for (int64_t i = 0; i < x.dim(); ++i) {
-    if (i != d) perm.push_back(i);
-  }
-  perm.push_back(d);
+  const std::vector<int64_t> perm = cpu::DimLastPermutation(x.dim(), d);
   const Tensor rows = ContiguousOnDevice(cpu::PermutedView(x, perm));
   long long n = x.shape()[d], count = x.numel() / n;
   // The output's elements are the rows in order (keepdim only adds a 1).
@@ -253,11 +249,7 @@ bool Topk(Backend& b, const KernelArgs& k) {
   const Tensor& x = k.inputs[0];
   if (!IsFloat(x.dtype()) || k.out.numel() == 0) return false;
   const int64_t d = ir::WrapDim(k.attrs.GetInt(AttrKey::kDim, -1), x.dim());
-  std::vector<int64_t> perm;
-  for (int64_t i = 0; i < x.dim(); ++i) {
-    if (i != d) perm.push_back(i);
-  }
-  perm.push_back(d);
+  const std::vector<int64_t> perm = cpu::DimLastPermutation(x.dim(), d);
   const Tensor rows = ContiguousOnDevice(cpu::PermutedView(x, perm));
   const bool in_place = d == x.dim() - 1 && k.out.is_contiguous();
   Tensor dst = k.out;
