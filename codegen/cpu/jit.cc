@@ -1,17 +1,22 @@
 // The CPU JIT: object compilation, the kernel cache and ORC loading.
 #include "codegen/cpu/jit.h"
 
+#include <cstdlib>
 #include <mutex>
 #include <optional>
+#include <string_view>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/kernel_cache.h"
 #include "ir/status.h"
 #include "llvm/Config/llvm-config.h"
+#include "llvm/ExecutionEngine/JITEventListener.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/ExecutionEngine/Orc/RTDyldObjectLinkingLayer.h"
+#include "llvm/ExecutionEngine/SectionMemoryManager.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Passes/PassBuilder.h"
@@ -22,6 +27,11 @@
 
 namespace stepjit::codegen::cpu {
 namespace {
+
+bool PerfJitDumpRequested() {
+  const char* v = std::getenv("STEPJIT_PERF");
+  return v != nullptr && std::string_view(v) == "1";
+}
 
 // One process-wide JIT for the host CPU (its features drive vectorization).
 // Modules are optimized and compiled to object code here, so the object can
@@ -46,7 +56,26 @@ class Jit {
         error = llvm::toString(tm.takeError());
         return;
       }
-      auto lljit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(*jtmb).create();
+      llvm::orc::LLJITBuilder builder;
+      builder.setJITTargetMachineBuilder(*jtmb);
+      if (PerfJitDumpRequested()) {
+        // STEPJIT_PERF=1: jitdump records for `perf inject --jit`, so that
+        // perf names generated kernels (their symbols are sj_<digest>_main).
+        builder.setObjectLinkingLayerCreator(
+            [](llvm::orc::ExecutionSession& es, const llvm::Triple&)
+                -> llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> {
+              auto layer =
+                  std::make_unique<llvm::orc::RTDyldObjectLinkingLayer>(es, [] {
+                    return std::make_unique<llvm::SectionMemoryManager>();
+                  });
+              if (llvm::JITEventListener* perf =
+                      llvm::JITEventListener::createPerfJITEventListener()) {
+                layer->registerJITEventListener(*perf);
+              }
+              return std::move(layer);
+            });
+      }
+      auto lljit = builder.create();
       if (!lljit) {
         error = llvm::toString(lljit.takeError());
         return;

@@ -509,11 +509,9 @@ class Lowering {
     l.j->addIncoming(l.jb, l.rows);
     if (l.last_reduced) {
       for (size_t a = 0; a < l.accs.size(); ++a) {
-        llvm::PHINode* p = b_.CreatePHI(b_.getDoubleTy(), 2);
-        p->addIncoming(
-            llvm::ConstantFP::get(b_.getDoubleTy(),
-                                  AccumulatorInit(acc_nodes_[a]->op())),
-            l.rows);
+        const OpId op = acc_nodes_[a]->op();
+        llvm::PHINode* p = b_.CreatePHI(RegisterType(op), 2);
+        p->addIncoming(RegisterInit(op), l.rows);
         l.reg_acc.push_back(p);
       }
     }
@@ -562,8 +560,7 @@ class Lowering {
     llvm::Value* x =
         Convert(l.inner_env.at(src), src->type().dtype, DType::kF64);
     if (l.last_reduced) {
-      l.reg_next[a] =
-          Accumulate(n.op(), l.reg_next[a], x, /*reassociable=*/true);
+      l.reg_next[a] = AccumulateRegister(n.op(), l.reg_next[a], x);
       return;
     }
     llvm::Value* addr =
@@ -594,7 +591,7 @@ class Lowering {
       llvm::Value* addr = Address(b_.getDoubleTy(), l.accs[a], l.acc_row);
       b_.CreateStore(
           Accumulate(acc_nodes_[a]->op(), b_.CreateLoad(b_.getDoubleTy(), addr),
-                     l.reg_next[a],
+                     RegisterValue(acc_nodes_[a]->op(), l.reg_next[a]),
                      /*reassociable=*/false),
           addr);
     }
@@ -624,6 +621,40 @@ class Lowering {
       llvm::cast<llvm::Instruction>(sum)->setFastMathFlags(fmf);
     }
     return sum;
+  }
+  // A row register accumulating amax holds an int64 key, not a double: the
+  // vectorizer turns an integer max into a vector reduction, but not a
+  // NaN-propagating double select. Keys order as their doubles do; a NaN
+  // gets the largest key, which wins every max and decodes to a NaN.
+  static bool KeyedAccumulator(OpId op) { return op == OpId::kAmax; }
+  llvm::Type* RegisterType(OpId op) {
+    return KeyedAccumulator(op) ? I64() : b_.getDoubleTy();
+  }
+  llvm::Value* RegisterInit(OpId op) {  // folds to a constant
+    llvm::Value* init =
+        llvm::ConstantFP::get(b_.getDoubleTy(), AccumulatorInit(op));
+    return KeyedAccumulator(op) ? MaxKey(init) : init;
+  }
+  llvm::Value* FlipLowBits(llvm::Value* bits) {
+    return b_.CreateXor(
+        bits, b_.CreateAnd(b_.CreateAShr(bits, 63),
+                           b_.getInt64(std::numeric_limits<int64_t>::max())));
+  }
+  llvm::Value* MaxKey(llvm::Value* x) {
+    return b_.CreateSelect(b_.CreateFCmpUNO(x, x),
+                           b_.getInt64(std::numeric_limits<int64_t>::max()),
+                           FlipLowBits(b_.CreateBitCast(x, I64())));
+  }
+  // acc (+) x for a row register (x in double); RegisterValue reads it back.
+  llvm::Value* AccumulateRegister(OpId op, llvm::Value* acc, llvm::Value* x) {
+    if (!KeyedAccumulator(op)) return Accumulate(op, acc, x, true);
+    llvm::Value* key = MaxKey(x);
+    return b_.CreateSelect(b_.CreateICmpSGT(key, acc), key, acc);
+  }
+  llvm::Value* RegisterValue(OpId op, llvm::Value* reg) {
+    return KeyedAccumulator(op)
+               ? b_.CreateBitCast(FlipLowBits(reg), b_.getDoubleTy())
+               : reg;
   }
   // The accumulator buffers (f64), after the scratch slots in `ptrs`.
   std::vector<llvm::Value*> Accumulators(llvm::Value* ptrs) {
@@ -828,10 +859,8 @@ class Lowering {
           plan_.level.at(n->output()) != phase)
         continue;
       reds.push_back(n.get());
-      acc.push_back(b_.CreatePHI(b_.getDoubleTy(), 2));
-      acc.back()->addIncoming(
-          llvm::ConstantFP::get(b_.getDoubleTy(), AccumulatorInit(n->op())),
-          pre);
+      acc.push_back(b_.CreatePHI(RegisterType(n->op()), 2));
+      acc.back()->addIncoming(RegisterInit(n->op()), pre);  // a constant
     }
     Env env = w.env;
     llvm::Value* i = b_.CreateAdd(w.row_start, j);
@@ -852,10 +881,9 @@ class Lowering {
     }
     for (size_t a = 0; a < reds.size(); ++a) {
       const Value* src = reds[a]->inputs()[0];
-      next.push_back(
-          Accumulate(reds[a]->op(), acc[a],
-                     Convert(env.at(src), src->type().dtype, DType::kF64),
-                     /*reassociable=*/true));
+      next.push_back(AccumulateRegister(
+          reds[a]->op(), acc[a],
+          Convert(env.at(src), src->type().dtype, DType::kF64)));
     }
     if (final) StoreReturns(w.bases, env, Domain::kFull, i);
     llvm::Value* j_next = b_.CreateAdd(j, b_.getInt64(1));
@@ -867,7 +895,7 @@ class Lowering {
     group_ = nullptr;
     b_.SetInsertPoint(after);
     for (size_t a = 0; a < reds.size(); ++a) {
-      llvm::Value* v = next[a];
+      llvm::Value* v = RegisterValue(reds[a]->op(), next[a]);
       if (reds[a]->op() == OpId::kMean)
         v = b_.CreateFDiv(
             v, llvm::ConstantFP::get(b_.getDoubleTy(),

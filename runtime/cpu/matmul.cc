@@ -5,6 +5,7 @@
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/matmul_plan.h"
+#include "runtime/thread_pool.h"
 
 namespace stepjit::runtime::cpu {
 
@@ -16,7 +17,16 @@ namespace {
 void MatmulKernel(const KernelArgs& k) {
   MatmulPlan plan = PlanMatmul(k, &CopyInto);
   if (plan.empty) return;
-  for (int64_t i = 0; i < plan.outer; ++i) ThrowIfError(Gemm(plan.Call(i)));
+  if (plan.outer == 1) {
+    ThrowIfError(Gemm(plan.Call(0)));
+    return;
+  }
+  // Attention's per-batch products are small: the calls split across the
+  // threads, each GEMM on its caller's thread (the library does not fan
+  // out inside a parallel region), not every call split across the threads.
+  ParallelFor(plan.outer, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) ThrowIfError(Gemm(plan.Call(i)));
+  });
 }
 
 }  // namespace
