@@ -203,6 +203,7 @@ struct CacheEntry {
   bool implemented = false;
   dnnl::matmul prim;
   dnnl::memory::desc a_md, b_md, c_md, bias_md;  // bias_md: zero when none
+  dnnl::memory::desc scratch_md;  // the call's scratchpad (ours, per thread)
 };
 
 struct PrimitiveCache {
@@ -283,12 +284,17 @@ absl::StatusOr<CacheEntry> GetPrimitive(const GemmArgs& g) {
     }
     dnnl::primitive_attr attr;
     attr.set_post_ops(ops);
+    // The library's own scratchpad belongs to the primitive, so two threads
+    // running one primitive at once (batched matmul splits its calls across
+    // threads) would share it; each call brings a per-thread buffer instead.
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     const dnnl::matmul::desc desc =
         g.bias != nullptr
             ? dnnl::matmul::desc(e.a_md, e.b_md, e.bias_md, e.c_md)
             : dnnl::matmul::desc(e.a_md, e.b_md, e.c_md);
     dnnl::matmul::primitive_desc pd(desc, attr, Dnnl().engine);
     e.prim = dnnl::matmul(pd);
+    e.scratch_md = pd.scratchpad_desc();
     e.implemented = true;
   } catch (const dnnl::error& err) {
     if (err.status != dnnl_unimplemented) {
@@ -329,6 +335,12 @@ absl::Status OneDnnGemm(const GemmArgs& g) {
     if (g.bias != nullptr) {
       args.emplace(DNNL_ARG_BIAS, dnnl::memory(e.bias_md, ctx.engine,
                                                const_cast<void*>(g.bias)));
+    }
+    if (const size_t bytes = e.scratch_md.get_size(); bytes > 0) {
+      thread_local std::vector<char> scratch;
+      if (scratch.size() < bytes) scratch.resize(bytes);
+      args.emplace(DNNL_ARG_SCRATCHPAD,
+                   dnnl::memory(e.scratch_md, ctx.engine, scratch.data()));
     }
     e.prim.execute(ctx.stream, args);
     ctx.stream.wait();

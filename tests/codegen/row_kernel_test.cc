@@ -4,6 +4,9 @@
 // write), generated and run on the CPU, against the same bodies run op by
 // op through the eager kernels. Tolerance as row_cases.h says: f32 4 ulps,
 // bf16 1 ulp.
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -87,6 +90,80 @@ TEST(RowKernelTest, LayerNormBackwardMatchesEager) {
 }
 TEST(RowKernelTest, CrossEntropyBackwardMatchesEager) {
   CheckCase(test::rows::CrossEntropyBackward());
+}
+
+// A row's maximum accumulates integer keys (vectorizable) rather than
+// doubles: NaN anywhere in a row wins, -inf-only rows stay -inf, and the
+// key order is the float order across signs, subnormals and infinities.
+// Checked against a float64 loop, as the row result alone (the register
+// path) and with a full-domain use of it (the row-phase path), in rows long
+// enough to vectorize.
+TEST(RowKernelTest, AmaxRowsPropagateNaNAndOrderLikeFloats) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  const int64_t cols = 37;
+  std::vector<std::vector<float>> rows = {
+      std::vector<float>(cols, -inf),  std::vector<float>(cols, -3.5f),
+      std::vector<float>(cols, -tiny), std::vector<float>(cols, 0.0f),
+      std::vector<float>(cols, 1.0f),
+  };
+  rows[1][20] = -1.25f;  // the largest of negatives
+  rows[2][3] = -0.0f;    // -0 beats every negative subnormal
+  rows[3][30] = tiny;    // the smallest positive beats zeros
+  rows[4][36] = nan;     // NaN in the last lane
+  std::vector<float> r5(cols, -2.0f);
+  r5[0] = inf;
+  r5[1] = -nan;  // a NaN with its sign bit set still wins
+  rows.push_back(r5);
+  std::vector<float> r6(cols);
+  for (int64_t j = 0; j < cols; ++j) r6[j] = static_cast<float>(j % 11) - 5.0f;
+  r6[17] = 1e30f;
+  rows.push_back(r6);
+  rows.push_back(std::vector<float>(cols, inf));
+  std::vector<float> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const Tensor x = from_vector(flat, {n, cols});
+  std::vector<double> want;
+  for (const auto& r : rows) {
+    double m = -std::numeric_limits<double>::infinity();
+    bool any_nan = false;
+    for (float v : r) {
+      any_nan |= std::isnan(v);
+      m = std::max(m, static_cast<double>(v));
+    }
+    want.push_back(any_nan ? std::nan("") : m);
+  }
+  const std::string dims = absl::StrCat("[", n, ",", cols, "]");
+  for (const bool with_use : {false, true}) {
+    const std::string text = absl::StrCat(
+        "graph @r(%p0: f32", dims, " input) {\n",
+        "  %0 = amax %p0 {dims = [1], keepdim = true} : f32[", n, ",1]\n",
+        with_use ? absl::StrCat("  %1 = sub %p0, %0 : f32", dims,
+                                "\n  return %0, %1\n}")
+                 : "  return %0\n}");
+    auto g = ir::ParseGraph(text);
+    ASSERT_TRUE(g.ok()) << g.status() << "\n" << text;
+    absl::StatusOr<RegionKernel> k = CompileRegion(**g, {.use_cache = false});
+    ASSERT_TRUE(k.ok()) << k.status();
+    const std::vector<Tensor> got = Generated(*k, **g, {x});
+    const std::vector<float> m = got[0].to_vector<float>();
+    for (int64_t r = 0; r < n; ++r) {
+      SCOPED_TRACE(absl::StrCat("row ", r, with_use ? " (row phases)" : ""));
+      if (std::isnan(want[r])) {
+        EXPECT_TRUE(std::isnan(m[r])) << m[r];
+      } else {
+        EXPECT_EQ(m[r], static_cast<float>(want[r]));
+      }
+    }
+    if (with_use) {  // x - max: 0 at the maximum, NaN across NaN rows
+      const std::vector<float> d = got[1].to_vector<float>();
+      EXPECT_EQ(d[1 * cols + 20], 0.0f);
+      EXPECT_TRUE(std::isnan(d[4 * cols]));
+      EXPECT_EQ(d[6 * cols + 17], 0.0f);
+    }
+  }
 }
 
 }  // namespace
