@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "frontend/checker.h"
 #include "frontend/event_log.h"
@@ -22,6 +23,7 @@
 #include "passes/grad_scaler.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/executor.h"
+#include "runtime/thread_pool.h"
 
 namespace stepjit {
 
@@ -41,12 +43,43 @@ std::ostream& operator<<(std::ostream& os, const CompileStats& s) {
 namespace frontend {
 namespace {
 
+bool LogHas(const char* topic) {
+  const char* v = std::getenv("STEPJIT_LOG");
+  return v != nullptr && std::string(v).find(topic) != std::string::npos;
+}
 bool LogGuards() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPJIT_LOG");
-    return v != nullptr && std::string(v).find("guards") != std::string::npos;
-  }();
+  static const bool on = LogHas("guards");
   return on;
+}
+bool LogCompile() {
+  static const bool on = LogHas("compile");
+  return on;
+}
+
+// STEPJIT_LOG=compile: where one trace's compile time went.
+void PrintCompileTimes(const std::string& name, double total_ms,
+                       const CompileStats& s, const runtime::Program* program) {
+  std::string line = absl::StrFormat(
+      "stepjit[%s]: trace %d compiled in %.1f ms: the eager step under the "
+      "tracer %.1f, passes %.1f, codegen %.1f, the rest %.1f",
+      name, static_cast<int>(s.traces), total_ms, s.trace_ms, s.passes_ms,
+      s.codegen_wall_ms,
+      total_ms - s.trace_ms - s.passes_ms - s.codegen_wall_ms);
+  if (program != nullptr) {
+    const std::vector<runtime::RegionCompileTime> t =
+        program->region_compile_times();
+    absl::StrAppendFormat(&line,
+                          " (%d regions, %d from the kernel cache, %.1f ms "
+                          "summed over %d threads)",
+                          static_cast<int>(t.size()), s.cached_regions,
+                          s.codegen_ms, runtime::NumThreads());
+    for (size_t i = 0; i < t.size() && i < 3; ++i) {
+      absl::StrAppendFormat(&line, "%s %s %.1f ms%s",
+                            i == 0 ? "; slowest:" : ",", t[i].kernel, t[i].ms,
+                            t[i].cache_hit ? " (cached)" : "");
+    }
+  }
+  std::cerr << line << "\n";
 }
 
 }  // namespace
@@ -92,6 +125,9 @@ struct StepCompiler::Impl {
       throw;
     }
     Trace trace = tracer.End(outputs);
+    stats.trace_ms = std::chrono::duration<double, std::milli>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
     const Device device = StepDevice(trace, inputs);
     Install(Build(std::move(signature), std::move(trace), device), replace,
             start);
@@ -110,9 +146,10 @@ struct StepCompiler::Impl {
   Specialization* Install(std::unique_ptr<Specialization> spec,
                           Specialization* replace,
                           std::chrono::steady_clock::time_point start) {
-    stats.compile_ms += std::chrono::duration<double, std::milli>(
-                            std::chrono::steady_clock::now() - start)
-                            .count();
+    const double this_ms = std::chrono::duration<double, std::milli>(
+                               std::chrono::steady_clock::now() - start)
+                               .count();
+    stats.compile_ms += this_ms;
     ++stats.traces;
     if (stats.traces > 1) ++stats.recompiles;
     stats.ops_per_step = spec->trace.num_ops;
@@ -128,6 +165,12 @@ struct StepCompiler::Impl {
       stats.cached_regions = spec->program->cached_regions();
       stats.codegen_ms = spec->program->codegen_ms();
     }
+    stats.passes_ms = spec->passes_ms;
+    stats.codegen_wall_ms =
+        spec->program ? spec->program->codegen_wall_ms() : spec->build_ms;
+    if (LogCompile())
+      PrintCompileTimes(options.name, this_ms, stats,
+                        spec->program ? &*spec->program : nullptr);
     if (spec->eager_only)
       Event("eager-only", absl::StrCat("marked eager-only: ", spec->reason));
     size_t index;

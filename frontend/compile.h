@@ -84,6 +84,11 @@ struct CompileStats {
   int64_t fallbacks = 0;        // calls that ran eagerly after warmup, untraced
   int specializations = 0;
   double compile_ms = 0;        // total time spent tracing and building
+  // The last trace's compile_ms in parts: the eager step under the tracer,
+  // the pass pipeline, and code generation (wall time; regions compile on
+  // several threads at once where the backend allows). STEPJIT_LOG=compile
+  // prints them, with the slowest regions, at each trace.
+  double trace_ms = 0, passes_ms = 0, codegen_wall_ms = 0;
   int ops_per_step = 0;         // ops the eager step dispatches (last trace)
   int kernels_per_step = 0;     // kernel launches per replay (last trace)
   int64_t planned_peak_bytes = 0;  // memory-plan's estimate (last trace)

@@ -33,6 +33,8 @@ struct Specialization {
   // Per-pass statistics and memory-plan's planned peak, from its build.
   std::string pass_stats;
   int64_t planned_peak_bytes = 0;
+  // Where the build's time went: the pass pipeline and Program::Build.
+  double passes_ms = 0, build_ms = 0;
   int64_t replays = 0;
   // Of trace.state, the step's own tensors (the rest are the compiler's).
   size_t traced_state = 0;

@@ -2,6 +2,7 @@
 // and pass-by-pass rebuilds.
 #include "frontend/specializer.h"
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -141,7 +142,11 @@ std::unique_ptr<Specialization> Specializer::Build(Signature signature,
     popts.device = device;
     popts.cuda_graphs = options_.cuda_graphs;
     popts.cuda_multi_region = options_.cuda_multi_region;
+    const auto start = std::chrono::steady_clock::now();
     auto program = runtime::Program::Build(*spec->trace.graph, popts);
+    spec->build_ms = std::chrono::duration<double, std::milli>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
     if (!program.ok()) {
       spec->eager_only = true;
       spec->reason = absl::StrCat("building the program failed: ",
@@ -161,9 +166,13 @@ absl::Status Specializer::Optimize(ir::Graph& graph, size_t index,
   passes::PipelineOptions popts = passes::FromEnvironment();
   popts.dump_dir = DumpDir(index);
   passes::PipelineStats pstats;
+  const auto start = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(passes::RunPipeline(
       graph, passes::PipelineForTarget(pipeline_, TargetOf(device)), popts,
       &pstats));
+  spec.passes_ms = std::chrono::duration<double, std::milli>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
   spec.pass_stats = pstats.ToString();
   spec.planned_peak_bytes = pstats.Get(passes::kPlannedPeakBytes);
   return absl::OkStatus();

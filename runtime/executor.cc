@@ -2,10 +2,14 @@
 // the replay loop under that backend's run hooks.
 #include "runtime/executor.h"
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <utility>
 
 #include "ir/status.h"
 #include "runtime/testing_hooks.h"
+#include "runtime/thread_pool.h"
 
 namespace stepjit::runtime {
 
@@ -20,22 +24,46 @@ absl::StatusOr<Program> Program::Build(const ir::Graph& graph,
   DumpRegionSources(graph, options);
   p.last_uses_ = CollectLastUses(graph);
   ASSIGN_OR_RETURN(p.backend_, MakeRegionBackend(graph, options));
+  std::vector<const ir::Node*> fusions;
   for (const auto& n : graph.nodes()) {
-    if (n->kind() != ir::NodeKind::kFusion) continue;
-    if (!options.codegen) {
-      p.interpreted_.push_back({n->body()->name(), "code generation is off"});
-      continue;
+    if (n->kind() == ir::NodeKind::kFusion) fusions.push_back(n.get());
+  }
+  // Test-only (runtime/testing_hooks.h): a wrong kernel, never cached.
+  std::vector<std::unique_ptr<ir::Graph>> miscompiled(fusions.size());
+  for (size_t i = 0; i < fusions.size() && options.codegen; ++i)
+    miscompiled[i] = MiscompiledBodyForTesting(graph, *fusions[i]);
+  std::vector<absl::StatusOr<std::unique_ptr<CompiledRegion>>> compiled;
+  for (size_t i = 0; i < fusions.size(); ++i)
+    compiled.emplace_back(absl::UnimplementedError("code generation is off"));
+  auto compile = [&](size_t i) {
+    compiled[i] = p.backend_->Compile(
+        {.node = fusions[i],
+         .body = miscompiled[i] ? miscompiled[i].get() : fusions[i]->body(),
+         .cacheable = miscompiled[i] == nullptr});
+  };
+  const auto codegen_start = std::chrono::steady_clock::now();
+  if (options.codegen) {
+    if (p.backend_->ConcurrentCompile()) {
+      // Regions compile independently: each thread takes the next one
+      // (their costs differ widely, so no fixed split).
+      std::atomic<size_t> next{0};
+      const int64_t workers =
+          std::min<int64_t>(NumThreads(), static_cast<int64_t>(fusions.size()));
+      ParallelFor(workers, 1, [&](int64_t, int64_t) {
+        for (size_t i = next++; i < fusions.size(); i = next++) compile(i);
+      });
+    } else {
+      for (size_t i = 0; i < fusions.size(); ++i) compile(i);
     }
-    // Test-only (runtime/testing_hooks.h): a wrong kernel, never cached.
-    const std::unique_ptr<ir::Graph> miscompiled =
-        MiscompiledBodyForTesting(graph, *n);
-    absl::StatusOr<std::unique_ptr<CompiledRegion>> region =
-        p.backend_->Compile(
-            {.node = n.get(),
-             .body = miscompiled ? miscompiled.get() : n->body(),
-             .cacheable = miscompiled == nullptr});
+  }
+  p.codegen_wall_ms_ = std::chrono::duration<double, std::milli>(
+                           std::chrono::steady_clock::now() - codegen_start)
+                           .count();
+  for (size_t i = 0; i < fusions.size(); ++i) {
+    const ir::Node* n = fusions[i];
+    absl::StatusOr<std::unique_ptr<CompiledRegion>>& region = compiled[i];
     if (region.ok()) {
-      p.regions_[n.get()] = *std::move(region);
+      p.regions_[n] = *std::move(region);
     } else if (absl::IsUnimplemented(region.status())) {
       p.interpreted_.push_back(
           {n->body()->name(), std::string(region.status().message())});
@@ -49,6 +77,15 @@ absl::StatusOr<Program> Program::Build(const ir::Graph& graph,
   p.kernels_per_run_ =
       CountKernels(graph) - p.stats().grouped_regions + p.stats().region_groups;
   return p;
+}
+
+std::vector<RegionCompileTime> Program::region_compile_times() const {
+  std::vector<RegionCompileTime> t = stats().region_times;
+  std::stable_sort(t.begin(), t.end(),
+                   [](const RegionCompileTime& a, const RegionCompileTime& b) {
+                     return a.ms > b.ms;
+                   });
+  return t;
 }
 
 ReplayPlan Program::Plan() const {

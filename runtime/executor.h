@@ -76,8 +76,14 @@ class Program {
   // Of the compiled regions, the ones whose object code came from the
   // kernel cache.
   int cached_regions() const { return stats().cached_regions; }
-  // Time spent lowering, optimizing and compiling (or loading) kernels.
+  // Time spent lowering, optimizing and compiling (or loading) kernels,
+  // summed over the regions, and the wall time of that phase of Build
+  // (less than the sum where regions compiled on several threads at once).
   double codegen_ms() const { return stats().codegen_ms; }
+  double codegen_wall_ms() const { return codegen_wall_ms_; }
+  // The regions' compile times (where the backend reports them), slowest
+  // first.
+  std::vector<RegionCompileTime> region_compile_times() const;
   // Fusion regions that run interpreted, op by op, in graph order, each
   // with why (the backend's Unimplemented reason, or codegen being off).
   struct InterpretedRegion {
@@ -96,6 +102,7 @@ class Program {
   const ir::Graph* graph_;
   ProgramOptions options_;
   int kernels_per_run_ = 0;
+  double codegen_wall_ms_ = 0;
   LastUseMap last_uses_;
   // Declared before the backend, which points into them (launch groups),
   // so that they outlive it.

@@ -1,12 +1,15 @@
 // The CPU JIT: object compilation, the kernel cache and ORC loading.
 #include "codegen/cpu/jit.h"
 
+#include <condition_variable>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <string_view>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/kernel_cache.h"
 #include "ir/status.h"
@@ -80,7 +83,7 @@ class Jit {
         error = llvm::toString(lljit.takeError());
         return;
       }
-      jit = new Jit(std::move(*lljit), std::move(*tm));
+      jit = new Jit(std::move(*lljit), std::move(*tm), *jtmb);
     });
     if (jit == nullptr) return absl::InternalError(absl::StrCat("LLVM JIT unavailable: ", error));
     return jit;
@@ -91,13 +94,16 @@ class Jit {
                         tm_->getTargetFeatureString().str());
   }
 
+  // Safe to call from several threads at once: optimization and object
+  // emission (most of a cold compile) run unlocked, each thread with its
+  // own TargetMachine; only linking into the JIT takes the lock.
   absl::StatusOr<JitLoadResult> Load(llvm::Module& m, const JitSymbols& symbols,
                                      const JitLoadOptions& options) {
-    std::lock_guard<std::mutex> lock(mu_);
     JitLoadResult k;
+    ASSIGN_OR_RETURN(llvm::TargetMachine * tm, ThreadTargetMachine());
     llvm::Module* module = &m;
-    module->setDataLayout(tm_->createDataLayout());
-    module->setTargetTriple(tm_->getTargetTriple().str());
+    module->setDataLayout(tm->createDataLayout());
+    module->setTargetTriple(tm->getTargetTriple().str());
     {
       llvm::raw_string_ostream os(k.llvm_ir_raw);
       module->print(os, nullptr);
@@ -107,22 +113,45 @@ class Jit {
     const std::string digest = key.Digest();
     k.cache_key = digest;
     std::optional<std::string> object;
+    // While one thread compiles a digest, others asking for it wait and
+    // then share its result (identical regions compiled at once, like the
+    // per-layer optimizer updates, compile once).
+    bool claimed = false;
+    absl::Cleanup release = [&] {
+      if (!claimed) return;
+      std::lock_guard<std::mutex> lock(mu_);
+      compiling_.erase(digest);
+      compiled_cv_.notify_all();
+    };
     if (options.use_cache) {
-      if (auto it = loaded_.find(digest); it != loaded_.end()) {
+      std::optional<JitAddresses> loaded;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        compiled_cv_.wait(lock, [&] { return !compiling_.contains(digest); });
+        if (auto it = loaded_.find(digest); it != loaded_.end()) {
+          loaded = it->second;
+        } else {
+          compiling_.insert(digest);
+          claimed = true;
+        }
+      }
+      if (loaded) {
         k.cache_hit = true;
-        if (options.want_optimized_ir) Optimize(*module, &k.llvm_ir);
-        k.fns = it->second;
+        if (options.want_optimized_ir) Optimize(*tm, *module, &k.llvm_ir);
+        k.fns = *loaded;
         return k;
       }
       object = KernelCache::Global().Lookup(key);
     }
-    if (!object || options.want_optimized_ir) Optimize(*module, &k.llvm_ir);
+    if (!object || options.want_optimized_ir)
+      Optimize(*tm, *module, &k.llvm_ir);
     if (object) {
       k.cache_hit = true;
     } else {
-      ASSIGN_OR_RETURN(object, EmitObject(*module));
+      ASSIGN_OR_RETURN(object, EmitObject(*tm, *module));
       if (options.use_cache) KernelCache::Global().Store(key, *object);
     }
+    std::lock_guard<std::mutex> lock(mu_);
     auto jd = jit_->createJITDylib(absl::StrCat("sj.", digest.substr(0, 16), ".", next_dylib_++));
     if (!jd) return absl::InternalError(llvm::toString(jd.takeError()));
     auto gen = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
@@ -141,20 +170,37 @@ class Jit {
       *out = sym->getAddress();
     }
     if (options.use_cache) loaded_[digest] = fns;
-    return k;
+    return k;  // `release` takes mu_ again after this lock is dropped
   }
 
  private:
-  Jit(std::unique_ptr<llvm::orc::LLJIT> jit, std::unique_ptr<llvm::TargetMachine> tm)
-      : jit_(std::move(jit)), tm_(std::move(tm)) {}
+  Jit(std::unique_ptr<llvm::orc::LLJIT> jit,
+      std::unique_ptr<llvm::TargetMachine> tm,
+      llvm::orc::JITTargetMachineBuilder jtmb)
+      : jit_(std::move(jit)), tm_(std::move(tm)), jtmb_(std::move(jtmb)) {}
+
+  // A TargetMachine is not safe to share between concurrent compiles (ORC's
+  // ConcurrentIRCompiler makes one per compile, too): one per thread, made
+  // like tm_.
+  absl::StatusOr<llvm::TargetMachine*> ThreadTargetMachine() {
+    thread_local std::unique_ptr<llvm::TargetMachine> tm;
+    if (tm == nullptr) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto made = jtmb_.createTargetMachine();
+      if (!made) return absl::InternalError(llvm::toString(made.takeError()));
+      tm = std::move(*made);
+    }
+    return tm.get();
+  }
 
   // The -O2 pipeline with the host's features.
-  void Optimize(llvm::Module& module, std::string* text) {
+  void Optimize(llvm::TargetMachine& tm, llvm::Module& module,
+                std::string* text) {
     llvm::LoopAnalysisManager lam;
     llvm::FunctionAnalysisManager fam;
     llvm::CGSCCAnalysisManager cgam;
     llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(tm_.get());
+    llvm::PassBuilder pb(&tm);
     pb.registerModuleAnalyses(mam);
     pb.registerCGSCCAnalyses(cgam);
     pb.registerFunctionAnalyses(fam);
@@ -166,21 +212,25 @@ class Jit {
     module.print(os, nullptr);
   }
 
-  absl::StatusOr<std::string> EmitObject(llvm::Module& module) {
+  absl::StatusOr<std::string> EmitObject(llvm::TargetMachine& tm,
+                                         llvm::Module& module) {
     llvm::SmallVector<char, 0> buffer;
     llvm::raw_svector_ostream os(buffer);
     llvm::legacy::PassManager pm;
-    if (tm_->addPassesToEmitFile(pm, os, nullptr, llvm::CGFT_ObjectFile)) {
+    if (tm.addPassesToEmitFile(pm, os, nullptr, llvm::CGFT_ObjectFile)) {
       return absl::InternalError("the LLVM target cannot emit object files");
     }
     pm.run(module);
     return std::string(buffer.begin(), buffer.end());
   }
 
-  std::mutex mu_;
+  std::mutex mu_;  // guards loaded_, next_dylib_, linking and jtmb_ use
   std::unique_ptr<llvm::orc::LLJIT> jit_;
-  std::unique_ptr<llvm::TargetMachine> tm_;
+  std::unique_ptr<llvm::TargetMachine> tm_;  // the host's identity (TargetId)
+  llvm::orc::JITTargetMachineBuilder jtmb_;
   absl::flat_hash_map<std::string, JitAddresses> loaded_;  // by cache key digest
+  absl::flat_hash_set<std::string> compiling_;  // digests being compiled now
+  std::condition_variable compiled_cv_;         // signalled as each finishes
   int next_dylib_ = 0;
 };
 

@@ -43,6 +43,7 @@ struct JitLoadResult {
 
 // Optimizes, compiles (or finds in the cache) and loads `module`, then
 // resolves `symbols`. The module is changed (data layout, optimization).
+// Threads may load modules (each in its own LLVMContext) concurrently.
 // Errors: the JIT could not start, or compiling/linking failed.
 absl::StatusOr<JitLoadResult> JitLoad(llvm::Module& module, const JitSymbols& symbols,
                                       const JitLoadOptions& options);

@@ -101,12 +101,20 @@ using ReplayLoop = std::function<std::vector<Tensor>(
     absl::Span<const Tensor> inputs, absl::Span<const Tensor> state,
     const RunHooks& hooks)>;
 
+// One region's compile (lowering, optimization, object code or cache load).
+struct RegionCompileTime {
+  std::string kernel;
+  double ms = 0;
+  bool cache_hit = false;
+};
+
 // Counters a backend keeps; Program's accessors read them.
 struct BackendStats {
   // Regions whose object code came from a kernel cache, and the time spent
   // lowering, optimizing and compiling (or loading) them.
   int cached_regions = 0;
   double codegen_ms = 0;
+  std::vector<RegionCompileTime> region_times;  // in completion order
   // Launch groups of several regions (one launch per phase) and the regions
   // in them.
   int region_groups = 0;
@@ -128,6 +136,9 @@ class RegionBackend {
       const RegionToCompile& region) = 0;
   // Build, after every Compile.
   virtual void FinishBuild() {}
+  // Whether Compile may run on several threads at once (Build then splits
+  // the regions across the threads).
+  virtual bool ConcurrentCompile() const { return false; }
 
   // Program::Run: the default runs the loop once as it is.
   virtual std::vector<Tensor> Run(absl::Span<const Tensor> inputs,

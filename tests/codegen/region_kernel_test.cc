@@ -1,7 +1,10 @@
 // Generated region kernels (LLVM ORC) against the eager kernels: op by op in
 // every float dtype, broadcasts, reductions with epilogues, scalar prologues,
 // and the kernel cache across processes.
+#include "codegen/cpu/region_kernel.h"
+
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -10,11 +13,11 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "codegen/cpu/region_kernel.h"
 #include "codegen/kernel_cache.h"
 #include "gtest/gtest.h"
 #include "ir/parser.h"
@@ -239,6 +242,55 @@ graph @all(%p0: f32[37,29] input) {
   double ref = 0;
   for (double v : x.to(DType::kF64).to_vector<double>()) ref += v * v;
   EXPECT_NEAR(norm, std::sqrt(ref), 1e-6 * std::sqrt(ref));
+}
+
+// Regions compile on several threads at once (Program::Build splits them
+// across the pool): each thread lowers into its own LLVM context, and a body
+// several threads ask for at the same time is compiled once and shared.
+// The body's constant is unique to this process and run (exact in the six
+// digits the IR text keeps), so no cache holds it.
+TEST(RegionKernelTest, ConcurrentCompilesOfOneBodyCompileItOnceAndAllWork) {
+  static int round = 0;  // a new constant for each run (--gtest_repeat)
+  const double c =
+      1.0 + static_cast<double>((getpid() * 31 + ++round) % 997) / 1000;
+  const std::string text = absl::StrCat(R"(
+graph @concurrent(%p0: f32[1000] input) {
+  %0 = full {shape = [], value = )",
+                                        c, R"(, dtype = f32} : f32[]
+  %1 = mul %p0, %0 : f32[1000]
+  %2 = exp %1 : f32[1000]
+  return %2
+})");
+  constexpr int kThreads = 6;
+  std::vector<std::unique_ptr<ir::Graph>> graphs;
+  for (int t = 0; t < kThreads; ++t) {
+    graphs.push_back(Parse(text));
+    ASSERT_NE(graphs.back(), nullptr);
+  }
+  std::vector<absl::StatusOr<RegionKernel>> kernels(
+      kThreads, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] { kernels[t] = CompileRegion(*graphs[t]); });
+  }
+  for (std::thread& th : threads) th.join();
+  Generator gen(11);
+  const Tensor x = rand({1000}, {}, &gen);
+  const std::vector<float> xs = x.to_vector<float>();
+  int compiled = 0;
+  for (int t = 0; t < kThreads; ++t) {
+    ASSERT_TRUE(kernels[t].ok()) << kernels[t].status();
+    compiled += kernels[t]->cache_hit ? 0 : 1;
+    const std::vector<float> got =
+        RunKernel(*kernels[t], {x}, ReturnTypes(*graphs[t]))[0]
+            .to_vector<float>();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const double want = std::exp(static_cast<double>(
+          static_cast<float>(xs[i] * static_cast<float>(c))));
+      ASSERT_NEAR(got[i], want, 4e-7 * want) << "thread " << t << " i " << i;
+    }
+  }
+  EXPECT_EQ(compiled, 1) << "one thread compiles, the others share it";
 }
 
 // AdamW's 0-d bookkeeping (step += 1, bias corrections in f64) runs once in

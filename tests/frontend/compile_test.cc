@@ -362,6 +362,15 @@ TEST(CompileTest, FullPipelineCutsKernelsAndMatchesEagerOnTheExampleStep) {
     EXPECT_LE(s.kernels_per_step * 2, s.ops_per_step)
         << (adamw ? "AdamW" : "SGD") << ": " << s.ops_per_step << " ops, " << s.kernels_per_step
         << " kernels";
+    // The compile time in parts (STEPJIT_LOG=compile): each part ran, and
+    // together they are no more than the whole.
+    EXPECT_GT(s.trace_ms, 0);
+    EXPECT_GT(s.passes_ms, 0);
+    EXPECT_GT(s.codegen_wall_ms, 0);
+    EXPECT_LE(s.trace_ms + s.passes_ms + s.codegen_wall_ms, s.compile_ms);
+    // Regions compiled side by side: the wall time is at most their sum,
+    // which codegen_ms keeps (plus thread start-up and timer slack).
+    EXPECT_LE(s.codegen_wall_ms, s.codegen_ms * 1.05 + 5.0);
     std::cout << (adamw ? "AdamW" : "SGD") << ": eager ops/step " << s.ops_per_step
               << ", compiled kernels/step " << s.kernels_per_step << "\n";
   }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -80,15 +81,24 @@ class CpuRegionBackend final : public RegionBackend {
         codegen::cpu::CompileRegion(*region.body, options);
     if (!k.ok()) return k.status();
     if (!dump_dir_.empty()) DumpKernel(*k, dump_dir_);
-    stats_.codegen_ms += k->compile_ms;
-    stats_.cached_regions += k->cache_hit ? 1 : 0;
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      stats_.codegen_ms += k->compile_ms;
+      stats_.cached_regions += k->cache_hit ? 1 : 0;
+      stats_.region_times.push_back({k->name, k->compile_ms, k->cache_hit});
+    }
     return std::make_unique<CpuRegion>(*std::move(k),
                                        ReturnAliases(*region.node->body()));
   }
 
+  // Regions lower into their own LLVM contexts and the JIT links under
+  // its lock (codegen/cpu/jit.h).
+  bool ConcurrentCompile() const override { return true; }
+
  private:
   std::string dump_dir_;
   bool use_cache_;
+  std::mutex stats_mu_;
 };
 
 }  // namespace
