@@ -3,10 +3,12 @@
 # one go and prints one table with ratios against torch_eager.
 #
 #   bench/run_all.sh [--build DIR] [--python PY] [--steps N] [--warmup N] [--workload NAME]
-#                    [--amp f32|bf16]
+#                    [--amp f32|bf16] [--background-load N]
 #
 # --amp bf16 runs stepjit's steps with bf16 autocast and the torch peers
 # under torch.autocast (jax_jit is f32 only and is skipped).
+# --background-load N runs N busy processes beside every benchmark (stepjit's
+# and the peers' alike), as other work on a shared machine would.
 #
 # The peer interpreter is the first of: --python, $STEPJIT_BENCH_PYTHON,
 # <repo>/.venv/bin/python, python3, /usr/bin/python3 (Debian's python3-torch)
@@ -21,7 +23,8 @@ steps=50
 warmup=5
 workload=()
 amp=()
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
+load=0
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
@@ -30,6 +33,7 @@ while [[ $# -gt 0 ]]; do
     --warmup) warmup="$2"; shift 2 ;;
     --workload) workload=(--workload "$2"); shift 2 ;;
     --amp) amp=(--amp "$2"); shift 2 ;;
+    --background-load) load="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run_all.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -59,13 +63,15 @@ trap 'rm -rf "$tmp"' EXIT
 skips="$tmp/skips.txt"
 : >"$skips"
 
-echo "== stepjit-bench (steps $steps, warmup $warmup)" >&2
-"$bench" --json --steps "$steps" --warmup "$warmup" "${workload[@]}" "${amp[@]}" >"$tmp/stepjit.jsonl"
+echo "== stepjit-bench (steps $steps, warmup $warmup, background load $load)" >&2
+"$bench" --json --steps "$steps" --warmup "$warmup" --background-load "$load" \
+  "${workload[@]}" "${amp[@]}" >"$tmp/stepjit.jsonl"
 
 if [[ -n "$python" ]]; then
   echo "== peers with $python ($("$python" -c 'import torch; print("torch", torch.__version__)'))" >&2
   "$python" "$repo/bench/torch_reference.py" --json --steps "$steps" --warmup "$warmup" \
-    "${workload[@]}" "${amp[@]}" >"$tmp/peers.jsonl" 2>"$tmp/peers.err" || {
+    --background-load "$load" "${workload[@]}" "${amp[@]}" \
+    >"$tmp/peers.jsonl" 2>"$tmp/peers.err" || {
       echo "run_all.sh: torch_reference.py failed:" >&2
       cat "$tmp/peers.err" >&2
     }
@@ -86,6 +92,9 @@ base = {(r["workload"], r["mode"]): r["ms_per_step"] for r in rows}
 def fmt(v, spec, suffix=""):
     return "-" if v is None else format(v, spec) + suffix
 
+load = max((r.get("background_load", 0) for r in rows), default=0)
+if load:
+    print(f"under a background load of {load} busy process(es) beside every step")
 print(f"{'workload':22} {'mode':14} {'ms/step':>9} {'vs eager':>9} {'vs torch':>9} "
       f"{'kern/step':>10} {'cold ms':>9} {'warm ms':>9} {'peak MB':>8}")
 for r in rows:

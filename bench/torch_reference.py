@@ -43,6 +43,7 @@ A mode that cannot run prints one "skip: ..." line on stderr.
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 
@@ -406,18 +407,35 @@ def main():
                          "bfloat16); jax_jit is skipped")
     ap.add_argument("--json", action="store_true",
                     help="JSON lines (the default output; accepted for symmetry)")
+    ap.add_argument("--background-load", type=int, default=0, metavar="N",
+                    help="N busy processes (endless loops) run beside the benchmark "
+                         "from start to end, as stepjit-bench --background-load does")
     args = ap.parse_args()
+    if args.background_load < 0:
+        ap.error(f"--background-load must be >= 0, got {args.background_load}")
+    if args.steps < 1 or args.warmup < 0:
+        ap.error("--steps must be >= 1 and --warmup >= 0")
+    bad = [m for m in args.modes.split(",") if m and m not in ALL_MODES]
+    if bad:
+        ap.error(f"unknown mode(s) {','.join(bad)}; known: {','.join(ALL_MODES)}")
+    load = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(args.background_load)]
+    try:
+        run_all_modes(args)
+    finally:
+        for p in load:
+            p.kill()
+        for p in load:
+            p.wait()
+
+
+def run_all_modes(args):
     global AMP
     AMP = args.amp
     if AMP != "f32" and "jax_jit" in args.modes:
         args.modes = ",".join(m for m in args.modes.split(",") if m != "jax_jit")
         skip("jax_jit", f"--amp {AMP}: the JAX reference is f32 only")
-    if args.steps < 1 or args.warmup < 0:
-        ap.error("--steps must be >= 1 and --warmup >= 0")
     modes = [m for m in args.modes.split(",") if m]
-    bad = [m for m in modes if m not in ALL_MODES]
-    if bad:
-        ap.error(f"unknown mode(s) {','.join(bad)}; known: {','.join(ALL_MODES)}")
     runners = {"torch_eager": run_torch_eager, "torch_compile": run_torch_compile,
                "jax_jit": run_jax_jit}
     modes = available_modes(modes)
@@ -430,6 +448,7 @@ def main():
             except Exception as e:  # a peer failing must not hide the others
                 skip(mode, f"{name} failed: {type(e).__name__}: {e}")
                 continue
+            r["background_load"] = args.background_load
             print(json.dumps(r), flush=True)
 
 

@@ -5,11 +5,18 @@
 //
 //   stepjit-bench --workload mlp784_adamw_b128 --steps 50 --json
 //   stepjit-bench --device cuda --bandwidth
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -143,12 +150,18 @@ cl::opt<bool> bandwidth(
 cl::opt<long long, false, tools::IntParser<1>> numel(
     "numel", cl::desc("elements for --bandwidth (default 67108864, 64M)"),
     cl::init(int64_t{1} << 26), cl::cat(kFlags));
+cl::opt<long long, false, tools::IntParser<0>> background_load(
+    "background-load",
+    cl::desc("N busy processes (each an endless loop, one core's worth of\n"
+             "work) run beside the benchmark from start to end, as other\n"
+             "work on a shared machine would (default 0)"),
+    cl::init(0), cl::cat(kFlags));
 cl::opt<bool> json(
     "json",
     cl::desc("one JSON object per line per workload and mode, keys:\n"
              "workload, mode, dtype, device, ms_per_step,\n"
              "kernels_per_step, compile_ms_cold, compile_ms_warm,\n"
-             "peak_bytes; with --bandwidth per kernel:\n"
+             "peak_bytes, background_load; with --bandwidth per kernel:\n"
              "bandwidth, mode, device, numel, bytes, ms, gb_per_s"),
     cl::cat(kFlags));
 // Internal: the child process ColdWarmCompileMs starts.
@@ -195,6 +208,7 @@ struct Flags {
   bool multi_region = true;
   bool bandwidth = false;
   bool json = false;
+  int64_t background_load = 0;
 };
 
 Flags FromCommandLine() {
@@ -209,7 +223,8 @@ Flags FromCommandLine() {
           .cuda_graphs = flags::cuda_graphs == OnOff::kOn,
           .multi_region = flags::multi_region == OnOff::kOn,
           .bandwidth = flags::bandwidth,
-          .json = flags::json};
+          .json = flags::json,
+          .background_load = flags::background_load};
   switch (flags::amp) {
     case Amp::kWorkload:
       break;
@@ -335,6 +350,38 @@ Result Run(const Workload& w, const Flags& f, bool compiled, DType amp, const ch
   return r;
 }
 
+// --background-load: N child processes that spin until this process ends
+// (they also die with it: PR_SET_PDEATHSIG), each competing for a core.
+class BackgroundLoad {
+ public:
+  explicit BackgroundLoad(int64_t n) {
+    const pid_t parent = getpid();
+    for (int64_t i = 0; i < n; ++i) {
+      const pid_t pid = fork();
+      SJ_REQUIRE(pid >= 0,
+                 "--background-load: fork failed: ", std::strerror(errno));
+      if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(0);  // the parent is gone already
+        for (volatile uint64_t spin = 0;; spin = spin + 1) {
+        }
+      }
+      pids_.push_back(pid);
+    }
+  }
+  ~BackgroundLoad() {
+    for (pid_t pid : pids_) kill(pid, SIGKILL);
+    for (pid_t pid : pids_) waitpid(pid, nullptr, 0);
+  }
+  BackgroundLoad(const BackgroundLoad&) = delete;
+  BackgroundLoad& operator=(const BackgroundLoad&) = delete;
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
+int64_t g_background_load = 0;  // reported with each result
+
 llvm::json::Value Json(const Result& r) {
   return llvm::json::Object{{"workload", r.workload},
                             {"mode", r.mode},
@@ -344,7 +391,8 @@ llvm::json::Value Json(const Result& r) {
                             {"kernels_per_step", r.kernels_per_step},
                             {"compile_ms_cold", r.compile_ms_cold},
                             {"compile_ms_warm", r.compile_ms_warm},
-                            {"peak_bytes", r.peak_bytes}};
+                            {"peak_bytes", r.peak_bytes},
+                            {"background_load", g_background_load}};
 }
 
 // One --bandwidth measurement: `bytes` moved per run of `fn` on `device`,
@@ -460,6 +508,12 @@ int Main(int argc, char** argv) {
     if (f.device.is_cuda()) {
       for (const Workload& w : bench::CudaWorkloads()) selected.push_back(&w);
     }
+  }
+  g_background_load = f.background_load;
+  const BackgroundLoad load(f.background_load);
+  if (!f.json && f.background_load > 0) {
+    std::printf("background load: %lld busy process(es) beside every step\n",
+                static_cast<long long>(f.background_load));
   }
   if (!f.json) PrintHeader();
   for (const Workload* wp : selected) {
