@@ -1,6 +1,9 @@
 // Eager CPU elementwise kernels: ir/scalar_def.h instantiated with C++ arithmetic.
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "ir/host_math.h"
 #include "ir/scalar_def.h"
@@ -185,13 +188,36 @@ Shape BroadcastByteStrides(const Tensor& t, ShapeRef shape) {
 void CopyInto(const Tensor& dst, const Tensor& src) {
   std::array<Shape, 2> st = {BroadcastByteStrides(dst, dst.shape()),
                              BroadcastByteStrides(src, dst.shape())};
+  // Walk the outer dims in the source's memory order (the innermost dim
+  // stays innermost). Gathering a permuted view (attention's heads) in the
+  // destination's order reads short runs far apart, which stalls on memory
+  // latency; in the source's order the reads stream and the writes, which
+  // do not stall, scatter over a few destinations instead.
+  Shape shape = dst.shape();
+  if (shape.size() > 2) {
+    std::vector<size_t> order(shape.size() - 1);
+    for (size_t d = 0; d < order.size(); ++d) order[d] = d;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return std::abs(st[1][a]) > std::abs(st[1][b]);
+    });
+    order.push_back(shape.size() - 1);
+    Shape permuted_shape;
+    std::array<Shape, 2> permuted;
+    for (size_t d : order) {
+      permuted_shape.push_back(shape[d]);
+      for (int k = 0; k < 2; ++k) permuted[k].push_back(st[k][d]);
+    }
+    shape = std::move(permuted_shape);
+    st = std::move(permuted);
+  }
   std::array<char*, 2> base = {static_cast<char*>(dst.data_ptr()),
                                static_cast<char*>(src.data_ptr())};
   SJ_DISPATCH_ALL(dst.dtype(), "copy", {
     using D = T;
     SJ_DISPATCH_ALL(src.dtype(), "copy", {
-      ForEach<2>(dst.shape(), st, base,
-                 [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
+      ForEach<2>(shape, st, base,
+                 [&](std::array<char*, 2> p, std::array<int64_t, 2> s,
+                     int64_t n) {
                    if (s[0] == sizeof(D) && s[1] == sizeof(T)) {
                      D* o = reinterpret_cast<D*>(p[0]);
                      const T* a = reinterpret_cast<const T*>(p[1]);

@@ -2058,6 +2058,77 @@ TEST(ViewTest, ContiguousAndCloneCopy) {
   }
 }
 
+// Copies out of permuted, sliced and broadcast views (CopyInto walks them
+// in the source's memory order) against index arithmetic: every permutation
+// of a 4-d tensor whose values are their own flat index, a slice of each
+// (attention's q/k/v out of one QKV product), an expanded dim, and casts to
+// bf16 and f64 on the way (the indices are exact in both).
+TEST(ViewTest, CopiesOfPermutedSlicedAndExpandedViewsMatchIndexArithmetic) {
+  const Shape full = {2, 3, 4, 6};  // 144 elements: exact in bf16
+  std::vector<double> iota(144);
+  for (size_t i = 0; i < iota.size(); ++i) iota[i] = static_cast<double>(i);
+  const Tensor x = from_vector(iota, full).to(DType::kF32);
+  std::vector<int64_t> perm = {0, 1, 2, 3};
+  int checked = 0;
+  do {
+    const Tensor sliced = x.slice(3, 2, 6);  // [2, 3, 4, 4] of [.., 6]
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF64}) {
+      const Tensor v = sliced.permute(perm);
+      const Tensor c = v.to(dt).contiguous().to(DType::kF64);
+      ASSERT_TRUE(c.is_contiguous());
+      const std::vector<double> got = c.to_vector<double>();
+      const Shape vs = v.shape();
+      int64_t flat = 0;
+      std::vector<int64_t> idx(4, 0);  // index into v
+      for (idx[0] = 0; idx[0] < vs[0]; ++idx[0]) {
+        for (idx[1] = 0; idx[1] < vs[1]; ++idx[1]) {
+          for (idx[2] = 0; idx[2] < vs[2]; ++idx[2]) {
+            for (idx[3] = 0; idx[3] < vs[3]; ++idx[3], ++flat) {
+              int64_t src[4];
+              for (int d = 0; d < 4; ++d) src[perm[d]] = idx[d];
+              const double want = static_cast<double>(
+                  ((src[0] * 3 + src[1]) * 4 + src[2]) * 6 + src[3] + 2);
+              ASSERT_EQ(got[flat], want)
+                  << "perm " << perm[0] << perm[1] << perm[2] << perm[3]
+                  << " dtype " << ir::DTypeName(dt) << " at " << flat;
+            }
+          }
+        }
+      }
+      ++checked;
+    }
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  EXPECT_EQ(checked, 24 * 3);
+  // Large enough to split across threads: the k part of a [B, T, 3, H, D]
+  // QKV product as [B, H, T, D] heads.
+  {
+    const int64_t B = 16, T = 64, H = 4, D = 32;
+    std::vector<float> qkv(B * T * 3 * H * D);
+    for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = static_cast<float>(i);
+    const Tensor heads = from_vector(qkv, {B, T, 3, H, D})
+                             .slice(2, 1, 2)
+                             .reshape({B, T, H, D})
+                             .permute({0, 2, 1, 3});
+    const std::vector<float> got = heads.contiguous().to_vector<float>();
+    for (int64_t b = 0, flat = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t d = 0; d < D; ++d, ++flat)
+            ASSERT_EQ(got[flat], static_cast<float>(
+                                     (((b * T + t) * 3 + 1) * H + h) * D + d))
+                << "b " << b << " h " << h << " t " << t << " d " << d;
+  }
+  // A broadcast dim (stride 0) between permuted ones.
+  const Tensor row = from_vector(std::vector<double>{1, 2, 3}, {3, 1, 1})
+                         .expand({3, 7, 2})
+                         .permute({1, 0, 2});  // [7, 3, 2]
+  const std::vector<double> b = row.contiguous().to_vector<double>();
+  for (int64_t i = 0; i < 7; ++i)
+    for (int64_t j = 0; j < 3; ++j)
+      for (int64_t k = 0; k < 2; ++k)
+        ASSERT_EQ(b[(i * 3 + j) * 2 + k], static_cast<double>(j + 1));
+}
+
 // ---------------------------------------------------------------------------
 // User errors name the shapes involved.
 
