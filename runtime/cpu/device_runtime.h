@@ -1,5 +1,6 @@
 // The CPU's DeviceRuntime: the eager reference kernels, strided copies and
-// 64-byte aligned host memory with live/peak accounting.
+// 64-byte aligned host memory with live/peak accounting, large blocks cached
+// for reuse.
 #ifndef STEPJIT_RUNTIME_CPU_DEVICE_RUNTIME_H_
 #define STEPJIT_RUNTIME_CPU_DEVICE_RUNTIME_H_
 
@@ -8,6 +9,12 @@
 namespace stepjit::runtime::cpu {
 
 const DeviceRuntime& Runtime();
+
+// Freed tensor blocks of 256 KiB and more are kept (up to 1 GiB) for the
+// next allocation of their size class; the bytes kept now, and a call that
+// returns them all to the system.
+int64_t CachedHostBytes();
+void ReleaseCachedHostMemory();
 
 }  // namespace stepjit::runtime::cpu
 

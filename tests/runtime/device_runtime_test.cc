@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "ir/op.h"
+#include "runtime/cpu/device_runtime.h"
 #include "runtime/ops.h"
 #include "runtime/storage.h"
 #include "runtime/tensor.h"
@@ -64,6 +65,36 @@ TEST(DeviceRuntimeTest, CpuStorageIsCountedWhileItLives) {
     EXPECT_GE(during.peak_bytes, during.allocated_bytes);
   }
   EXPECT_EQ(GetCpuMemoryStats().allocated_bytes, before.allocated_bytes);
+}
+
+// Freed large blocks are reused for the next tensor of their size class
+// (no page faults each step), counted as freed all the same, and handed back
+// to the system on request; small ones are not kept.
+TEST(DeviceRuntimeTest, LargeCpuBlocksAreCachedForReuseAndReleasable) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "no block cache under AddressSanitizer";
+#endif
+  runtime::cpu::ReleaseCachedHostMemory();
+  EXPECT_EQ(runtime::cpu::CachedHostBytes(), 0);
+  const int64_t live = GetCpuMemoryStats().allocated_bytes;
+  const void* first;
+  {
+    Tensor a = ones({1 << 18});  // 1 MiB
+    first = a.data_ptr();
+  }
+  EXPECT_EQ(GetCpuMemoryStats().allocated_bytes, live);  // freed for the stats
+  EXPECT_GE(runtime::cpu::CachedHostBytes(), int64_t{1} << 20);
+  {
+    Tensor b = full({(1 << 18) - 100}, 2.0);  // same size class: same block
+    EXPECT_EQ(b.data_ptr(), first);
+    EXPECT_EQ(runtime::cpu::CachedHostBytes(), 0);
+    EXPECT_EQ(sum(b).item(), 2.0 * ((1 << 18) - 100));  // written afresh
+  }
+  { Tensor small = ones({1000}); }
+  EXPECT_GE(runtime::cpu::CachedHostBytes(), int64_t{1} << 20);
+  EXPECT_LT(runtime::cpu::CachedHostBytes(), (int64_t{1} << 20) + (1 << 17));
+  runtime::cpu::ReleaseCachedHostMemory();
+  EXPECT_EQ(runtime::cpu::CachedHostBytes(), 0);
 }
 
 TEST(DeviceRuntimeTest, DispatchRunsTheCpuKernelOfTheTable) {
