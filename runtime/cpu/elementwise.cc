@@ -188,13 +188,18 @@ Shape BroadcastByteStrides(const Tensor& t, ShapeRef shape) {
 void CopyInto(const Tensor& dst, const Tensor& src) {
   std::array<Shape, 2> st = {BroadcastByteStrides(dst, dst.shape()),
                              BroadcastByteStrides(src, dst.shape())};
-  // Walk the outer dims in the source's memory order (the innermost dim
-  // stays innermost). Gathering a permuted view (attention's heads) in the
-  // destination's order reads short runs far apart, which stalls on memory
-  // latency; in the source's order the reads stream and the writes, which
-  // do not stall, scatter over a few destinations instead.
+  // A source with holes (attention's q, k or v: a column slice of the QKV
+  // product, viewed as heads) is walked in its own memory order (the
+  // innermost dim stays innermost): in the destination's order its short
+  // runs lie far apart and the reads stall on memory latency, while in its
+  // own order they stream and the writes scatter over a few destinations.
+  // A dense source (a permuted contiguous tensor) keeps the destination's
+  // order, where its runs form a few interleaved sequential streams.
   Shape shape = dst.shape();
-  if (shape.size() > 2) {
+  int64_t span = 1;  // elements from the source's first to its last, + 1
+  for (size_t d = 0; d < shape.size(); ++d)
+    span += (shape[d] - 1) * std::abs(st[1][d]) / src.element_size();
+  if (shape.size() > 2 && span > dst.numel()) {
     std::vector<size_t> order(shape.size() - 1);
     for (size_t d = 0; d < order.size(); ++d) order[d] = d;
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
