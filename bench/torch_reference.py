@@ -411,8 +411,8 @@ def main():
                     help="N busy processes (endless loops) run beside the benchmark "
                          "from start to end, as stepjit-bench --background-load does")
     args = ap.parse_args()
-    if args.background_load < 0:
-        ap.error(f"--background-load must be >= 0, got {args.background_load}")
+    if not 0 <= args.background_load <= 256:
+        ap.error(f"--background-load must be in [0, 256], got {args.background_load}")
     if args.steps < 1 or args.warmup < 0:
         ap.error("--steps must be >= 1 and --warmup >= 0")
     bad = [m for m in args.modes.split(",") if m and m not in ALL_MODES]

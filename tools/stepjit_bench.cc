@@ -154,7 +154,7 @@ cl::opt<long long, false, tools::IntParser<0>> background_load(
     "background-load",
     cl::desc("N busy processes (each an endless loop, one core's worth of\n"
              "work) run beside the benchmark from start to end, as other\n"
-             "work on a shared machine would (default 0)"),
+             "work on a shared machine would (default 0, at most 256)"),
     cl::init(0), cl::cat(kFlags));
 cl::opt<bool> json(
     "json",
@@ -498,6 +498,20 @@ int Main(int argc, char** argv) {
   if (!f.compile_probe.empty()) {
     return CompileProbe(*bench::FindWorkload(f.compile_probe), f);
   }
+  if (f.background_load > 256) {
+    std::fprintf(stderr,
+                 "stepjit-bench: --background-load: expected at most 256 busy "
+                 "processes, got %lld\n",
+                 static_cast<long long>(f.background_load));
+    return 2;
+  }
+  g_background_load = f.background_load;
+  const BackgroundLoad load(f.background_load);
+  if (!f.json && f.background_load > 0) {
+    std::printf(
+        "background load: %lld busy process(es) beside every measurement\n",
+        static_cast<long long>(f.background_load));
+  }
   if (f.bandwidth) return RunBandwidth(f);
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   std::vector<const Workload*> selected;
@@ -508,12 +522,6 @@ int Main(int argc, char** argv) {
     if (f.device.is_cuda()) {
       for (const Workload& w : bench::CudaWorkloads()) selected.push_back(&w);
     }
-  }
-  g_background_load = f.background_load;
-  const BackgroundLoad load(f.background_load);
-  if (!f.json && f.background_load > 0) {
-    std::printf("background load: %lld busy process(es) beside every step\n",
-                static_cast<long long>(f.background_load));
   }
   if (!f.json) PrintHeader();
   for (const Workload* wp : selected) {
