@@ -272,6 +272,10 @@ struct StepCompiler::Impl {
     ++stats.eager_calls;
     last = &s;
     const PassBisection bisection = specializer->BisectionFor(s, inputs);
+    // The checked run starts from copies that match the state; the state
+    // it leaves was written outside a replay.
+    RefreshStateCopies(s.state_copies, s.trace.state);
+    for (StateCopy& c : s.state_copies) c.current = false;
     CheckResult r = CheckCall(
         absl::StrCat(options.name, ", call ", stats.calls), *s.program, s.trace,
         s.traced_state, options.amp, inputs, eager, &bisection);
@@ -291,7 +295,9 @@ struct StepCompiler::Impl {
 
   std::optional<std::vector<Tensor>> Replay(Specialization& s,
                                             const std::vector<Tensor>& inputs) {
+    RefreshStateCopies(s.state_copies, s.trace.state);
     std::vector<Tensor> outputs = s.program->Run(inputs, s.trace.state);
+    MarkStateCopiesCurrent(s.state_copies, s.trace.state);
     for (const GradBinding& b : s.trace.grad_bindings) {
       b.leaf.set_grad(b.return_index >= 0 ? outputs[b.return_index] : Tensor());
     }

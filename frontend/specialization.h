@@ -14,6 +14,25 @@
 
 namespace stepjit::frontend {
 
+// A low-precision copy of a state tensor that the compiled step reads in
+// place of casting it (passes/amp_weight_copies.h): trace.state[copy] holds
+// trace.state[source] converted. The step keeps it current as it updates the
+// source; a write from outside (the source's storage version moved since the
+// last replay) is caught before the next run.
+struct StateCopy {
+  size_t copy = 0, source = 0;
+  bool current = false;  // as of the last replay
+  const void* storage = nullptr;
+  uint64_t version = 0;
+};
+
+// Converts every state copy whose source changed since the last replay.
+void RefreshStateCopies(std::vector<StateCopy>& copies,
+                        const std::vector<Tensor>& state);
+// After a replay: each copy equals its source as the source is now.
+void MarkStateCopiesCurrent(std::vector<StateCopy>& copies,
+                            const std::vector<Tensor>& state);
+
 struct Specialization {
   Signature signature;
   Trace trace;  // empty graph when eager_only
@@ -38,6 +57,7 @@ struct Specialization {
   int64_t replays = 0;
   // Of trace.state, the step's own tensors (the rest are the compiler's).
   size_t traced_state = 0;
+  std::vector<StateCopy> state_copies;
   // Replays still to run through the accuracy checker.
   int check_left = 0;
   // A state guard failed and one call ran eagerly since: the next miss

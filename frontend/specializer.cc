@@ -14,11 +14,13 @@
 #include "ir/printer.h"
 #include "ir/status.h"
 #include "ir/verifier.h"
+#include "passes/amp_weight_copies.h"
 #include "passes/autocast.h"
 #include "passes/grad_scaler.h"
 #include "passes/memory_plan.h"
 #include "passes/pass_manager.h"
 #include "runtime/amp/grad_scaler.h"
+#include "runtime/autograd/grad_mode.h"
 
 namespace stepjit::frontend {
 namespace {
@@ -82,6 +84,7 @@ Specializer::Specializer(const CompileOptions& options)
         .growth_interval = options.scaler.growth_interval};
     prefix += scaler.PipelineEntry() + ",";
   }
+  if (options.amp != DType::kF32) prefix += "amp-weight-copies,";
   pipeline_ = prefix + options.pipeline;
   // The state the passes declare, created once and shared by every trace.
   // A pipeline that does not parse adds none; Optimize reports its error.
@@ -130,8 +133,7 @@ std::unique_ptr<Specialization> Specializer::Build(Signature signature,
              !st.ok()) {
     spec->eager_only = true;
     spec->reason = absl::StrCat("the pass pipeline failed: ", st.message());
-  } else if (absl::Status st = BindCompilerState(spec->trace, device);
-             !st.ok()) {
+  } else if (absl::Status st = BindCompilerState(*spec, device); !st.ok()) {
     spec->eager_only = true;
     spec->reason = std::string(st.message());
   } else {
@@ -178,10 +180,14 @@ absl::Status Specializer::Optimize(ir::Graph& graph, size_t index,
   return absl::OkStatus();
 }
 
-// The state params passes added (grad-scaler's %amp_*) follow the traced
-// state in the order the pipeline declared them (PipelineState); each is
-// bound to the compiler's own tensor made from that declaration.
-absl::Status Specializer::BindCompilerState(Trace& trace, Device device) {
+// The state params passes added follow the traced state: grad-scaler's
+// %amp_* in the order the pipeline declared them (PipelineState), each bound
+// to the compiler's own tensor made from that declaration, and
+// amp-weight-copies' %<state>.as_<dtype>, each bound to a new tensor that
+// RefreshStateCopies fills before the first run.
+absl::Status Specializer::BindCompilerState(Specialization& spec,
+                                            Device device) {
+  Trace& trace = spec.trace;
   // The compiler's own state lives where the step runs.
   for (auto& [name, t] : compiler_state_) {
     if (t.device() != device) {
@@ -195,21 +201,69 @@ absl::Status Specializer::BindCompilerState(Trace& trace, Device device) {
       state_params.push_back(p);
   }
   const size_t traced = trace.state.size();
-  if (state_params.size() - traced != compiler_state_.size()) {
-    return absl::InternalError(absl::StrCat(
-        "the passes added ", state_params.size() - traced,
-        " state params; the pipeline declares ", compiler_state_.size()));
-  }
+  size_t declared = 0;
   for (size_t i = traced; i < state_params.size(); ++i) {
-    const auto& [name, t] = compiler_state_[i - traced];
-    if (state_params[i]->name() != name) {
-      return absl::InternalError(
-          absl::StrCat("a pass added state param %", state_params[i]->name(),
-                       " where the pipeline declares %", name));
+    const std::string& name = state_params[i]->name();
+    if (const std::optional<passes::WeightCopyOf> of =
+            passes::ParseWeightCopyName(name)) {
+      size_t source = 0;
+      while (source < traced && state_params[source]->name() != of->state)
+        ++source;
+      const ir::TensorType& type = state_params[i]->type();
+      if (source == traced ||
+          state_params[source]->type().shape != type.shape ||
+          trace.state[source].dtype() != DType::kF32) {
+        return absl::InternalError(absl::StrCat(
+            "state param %", name, " names no f32 state param %", of->state,
+            " of shape ", ir::ShapeToString(type.shape)));
+      }
+      Tensor copy = empty(type.shape, {.dtype = type.dtype, .device = device});
+      MarkOwnedState(copy);
+      spec.state_copies.push_back(
+          {.copy = trace.state.size(), .source = source});
+      trace.state.push_back(std::move(copy));
+      continue;
     }
-    trace.state.push_back(t);
+    if (declared == compiler_state_.size() ||
+        compiler_state_[declared].first != name) {
+      return absl::InternalError(absl::StrCat(
+          "a pass added state param %", name, " where the pipeline declares ",
+          declared == compiler_state_.size()
+              ? std::string("no more")
+              : absl::StrCat("%", compiler_state_[declared].first)));
+    }
+    trace.state.push_back(compiler_state_[declared++].second);
+  }
+  if (declared != compiler_state_.size()) {
+    return absl::InternalError(absl::StrCat(
+        "the passes added ", declared, " of the ", compiler_state_.size(),
+        " state params the pipeline declares"));
   }
   return absl::OkStatus();
+}
+
+void RefreshStateCopies(std::vector<StateCopy>& copies,
+                        const std::vector<Tensor>& state) {
+  NoGradGuard no_grad;
+  for (StateCopy& c : copies) {
+    const Tensor& source = state[c.source];
+    if (c.current && source.storage().get() == c.storage &&
+        source.version() == c.version) {
+      continue;
+    }
+    Tensor copy = state[c.copy];
+    copy.copy_(source);
+  }
+}
+
+void MarkStateCopiesCurrent(std::vector<StateCopy>& copies,
+                            const std::vector<Tensor>& state) {
+  for (StateCopy& c : copies) {
+    const Tensor& source = state[c.source];
+    c.current = true;
+    c.storage = source.storage().get();
+    c.version = source.version();
+  }
 }
 
 // Runs `s`'s traced graph after the first k passes, interpreted.

@@ -54,9 +54,11 @@ class Specializer {
   // NNN-<pass>.ir); records the pass statistics in `spec`.
   absl::Status Optimize(ir::Graph& graph, size_t index, Device device,
                         Specialization& spec) const;
-  // Binds the state params passes added (grad-scaler's %amp_*) to the
-  // compiler's own tensors, after the traced state.
-  absl::Status BindCompilerState(Trace& trace, Device device);
+  // Binds the state params passes added to the compiler's own tensors,
+  // after the traced state: grad-scaler's %amp_* to the tensors the pipeline
+  // declared, amp-weight-copies' %<state>.as_<dtype> to a new tensor per
+  // trace, recorded in spec.state_copies.
+  absl::Status BindCompilerState(Specialization& spec, Device device);
 
   CompileOptions options_;
   bool loss_scaling_;

@@ -20,6 +20,7 @@
 #include "ir/printer.h"
 #include "ir/status.h"
 #include "ir/verifier.h"
+#include "passes/amp_weight_copies.h"
 #include "passes/autocast.h"
 #include "passes/canonicalize.h"
 #include "passes/cse.h"
@@ -68,6 +69,9 @@ constexpr PassInfo kPasses[] = {
      "cast matmul inputs to bf16 and f32-policy op inputs to f32 "
      "(amp::Autocast's policy)"},
     {"autocast-f16", &AutocastF16, "the same with f16"},
+    {"amp-weight-copies", &AmpWeightCopies,
+     "after autocast: keep each weight's low-precision copy as state, "
+     "written by the weight's update instead of cast every step"},
     {"grad-scaler", &InsertGradScaler,
      "dynamic loss scaling: scaled seed, unscaled grads, found_inf, predicated "
      "update",
