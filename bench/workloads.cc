@@ -231,4 +231,10 @@ int64_t WorkloadRun::StepsToWarm() const { return state_->warmup_steps + 2; }
 
 CompileStats WorkloadRun::stats() const { return state_->stats(); }
 
+int64_t WorkloadRun::num_parameters() const {
+  int64_t n = 0;
+  for (const Tensor& p : state_->model->parameters()) n += p.numel();
+  return n;
+}
+
 }  // namespace stepjit::bench

@@ -83,6 +83,8 @@ class WorkloadRun {
   // Steps needed before Step() replays compiled code (warmup + trace + 1).
   int64_t StepsToWarm() const;
   CompileStats stats() const;
+  // Elements of the model's parameters.
+  int64_t num_parameters() const;
 
  private:
   struct State;

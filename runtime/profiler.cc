@@ -45,13 +45,17 @@ std::atomic<bool>& Flag() {
 bool ProfilingEnabled() { return Flag().load(std::memory_order_relaxed); }
 void EnableProfiling(bool on) { Flag().store(on); }
 
-void RecordProfile(const std::string& label, double ms) {
+void RecordProfile(const std::string& label, double ms,
+                   const ProfileWork& work) {
   Store& s = GetStore();
   std::lock_guard<std::mutex> lock(s.mu);
   ProfileEntry& e = s.entries[label];
   if (e.label.empty()) e.label = label;
   ++e.calls;
   e.total_ms += ms;
+  e.kind = work.kind;
+  e.flops += work.flops;
+  e.bytes += work.bytes;
 }
 
 std::vector<ProfileEntry> ProfileSnapshot() {
@@ -78,12 +82,21 @@ std::string FormatProfile() {
   double total = 0;
   for (const ProfileEntry& e : entries) total += e.total_ms;
   std::string out = absl::StrFormat("stepjit profile (replayed nodes): %.3f ms in all\n", total);
-  absl::StrAppendFormat(&out, "%-48s %8s %11s %10s %6s\n", "node", "calls", "total ms", "ms/call",
-                        "share");
+  absl::StrAppendFormat(&out, "%-48s %8s %11s %10s %6s %9s %8s\n", "node",
+                        "calls", "total ms", "ms/call", "share", "GFLOP/s",
+                        "GB/s");
   for (const ProfileEntry& e : entries) {
-    absl::StrAppendFormat(&out, "%-48s %8d %11.3f %10.4f %5.1f%%\n", e.label, e.calls, e.total_ms,
+    const double seconds = e.total_ms / 1e3;
+    absl::StrAppendFormat(&out, "%-48s %8d %11.3f %10.4f %5.1f%% %9s %8s\n",
+                          e.label, e.calls, e.total_ms,
                           e.total_ms / static_cast<double>(e.calls),
-                          total > 0 ? 100.0 * e.total_ms / total : 0.0);
+                          total > 0 ? 100.0 * e.total_ms / total : 0.0,
+                          e.flops > 0 && seconds > 0
+                              ? absl::StrFormat("%.1f", e.flops / seconds / 1e9)
+                              : "",
+                          e.bytes > 0 && seconds > 0
+                              ? absl::StrFormat("%.2f", e.bytes / seconds / 1e9)
+                              : "");
   }
   return out;
 }

@@ -19,12 +19,14 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/machine_limits.h"
 #include "bench/workloads.h"
 #include "frontend/stepjit.h"
 #include "ir/status.h"
@@ -32,7 +34,9 @@
 #include "llvm/Support/JSON.h"
 #include "runtime/cuda/api.h"
 #include "runtime/ops.h"
+#include "runtime/profiler.h"
 #include "runtime/storage.h"
+#include "runtime/thread_pool.h"
 #include "tools/cli_flags.h"
 #include "tools/cli_output.h"
 
@@ -156,13 +160,24 @@ cl::opt<long long, false, tools::IntParser<0>> background_load(
              "work) run beside the benchmark from start to end, as other\n"
              "work on a shared machine would (default 0, at most 256)"),
     cl::init(0), cl::cat(kFlags));
+cl::opt<bool> roofline(
+    "roofline",
+    cl::desc("also measure this machine's limits (FMA peak, bf16 dot-product\n"
+             "peak, triad bandwidth, the GEMM library's rate on 1024^3) and,\n"
+             "for each compiled step, where its time goes against them (a\n"
+             "second table; CPU only): see Roofline below"),
+    cl::cat(kFlags));
 cl::opt<bool> json(
     "json",
     cl::desc("one JSON object per line per workload and mode, keys:\n"
              "workload, mode, dtype, device, ms_per_step,\n"
              "kernels_per_step, compile_ms_cold, compile_ms_warm,\n"
-             "peak_bytes, background_load; with --bandwidth per kernel:\n"
-             "bandwidth, mode, device, numel, bytes, ms, gb_per_s"),
+             "peak_bytes, background_load; with --roofline, compiled rows\n"
+             "also gemm_ms, gemm_gflops, gemm_pct_peak, fused_ms,\n"
+             "fused_gb_per_s, fused_pct_triad, other_ms, floor_ms,\n"
+             "ratio_to_floor, and a first line with the machine's limits;\n"
+             "with --bandwidth per kernel: bandwidth, mode, device, numel,\n"
+             "bytes, ms, gb_per_s"),
     cl::cat(kFlags));
 // Internal: the child process ColdWarmCompileMs starts.
 cl::opt<std::string, false, WorkloadParser> compile_probe(
@@ -187,6 +202,20 @@ memory allocated above the steady state during one step (on CUDA: the
 caching allocator's allocated bytes, as torch.cuda.max_memory_allocated). A
 device that cannot be used (no CUDA runtime, driver or GPU) is an
 error naming the reason, before any workload runs.
+
+Roofline (--roofline): after the timed steps, --steps more steps of each
+compiled workload run under the replay profiler, which times every kernel
+and counts its work: a GEMM's FLOPs (2 per multiply-add) and every kernel's
+bytes (each operand and result once, the least it must move). GEMM ms and
+GFLOP/s are the step's GEMMs, % peak against the FMA peak (bf16/f16 steps:
+the bf16 dot-product peak); fused ms and GB/s the generated regions, %
+triad against the triad bandwidth; other ms the remaining kernels. The
+floor is what the step cannot go below on this machine: its GEMM FLOPs at
+the GEMM library's measured rate plus one streaming pass over the
+optimizer state at the triad bandwidth (AdamW reads parameter, gradient
+and both moments and writes three: 28 bytes per parameter, SGD with
+momentum 20, plus 2 for the bf16/f16 weight copy); x floor is ms/step
+over it.
 )");
 }  // namespace flags
 
@@ -208,6 +237,7 @@ struct Flags {
   bool multi_region = true;
   bool bandwidth = false;
   bool json = false;
+  bool roofline = false;
   int64_t background_load = 0;
 };
 
@@ -224,6 +254,7 @@ Flags FromCommandLine() {
           .multi_region = flags::multi_region == OnOff::kOn,
           .bandwidth = flags::bandwidth,
           .json = flags::json,
+          .roofline = flags::roofline,
           .background_load = flags::background_load};
   switch (flags::amp) {
     case Amp::kWorkload:
@@ -255,7 +286,62 @@ struct Result {
   double compile_ms_warm = 0;
   int64_t peak_bytes = 0;
   int64_t ops_per_step = 0;  // compiled only: fills eager's kernels_per_step
+  // --roofline, compiled only: per step, from the profiled steps.
+  bool roofline = false;
+  double gemm_ms = 0, gemm_flops = 0, fused_ms = 0, fused_bytes = 0,
+         other_ms = 0;
+  double floor_ms = 0;
+  double gemm_peak_gflops = 0;  // the peak % peak is against
+  double GemmGflops() const {
+    return gemm_ms > 0 ? gemm_flops / (gemm_ms * 1e6) : 0;
+  }
+  double FusedGbPerS() const {
+    return fused_ms > 0 ? fused_bytes / (fused_ms * 1e6) : 0;
+  }
 };
+
+// The machine's limits when --roofline asks for them (measured once).
+std::optional<bench::MachineLimits> g_limits;
+
+// Bytes of one streaming pass over the optimizer state (see Roofline).
+double OptimizerPassBytes(const Workload& w, int64_t params, DType amp) {
+  const double per_param = (w.opt == bench::OptKind::kAdamW ? 28.0 : 20.0) +
+                           (amp == DType::kF32 ? 0.0 : 2.0);
+  return per_param * static_cast<double>(params);
+}
+
+// Runs `steps` more steps under the replay profiler and fills r's roofline
+// columns.
+void Roofline(WorkloadRun& run, const Workload& w, DType amp, int64_t steps,
+              const bench::MachineLimits& m, Result& r) {
+  const bool was_on = runtime::ProfilingEnabled();
+  runtime::EnableProfiling(true);
+  runtime::ResetProfile();
+  for (int64_t i = 0; i < steps; ++i) run.Step();
+  runtime::EnableProfiling(was_on);
+  const double n = static_cast<double>(steps);
+  for (const runtime::ProfileEntry& e : runtime::ProfileSnapshot()) {
+    switch (e.kind) {
+      case runtime::ProfileKind::kGemm:
+        r.gemm_ms += e.total_ms / n;
+        r.gemm_flops += e.flops / n;
+        break;
+      case runtime::ProfileKind::kRegion:
+        r.fused_ms += e.total_ms / n;
+        r.fused_bytes += e.bytes / n;
+        break;
+      case runtime::ProfileKind::kOp:
+        r.other_ms += e.total_ms / n;
+        break;
+    }
+  }
+  if (!was_on) runtime::ResetProfile();
+  r.roofline = true;
+  r.gemm_peak_gflops = m.PeakGflops(amp);
+  r.floor_ms = r.gemm_flops / (m.GemmGflops(amp) * 1e6) +
+               OptimizerPassBytes(w, run.num_parameters(), amp) /
+                   (m.triad_gb_per_s * 1e6);
+}
 
 double Ms(Clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
@@ -339,6 +425,7 @@ Result Run(const Workload& w, const Flags& f, bool compiled, DType amp, const ch
     r.peak_bytes = static_cast<int64_t>(cuda::memory_stats().peak_allocated_bytes) - steady;
   }
 
+  if (compiled && g_limits) Roofline(run, w, amp, f.steps, *g_limits, r);
   if (compiled) {
     const CompileStats s = run.stats();
     r.kernels_per_step = s.kernels_per_step;
@@ -383,16 +470,45 @@ class BackgroundLoad {
 int64_t g_background_load = 0;  // reported with each result
 
 llvm::json::Value Json(const Result& r) {
-  return llvm::json::Object{{"workload", r.workload},
-                            {"mode", r.mode},
-                            {"dtype", r.dtype},
-                            {"device", r.device},
-                            {"ms_per_step", r.ms_per_step},
-                            {"kernels_per_step", r.kernels_per_step},
-                            {"compile_ms_cold", r.compile_ms_cold},
-                            {"compile_ms_warm", r.compile_ms_warm},
-                            {"peak_bytes", r.peak_bytes},
-                            {"background_load", g_background_load}};
+  llvm::json::Object o{{"workload", r.workload},
+                       {"mode", r.mode},
+                       {"dtype", r.dtype},
+                       {"device", r.device},
+                       {"ms_per_step", r.ms_per_step},
+                       {"kernels_per_step", r.kernels_per_step},
+                       {"compile_ms_cold", r.compile_ms_cold},
+                       {"compile_ms_warm", r.compile_ms_warm},
+                       {"peak_bytes", r.peak_bytes},
+                       {"background_load", g_background_load}};
+  if (r.roofline) {
+    o["gemm_ms"] = r.gemm_ms;
+    o["gemm_gflops"] = r.GemmGflops();
+    o["gemm_pct_peak"] = 100.0 * r.GemmGflops() / r.gemm_peak_gflops;
+    o["fused_ms"] = r.fused_ms;
+    o["fused_gb_per_s"] = r.FusedGbPerS();
+    o["fused_pct_triad"] = 100.0 * r.FusedGbPerS() / g_limits->triad_gb_per_s;
+    o["other_ms"] = r.other_ms;
+    o["floor_ms"] = r.floor_ms;
+    o["ratio_to_floor"] = r.ms_per_step / r.floor_ms;
+  }
+  return o;
+}
+
+void PrintRooflineTable(const std::vector<Result>& rows) {
+  std::printf("\nroofline of the compiled steps: %s\n",
+              g_limits->ToString().c_str());
+  std::printf("%-26s %-5s %9s %8s %9s %7s %9s %8s %7s %9s %9s %8s\n",
+              "workload", "dtype", "ms/step", "GEMM ms", "GFLOP/s", "% peak",
+              "fused ms", "GB/s", "% triad", "other ms", "floor ms", "x floor");
+  for (const Result& r : rows) {
+    std::printf(
+        "%-26s %-5s %9.3f %8.3f %9.1f %6.1f%% %9.3f %8.2f %6.1f%% %9.3f %9.3f "
+        "%7.2fx\n",
+        r.workload.c_str(), r.dtype.c_str(), r.ms_per_step, r.gemm_ms,
+        r.GemmGflops(), 100.0 * r.GemmGflops() / r.gemm_peak_gflops, r.fused_ms,
+        r.FusedGbPerS(), 100.0 * r.FusedGbPerS() / g_limits->triad_gb_per_s,
+        r.other_ms, r.floor_ms, r.ms_per_step / r.floor_ms);
+  }
 }
 
 // One --bandwidth measurement: `bytes` moved per run of `fn` on `device`,
@@ -513,6 +629,28 @@ int Main(int argc, char** argv) {
         static_cast<long long>(f.background_load));
   }
   if (f.bandwidth) return RunBandwidth(f);
+  if (f.roofline) {
+    if (!f.device.is_cpu()) {
+      std::fprintf(
+          stderr,
+          "stepjit-bench: --roofline: expected --device cpu (it measures "
+          "this CPU's limits), got --device %s\n",
+          DeviceFlag(f.device));
+      return 2;
+    }
+    g_limits = bench::MeasureMachineLimits(runtime::NumThreads());
+    if (f.json) {
+      PrintJsonLine(
+          llvm::json::Object{{"machine", "cpu"},
+                             {"threads", g_limits->threads},
+                             {"fma_f32_gflops", g_limits->fma_f32_gflops},
+                             {"dp_bf16_gflops", g_limits->dp_bf16_gflops},
+                             {"triad_gb_per_s", g_limits->triad_gb_per_s},
+                             {"gemm_n", g_limits->gemm_n},
+                             {"gemm_f32_gflops", g_limits->gemm_f32_gflops},
+                             {"gemm_bf16_gflops", g_limits->gemm_bf16_gflops}});
+    }
+  }
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   std::vector<const Workload*> selected;
   if (!f.workload.empty()) {
@@ -524,6 +662,7 @@ int Main(int argc, char** argv) {
     }
   }
   if (!f.json) PrintHeader();
+  std::vector<Result> roofline_rows;
   for (const Workload* wp : selected) {
     const Workload& w = *wp;
     double f32_eager_ms = 0;
@@ -541,8 +680,10 @@ int Main(int argc, char** argv) {
         }
         std::fflush(stdout);
       }
+      if (compiled.roofline) roofline_rows.push_back(compiled);
     }
   }
+  if (!f.json && !roofline_rows.empty()) PrintRooflineTable(roofline_rows);
   return 0;
 }
 

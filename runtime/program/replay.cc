@@ -181,6 +181,37 @@ void RunFusion(const ir::Node& node, std::vector<Tensor>& in,
     env[node.outputs()[i]->id()] = results[i];
 }
 
+// The profiler's account of one call of `node` (runtime/profiler.h).
+ProfileWork WorkOf(const ir::Node& node) {
+  ProfileWork w;
+  auto bytes = [](const ir::Value* v) {
+    return static_cast<double>(ir::NumElements(v->type().shape)) *
+           static_cast<double>(ir::DTypeSize(v->type().dtype));
+  };
+  for (const ir::Value* v : node.inputs()) w.bytes += bytes(v);
+  for (const ir::Value* v : node.outputs()) w.bytes += bytes(v);
+  if (node.kind() == NodeKind::kFusion) {
+    w.kind = ProfileKind::kRegion;
+  } else if (node.kind() == NodeKind::kOp && node.op() == ir::OpId::kMatmul) {
+    // [..., M, K] x [..., K, N]: 2 * (numel of the result) * K.
+    const ir::Shape& a = node.inputs()[0]->type().shape;
+    const bool ta = node.attrs().Has(ir::AttrKey::kTransposeA) &&
+                    node.attrs().GetBool(ir::AttrKey::kTransposeA);
+    int64_t k = 1;
+    if (a.size() == 1) {
+      k = a[0];
+    } else if (a.size() >= 2) {
+      k = ta ? a[a.size() - 2] : a.back();
+    }
+    w.kind = ProfileKind::kGemm;
+    w.flops =
+        2.0 *
+        static_cast<double>(ir::NumElements(node.output()->type().shape)) *
+        static_cast<double>(k);
+  }
+  return w;
+}
+
 void RunAssign(std::vector<Tensor>& in) {
   Tensor& target = in[0];
   const Tensor& value = in[1];
@@ -217,7 +248,8 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
       RecordProfile(ProfileLabel(*node, ctx),
                     std::chrono::duration<double, std::milli>(
                         std::chrono::steady_clock::now() - t0)
-                        .count());
+                        .count(),
+                    WorkOf(*node));
     }
   }
 }
