@@ -73,6 +73,8 @@ absl::StatusOr<Program> Program::Build(const ir::Graph& graph,
     }
   }
   p.backend_->FinishBuild();
+  if (options.device.is_cpu() && NumThreads() > 1 && AdaptiveThreads())
+    p.tuner_ = std::make_unique<TeamTuner>(NumThreads());
   // A multi-region launch replaces its members' launches.
   p.kernels_per_run_ =
       CountKernels(graph) - p.stats().grouped_regions + p.stats().region_groups;
@@ -98,12 +100,26 @@ ReplayPlan Program::Plan() const {
 std::vector<Tensor> Program::Run(absl::Span<const Tensor> inputs,
                                  absl::Span<const Tensor> state) const {
   const ReplayPlan plan = Plan();
-  return backend_->Run(
-      inputs, state,
-      [&plan](absl::Span<const Tensor> in, absl::Span<const Tensor> st,
-              const RunHooks& hooks) {
-        return RunReplay(plan, in, st, hooks);
-      });
+  auto run = [&] {
+    return backend_->Run(
+        inputs, state,
+        [&plan](absl::Span<const Tensor> in, absl::Span<const Tensor> st,
+                const RunHooks& hooks) {
+          return RunReplay(plan, in, st, hooks);
+        });
+  };
+  if (tuner_ == nullptr) return run();
+  const int team = tuner_->Next();
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Tensor> out;
+  {
+    TeamScope scope(team);
+    out = run();
+  }
+  tuner_->Record(team, std::chrono::duration<double, std::milli>(
+                           std::chrono::steady_clock::now() - start)
+                           .count());
+  return out;
 }
 
 std::vector<Tensor> Program::RunChecked(

@@ -17,6 +17,7 @@
 #include "runtime/program/region_backend.h"
 #include "runtime/program/replay.h"
 #include "runtime/region_check.h"
+#include "runtime/team_tuner.h"
 #include "runtime/tensor.h"
 
 namespace stepjit::runtime {
@@ -93,6 +94,11 @@ class Program {
   const std::vector<InterpretedRegion>& interpreted_regions() const {
     return interpreted_;
   }
+  // CPU: the thread count replays run on now, chosen by timing them
+  // (runtime/team_tuner.h), and the probes of other counts so far; null
+  // where replays always run on every thread (one thread, CUDA,
+  // STEPJIT_ADAPTIVE_THREADS=0).
+  const TeamTuner* team_tuner() const { return tuner_.get(); }
 
  private:
   explicit Program(const ir::Graph* graph) : graph_(graph) {}
@@ -108,6 +114,7 @@ class Program {
   // so that they outlive it.
   CompiledRegions regions_;
   std::vector<InterpretedRegion> interpreted_;
+  std::unique_ptr<TeamTuner> tuner_;
   std::unique_ptr<RegionBackend> backend_;
 };
 

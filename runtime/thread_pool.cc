@@ -23,6 +23,23 @@ int NumThreads() {
   return n;
 }
 
+namespace {
+thread_local int t_team = 0;  // 0: NumThreads()
+}  // namespace
+
+int TeamSize() { return t_team > 0 ? t_team : NumThreads(); }
+
+TeamScope::TeamScope(int team)
+    : saved_team_(t_team), saved_omp_(omp_get_max_threads()) {
+  t_team = std::clamp(team, 1, NumThreads());
+  omp_set_num_threads(t_team);
+}
+
+TeamScope::~TeamScope() {
+  t_team = saved_team_;
+  omp_set_num_threads(saved_omp_);
+}
+
 void ParallelFor(int64_t n, int64_t grain,
                  const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
@@ -35,12 +52,10 @@ void ParallelFor(int64_t n, int64_t grain,
   const int64_t chunks = std::min<int64_t>(threads, n / grain);
   const int64_t per = (n + chunks - 1) / chunks;
   std::exception_ptr error;
-#pragma omp parallel num_threads(static_cast <int>(chunks))
-  {
-    // The team may be smaller than asked for (a thread limit): each thread
-    // takes every team-size-th chunk, so every chunk runs.
-    const int team = omp_get_num_threads();
-    for (int64_t i = omp_get_thread_num(); i < chunks; i += team) {
+  // Each thread takes every team-size-th chunk (the team may also be
+  // smaller than asked for: a thread limit), so every chunk runs.
+  auto run_chunks = [&](int64_t first, int64_t step) {
+    for (int64_t i = first; i < chunks; i += step) {
       const int64_t b = i * per, e = std::min(n, b + per);
       try {
         if (b < e) fn(b, e);
@@ -49,6 +64,13 @@ void ParallelFor(int64_t n, int64_t grain,
         if (!error) error = std::current_exception();
       }
     }
+  };
+  const int team = static_cast<int>(std::min<int64_t>(chunks, TeamSize()));
+  if (team == 1) {
+    run_chunks(0, 1);
+  } else {
+#pragma omp parallel num_threads(team)
+    run_chunks(omp_get_thread_num(), omp_get_num_threads());
   }
   if (error) std::rethrow_exception(error);
 }

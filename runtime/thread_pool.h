@@ -11,10 +11,33 @@ namespace stepjit::runtime {
 // Threads used by kernels: STEPJIT_NUM_THREADS, else the number of cores.
 int NumThreads();
 
-// Calls fn(begin, end) over disjoint chunks covering [0, n), at most
-// NumThreads() of them at once. Runs inline when n < 2 * grain or when called
-// from inside a parallel region (no nested fan-out). An exception thrown by
-// fn is rethrown to the caller after every chunk has finished.
+// The threads parallel work may use on the calling thread now: NumThreads(),
+// or fewer inside a TeamScope.
+int TeamSize();
+
+// Narrows the team of the calling thread to `team` threads (clamped to
+// 1..NumThreads()) until destroyed: ParallelFor runs its chunks on that many
+// threads, and the GEMM library (oneDNN on OpenMP, whose thread count this
+// sets for the calling thread) runs its products on that many. ParallelFor's
+// chunk boundaries do not change with the team, so a loop computes the same
+// bits on any team. Scopes nest.
+class TeamScope {
+ public:
+  explicit TeamScope(int team);
+  ~TeamScope();
+  TeamScope(const TeamScope&) = delete;
+  TeamScope& operator=(const TeamScope&) = delete;
+
+ private:
+  int saved_team_;
+  int saved_omp_;
+};
+
+// Calls fn(begin, end) over disjoint chunks covering [0, n): min(NumThreads(),
+// n / grain) chunks, whatever the team, run TeamSize() at a time. Runs
+// inline when n < 2 * grain or when called from inside a parallel region (no
+// nested fan-out). An exception thrown by fn is rethrown to the caller after
+// every chunk has finished.
 void ParallelFor(int64_t n, int64_t grain,
                  const std::function<void(int64_t, int64_t)>& fn);
 

@@ -2,6 +2,7 @@
 #include "runtime/cpu/gemm.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <climits>
@@ -187,13 +188,16 @@ DnnlContext& Dnnl() {
 }
 
 // Everything a primitive is specialized on. Strides are zeroed when batch is
-// 1 so that unbatched calls share entries.
+// 1 so that unbatched calls share entries. oneDNN fixes a primitive's thread
+// count when it is created (omp_get_max_threads(), narrowed by a TeamScope):
+// each team size gets its own.
 auto KeyOf(const GemmArgs& g) {
   const bool batched = g.batch > 1;
-  return std::make_tuple(g.dtype, g.trans_a, g.trans_b, g.accumulate,
-                         g.bias != nullptr, g.activation, g.m, g.n, g.k, g.lda,
-                         g.ldb, g.ldc, g.batch, batched ? g.stride_a : 0,
-                         batched ? g.stride_b : 0, batched ? g.stride_c : 0);
+  return std::make_tuple(omp_get_max_threads(), g.dtype, g.trans_a, g.trans_b,
+                         g.accumulate, g.bias != nullptr, g.activation, g.m,
+                         g.n, g.k, g.lda, g.ldb, g.ldc, g.batch,
+                         batched ? g.stride_a : 0, batched ? g.stride_b : 0,
+                         batched ? g.stride_c : 0);
 }
 using PrimitiveKey = decltype(KeyOf(GemmArgs{}));
 

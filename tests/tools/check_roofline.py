@@ -76,9 +76,6 @@ def main(argv):
     for key in ("gemm_ms", "fused_ms", "fused_gb_per_s"):
         if not c[key] > 0:
             fail(f"compiled {key} = {c[key]}, expected > 0")
-    if c["gemm_ms"] + c["fused_ms"] + c["other_ms"] > 3 * c["ms_per_step"]:
-        fail(f"the profiled kernels take {c['gemm_ms'] + c['fused_ms']} ms "
-             f"of a {c['ms_per_step']} ms step")
     print(f"check_roofline: OK: {flops / 1e6:.1f} MFLOP of GEMMs per step, "
           f"floor {floor:.3f} ms, {c['ratio_to_floor']:.2f}x")
 
