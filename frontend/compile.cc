@@ -28,16 +28,21 @@
 namespace stepjit {
 
 std::ostream& operator<<(std::ostream& os, const CompileStats& s) {
-  return os << "calls " << s.calls << ", replays " << s.replays
-            << ", eager calls " << s.eager_calls << " (fallbacks "
-            << s.fallbacks << "), traces " << s.traces << " (recompiles "
-            << s.recompiles << "), specializations " << s.specializations
-            << ", compile " << s.compile_ms << " ms, ops/step "
-            << s.ops_per_step << ", kernels/step " << s.kernels_per_step << " ("
-            << s.native_regions << " regions as native code, "
-            << s.interpreted_regions << " interpreted, " << s.cached_regions
-            << " from the kernel cache, codegen " << s.codegen_ms
-            << " ms), planned peak " << s.planned_peak_bytes << " B";
+  os << "calls " << s.calls << ", replays " << s.replays << ", eager calls "
+     << s.eager_calls << " (fallbacks " << s.fallbacks << "), traces "
+     << s.traces << " (recompiles " << s.recompiles << "), specializations "
+     << s.specializations << ", compile " << s.compile_ms << " ms, ops/step "
+     << s.ops_per_step << ", kernels/step " << s.kernels_per_step << " ("
+     << s.native_regions << " regions as native code, " << s.interpreted_regions
+     << " interpreted, " << s.cached_regions
+     << " from the kernel cache, codegen " << s.codegen_ms
+     << " ms), planned peak " << s.planned_peak_bytes << " B";
+  if (s.replay_threads > 0) {
+    os << ", replays on " << s.replay_threads << " thread"
+       << (s.replay_threads == 1 ? "" : "s") << " (" << s.thread_probes
+       << " probes of other counts)";
+  }
+  return os;
 }
 
 namespace frontend {
@@ -423,6 +428,11 @@ CompileStats StepCompiler::stats() const {
   }
   if (const Tensor* skipped = sp.CompilerState(passes::kAmpSkippedParam)) {
     s.skipped_steps = static_cast<int64_t>(skipped->item());
+  }
+  if (const Specialization* last = impl_->last;
+      last != nullptr && last->program && last->program->team_tuner()) {
+    s.replay_threads = last->program->team_tuner()->chosen();
+    s.thread_probes = last->program->team_tuner()->probes();
   }
   return s;
 }

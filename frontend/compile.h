@@ -110,6 +110,11 @@ struct CompileStats {
   // Accuracy-checker runs and how many found a divergence.
   int64_t checks = 0;
   int64_t check_failures = 0;
+  // CPU: the threads the last trace's replays run on now, chosen by timing
+  // them (runtime/team_tuner.h; 0 where not tuned: CUDA, one core,
+  // STEPJIT_ADAPTIVE_THREADS=0), and how many times other counts were tried.
+  int replay_threads = 0;
+  int64_t thread_probes = 0;
 };
 std::ostream& operator<<(std::ostream& os, const CompileStats& s);
 

@@ -90,16 +90,13 @@ int64_t TeamTuner::probes() const {
 }
 
 bool AdaptiveThreads() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPJIT_ADAPTIVE_THREADS");
-    if (v == nullptr || *v == '\0') return true;
-    const std::string s(v);
-    if (s == "1" || s == "on") return true;
-    if (s == "0" || s == "off") return false;
-    throw Error(absl::StrCat(
-        "STEPJIT_ADAPTIVE_THREADS: expected 1, on, 0 or off, got '", s, "'"));
-  }();
-  return on;
+  const char* v = std::getenv("STEPJIT_ADAPTIVE_THREADS");
+  if (v == nullptr || *v == '\0') return true;
+  const std::string s(v);
+  if (s == "1" || s == "on") return true;
+  if (s == "0" || s == "off") return false;
+  throw Error(absl::StrCat(
+      "STEPJIT_ADAPTIVE_THREADS: expected 1, on, 0 or off, got '", s, "'"));
 }
 
 }  // namespace stepjit::runtime
