@@ -1,5 +1,9 @@
 // Attribute lookup.
 #include "ir/attrs.h"
+
+#include <cmath>
+#include <limits>
+
 #include "absl/strings/string_view.h"
 
 namespace stepjit::ir {
@@ -44,7 +48,14 @@ int64_t Attrs::GetInt(AttrKey key, int64_t fallback) const {
   if (v == nullptr) return fallback;
   if (auto* i = std::get_if<int64_t>(v)) return *i;
   if (auto* b = std::get_if<bool>(v)) return *b;
-  if (auto* d = std::get_if<double>(v)) return static_cast<int64_t>(*d);
+  if (auto* d = std::get_if<double>(v)) {
+    // Out-of-range doubles saturate (a plain cast is undefined behaviour);
+    // the checks of the attribute's user then refuse the value.
+    if (std::isnan(*d)) return fallback;
+    if (*d >= 0x1p63) return std::numeric_limits<int64_t>::max();
+    if (*d < -0x1p63) return std::numeric_limits<int64_t>::min();
+    return static_cast<int64_t>(*d);
+  }
   return fallback;
 }
 

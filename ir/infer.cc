@@ -280,7 +280,7 @@ absl::StatusOr<TensorType> InferSlice(OpId op, absl::Span<const TensorType> in,
   start = std::clamp<int64_t>(start, 0, size);
   end = std::clamp<int64_t>(end, start, size);
   Shape out = in[0].shape;
-  out[d] = (end - start + step - 1) / step;
+  out[d] = end == start ? 0 : (end - start - 1) / step + 1;  // no overflow
   return TensorType{in[0].dtype, out};
 }
 
@@ -627,8 +627,10 @@ absl::StatusOr<Shape> InferReshape(ShapeRef from, std::vector<int64_t> to) {
     } else if (to[i] < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("reshape: invalid size ", to[i]));
-    } else {
-      known *= to[i];
+    } else if (!CheckedMul(known, to[i], &known) || known > kMaxNumElements) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("reshape: [", absl::StrJoin(to, ", "),
+                       "] has more than 2^56 elements"));
     }
   }
   if (infer_at >= 0 && known != 0 && numel % known == 0) {
@@ -643,9 +645,10 @@ absl::StatusOr<Shape> InferReshape(ShapeRef from, std::vector<int64_t> to) {
   return Shape(to.begin(), to.end());
 }
 
-absl::StatusOr<TensorType> InferType(OpId op, absl::Span<const TensorType> in,
-                                     const Attrs& attrs) {
-  RETURN_IF_ERROR(CheckArity(op, in));
+namespace {
+
+absl::StatusOr<TensorType> InferTypeOf(OpId op, absl::Span<const TensorType> in,
+                                       const Attrs& attrs) {
   switch (GetOpInfo(op).kind) {
     case OpKind::kElementwise:
       return InferElementwise(op, in, attrs);
@@ -668,6 +671,25 @@ absl::StatusOr<TensorType> InferType(OpId op, absl::Span<const TensorType> in,
       return InferInplaceUpdate(op, in);
   }
   return InvalidInputs(op, in, "no type rule");
+}
+
+}  // namespace
+
+// Operands and result are valid tensor shapes (ir::ValidateShape): sizes
+// an attribute names (reshape, expand, one_hot's classes, an embedding
+// gradient's rows) are checked here, once for every op.
+absl::StatusOr<TensorType> InferType(OpId op, absl::Span<const TensorType> in,
+                                     const Attrs& attrs) {
+  RETURN_IF_ERROR(CheckArity(op, in));
+  for (const TensorType& t : in) {
+    if (absl::Status st = ValidateShape(t.shape); !st.ok())
+      return InvalidInputs(op, in, st.message());
+  }
+  ASSIGN_OR_RETURN(TensorType out, InferTypeOf(op, in, attrs));
+  if (absl::Status st = ValidateShape(out.shape); !st.ok()) {
+    return InvalidInputs(op, in, absl::StrCat("the result's ", st.message()));
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<TensorType>> InferTypes(

@@ -1,13 +1,57 @@
 // Shape helpers.
 #include "ir/shape.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ir/status.h"
 
 namespace stepjit::ir {
 
+bool CheckedMul(int64_t a, int64_t b, int64_t* out) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) return false;
+  *out = r;
+  return true;
+}
+
+bool CheckedAdd(int64_t a, int64_t b, int64_t* out) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) return false;
+  *out = r;
+  return true;
+}
+
+absl::StatusOr<int64_t> CheckedNumElements(ShapeRef shape) {
+  int64_t n = 1;
+  bool too_many = false;
+  for (int64_t d : shape) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shape ", ShapeToString(shape), " has a negative size ", d));
+    }
+  }
+  for (int64_t d : shape) {
+    if (d == 0) return 0;
+    if (!CheckedMul(n, d, &n) || n > kMaxNumElements) too_many = true;
+  }
+  if (too_many) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shape ", ShapeToString(shape),
+        " has more than 2^56 elements (the most a tensor may have)"));
+  }
+  return n;
+}
+
+absl::Status ValidateShape(ShapeRef shape) {
+  return CheckedNumElements(shape).status();
+}
+
 int64_t NumElements(ShapeRef shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    SJ_CHECK(CheckedMul(n, d, &n), "element count of ", ShapeToString(shape),
+             " overflows int64: an unvalidated shape");
+  }
   return n;
 }
 
@@ -16,7 +60,8 @@ Shape ContiguousStrides(ShapeRef shape) {
   int64_t s = 1;
   for (int64_t i = static_cast<int64_t>(shape.size()) - 1; i >= 0; --i) {
     strides[i] = s;
-    s *= shape[i] > 0 ? shape[i] : 1;
+    SJ_CHECK(CheckedMul(s, shape[i] > 0 ? shape[i] : 1, &s), "strides of ",
+             ShapeToString(shape), " overflow int64: an unvalidated shape");
   }
   return strides;
 }

@@ -65,6 +65,9 @@ absl::StatusOr<TensorType> TokenStream::ParseType() {
     Next();
     type.shape.push_back(size);
   }
+  if (absl::Status st = ValidateShape(type.shape); !st.ok()) {
+    return ErrorAt(dtype_tok, st.message());
+  }
   Next();
   return type;
 }

@@ -318,11 +318,10 @@ Tensor MakeTensor(std::shared_ptr<Storage> storage, ShapeRef shape, ShapeRef str
 }
 
 Tensor empty(ShapeRef shape, TensorOptions options) {
-  for (int64_t d : shape) {
-    SJ_REQUIRE(d >= 0, "empty: negative size in shape ", ir::ShapeToString(shape));
-  }
-  auto storage = std::make_shared<Storage>(ir::NumElements(shape) * ir::DTypeSize(options.dtype),
-                                           options.device);
+  const absl::StatusOr<int64_t> numel = ir::CheckedNumElements(shape);
+  SJ_REQUIRE(numel.ok(), "empty: ", numel.status().message());
+  auto storage = std::make_shared<Storage>(
+      *numel * ir::DTypeSize(options.dtype), options.device);
   Tensor t = MakeTensor(std::move(storage), shape, ir::ContiguousStrides(shape), 0,
                         options.dtype);
   if (options.requires_grad) t.set_requires_grad(true);

@@ -5,6 +5,8 @@
 #include <mutex>
 #include <new>
 
+#include "absl/strings/str_cat.h"
+#include "ir/status.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/storage.h"
 
@@ -97,7 +99,11 @@ void* Allocate(int64_t nbytes, Device) {
     Cache().Clear();
     p = std::aligned_alloc(kAlignment, static_cast<size_t>(bytes));
   }
-  if (p == nullptr) throw std::bad_alloc();
+  if (p == nullptr) {
+    throw Error(absl::StrCat(
+        "out of host memory: cannot allocate ", nbytes, " bytes (",
+        static_cast<double>(nbytes) / (1 << 30), " GiB) for a tensor"));
+  }
   CountHostBytes(nbytes);
   return p;
 }

@@ -1,0 +1,158 @@
+// Shapes a hostile or careless user can write: sizes whose element count
+// overflows int64, negative sizes produced by attributes, attribute values out
+// of range. Every one is refused with a message naming the shape; none
+// reaches arithmetic that wraps (checked against the overflowing cases that
+// used to trap or be accepted).
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "ir/attrs.h"
+#include "ir/infer.h"
+#include "ir/parser.h"
+#include "ir/shape.h"
+#include "ir/verifier.h"
+
+namespace stepjit::ir {
+namespace {
+
+constexpr int64_t k2p62 = int64_t{1} << 62;
+
+TEST(CheckedShapeTest, CountsAndRefusesWithTheShapeNamed) {
+  EXPECT_EQ(*CheckedNumElements({}), 1);
+  EXPECT_EQ(*CheckedNumElements({3, 0, k2p62}), 0);  // empty, whatever follows
+  EXPECT_EQ(*CheckedNumElements({int64_t{1} << 28, int64_t{1} << 28}),
+            kMaxNumElements);
+  const auto over = CheckedNumElements({k2p62, 4});
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().message(),
+            absl::StrCat("shape [", k2p62,
+                         ", 4] has more than 2^56 elements (the most a tensor "
+                         "may have)"));
+  // Wraps to exactly 0 in int64 arithmetic: must still be refused.
+  EXPECT_FALSE(CheckedNumElements({k2p62, 4, 4}).ok());
+  EXPECT_FALSE(CheckedNumElements({kMaxNumElements + 1}).ok());
+  const auto negative = CheckedNumElements({2, -1, 4});
+  ASSERT_FALSE(negative.ok());
+  EXPECT_EQ(negative.status().message(),
+            "shape [2, -1, 4] has a negative size -1");
+  int64_t r = 7;
+  EXPECT_FALSE(CheckedMul(std::numeric_limits<int64_t>::min(), -1, &r));
+  EXPECT_FALSE(CheckedAdd(std::numeric_limits<int64_t>::max(), 1, &r));
+  EXPECT_EQ(r, 7);
+  EXPECT_TRUE(CheckedMul(-3, 4, &r));
+  EXPECT_EQ(r, -12);
+}
+
+TEST(CheckedShapeTest, TheParserRefusesATypeTooLargeForMemory) {
+  const auto g = ParseGraph(absl::StrCat("graph @g(%x: f32[", k2p62,
+                                         ", 2] input) {\n", "  return %x\n}\n"),
+                            "big.ir");
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(
+      g.status().message(),
+      absl::StrCat(
+          "big.ir:1:14: error: shape [", k2p62,
+          ", 2] has more than 2^56 elements (the most a tensor may have)"));
+}
+
+// The verifier infers every node: the cases below were a SIGFPE (INT64_MIN %
+// -1), an accepted reshape of 2^64 elements to [0], a negative slice size,
+// and negative sizes from expand, one_hot and embedding_backward.
+struct Hostile {
+  const char* name;
+  OpId op;
+  TensorType input;
+  Attrs attrs;
+  const char* expect;  // in the message
+};
+
+TEST(CheckedShapeTest, InferenceRefusesOverflowingAndNegativeResults) {
+  const int64_t big = int64_t{1} << 40;
+  const Hostile cases[] = {
+      {"reshape to 2^62 x 2",
+       OpId::kReshape,
+       {DType::kF32, {big, 4}},
+       {{AttrKey::kShape, std::vector<int64_t>{k2p62, 2}}},
+       "has more than 2^56 elements"},
+      {"reshape with -1 beside an overflow",
+       OpId::kReshape,
+       {DType::kF32, {big, 4}},
+       {{AttrKey::kShape, std::vector<int64_t>{-1, k2p62, 4}}},
+       "has more than 2^56 elements"},
+      {"reshape of 2^42 elements to [0]",
+       OpId::kReshape,
+       {DType::kF32, {big, 4}},
+       {{AttrKey::kShape, std::vector<int64_t>{0}}},
+       "cannot reshape"},
+      {"expand to a negative size",
+       OpId::kExpand,
+       {DType::kF32, {4}},
+       {{AttrKey::kShape, std::vector<int64_t>{-1, 4}}},
+       "negative size -1"},
+      {"expand past 2^56",
+       OpId::kExpand,
+       {DType::kF32, {1, 1}},
+       {{AttrKey::kShape, std::vector<int64_t>{k2p62, k2p62}}},
+       "has more than 2^56 elements"},
+      {"one_hot with negative classes",
+       OpId::kOneHot,
+       {DType::kI64, {3}},
+       {{AttrKey::kNumClasses, int64_t{-3}},
+        {AttrKey::kDTypeAttr, DType::kF32}},
+       "negative size -3"},
+      {"full of 2^62 + 1",
+       OpId::kFull,
+       {DType::kF32, {}},
+       {{AttrKey::kShape, std::vector<int64_t>{k2p62 + 1}},
+        {AttrKey::kValue, 0.0}},
+       "has more than 2^56 elements"},
+  };
+  for (const Hostile& c : cases) {
+    std::vector<TensorType> in;
+    if (c.op != OpId::kFull) in.push_back(c.input);
+    const auto t = InferType(c.op, in, c.attrs);
+    ASSERT_FALSE(t.ok()) << c.name << ": accepted as "
+                         << ShapeToString(t->shape);
+    EXPECT_NE(t.status().message().find(c.expect), std::string::npos)
+        << c.name << ": " << t.status().message();
+  }
+  // embedding_backward's num_weights names the result's rows.
+  const auto eb = InferType(OpId::kEmbeddingBackward,
+                            {{DType::kF32, {5, 8}}, {DType::kI64, {5}}},
+                            {{AttrKey::kNumWeights, int64_t{-1}}});
+  ASSERT_FALSE(eb.ok());
+  EXPECT_NE(eb.status().message().find("negative size -1"), std::string::npos)
+      << eb.status().message();
+}
+
+TEST(CheckedShapeTest, ASliceWithAHugeStepHasOneElementNotANegativeCount) {
+  for (int64_t step :
+       {int64_t{3}, int64_t{1} << 62, std::numeric_limits<int64_t>::max()}) {
+    const auto t =
+        InferType(OpId::kSlice, {{DType::kF32, {10, 4}}},
+                  {{AttrKey::kDim, int64_t{0}},
+                   {AttrKey::kStart, int64_t{1}},
+                   {AttrKey::kEnd, std::numeric_limits<int64_t>::max()},
+                   {AttrKey::kStep, step}});
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->shape, (Shape{step == 3 ? 3 : 1, 4})) << "step " << step;
+  }
+}
+
+TEST(CheckedShapeTest, DoubleAttributesOutOfInt64RangeSaturate) {
+  Attrs a{{AttrKey::kDim, 1e300},
+          {AttrKey::kStart, -1e300},
+          {AttrKey::kEnd, std::nan("")},
+          {AttrKey::kStep, 12.9}};
+  EXPECT_EQ(a.GetInt(AttrKey::kDim), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(a.GetInt(AttrKey::kStart), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(a.GetInt(AttrKey::kEnd, 42), 42);
+  EXPECT_EQ(a.GetInt(AttrKey::kStep), 12);
+}
+
+}  // namespace
+}  // namespace stepjit::ir

@@ -1,0 +1,62 @@
+// Tensor sizes a user can ask for that memory cannot hold: a clear
+// stepjit::Error naming the shape or the bytes, never a wrapped size, a
+// heap overflow or a bare std::bad_alloc.
+#include <cstdint>
+#include <string>
+
+#include "frontend/stepjit.h"
+#include "gtest/gtest.h"
+
+namespace stepjit {
+namespace {
+
+std::string ErrorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("not a stepjit::Error: ") + e.what();
+  }
+  return "no error";
+}
+
+TEST(HostileSizesTest, OverflowingShapesAreRefusedByName) {
+  const int64_t k2p62 = int64_t{1} << 62;
+  // 2^62 + 1 elements: 4 bytes each wrap to 4 bytes in int64.
+  const std::string zeros_error = ErrorOf([&] { zeros({k2p62 + 1}); });
+  EXPECT_NE(zeros_error.find("has more than 2^56 elements"), std::string::npos)
+      << zeros_error;
+  EXPECT_NE(ErrorOf([&] {
+              empty({k2p62, 4});
+            }).find("[4611686018427387904, 4]"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              empty({3, -2});
+            }).find("negative size -2"),
+            std::string::npos);
+  // A valid tensor reshaped or expanded to an overflowing shape.
+  const Tensor x = zeros({4, 1});
+  const std::string reshape_error = ErrorOf([&] { x.reshape({k2p62, 4}); });
+  EXPECT_NE(reshape_error.find("has more than 2^56 elements"),
+            std::string::npos)
+      << reshape_error;
+  const std::string expand_error = ErrorOf([&] {
+    x.expand({k2p62, 4, k2p62});
+  });
+  EXPECT_NE(expand_error.find("has more than 2^56 elements"), std::string::npos)
+      << expand_error;
+}
+
+TEST(HostileSizesTest, ATensorLargerThanMemoryIsAnErrorWithItsSize) {
+  // 2^52 f32 elements: 16 PiB, valid as a shape, more than any machine has.
+  const std::string error = ErrorOf([] { empty({int64_t{1} << 52}); });
+  EXPECT_EQ(
+      error.rfind("out of host memory: cannot allocate 18014398509481984 bytes",
+                  0),
+      0u)
+      << error;
+}
+
+}  // namespace
+}  // namespace stepjit
