@@ -21,6 +21,7 @@
 #include "frontend/verify.h"
 #include "ir/printer.h"
 #include "passes/grad_scaler.h"
+#include "passes/pass_manager.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/executor.h"
 #include "runtime/thread_pool.h"
@@ -333,6 +334,12 @@ StepCompiler::StepCompiler(CompileOptions options)
                  options.amp == DType::kF16,
              "compile: amp must be f32 (off), bf16 or f16, got ",
              ir::DTypeName(options.amp));
+  // A misspelt pass name must not silently compile nothing.
+  for (const std::string& name : passes::FromEnvironment().disabled) {
+    const absl::StatusOr<std::vector<const passes::PassInfo*>> known =
+        passes::ParsePipeline(name);
+    SJ_REQUIRE(known.ok(), "STEPJIT_DISABLE: ", known.status().message());
+  }
   Impl& m = *impl_;
   m.specializer = std::make_unique<Specializer>(options);
   m.check_replays = options.check ? options.check_replays : 0;

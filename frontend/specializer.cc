@@ -39,6 +39,17 @@ std::string DumpDir(size_t index) {
   return path.string();
 }
 
+// Whether files can be created in `dir` (made if missing).
+bool Writable(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::filesystem::path probe =
+      std::filesystem::path(dir) / ".stepjit-dump-probe";
+  const bool ok = static_cast<bool>(std::ofstream(probe));
+  std::filesystem::remove(probe, ec);
+  return ok;
+}
+
 void DumpTrace(const ir::Graph& graph, size_t index) {
   const std::string dir = DumpDir(index);
   if (dir.empty()) return;
@@ -48,7 +59,7 @@ void DumpTrace(const ir::Graph& graph, size_t index) {
   std::ofstream out(path / "000-trace.ir");
   if (!out) {
     std::cerr << "stepjit: STEPJIT_DUMP: cannot write "
-              << (path / "000-trace.ir") << "\n";
+              << (path / "000-trace.ir") << "; compiling without IR dumps\n";
     return;
   }
   ir::Print(graph, out);
@@ -167,6 +178,10 @@ absl::Status Specializer::Optimize(ir::Graph& graph, size_t index,
   DumpTrace(graph, index);
   passes::PipelineOptions popts = passes::FromEnvironment();
   popts.dump_dir = DumpDir(index);
+  // A dump that cannot be written is reported (DumpTrace) and skipped: it
+  // never turns compilation off.
+  if (!popts.dump_dir.empty() && !Writable(popts.dump_dir))
+    popts.dump_dir.clear();
   passes::PipelineStats pstats;
   const auto start = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(passes::RunPipeline(

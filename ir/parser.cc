@@ -33,6 +33,7 @@ struct Scope {
 class Parser : public TokenStream {
  public:
   using TokenStream::TokenStream;
+  static constexpr int kMaxFusionNesting = 64;
 
   absl::StatusOr<std::unique_ptr<Graph>> ParseTop() {
     ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, ParseGraphDef(nullptr));
@@ -213,6 +214,8 @@ class Parser : public TokenStream {
     return types;
   }
 
+  int depth_ = 0;  // fusion bodies open around the current statement
+
   absl::StatusOr<Node*> ParseFusion(Graph& graph, Scope& scope) {
     if (Peek().kind != TokenKind::kGraphName) {
       return Unexpected(Peek(), "a body name like @fused_0 after `fusion`");
@@ -230,7 +233,18 @@ class Parser : public TokenStream {
     ASSIGN_OR_RETURN(std::vector<TensorType> types, ParseTypeList());
     RETURN_IF_ERROR(Expect('{', "before the fusion body"));
     const Token& body_tok = Peek();
-    ASSIGN_OR_RETURN(std::unique_ptr<Graph> body, ParseGraphDef(&scope));
+    // Bodies nest by recursion here and in every pass: a bound keeps a
+    // hostile file from overflowing the stack.
+    if (depth_ == kMaxFusionNesting) {
+      return ErrorAt(
+          name, absl::StrCat("fusion @", name.text, " nests deeper than ",
+                             kMaxFusionNesting,
+                             " fusion bodies (the most the parser accepts)"));
+    }
+    ++depth_;
+    absl::StatusOr<std::unique_ptr<Graph>> parsed = ParseGraphDef(&scope);
+    --depth_;
+    ASSIGN_OR_RETURN(std::unique_ptr<Graph> body, std::move(parsed));
     if (body->name() != name.text) {
       return ErrorAt(body_tok,
                      absl::StrCat("fusion @", name.text, " has a body named @",
@@ -314,8 +328,13 @@ class Parser : public TokenStream {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Graph>> ParseGraph(absl::string_view text,
-                                                  absl::string_view filename) {
-  return Parser(filename, Tokenize(text)).ParseTop();
+                                                  absl::string_view filename,
+                                                  int first_line) {
+  std::vector<Token> tokens = Tokenize(text);
+  if (first_line != 1) {
+    for (Token& t : tokens) t.line += first_line - 1;
+  }
+  return Parser(filename, std::move(tokens)).ParseTop();
 }
 
 }  // namespace stepjit::ir

@@ -15,8 +15,12 @@ namespace stepjit::ir {
 // types are taken as written: run Verify to check them against inference.
 // Errors are InvalidArgument with the message
 // "<filename>:<line>:<col>: error: expected ..., found ...".
+// `first_line`: the line of the file `text` starts at (a piece of a larger
+// file), so that messages give the file's line numbers. A fusion body may
+// nest at most 64 deep.
 absl::StatusOr<std::unique_ptr<Graph>> ParseGraph(
-    absl::string_view text, absl::string_view filename = "<input>");
+    absl::string_view text, absl::string_view filename = "<input>",
+    int first_line = 1);
 
 }  // namespace stepjit::ir
 

@@ -10,16 +10,27 @@
 #include <exception>
 #include <thread>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "ir/status.h"
+
 namespace stepjit::runtime {
 
-int NumThreads() {
-  static int n = [] {
-    if (const char* env = std::getenv("STEPJIT_NUM_THREADS")) {
-      int v = std::atoi(env);
-      if (v > 0) return v;
-    }
+int ParseNumThreads(const char* text) {
+  int64_t v = 0;
+  if (text == nullptr || *text == '\0') {
     return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  }();
+  }
+  if (!absl::SimpleAtoi(text, &v) || v < 1 || v > kMaxNumThreads) {
+    throw Error(absl::StrCat(
+        "STEPJIT_NUM_THREADS: expected a whole number of threads from 1 to ",
+        kMaxNumThreads, ", got '", text, "'"));
+  }
+  return static_cast<int>(v);
+}
+
+int NumThreads() {
+  static const int n = ParseNumThreads(std::getenv("STEPJIT_NUM_THREADS"));
   return n;
 }
 

@@ -15,6 +15,9 @@
 // Exit status: 0 on success; 1 when an input (or any chunk) does not parse or
 // verify, a pass or code generation fails, or a file cannot be read or
 // written; 2 for a bad command line (including an unknown pass name).
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -103,17 +106,33 @@ void ListPasses(std::ostream& os) {
   }
 }
 
-bool ReadInput(const std::string& path, std::string& text) {
-  std::stringstream buffer;
-  if (path == "-") {
-    buffer << std::cin.rdbuf();
-  } else {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return false;
-    buffer << in.rdbuf();
+// The largest input read: IR text of a real step is a few MB; anything
+// past this (a device, a runaway pipe) is refused rather than read until
+// memory runs out.
+constexpr size_t kMaxInputBytes = size_t{256} << 20;
+
+// Reads at most kMaxInputBytes; "" when it succeeded, else why not.
+std::string ReadInput(const std::string& path, std::string& text) {
+  std::FILE* f = path == "-" ? stdin : std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return std::strerror(errno);
+  text.clear();
+  char buffer[1 << 16];
+  std::string error;
+  while (true) {
+    const size_t n = std::fread(buffer, 1, sizeof buffer, f);
+    if (n == 0) {
+      if (std::ferror(f)) error = std::strerror(errno);
+      break;
+    }
+    if (text.size() + n > kMaxInputBytes) {
+      error = absl::StrCat("input larger than ", kMaxInputBytes >> 20,
+                           " MiB (the most stepjit-opt reads)");
+      break;
+    }
+    text.append(buffer, n);
   }
-  text = buffer.str();
-  return true;
+  if (f != stdin) std::fclose(f);
+  return error;
 }
 
 // A piece of the input and the 1-based line it starts at.
@@ -155,10 +174,8 @@ std::string Location(const std::string& filename, const Chunk& chunk,
 // `out`. Diagnostics go to stderr. Returns false on failure.
 bool ProcessChunk(const Chunk& chunk, const std::string& filename,
                   const std::string& pipeline, std::string& out) {
-  // Leading newlines keep the parser's line numbers those of the whole file.
-  const std::string text = std::string(chunk.first_line - 1, '\n') + chunk.text;
   absl::StatusOr<std::unique_ptr<ir::Graph>> graph =
-      ir::ParseGraph(text, filename);
+      ir::ParseGraph(chunk.text, filename, chunk.first_line);
   if (!graph.ok()) {
     std::cerr << graph.status().message() << "\n";
     return false;
@@ -218,8 +235,9 @@ int Main(int argc, char** argv) {
   const std::string& input = flags::input;
   const std::string filename = input == "-" ? "<stdin>" : input;
   std::string text;
-  if (!ReadInput(input, text)) {
-    std::cerr << "stepjit-opt: error: cannot read '" << input << "'\n";
+  if (const std::string error = ReadInput(input, text); !error.empty()) {
+    std::cerr << "stepjit-opt: error: cannot read '" << input << "': " << error
+              << "\n";
     return 1;
   }
   std::string result;

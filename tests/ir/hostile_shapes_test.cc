@@ -156,3 +156,43 @@ TEST(CheckedShapeTest, DoubleAttributesOutOfInt64RangeSaturate) {
 
 }  // namespace
 }  // namespace stepjit::ir
+
+namespace stepjit::ir {
+namespace {
+
+// `depth` fusions, each the only statement of the one around it.
+std::string NestedFusions(int depth) {
+  std::string text = "graph @g(%x: f32[2] input) {\n";
+  for (int i = 0; i < depth; ++i) {
+    absl::StrAppend(&text, "%", i, " = fusion @f", i, "(%", i == 0 ? "x" : "p",
+                    ") : (f32[2]) {\n", "graph @f", i,
+                    "(%p: f32[2] input) {\n");
+  }
+  absl::StrAppend(&text, "%r = neg %p : f32[2]\nreturn %r\n");
+  for (int i = 0; i < depth; ++i)
+    absl::StrAppend(&text, "}\n}\nreturn %", depth - 1 - i, "\n}\n");
+  return text;
+}
+
+TEST(ParserLimitsTest, FusionBodiesNestAtMost64Deep) {
+  for (int depth : {65, 10000}) {
+    const auto g = ParseGraph(NestedFusions(depth), "deep.ir");
+    ASSERT_FALSE(g.ok()) << depth;
+    EXPECT_NE(
+        g.status().message().find("fusion @f64 nests deeper than 64 fusion "
+                                  "bodies (the most the parser accepts)"),
+        std::string::npos)
+        << g.status().message().substr(0, 300);
+  }
+}
+
+TEST(ParserLimitsTest, APieceOfAFileKeepsTheFilesLineNumbers) {
+  const auto g =
+      ParseGraph("\ngraph @g(%x: f32[2] input) {\n  %0 = frob %x : f32[2]\n}\n",
+                 "piece.ir", 41);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().message(), "piece.ir:43:8: error: unknown op `frob`");
+}
+
+}  // namespace
+}  // namespace stepjit::ir

@@ -6,6 +6,7 @@
 
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
+#include "runtime/thread_pool.h"
 
 namespace stepjit {
 namespace {
@@ -60,3 +61,29 @@ TEST(HostileSizesTest, ATensorLargerThanMemoryIsAnErrorWithItsSize) {
 
 }  // namespace
 }  // namespace stepjit
+
+namespace stepjit::runtime {
+namespace {
+
+TEST(EnvironmentTest, NumThreadsTakesWholeNumbersFrom1To1024) {
+  EXPECT_EQ(ParseNumThreads("4"), 4);
+  EXPECT_EQ(ParseNumThreads("1024"), 1024);
+  EXPECT_GE(ParseNumThreads(nullptr), 1);
+  EXPECT_EQ(ParseNumThreads(""), ParseNumThreads(nullptr));
+  for (const char* bad :
+       {"0", "-1", "abc", "4abc", "1.5", "4294967297", "100000", " "}) {
+    try {
+      ParseNumThreads(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()),
+                std::string("STEPJIT_NUM_THREADS: expected a whole number of "
+                            "threads from 1 to "
+                            "1024, got '") +
+                    bad + "'");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace stepjit::runtime
