@@ -49,6 +49,14 @@ int64_t IterNumel(const Node* n) {
                                     : OutNumel(n);
 }
 
+// Groups nodes by union-find, in program order: node i merges with the
+// groups of its producers. Near-linear: a group keeps a summary (its
+// iteration size, reductions, index range) so that merging two plain
+// elementwise groups of one size needs no pass over their members, members
+// move from the smaller group into the larger, and the cycle check (R4)
+// starts from the consumers outside the group (kept per group) and never
+// follows a node after the one being merged: every such node is still a
+// group of its own, and edges only lead further on from it.
 class Fuser {
  public:
   explicit Fuser(ir::Graph& g) : g_(g) {
@@ -65,7 +73,16 @@ class Fuser {
     parent_.resize(nodes_.size());
     std::iota(parent_.begin(), parent_.end(), 0);
     members_.resize(nodes_.size());
-    for (size_t i = 0; i < nodes_.size(); ++i) members_[i] = {static_cast<int>(i)};
+    summary_.resize(nodes_.size());
+    frontier_ = consumers_;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      members_[i] = {static_cast<int>(i)};
+      const Role role = RoleOf(nodes_[i]);
+      const int64_t size = role == Role::kNone ? 1 : IterNumel(nodes_[i]);
+      summary_[i] = {.iter = std::max<int64_t>(size, 1),
+                     .plain = role == Role::kElementwise && size >= 1,
+                     .max_index = static_cast<int>(i)};
+    }
   }
 
   void Group() {
@@ -82,13 +99,22 @@ class Fuser {
   bool Outline(FuseStats* stats);
 
  private:
+  // A group's summary, kept at its root.
+  struct Summary {
+    int64_t iter = 1;    // the largest iteration size of a member (>= 1)
+    bool plain = false;  // elementwise only, every member of size iter or 1
+    int max_index = 0;   // the last member in program order
+  };
+
   const Node* Producer(const Value* v) const {
     const Node* p = v->producer();
     return p != nullptr && index_.contains(p) ? p : nullptr;
   }
   int Find(int i) { return parent_[i] == i ? i : parent_[i] = Find(parent_[i]); }
 
-  bool Legal(const std::vector<int>& m) const {
+  // R1-R3 for the union of groups a and b, member by member (groups with a
+  // reduction or of mixed sizes).
+  bool ShapesLegal(const std::vector<int>& m) const {
     int reduce = -1;
     int reductions = 0;
     int64_t iter = 1;
@@ -100,9 +126,8 @@ class Fuser {
       }
     }
     absl::flat_hash_set<int> in(m.begin(), m.end());
-    const bool shapes_ok = reductions <= 1 && OneReduction(m, in, reduce, iter);
-    if (!shapes_ok && !RowGroup(m, iter)) return false;
-    return !Cycle(in, m);
+    return (reductions <= 1 && OneReduction(m, in, reduce, iter)) ||
+           RowGroup(m, iter);
   }
 
   // R2 and R3 for a group of at most one reduction: every member iterates
@@ -158,19 +183,20 @@ class Fuser {
     return true;
   }
 
-  // R4: a path from the group back into it through outside nodes. Other
-  // groups count as single nodes (once outlined, each of their outputs
-  // depends on all their inputs), so two regions never depend on each other.
-  bool Cycle(const absl::flat_hash_set<int>& in, const std::vector<int>& m) const {
+  // R4: a path from groups a and b, merged, back into them through outside
+  // nodes. Other groups count as single nodes (once outlined, each of their
+  // outputs depends on all their inputs), so two regions never depend on
+  // each other. Nodes after `last` (the one being merged) are groups of
+  // their own whose consumers come later still: no path back runs there.
+  bool Cycle(int a, int b) {
+    const int last = std::max(summary_[a].max_index, summary_[b].max_index);
     std::vector<int> stack;
     absl::flat_hash_set<int> seen;  // roots of outside groups
-    auto push = [&](int c) {
-      const int r = Root(c);
-      if (seen.insert(r).second) stack.push_back(r);
-    };
-    for (int i : m) {
-      for (int c : consumers_[i]) {
-        if (!in.contains(c)) push(c);
+    for (int r : {a, b}) {
+      for (int c : frontier_[r]) {
+        const int rc = Find(c);
+        if (rc == a || rc == b || c > last) continue;
+        if (seen.insert(rc).second) stack.push_back(rc);
       }
     }
     while (!stack.empty()) {
@@ -178,26 +204,42 @@ class Fuser {
       stack.pop_back();
       for (int x : members_[r]) {
         for (int c : consumers_[x]) {
-          if (in.contains(c)) return true;
-          push(c);
+          const int rc = Find(c);
+          if (rc == a || rc == b) return true;
+          if (rc == r || c > last) continue;
+          if (seen.insert(rc).second) stack.push_back(rc);
         }
       }
     }
     return false;
   }
-  int Root(int i) const {
-    while (parent_[i] != i) i = parent_[i];
-    return i;
-  }
 
   void TryMerge(int a, int b) {
     if (a == b) return;
-    std::vector<int> m = members_[a];
-    m.insert(m.end(), members_[b].begin(), members_[b].end());
-    if (!Legal(m)) return;
+    const Summary& sa = summary_[a];
+    const Summary& sb = summary_[b];
+    Summary merged{
+        .iter = std::max(sa.iter, sb.iter),
+        .plain = sa.plain && sb.plain &&
+                 (sa.iter == sb.iter || sa.iter == 1 || sb.iter == 1),
+        .max_index = std::max(sa.max_index, sb.max_index)};
+    if (!merged.plain) {
+      std::vector<int> m = members_[a];
+      m.insert(m.end(), members_[b].begin(), members_[b].end());
+      if (!ShapesLegal(m)) return;
+    }
+    if (Cycle(a, b)) return;
+    // The smaller group joins the larger.
+    if (members_[a].size() < members_[b].size()) std::swap(a, b);
     parent_[b] = a;
-    members_[a] = std::move(m);
-    members_[b].clear();
+    members_[a].insert(members_[a].end(), members_[b].begin(),
+                       members_[b].end());
+    std::vector<int>().swap(members_[b]);
+    summary_[a] = merged;
+    std::vector<int>& f = frontier_[a];
+    f.insert(f.end(), frontier_[b].begin(), frontier_[b].end());
+    std::vector<int>().swap(frontier_[b]);
+    std::erase_if(f, [&](int c) { return Find(c) == a; });
   }
 
   ir::Graph& g_;
@@ -206,6 +248,10 @@ class Fuser {
   std::vector<std::vector<int>> consumers_;
   std::vector<int> parent_;
   std::vector<std::vector<int>> members_;
+  std::vector<Summary> summary_;
+  // Per group: consumers of its members, outside it when they were added
+  // (entries that joined the group since are dropped at each merge).
+  std::vector<std::vector<int>> frontier_;
 };
 
 bool Fuser::Outline(FuseStats* stats) {
@@ -213,6 +259,11 @@ bool Fuser::Outline(FuseStats* stats) {
   absl::flat_hash_map<const Node*, int> position;  // for the final order
   for (size_t i = 0; i < nodes_.size(); ++i) position[nodes_[i]] = static_cast<int>(i);
   int region = 0;
+  // R5: values used outside their region become its outputs; every reader
+  // outside is rewired once, after all regions exist.
+  const absl::flat_hash_set<const Value*> returned(g_.returns().begin(),
+                                                   g_.returns().end());
+  absl::flat_hash_map<const Value*, Value*> replace;
   for (size_t root = 0; root < nodes_.size(); ++root) {
     if (Find(static_cast<int>(root)) != static_cast<int>(root)) continue;
     std::vector<int> m = members_[root];
@@ -245,8 +296,6 @@ bool Fuser::Outline(FuseStats* stats) {
       map[n->output()] = body->AddOp(n->op(), std::move(args), n->attrs(), n->output()->type())
                              ->output();
     }
-    // R5: values used outside the region become its outputs.
-    absl::flat_hash_set<const Value*> returned(g_.returns().begin(), g_.returns().end());
     std::vector<const Value*> exported;
     for (int i : m) {
       const Value* v = nodes_[i]->output();
@@ -259,20 +308,8 @@ bool Fuser::Outline(FuseStats* stats) {
     body->SetReturns(std::move(body_returns));
     Node* fusion = g_.AddFusion(std::move(body), std::move(outer_inputs));
     position[fusion] = m.front();
-    absl::flat_hash_map<const Value*, Value*> replace;
-    for (size_t k = 0; k < exported.size(); ++k) replace[exported[k]] = fusion->outputs()[k];
-    for (const auto& n : g_.nodes()) {
-      if (in.contains(n.get())) continue;
-      for (size_t k = 0; k < n->inputs().size(); ++k) {
-        auto it = replace.find(n->inputs()[k]);
-        if (it != replace.end()) n->ReplaceInput(static_cast<int>(k), it->second);
-      }
-    }
-    std::vector<Value*> rets = g_.returns();
-    for (Value*& r : rets) {
-      if (auto it = replace.find(r); it != replace.end()) r = it->second;
-    }
-    g_.SetReturns(std::move(rets));
+    for (size_t k = 0; k < exported.size(); ++k)
+      replace[exported[k]] = fusion->outputs()[k];
     erased.insert(in.begin(), in.end());
     ++region;
     if (stats) {
@@ -281,6 +318,18 @@ bool Fuser::Outline(FuseStats* stats) {
     }
   }
   if (region == 0) return false;
+  for (const auto& n : g_.nodes()) {
+    if (erased.contains(n.get())) continue;
+    for (size_t k = 0; k < n->inputs().size(); ++k) {
+      auto it = replace.find(n->inputs()[k]);
+      if (it != replace.end()) n->ReplaceInput(static_cast<int>(k), it->second);
+    }
+  }
+  std::vector<Value*> rets = g_.returns();
+  for (Value*& r : rets) {
+    if (auto it = replace.find(r); it != replace.end()) r = it->second;
+  }
+  g_.SetReturns(std::move(rets));
   // Constants now read only inside regions are dead.
   absl::flat_hash_set<const Value*> used(g_.returns().begin(), g_.returns().end());
   for (const auto& n : g_.nodes()) {
