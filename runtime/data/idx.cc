@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <system_error>
 
@@ -51,10 +52,29 @@ absl::StatusOr<int64_t> ReadSome(gzFile f, const std::string& path, void* dst,
           absl::StrCat("IDX file '", path, "': cannot decompress: ",
                        errnum == Z_ERRNO ? std::strerror(errno) : msg));
     }
-    if (got == 0) break;
+    if (got == 0) {
+      // The input ended: Z_BUF_ERROR says it ended inside the gzip stream
+      // (a cut file: the rest of the data, or just the CRC and length
+      // trailer that would have caught a corrupt byte).
+      int errnum = 0;
+      gzerror(f, &errnum);
+      if (errnum == Z_BUF_ERROR) {
+        return absl::DataLossError(absl::StrCat(
+            "IDX file '", path,
+            "' is truncated: its gzip stream ends before its CRC trailer"));
+      }
+      break;
+    }
     total += got;
   }
   return total;
+}
+
+// The most a .gz of `compressed` bytes can hold: deflate stores at most
+// 258 bytes in 2 bits (a ratio under 1032:1), plus the stream's framing.
+int64_t MaxInflatedBytes(int64_t compressed) {
+  return compressed > (int64_t{1} << 52) ? std::numeric_limits<int64_t>::max()
+                                         : compressed * 1032 + 1024;
 }
 
 void SwapToHost(std::vector<uint8_t>& bytes, int64_t elem_size) {
@@ -154,6 +174,26 @@ absl::StatusOr<IdxArray> ReadIdx(const std::string& path) {
     }
     nbytes *= d;
   }
+  // Refuse a size the file cannot hold before allocating for it: a plain
+  // file holds its bytes, a .gz at most ~1032x its size.
+  const auto file_size =
+      static_cast<int64_t>(std::filesystem::file_size(path, ec));
+  const int64_t header_bytes = 4 + 4 * rank;
+  const bool plain = gzdirect(file.get()) == 1;
+  const int64_t most = ec      ? std::numeric_limits<int64_t>::max()
+                       : plain ? file_size - header_bytes
+                               : MaxInflatedBytes(file_size);
+  if (nbytes > most && plain) {
+    return absl::DataLossError(absl::StrCat(
+        "IDX file '", path, "' is truncated: dims ", DimsString(array.dims),
+        " need ", nbytes, " data bytes after the header, found ", most));
+  }
+  if (nbytes > most) {
+    return absl::DataLossError(absl::StrCat(
+        "IDX file '", path, "' declares dims ", DimsString(array.dims), " (",
+        nbytes, " data bytes), more than its ", file_size,
+        " bytes of gzip data can hold"));
+  }
   while (static_cast<int64_t>(array.bytes.size()) < nbytes) {
     const int64_t have = static_cast<int64_t>(array.bytes.size());
     const int64_t chunk = std::min(kChunkBytes, nbytes - have);
@@ -216,6 +256,11 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train,
                      DimsString(labels.dims)));
   }
   const int64_t n = images.dims[0];
+  if (n == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", images_path, "': holds no images (dims ", DimsString(images.dims),
+        "); a dataset needs at least one example"));
+  }
   constexpr int64_t kPixels = 28 * 28;
   Tensor x = empty({n, kPixels}, {.dtype = DType::kF32});
   Tensor y = empty({n}, {.dtype = DType::kI64});

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -169,6 +170,75 @@ TEST_F(DataFilesTest, TornGzipIsAnError) {
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_TRUE(Contains(std::string(a.status().message()), path));
+}
+
+// A .gz cut just before (or inside) its 8-byte CRC and length trailer
+// decompresses every data byte: only the trailer would have caught a
+// corrupt one. Both cuts, and a flipped byte with the trailer cut, are
+// refused.
+TEST_F(DataFilesTest, AGzipWithoutItsTrailerIsAnError) {
+  std::vector<uint8_t> payload(4096);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = (i * 7919) % 251;
+  for (int cut : {8, 3, 1}) {
+    const std::string path =
+        Write("c.idx.gz", IdxBytes(0x08, {4096}, payload), true);
+    const auto size = std::filesystem::file_size(path);
+    std::filesystem::resize_file(path, size - cut);
+    absl::StatusOr<IdxArray> a = ReadIdx(path);
+    ASSERT_FALSE(a.ok()) << "cut " << cut;
+    EXPECT_EQ(a.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_EQ(a.status().message(),
+              "IDX file '" + path +
+                  "' is truncated: its gzip stream ends before its CRC trailer")
+        << "cut " << cut;
+  }
+  // A flipped byte with the trailer intact fails the CRC check.
+  const std::string path =
+      Write("f.idx.gz", IdxBytes(0x08, {4096}, payload), true);
+  std::vector<char> bytes(std::filesystem::file_size(path));
+  std::ifstream(path, std::ios::binary)
+      .read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  bytes[bytes.size() / 2] ^= 0x10;
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  absl::StatusOr<IdxArray> a = ReadIdx(path);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kDataLoss);
+}
+
+// A small file declaring a huge payload is refused before any allocation
+// for it: a plain file holds its bytes, a .gz at most ~1032x its size.
+TEST_F(DataFilesTest, ADeclaredSizeTheFileCannotHoldIsRefusedUpFront) {
+  const std::vector<uint8_t> bytes =
+      IdxBytes(0x08, {3u << 30}, std::vector<uint8_t>(4096, 0));
+  const std::string gz = Write("big.idx.gz", bytes, true);
+  absl::StatusOr<IdxArray> a = ReadIdx(gz);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(Contains(
+      std::string(a.status().message()),
+      "declares dims [3221225472] (3221225472 data bytes), more than its "))
+      << a.status().message();
+  EXPECT_TRUE(Contains(std::string(a.status().message()),
+                       "bytes of gzip data can hold"));
+  const std::string plain = Write("big.idx", bytes, false);
+  a = ReadIdx(plain);
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(
+      Contains(std::string(a.status().message()),
+               "need 3221225472 data bytes after the header, found 4096"))
+      << a.status().message();
+}
+
+TEST_F(DataFilesTest, AnEmptySplitIsAnError) {
+  Write("t10k-images-idx3-ubyte", IdxBytes(0x08, {0, 28, 28}, {}), false);
+  Write("t10k-labels-idx1-ubyte", IdxBytes(0x08, {0}, {}), false);
+  absl::StatusOr<Dataset> d = LoadFashionMnist(dir_.string(), false);
+  ASSERT_FALSE(d.ok());
+  EXPECT_TRUE(Contains(std::string(d.status().message()),
+                       "holds no images (dims [0, 28, 28]); a dataset needs at "
+                       "least one example"))
+      << d.status().message();
 }
 
 TEST_F(DataFilesTest, MissingFashionMnistDirNamesPackage) {
