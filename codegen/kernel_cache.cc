@@ -99,7 +99,7 @@ std::string UnsafeDirectoryReason(const std::string& dir) {
     return absl::StrFormat("writable by group or others (mode %04o)",
                            st.st_mode & 07777);
   }
-  if (access(dir.c_str(), R_OK | W_OK | X_OK) != 0) {
+  if (access(dir.c_str(), R_OK | X_OK) != 0) {
     return absl::StrCat("not accessible: ", ErrnoText());
   }
   return "";
@@ -143,18 +143,40 @@ bool WriteAll(int fd, std::string_view bytes) {
   return true;
 }
 
-// Reads the whole file; nullopt when it does not exist or cannot be read.
-std::optional<std::string> ReadFile(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::string bytes;
+// The largest entry read: a region's object code is kilobytes; anything far
+// larger is not an entry this cache wrote.
+constexpr int64_t kMaxEntryBytes = int64_t{256} << 20;
+
+// Reads an entry file whole: nullopt when it does not exist or cannot be
+// read; `*refused` says why a file that exists is not read (a symlink, a
+// FIFO or other non-regular file — opened without following links and
+// without blocking — or one larger than kMaxEntryBytes).
+std::optional<std::string> ReadEntryFile(const std::string& path,
+                                         std::string* refused) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ELOOP) *refused = "a symbolic link";
+    return std::nullopt;
+  }
   struct stat st;
-  if (fstat(fd, &st) == 0) bytes.reserve(size_t(st.st_size));
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    *refused = "not a regular file";
+    close(fd);
+    return std::nullopt;
+  }
+  if (st.st_size > kMaxEntryBytes) {
+    *refused = absl::StrCat(st.st_size, " bytes, more than an entry may have (",
+                            kMaxEntryBytes, ")");
+    close(fd);
+    return std::nullopt;
+  }
+  std::string bytes;
+  bytes.reserve(size_t(st.st_size));
   char chunk[1 << 16];
   for (;;) {
     ssize_t n = read(fd, chunk, sizeof(chunk));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
+    if (n < 0 || static_cast<int64_t>(bytes.size()) + n > kMaxEntryBytes) {
       close(fd);
       return std::nullopt;
     }
@@ -230,6 +252,14 @@ KernelCache::KernelCache(CacheOptions options)
     Warn(absl::StrCat("not using ", disk_dir_, ": ", reason,
                       "; compiled kernels are cached in memory only"));
     disk_dir_.clear();
+    return;
+  }
+  // A directory this user cannot write (a cache prepared once and made
+  // read-only) is still read.
+  if (access(disk_dir_.c_str(), W_OK) != 0) {
+    read_only_ = true;
+    Warn(absl::StrCat("reading ", disk_dir_, " read-only (", ErrnoText(),
+                      "); new kernels are cached in memory only"));
   }
 }
 
@@ -269,7 +299,7 @@ void KernelCache::Store(const CacheKey& key, const std::string& blob) {
     memory_.insert_or_assign(digest, blob);
     ++stats_.stores;
   }
-  if (!disk_dir_.empty()) WriteEntry(key_digest, blob);
+  if (!disk_dir_.empty() && !read_only_) WriteEntry(key_digest, blob);
 }
 
 CacheStats KernelCache::stats() const {
@@ -279,7 +309,14 @@ CacheStats KernelCache::stats() const {
 
 std::optional<std::string> KernelCache::LoadEntry(const std::string& digest) {
   std::string path = absl::StrCat(disk_dir_, "/", digest, ".bin");
-  std::optional<std::string> bytes = ReadFile(path);
+  std::string refused;
+  std::optional<std::string> bytes = ReadEntryFile(path, &refused);
+  if (!refused.empty()) {
+    Warn(absl::StrCat("ignoring entry ", path, ": ", refused));
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.corrupt_entries;
+    return std::nullopt;
+  }
   if (!bytes) return std::nullopt;
   if (std::string failure = VerifyEntry(*bytes, digest); !failure.empty()) {
     // Deleting the entry is what makes this report once: the next lookup

@@ -72,8 +72,12 @@ class KernelCache {
   static KernelCache& Global();
 
   // Creates the disk directory (mode 0700) if needed. If it cannot be created,
-  // is not owned by this user, or is writable by group or others, warns once
-  // on stderr and keeps the cache in memory only.
+  // is not owned by this user, is writable by group or others, or cannot be
+  // read, warns once on stderr and keeps the cache in memory only. A
+  // directory it may read but not write is read only (stores stay in
+  // memory). Entries are opened without following symbolic links or
+  // blocking; one that is not a regular file, or larger than 256 MiB, is
+  // ignored with a warning.
   explicit KernelCache(CacheOptions options);
 
   KernelCache(const KernelCache&) = delete;
@@ -86,6 +90,8 @@ class KernelCache {
   CacheStats stats() const;
   // The directory in use; empty when the disk layer is off.
   const std::string& disk_dir() const { return disk_dir_; }
+  // The directory is read but not written (not writable by this user).
+  bool read_only() const { return read_only_; }
   int64_t max_disk_bytes() const { return max_disk_bytes_; }
   // Where the entry for `key` lives (or would live) on disk; empty when off.
   std::string EntryPath(const CacheKey& key) const;
@@ -95,6 +101,7 @@ class KernelCache {
   void WriteEntry(const Sha256::Digest& key_digest, const std::string& blob);
 
   std::string disk_dir_;
+  bool read_only_ = false;
   int64_t max_disk_bytes_;
   // std::mutex rather than absl::Mutex: Debian's prebuilt abseil carries no
   // ThreadSanitizer annotations, so TSan could not check this class.

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -242,6 +243,86 @@ INSTANTIATE_TEST_SUITE_P(
                       Corruption{"PayloadHashField", "payload hash mismatch",
                                  [](std::string& b) { b[44] ^= 0xff; }}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// What may stand where an entry should: a FIFO (reading it would block
+// forever), a symbolic link (to anything), a file far too large to be an
+// entry. Each is ignored with a warning and counted, and is not deleted.
+TEST(KernelCacheTest, NonRegularOrHugeEntriesAreIgnoredWithoutBlocking) {
+  TempDir tmp;
+  const std::string dir = tmp.Sub("cache");
+  KernelCache writer({dir});
+  writer.Store(Key("real"), Blob(1));
+  const std::string real = writer.EntryPath(Key("real"));
+  const std::string fifo = writer.EntryPath(Key("fifo"));
+  const std::string link = writer.EntryPath(Key("link"));
+  const std::string huge = writer.EntryPath(Key("huge"));
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_EQ(symlink(real.c_str(), link.c_str()), 0);
+  { std::ofstream(huge, std::ios::binary); }
+  ASSERT_EQ(truncate(huge.c_str(), int64_t{300} << 20),
+            0);  // sparse: no disk used
+
+  KernelCache reader({dir});
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(reader.Lookup(Key("fifo")), std::nullopt);
+  EXPECT_EQ(reader.Lookup(Key("link")), std::nullopt);
+  EXPECT_EQ(reader.Lookup(Key("huge")), std::nullopt);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_CONTAINS(err, "ignoring entry " + fifo + ": not a regular file");
+  EXPECT_CONTAINS(err, "ignoring entry " + link + ": a symbolic link");
+  EXPECT_CONTAINS(err, "ignoring entry " + huge +
+                           ": 314572800 bytes, more than an entry may have");
+  EXPECT_EQ(reader.stats().corrupt_entries, 3);
+  EXPECT_TRUE(fs::exists(fs::symlink_status(fifo)));
+  EXPECT_TRUE(fs::exists(fs::symlink_status(link)));
+  EXPECT_EQ(reader.Lookup(Key("real")), Blob(1));
+}
+
+// A cache directory this user may read but not write (prepared once, then
+// made read-only) serves its entries; new kernels stay in memory. Root
+// writes anywhere, so as root the check runs in a child as user nobody.
+TEST(KernelCacheTest, ReadOnlyDirectoryIsReadNotWritten) {
+  TempDir tmp;
+  const std::string dir = tmp.Sub("ro");
+  {
+    KernelCache writer({dir});
+    writer.Store(Key("a"), Blob(3));
+  }
+  auto check = [&]() -> int {
+    KernelCache cache({dir});
+    if (cache.disk_dir() != dir) return 2;
+    if (!cache.read_only()) return 3;
+    if (cache.Lookup(Key("a")) != Blob(3)) return 4;
+    cache.Store(Key("b"), Blob(4));
+    if (fs::exists(cache.EntryPath(Key("b")))) return 5;
+    if (cache.Lookup(Key("b")) != Blob(4)) return 6;  // from memory
+    return 0;
+  };
+  if (geteuid() != 0) {
+    ASSERT_EQ(chmod(dir.c_str(), 0500), 0);
+    EXPECT_EQ(check(), 0);
+    chmod(dir.c_str(), 0700);
+    return;
+  }
+  constexpr uid_t kNobody = 65534;
+  ASSERT_EQ(lchown(tmp.path().c_str(), kNobody, kNobody), 0);
+  for (const auto& e : fs::recursive_directory_iterator(tmp.path())) {
+    ASSERT_EQ(lchown(e.path().c_str(), kNobody, kNobody), 0);
+  }
+  ASSERT_EQ(chmod(dir.c_str(), 0500), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(9);
+    _exit(check());
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "2: disk layer off, 3: not read-only, 4: entry not read, "
+         "5: entry written, 6: store lost";
+}
 
 TEST(KernelCacheTest, EntryCopiedUnderAnotherKeyIsRejected) {
   TempDir tmp;
