@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Writes the fuzzers' seed corpus under fuzz/corpus/<target>/.
+
+  fuzz/make_corpus.py
+
+ir: every graph of tests/ir/*.ir (split at `// -----`, comments dropped).
+idx: small valid IDX files of each element type and rank, plain (first byte
+even) and gzipped by the fuzzer (first byte odd), and a few broken ones.
+kernel_cache: stored-then-damaged inputs (first byte odd) with payloads of a
+few sizes and damage at the header and in the payload, and raw files.
+"""
+import os
+import pathlib
+import struct
+
+root = pathlib.Path(__file__).resolve().parent.parent
+out = root / "fuzz" / "corpus"
+
+
+def write(target, name, data):
+    d = out / target
+    d.mkdir(parents=True, exist_ok=True)
+    (d / name).write_bytes(data)
+
+
+for path in sorted((root / "tests" / "ir").glob("*.ir")):
+    text = path.read_text()
+    for i, chunk in enumerate(text.split("// -----")):
+        lines = [l for l in chunk.splitlines() if not l.strip().startswith("//")]
+        body = "\n".join(lines).strip()
+        if body.startswith("graph"):
+            write("ir", f"{path.stem}_{i}.ir", (body + "\n").encode())
+
+
+def idx(type_code, dims, payload):
+    return bytes([0, 0, type_code, len(dims)]) + b"".join(
+        struct.pack(">I", d) for d in dims) + payload
+
+
+for mode in (0, 1):
+    write("idx", f"u8_2x3_{mode}", bytes([mode]) + idx(0x08, [2, 3], bytes(range(6))))
+    write("idx", f"i32_4_{mode}", bytes([mode]) + idx(0x0C, [4], struct.pack(">4i", 1, -2, 3, -4)))
+    write("idx", f"f64_1x1x2_{mode}", bytes([mode]) + idx(0x0E, [1, 1, 2], struct.pack(">2d", 0.5, -1)))
+    write("idx", f"empty_{mode}", bytes([mode]) + idx(0x08, [0, 28, 28], b""))
+    write("idx", f"short_{mode}", bytes([mode]) + idx(0x08, [4, 4], bytes(10)))
+    write("idx", f"huge_{mode}", bytes([mode]) + idx(0x08, [0xFFFFFFFF, 0xFFFFFFFF], bytes(16)))
+
+for n in (0, 1, 64, 1000):
+    payload = bytes((i * 131) % 256 for i in range(n))
+    write("kernel_cache", f"clean_{n}", bytes([1, n & 0xFF, n >> 8]) + payload)
+    write("kernel_cache", f"header_{n}", bytes([1, n & 0xFF, n >> 8]) + payload + bytes([9, 0x40]))
+    write("kernel_cache", f"payload_{n}", bytes([1, n & 0xFF, n >> 8]) + payload + bytes([200, 1, 3]))
+write("kernel_cache", "raw_magic", b"\x00SJKERNEL\x01\x00\x00\x00" + bytes(76))
+write("kernel_cache", "raw_empty", b"\x00")
