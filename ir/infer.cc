@@ -460,8 +460,26 @@ absl::StatusOr<TensorType> InferDataMovement(OpId op,
     case OpId::kEmbeddingBackward:
       return InferEmbeddingBackward(op, in, attrs);
     case OpId::kSliceBackward: {
+      // The grad is the slice's result: the input shape sliced as the
+      // attributes say.
       std::vector<int64_t> s = attrs.GetInts(AttrKey::kInputShape);
-      return TensorType{in[0].dtype, Shape(s.begin(), s.end())};
+      const TensorType input{in[0].dtype, Shape(s.begin(), s.end())};
+      if (absl::Status st = ValidateShape(input.shape); !st.ok())
+        return InvalidInputs(op, in,
+                             absl::StrCat("input_shape: ", st.message()));
+      const TensorType in_type[] = {input};
+      absl::StatusOr<TensorType> sliced =
+          InferSlice(OpId::kSlice, in_type, attrs);
+      if (!sliced.ok()) return InvalidInputs(op, in, sliced.status().message());
+      if (sliced->shape != in[0].shape) {
+        return InvalidInputs(
+            op, in,
+            absl::StrCat("grad of shape ", ShapeToString(in[0].shape),
+                         " is not the slice's result ",
+                         ShapeToString(sliced->shape), " of input_shape ",
+                         ShapeToString(input.shape)));
+      }
+      return input;
     }
     case OpId::kCat:
       return InferCat(op, in, attrs);

@@ -232,3 +232,45 @@ TEST(FuseScaleTest, ALongChainBecomesOneRegion) {
 
 }  // namespace
 }  // namespace stepjit::ir
+
+namespace stepjit::ir {
+namespace {
+
+// Found by fuzz/ir_fuzzer.cc: a slice_backward whose grad was not the
+// slice's result (rank 1 for a [4, 6] input) verified, and canonicalize then
+// indexed past the grad's dims. Inference now checks the grad against the
+// slice the attributes describe.
+TEST(FuzzRegressionTest, ASliceBackwardGradMustBeTheSlicesResult) {
+  const auto g = ParseGraph(
+      "graph @qkv_grads(%q: f32[472] input, %k: f32[4,2] input) {\n"
+      "  %sq = slice_backward %q {input_shape = [4, 6], dim = 1, start = 0, "
+      "end = 2, step = 1} : "
+      "f32[4,6]\n"
+      "  %sk = slice_backward %k {input_shape = [4, 6], dim = 1, start = 2, "
+      "end = 4, step = 1} : "
+      "f32[4,6]\n"
+      "  %b = add %sq, %sk : f32[4,6]\n"
+      "  return %b\n"
+      "}\n",
+      "regression.ir");
+  ASSERT_TRUE(g.ok()) << g.status();
+  const absl::Status st = Verify(**g);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find(
+                "grad of shape [472] is not the slice's result [4, 2] of "
+                "input_shape [4, 6]"),
+            std::string::npos)
+      << st.message();
+  // The well-formed one verifies.
+  const auto ok = InferType(OpId::kSliceBackward, {{DType::kF32, {4, 2}}},
+                            {{AttrKey::kInputShape, std::vector<int64_t>{4, 6}},
+                             {AttrKey::kDim, int64_t{1}},
+                             {AttrKey::kStart, int64_t{2}},
+                             {AttrKey::kEnd, int64_t{4}},
+                             {AttrKey::kStep, int64_t{1}}});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->shape, (Shape{4, 6}));
+}
+
+}  // namespace
+}  // namespace stepjit::ir
