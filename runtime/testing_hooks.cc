@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "codegen/region_plan.h"
 #include "ir/status.h"
 
@@ -16,8 +16,8 @@ namespace stepjit::runtime {
 struct ScopedMiscompileRegion::State {
   std::string region;
   ir::OpId from, to;
-  mutable absl::Mutex mu;
-  std::vector<std::string> hits ABSL_GUARDED_BY(mu);
+  mutable std::mutex mu;
+  std::vector<std::string> hits;
 };
 
 namespace {
@@ -98,7 +98,7 @@ ScopedMiscompileRegion::ScopedMiscompileRegion(std::string region,
 ScopedMiscompileRegion::~ScopedMiscompileRegion() { g_active.store(nullptr); }
 
 std::vector<std::string> ScopedMiscompileRegion::miscompiled() const {
-  absl::MutexLock lock(&state_->mu);
+  std::lock_guard<std::mutex> lock(state_->mu);
   return state_->hits;
 }
 
@@ -108,7 +108,7 @@ std::unique_ptr<ir::Graph> MiscompiledBodyForTesting(const ir::Graph& graph,
   if (s == nullptr || !IsTarget(graph, region, *s)) return nullptr;
   std::unique_ptr<ir::Graph> body = Substituted(*region.body(), s->from, s->to);
   if (body != nullptr) {
-    absl::MutexLock lock(&s->mu);
+    std::lock_guard<std::mutex> lock(s->mu);
     if (std::find(s->hits.begin(), s->hits.end(), body->name()) ==
         s->hits.end()) {
       s->hits.push_back(body->name());

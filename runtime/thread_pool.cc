@@ -8,13 +8,42 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <functional>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
 
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#endif
+
 namespace stepjit::runtime {
+namespace {
+
+// libgomp is not built for ThreadSanitizer, which therefore cannot see the
+// synchronization of a parallel region's fork and join or of a critical
+// section. In a TSan build these mark it (each address names one
+// synchronization); elsewhere they are nothing.
+#if defined(__SANITIZE_THREAD__)
+char g_fork, g_join;
+std::mutex g_region_mu;
+const std::function<void(int64_t, int64_t)>* g_region = nullptr;
+#endif
+inline void SyncRelease(void* addr) {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_release(addr);
+#endif
+}
+inline void SyncAcquire(void* addr) {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_acquire(addr);
+#endif
+}
+
+}  // namespace
 
 int ParseNumThreads(const char* text) {
   int64_t v = 0;
@@ -72,7 +101,11 @@ void ParallelFor(int64_t n, int64_t grain,
         if (b < e) fn(b, e);
       } catch (...) {
 #pragma omp critical(stepjit_parallel_for_error)
-        if (!error) error = std::current_exception();
+        {
+          SyncAcquire(&error);
+          if (!error) error = std::current_exception();
+          SyncRelease(&error);
+        }
       }
     }
   };
@@ -80,8 +113,27 @@ void ParallelFor(int64_t n, int64_t grain,
   if (team == 1) {
     run_chunks(0, 1);
   } else {
+#if defined(__SANITIZE_THREAD__)
+    // The compiler stores a region's shared variables for its threads after
+    // any call made before the region, so a release there could not cover
+    // them. Here the region reads only globals: the chunks it runs come
+    // through g_region, written (under a lock: one region at a time) before
+    // the fork's release. The chunks themselves are run as below.
+    std::lock_guard<std::mutex> lock(g_region_mu);
+    const std::function<void(int64_t, int64_t)> region = run_chunks;
+    g_region = &region;
+    SyncRelease(&g_fork);
+#pragma omp parallel num_threads(team)
+    {
+      SyncAcquire(&g_fork);
+      (*g_region)(omp_get_thread_num(), omp_get_num_threads());
+      SyncRelease(&g_join);
+    }
+    SyncAcquire(&g_join);
+#else
 #pragma omp parallel num_threads(team)
     run_chunks(omp_get_thread_num(), omp_get_num_threads());
+#endif
   }
   if (error) std::rethrow_exception(error);
 }

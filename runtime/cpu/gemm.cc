@@ -8,16 +8,15 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <mutex>
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "dnnl.hpp"
 #include "ir/gemm_activation.h"
 #include "ir/host_math.h"
@@ -212,9 +211,11 @@ struct CacheEntry {
 };
 
 struct PrimitiveCache {
-  absl::Mutex mu;
+  // std::mutex: ThreadSanitizer sees it (Debian's abseil, absl::Mutex
+  // included, is not built for TSan).
+  std::mutex mu;  // guards map
   // Grows with the distinct shapes seen; a training step has a handful.
-  absl::flat_hash_map<PrimitiveKey, CacheEntry> map ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<PrimitiveKey, CacheEntry> map;
 };
 PrimitiveCache& Cache() {
   static PrimitiveCache* cache = new PrimitiveCache();
@@ -271,7 +272,7 @@ dnnl::algorithm DnnlActivation(GemmActivation a) {
 absl::StatusOr<CacheEntry> GetPrimitive(const GemmArgs& g) {
   const PrimitiveKey key = KeyOf(g);
   PrimitiveCache& cache = Cache();
-  absl::MutexLock lock(&cache.mu);
+  std::lock_guard<std::mutex> lock(cache.mu);
   if (auto it = cache.map.find(key); it != cache.map.end()) return it->second;
   CacheEntry e;
   e.a_md =

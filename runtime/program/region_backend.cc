@@ -1,9 +1,10 @@
 // The region backend registry and the default run hooks.
 #include "runtime/program/region_backend.h"
 
+#include <mutex>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "runtime/program/builtin_backends.h"
 
 namespace stepjit::runtime {
@@ -23,7 +24,7 @@ std::vector<Tensor> RegionBackend::RunUncaptured(
 namespace {
 
 struct Registry {
-  absl::Mutex mu;
+  std::mutex mu;
   absl::flat_hash_map<DeviceType, RegionBackendFactory> factories;
   std::vector<RegionSourceDumper> dumpers;
 };
@@ -46,7 +47,7 @@ Registry& GetRegistry() {
 RegionBackendFactory RegisterRegionBackend(DeviceType device,
                                            RegionBackendFactory factory) {
   Registry& r = GetRegistry();
-  absl::MutexLock lock(&r.mu);
+  std::lock_guard<std::mutex> lock(r.mu);
   RegionBackendFactory& slot = r.factories[device];
   std::swap(slot, factory);
   if (!slot) r.factories.erase(device);
@@ -55,7 +56,7 @@ RegionBackendFactory RegisterRegionBackend(DeviceType device,
 
 void RegisterRegionSourceDumper(RegionSourceDumper dumper) {
   Registry& r = GetRegistry();
-  absl::MutexLock lock(&r.mu);
+  std::lock_guard<std::mutex> lock(r.mu);
   r.dumpers.push_back(std::move(dumper));
 }
 
@@ -64,7 +65,7 @@ absl::StatusOr<std::unique_ptr<RegionBackend>> MakeRegionBackend(
   RegionBackendFactory factory;
   {
     Registry& r = GetRegistry();
-    absl::MutexLock lock(&r.mu);
+    std::lock_guard<std::mutex> lock(r.mu);
     auto it = r.factories.find(options.device.type);
     if (it != r.factories.end()) factory = it->second;
   }
@@ -79,7 +80,7 @@ void DumpRegionSources(const ir::Graph& graph, const ProgramOptions& options) {
   std::vector<RegionSourceDumper> dumpers;
   {
     Registry& r = GetRegistry();
-    absl::MutexLock lock(&r.mu);
+    std::lock_guard<std::mutex> lock(r.mu);
     dumpers = r.dumpers;
   }
   for (const RegionSourceDumper& dump : dumpers) dump(graph, options);

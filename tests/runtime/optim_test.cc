@@ -2,9 +2,11 @@
 // torch.optim's update rules, plus zero_grad, set_lr and option validation.
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ir/status.h"
@@ -13,6 +15,19 @@
 #include "runtime/tensor.h"
 
 namespace stepjit::optim {
+
+// gtest prints a parameter without PrintTo as its bytes, padding included:
+// ctest's test names then changed from one discovery to the next.
+void PrintTo(const SGDOptions& o, std::ostream* os) {
+  *os << "lr=" << o.lr << " momentum=" << o.momentum
+      << " dampening=" << o.dampening << " weight_decay=" << o.weight_decay
+      << " nesterov=" << o.nesterov;
+}
+void PrintTo(const AdamWOptions& o, std::ostream* os) {
+  *os << "lr=" << o.lr << " beta1=" << o.beta1 << " beta2=" << o.beta2
+      << " eps=" << o.eps << " weight_decay=" << o.weight_decay;
+}
+
 namespace {
 
 using ::testing::HasSubstr;
@@ -120,15 +135,21 @@ TEST_P(SgdUpdateTest, MatchesFloat64ReferenceOverThreeSteps) {
 
 INSTANTIATE_TEST_SUITE_P(
     Sgd, SgdUpdateTest,
-    ::testing::Values(SGDOptions{.lr = 0.1},
-                      SGDOptions{.lr = 0.1, .momentum = 0.9},
-                      SGDOptions{.lr = 0.05, .momentum = 0.8, .dampening = 0.3},
-                      SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true},
-                      SGDOptions{.lr = 0.1, .weight_decay = 0.01},
-                      SGDOptions{.lr = 0.1,
-                                 .momentum = 0.9,
-                                 .weight_decay = 0.1,
-                                 .nesterov = true}));
+    ::testing::Values(
+        SGDOptions{.lr = 0.1}, SGDOptions{.lr = 0.1, .momentum = 0.9},
+        SGDOptions{.lr = 0.05, .momentum = 0.8, .dampening = 0.3},
+        SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true},
+        SGDOptions{.lr = 0.1, .weight_decay = 0.01},
+        SGDOptions{
+            .lr = 0.1, .momentum = 0.9, .weight_decay = 0.1, .nesterov = true}),
+    // Named by their options (the default name is the printed parameter).
+    [](const ::testing::TestParamInfo<SGDOptions>& info) {
+      const SGDOptions& o = info.param;
+      return absl::StrCat(
+          "case", info.index, o.momentum != 0 ? "_momentum" : "",
+          o.dampening != 0 ? "_dampening" : "", o.nesterov ? "_nesterov" : "",
+          o.weight_decay != 0 ? "_decay" : "");
+    });
 
 class AdamWUpdateTest : public ::testing::TestWithParam<AdamWOptions> {};
 
@@ -147,15 +168,18 @@ TEST_P(AdamWUpdateTest, MatchesFloat64ReferenceOverThreeSteps) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AdamW, AdamWUpdateTest,
-                         ::testing::Values(AdamWOptions{},
-                                           AdamWOptions{.lr = 0.1,
-                                                        .weight_decay = 0.1},
-                                           AdamWOptions{.lr = 0.05,
-                                                        .beta1 = 0.5,
-                                                        .beta2 = 0.9,
-                                                        .eps = 1e-3,
-                                                        .weight_decay = 0.0}));
+INSTANTIATE_TEST_SUITE_P(
+    AdamW, AdamWUpdateTest,
+    ::testing::Values(AdamWOptions{},
+                      AdamWOptions{.lr = 0.1, .weight_decay = 0.1},
+                      AdamWOptions{.lr = 0.05,
+                                   .beta1 = 0.5,
+                                   .beta2 = 0.9,
+                                   .eps = 1e-3,
+                                   .weight_decay = 0.0}),
+    [](const ::testing::TestParamInfo<AdamWOptions>& info) {
+      return absl::StrCat("case", info.index);
+    });
 
 TEST(AdamWTest, SkipsParamsWithoutGrad) {
   Tensor a = MakeParam();
