@@ -50,7 +50,8 @@ std::vector<double> Train(bool compiled, int steps, int64_t* replays) {
     for (int i = 0; i < steps; ++i) losses.push_back(fast(x, y).item());
     *replays = fast.stats().replays;
     std::printf("compiled: %lld replays, %d kernels per step\n",
-                static_cast<long long>(fast.stats().replays), fast.stats().kernels_per_step);
+                static_cast<long long>(fast.stats().replays),
+                fast.stats().kernels_per_step);
   } else {
     for (int i = 0; i < steps; ++i) losses.push_back(step(x, y).item());
   }
@@ -67,12 +68,13 @@ int main() {
   int bad = 0;
   for (int i = 0; i < steps; ++i) {
     if (std::abs(eager[i] - compiled[i]) > 1e-4 * (1 + std::abs(eager[i]))) {
-      std::printf("step %d: eager loss %.6f, compiled %.6f\n", i, eager[i], compiled[i]);
+      std::printf("step %d: eager loss %.6f, compiled %.6f\n", i, eager[i],
+                  compiled[i]);
       ++bad;
     }
   }
-  std::printf("loss: first %.4f, last eager %.4f, last compiled %.4f\n", eager[0],
-              eager.back(), compiled.back());
+  std::printf("loss: first %.4f, last eager %.4f, last compiled %.4f\n",
+              eager[0], eager.back(), compiled.back());
   if (!(eager.back() < 0.25 * eager[0])) {
     std::printf("FAIL: the loss did not fall below a quarter of its start\n");
     return 1;
