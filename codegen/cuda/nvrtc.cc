@@ -187,6 +187,7 @@ absl::Status RunNvrtc(absl::string_view source, absl::string_view name,
 
 #ifdef STEPJIT_HAVE_NVRTC
 
+bool NvrtcConfigured() { return true; }
 bool NvrtcAvailable() { return !Api().path.empty(); }
 std::string NvrtcLibraryPath() { return Api().path; }
 std::string NvrtcUnavailableReason() { return Api().error; }
@@ -216,10 +217,13 @@ std::vector<std::string> NvrtcFlags(absl::string_view arch) {
 
 #else
 
+bool NvrtcConfigured() { return false; }
 bool NvrtcAvailable() { return false; }
 std::string NvrtcLibraryPath() { return ""; }
 std::string NvrtcUnavailableReason() {
-  return "this build has no NVRTC headers (configure with the CUDA Toolkit installed)";
+  return "this build has no NVRTC headers (configure with the CUDA Toolkit "
+         "installed, "
+         "or with STEPJIT_NVRTC_ROOT as scripts/setup does)";
 }
 std::string NvrtcCompilerId() { return "NVRTC unavailable"; }
 std::vector<std::string> NvrtcSupportedArchs() { return {}; }

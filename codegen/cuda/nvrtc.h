@@ -17,6 +17,10 @@ namespace stepjit::codegen::cuda {
 // path, or the toolkit the build was configured with). Without it
 // CompileCuda returns Unimplemented and CUDA C is only generated.
 bool NvrtcAvailable();
+// Whether this build was configured with NVRTC's headers (the CUDA Toolkit
+// or STEPJIT_NVRTC_ROOT). Such a build that cannot open libnvrtc at run time
+// is broken, not merely CPU-only: its tests fail instead of skipping.
+bool NvrtcConfigured();
 // The libnvrtc loaded (empty when none), and why none was.
 std::string NvrtcLibraryPath();
 std::string NvrtcUnavailableReason();

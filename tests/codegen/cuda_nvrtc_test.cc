@@ -4,8 +4,10 @@
 // and the kernel cache. Skipped (with the reason) in a build without NVRTC.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -41,6 +43,31 @@ constexpr const char* kArchs[] = {"sm_80", "sm_90"};
     GTEST_SKIP() << "this build has no NVRTC (CUDA Toolkit not found at " \
                     "configure time)";                                    \
   }
+
+// A build configured with NVRTC must load it: otherwise every test below
+// would skip and the CUDA code generator would go untested without a word.
+// Set STEPJIT_ALLOW_MISSING_NVRTC=1 to run such a build's binaries where
+// libnvrtc is deliberately absent.
+TEST(NvrtcBuild, ConfiguredNvrtcLoads) {
+  if (!NvrtcConfigured()) {
+    EXPECT_FALSE(NvrtcAvailable());
+    GTEST_SKIP() << "configured without NVRTC: " << NvrtcUnavailableReason();
+  }
+  if (const char* allow = std::getenv("STEPJIT_ALLOW_MISSING_NVRTC");
+      allow != nullptr && std::string(allow) == "1" && !NvrtcAvailable()) {
+    GTEST_SKIP() << "STEPJIT_ALLOW_MISSING_NVRTC=1: "
+                 << NvrtcUnavailableReason();
+  }
+  ASSERT_TRUE(NvrtcAvailable())
+      << "this build was configured with NVRTC but cannot load it: "
+      << NvrtcUnavailableReason();
+  EXPECT_FALSE(NvrtcLibraryPath().empty());
+  EXPECT_TRUE(absl::StartsWith(NvrtcCompilerId(), "NVRTC 1"))
+      << NvrtcCompilerId();
+  const std::vector<std::string> archs = NvrtcSupportedArchs();
+  EXPECT_NE(std::find(archs.begin(), archs.end(), "sm_90"), archs.end())
+      << "sm_90 missing from " << archs.size() << " supported architectures";
+}
 
 // Compiles `source` for each arch, uncached, and checks the cubin is an ELF
 // image (and the PTX targets that arch); returns the compile times.

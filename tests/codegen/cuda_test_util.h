@@ -18,8 +18,7 @@ namespace stepjit::codegen::cuda::test {
 
 inline const std::filesystem::path& GoldenDir() {
   static const std::filesystem::path dir =
-      std::filesystem::path(__FILE__).parent_path().parent_path() / "ir" /
-      "emit" / "cuda";
+      std::filesystem::path(STEPJIT_TESTS_DIR) / "ir" / "emit" / "cuda";
   return dir;
 }
 

@@ -19,8 +19,9 @@ namespace {
 // nested fusion, multi-result references and 0-d types; it also verifies.
 // It is tests/ir/roundtrip.ir, which stepjit-opt's ctest reprints too.
 std::string CanonicalText() {
-  std::string path = __FILE__;
-  path = path.substr(0, path.rfind('/') + 1) + "roundtrip.ir";
+  // STEPJIT_TESTS_DIR, not __FILE__: a compiler cache or a prefix map may
+  // make __FILE__ relative to a directory the test does not run in.
+  const std::string path = std::string(STEPJIT_TESTS_DIR) + "/ir/roundtrip.ir";
   std::ifstream in(path);
   EXPECT_TRUE(in.good()) << "cannot read " << path;
   std::stringstream text;

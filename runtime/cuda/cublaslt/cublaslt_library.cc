@@ -14,7 +14,10 @@
 #include "codegen/cuda/nvrtc.h"
 #include "runtime/cuda/cublaslt/cublaslt_api.h"
 
-#ifdef STEPJIT_HAVE_NVRTC
+// The mirrored constants are checked against cuBLASLt's header when the
+// toolkit has it (NVRTC from PyPI wheels comes without it).
+#if defined(STEPJIT_HAVE_NVRTC) && __has_include(<cublasLt.h>)
+#define STEPJIT_CHECK_CUBLASLT_ABI 1
 #include <cublasLt.h>
 #endif
 
@@ -22,7 +25,7 @@ namespace stepjit::runtime::cuda {
 
 namespace {
 
-#ifdef STEPJIT_HAVE_NVRTC
+#ifdef STEPJIT_CHECK_CUBLASLT_ABI
 static_assert(kLtSuccess == CUBLAS_STATUS_SUCCESS);
 static_assert(kLtNotInitialized == CUBLAS_STATUS_NOT_INITIALIZED);
 static_assert(kLtAllocFailed == CUBLAS_STATUS_ALLOC_FAILED);
