@@ -15,6 +15,7 @@
 // Exit status: 0 on success; 1 when an input (or any chunk) does not parse or
 // verify, a pass or code generation fails, or a file cannot be read or
 // written; 2 for a bad command line (including an unknown pass name).
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -99,9 +100,15 @@ cl::extrahelp environment(
 
 constexpr absl::string_view kSplitMarker = "// -----";
 
+// One line per pass, the summaries aligned two columns after the longest
+// name.
 void ListPasses(std::ostream& os) {
-  for (const passes::PassInfo& p : passes::ListPasses()) {
-    os << absl::StrFormat("  %-14s%s\n", p.name, p.summary)
+  const std::vector<passes::PassInfo> all = passes::ListPasses();
+  size_t width = 0;
+  for (const passes::PassInfo& p : all) width = std::max(width, p.name.size());
+  for (const passes::PassInfo& p : all) {
+    os << absl::StrFormat("  %-*s  %s\n", static_cast<int>(width), p.name,
+                          p.summary)
        << passes::DescribeOptions(p);
   }
 }
