@@ -141,12 +141,15 @@ class DotWriter {
       WriteNode(param_id, absl::StrCat("%", p->name()), kRegionParamStyle,
                 indent + 2);
       ids_[p] = param_id;
-      if (i < node.inputs().size()) {
-        WriteEdge(node.inputs()[i], param_id, indent + 2, "");
-      }
     }
     WriteBody(body, id + "_", indent + 2);
     os_ << pad << "}\n";
+    // Outside the cluster: an edge written inside it would pull the outer
+    // producer into the cluster too.
+    for (size_t i = 0; i < body.params().size() && i < node.inputs().size();
+         ++i) {
+      WriteEdge(node.inputs()[i], absl::StrCat(id, "_p", i), indent, "");
+    }
     for (size_t i = 0; i < node.outputs().size() && i < body.returns().size();
          ++i) {
       ids_[node.outputs()[i]] = IdOf(body.returns()[i]);

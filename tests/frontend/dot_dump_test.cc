@@ -97,8 +97,9 @@ TEST(DotDumpTest, ACompiledStepDumpsTheTracedAndFinalGraphs) {
     // Forward, input-gradient and weight-gradient GEMMs of both layers
     // (the first layer's input gradient is not needed).
     EXPECT_EQ(Count(dot, "shape=box3d"), 5) << stem << "\n" << dot;
-    // Every parameter and both AdamW moments are written back.
-    EXPECT_EQ(Count(dot, "label=\"assign %"), 12) << stem << "\n" << dot;
+    // Written back: the 4 parameters, both AdamW moments of each, and
+    // AdamW's step count.
+    EXPECT_EQ(Count(dot, "label=\"assign %"), 13) << stem << "\n" << dot;
     const fs::path svg = dir / (std::string(stem) + ".svg");
     if (GraphvizInstalled()) {
       EXPECT_NE(Read(svg).find("<svg"), std::string::npos) << svg;
