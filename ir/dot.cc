@@ -12,9 +12,12 @@
 namespace stepjit::ir {
 namespace {
 
-// Attribute lines longer than this are cut: a `cat` of hundreds of operands
-// or a long shape list would otherwise widen its box past the picture.
-constexpr size_t kMaxAttrLine = 60;
+// Attributes that fit on one line of this many characters share it; longer
+// lists take a line per attribute, each value cut at kMaxAttrValue (a `cat`
+// of hundreds of operands or a long shape list would widen the box past the
+// picture).
+constexpr size_t kMaxAttrLine = 48;
+constexpr size_t kMaxAttrValue = 40;
 
 // Node styles (shape, fill, extra attributes), one per kind of box.
 constexpr const char* kInputStyle =
@@ -44,14 +47,18 @@ std::string TypesOf(const std::vector<Value*>& values) {
                       ")");
 }
 
-std::string AttrLine(const Attrs& attrs) {
-  std::string line = absl::StrJoin(
-      attrs.items(), ", ", [](std::string* out, const auto& item) {
-        absl::StrAppend(out, AttrKeyName(item.first), " = ",
-                        PrintAttrValue(item.second));
-      });
-  if (line.size() > kMaxAttrLine) line = line.substr(0, kMaxAttrLine) + "...";
-  return absl::StrCat("{", line, "}");
+// "{transpose_b = true}", or one "key = value" per line when they do not fit.
+std::string AttrLines(const Attrs& attrs) {
+  std::vector<std::string> items;
+  for (const auto& [key, value] : attrs.items()) {
+    std::string text = PrintAttrValue(value);
+    if (text.size() > kMaxAttrValue)
+      text = text.substr(0, kMaxAttrValue) + "...";
+    items.push_back(absl::StrCat(AttrKeyName(key), " = ", text));
+  }
+  const std::string line = absl::StrCat("{", absl::StrJoin(items, ", "), "}");
+  if (line.size() <= kMaxAttrLine) return line;
+  return absl::StrCat("{", absl::StrJoin(items, ",\n"), "}");
 }
 
 const char* StyleOf(const Node& node) {
@@ -105,7 +112,7 @@ class DotWriter {
       std::string label = PrintNodeHeaderShort(node, names);
       if (node.kind() == NodeKind::kOp) {
         if (!node.attrs().items().empty()) {
-          absl::StrAppend(&label, "\n", AttrLine(node.attrs()));
+          absl::StrAppend(&label, "\n", AttrLines(node.attrs()));
         }
         absl::StrAppend(&label, "\n", TypesOf(node.outputs()));
       }

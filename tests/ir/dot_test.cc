@@ -213,6 +213,40 @@ TEST(DotTest, OddNamesStayInsideTheirQuotes) {
   EXPECT_EQ(Count(dot, "\n"), 10) << dot;  // no raw newline inside a label
 }
 
+TEST(DotTest, LongAttributeListsTakeALinePerAttribute) {
+  Graph g("g");
+  TensorType a, b, bias, out;
+  a.shape = {4, 8};
+  b.shape = {16, 8};
+  bias.shape = {16};
+  out.shape = {4, 16};
+  Value* x = g.AddParam("x", a, ParamKind::kInput);
+  Value* w = g.AddParam("w", b, ParamKind::kState);
+  Value* c = g.AddParam("c", bias, ParamKind::kState);
+  Node* mm = g.AddOp(OpId::kMatmul, {x, w, c},
+                     {{AttrKey::kTransposeA, false},
+                      {AttrKey::kTransposeB, true},
+                      {AttrKey::kEpilogue, std::string("bias,relu")}},
+                     out);
+  Node* r = g.AddOp(OpId::kReshape, {mm->output()},
+                    {{AttrKey::kShape, std::vector<int64_t>(30, 1)}}, out);
+  g.SetReturns({r->output()});
+  const std::string dot = PrintDot(g);
+  // Nothing is cut from a list that needs a line per attribute ...
+  EXPECT_NE(NodeLine(dot, "n0").find(
+                "label=\"%0 = matmul\\n{transpose_a = false,\\ntranspose_b "
+                "= true,\\nepilogue = \\\"bias,relu\\\"}\\nf32[4,16]\""),
+            std::string::npos)
+      << dot;
+  // ... but a value longer than 40 characters is.
+  EXPECT_NE(
+      NodeLine(dot, "n1").find(
+          "label=\"%1 = reshape\\n{shape = [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, "
+          "1, 1, 1, ...}\\nf32[4,16]\""),
+      std::string::npos)
+      << dot;
+}
+
 // Runs Graphviz on `dot` text; "" when it accepts it, else why not.
 std::string RunGraphviz(const std::string& dot, const std::string& name) {
   const std::filesystem::path dir = ::testing::TempDir();
