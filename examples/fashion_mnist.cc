@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -122,6 +124,11 @@ cl::opt<bool> json(
     cl::desc("print one JSON result line on stdout (epoch lines go to\n"
              "stderr)"),
     cl::cat(kFlags));
+cl::opt<std::string> loss_csv(
+    "loss-csv",
+    cl::desc("write the training loss of every step to FILE as CSV:\n"
+             "a header row mode,step,loss, then one row per step of each run"),
+    cl::value_desc("FILE"), cl::cat(kFlags));
 cl::opt<bool> quiet("quiet", cl::desc("no progress bar and no epoch lines"),
                     cl::cat(kFlags));
 cl::extrahelp value_forms(
@@ -144,6 +151,7 @@ struct Flags {
   bool check = false;
   bool json = false;
   bool quiet = false;
+  std::string loss_csv;  // empty: no per-step loss file
   Device device = Device::cpu();
 };
 
@@ -165,6 +173,7 @@ std::string FromCommandLine(Flags& f) {
             .check = flags::check,
             .json = flags::json,
             .quiet = flags::quiet,
+            .loss_csv = flags::loss_csv,
             .device = flags::device == DeviceFlag::kCuda ? Device::cuda(0)
                                                          : Device::cpu()};
   if (f.device.is_cuda() && !cuda::is_available()) {
@@ -204,8 +213,10 @@ double Evaluate(Model& model, const data::Dataset& test, DType amp, Device devic
 
 // Trains from f.seed; `compiled` wraps the step with stepjit::compile, so
 // both modes see the same initialization and batches.
+// With `loss_csv`, each step's loss is a row "<mode>,<step>,<loss>" there.
 RunResult Run(const Flags& f, const data::Dataset& train,
-              const data::Dataset& test, bool compiled, DType amp_dtype) {
+              const data::Dataset& test, bool compiled, DType amp_dtype,
+              std::FILE* loss_csv) {
   manual_seed(f.seed);
   nn::Sequential model(nn::Linear(784, 512), nn::ReLU(), nn::Linear(512, 512),
                        nn::ReLU(), nn::Linear(512, 10));
@@ -266,6 +277,10 @@ RunResult Run(const Flags& f, const data::Dataset& train,
       loss_sum += l;
       ++epoch_steps;
       ++r.steps;
+      if (loss_csv != nullptr) {
+        std::fprintf(loss_csv, "%s,%lld,%.9g\n", r.mode.c_str(),
+                     static_cast<long long>(r.steps), l);
+      }
       progress.Update(r.steps, l,
                       train_s + Seconds(Clock::now() - epoch_start));
       if (r.steps >= total) break;
@@ -350,10 +365,27 @@ int Main(int argc, char** argv) {
   if (f.compare_amp) {
     precisions = {DType::kF32, f.amp == DType::kF32 ? DType::kBF16 : f.amp};
   }
+  std::FILE* loss_csv = nullptr;
+  if (!f.loss_csv.empty()) {
+    loss_csv = std::fopen(f.loss_csv.c_str(), "w");
+    if (loss_csv == nullptr) {
+      std::fprintf(stderr, "fashion_mnist: --loss-csv: cannot write '%s': %s\n",
+                   f.loss_csv.c_str(), std::strerror(errno));
+      return 1;
+    }
+    std::fputs("mode,step,loss\n", loss_csv);
+  }
   std::vector<RunResult> rows;
   for (DType p : precisions) {
-    if (f.mode != "compiled") rows.push_back(Run(f, *train, *test, false, p));
-    if (f.mode != "eager") rows.push_back(Run(f, *train, *test, true, p));
+    if (f.mode != "compiled")
+      rows.push_back(Run(f, *train, *test, false, p, loss_csv));
+    if (f.mode != "eager")
+      rows.push_back(Run(f, *train, *test, true, p, loss_csv));
+  }
+  if (loss_csv != nullptr && std::fclose(loss_csv) != 0) {
+    std::fprintf(stderr, "fashion_mnist: --loss-csv: cannot write '%s': %s\n",
+                 f.loss_csv.c_str(), std::strerror(errno));
+    return 1;
   }
   if (!f.json) {
     PrintSummary(rows);

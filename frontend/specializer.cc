@@ -10,6 +10,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "frontend/dot_dump.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/status.h"
@@ -63,6 +64,8 @@ void DumpTrace(const ir::Graph& graph, size_t index) {
     return;
   }
   ir::Print(graph, out);
+  out.close();
+  if (out) DumpDot(graph, dir, "000-trace");
 }
 
 }  // namespace
@@ -171,8 +174,9 @@ std::unique_ptr<Specialization> Specializer::Build(Signature signature,
   return spec;
 }
 
-// Writes 000-trace.ir, then runs the pipeline for `device` (which dumps
-// NNN-<pass>.ir); trace k > 0 dumps into the subdirectory trace<k>.
+// Writes 000-trace.ir and .dot, then runs the pipeline for `device` (which
+// dumps NNN-<pass>.ir) and writes final.dot; trace k > 0 dumps into the
+// subdirectory trace<k>. Each .dot gets its .svg when Graphviz is installed.
 absl::Status Specializer::Optimize(ir::Graph& graph, size_t index,
                                    Device device, Specialization& spec) const {
   DumpTrace(graph, index);
@@ -190,6 +194,7 @@ absl::Status Specializer::Optimize(ir::Graph& graph, size_t index,
   spec.passes_ms = std::chrono::duration<double, std::milli>(
                        std::chrono::steady_clock::now() - start)
                        .count();
+  if (!popts.dump_dir.empty()) DumpDot(graph, popts.dump_dir, "final");
   spec.pass_stats = pstats.ToString();
   spec.planned_peak_bytes = pstats.Get(passes::kPlannedPeakBytes);
   return absl::OkStatus();

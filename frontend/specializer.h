@@ -50,8 +50,9 @@ class Specializer {
   const Tensor* CompilerState(absl::string_view name) const;
 
  private:
-  // Writes 000-trace.ir, then runs the pipeline for `device` (which dumps
-  // NNN-<pass>.ir); records the pass statistics in `spec`.
+  // Writes 000-trace.ir and .dot, then runs the pipeline for `device` (which
+  // dumps NNN-<pass>.ir) and writes final.dot; records the pass statistics
+  // in `spec`.
   absl::Status Optimize(ir::Graph& graph, size_t index, Device device,
                         Specialization& spec) const;
   // Binds the state params passes added to the compiler's own tensors,

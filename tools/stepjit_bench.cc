@@ -1,9 +1,10 @@
 // stepjit-bench: eager vs compiled training-step timings for a fixed set of
 // MLP and GPT workloads (bench/workloads.h) on the CPU or a CUDA device, and
-// the device's copy and fused-elementwise bandwidth, as a table or one JSON
-// object per line.
+// the device's copy and fused-elementwise bandwidth, as a table, one JSON
+// object per line or CSV.
 //
 //   stepjit-bench --workload mlp784_adamw_b128 --steps 50 --json
+//   stepjit-bench --steps 20 --csv > bench.csv
 //   stepjit-bench --device cuda --bandwidth
 #include <signal.h>
 #include <sys/prctl.h>
@@ -179,6 +180,13 @@ cl::opt<bool> json(
              "with --bandwidth per kernel: bandwidth, mode, device, numel,\n"
              "bytes, ms, gb_per_s"),
     cl::cat(kFlags));
+cl::opt<bool> csv(
+    "csv",
+    cl::desc("CSV (RFC 4180): a header row, then one row per workload and\n"
+             "mode with the fields of --json; with --roofline the roofline\n"
+             "columns are empty in eager rows (the machine's limits are not\n"
+             "printed); with --bandwidth the --bandwidth fields"),
+    cl::cat(kFlags));
 // Internal: the child process ColdWarmCompileMs starts.
 cl::opt<std::string, false, WorkloadParser> compile_probe(
     "compile-probe",
@@ -237,6 +245,7 @@ struct Flags {
   bool multi_region = true;
   bool bandwidth = false;
   bool json = false;
+  bool csv = false;
   bool roofline = false;
   int64_t background_load = 0;
 };
@@ -254,6 +263,7 @@ Flags FromCommandLine() {
           .multi_region = flags::multi_region == OnOff::kOn,
           .bandwidth = flags::bandwidth,
           .json = flags::json,
+          .csv = flags::csv,
           .roofline = flags::roofline,
           .background_load = flags::background_load};
   switch (flags::amp) {
@@ -273,6 +283,28 @@ Flags FromCommandLine() {
       break;
   }
   return f;
+}
+
+// The columns of --csv: the keys Json(Result) writes, in its order.
+const std::vector<std::string> kResultColumns = {
+    "workload",        "mode",
+    "dtype",           "device",
+    "ms_per_step",     "kernels_per_step",
+    "compile_ms_cold", "compile_ms_warm",
+    "peak_bytes",      "background_load"};
+const std::vector<std::string> kRooflineColumns = {
+    "gemm_ms",  "gemm_gflops",    "gemm_pct_peak",
+    "fused_ms", "fused_gb_per_s", "fused_pct_triad",
+    "other_ms", "floor_ms",       "ratio_to_floor"};
+const std::vector<std::string> kBandwidthColumns = {
+    "bandwidth", "mode", "device", "numel", "bytes", "ms", "gb_per_s"};
+
+std::vector<std::string> ResultColumns(bool roofline) {
+  std::vector<std::string> columns = kResultColumns;
+  if (roofline)
+    columns.insert(columns.end(), kRooflineColumns.begin(),
+                   kRooflineColumns.end());
+  return columns;
 }
 
 struct Result {
@@ -556,25 +588,30 @@ int RunBandwidth(const Flags& f) {
   rows.push_back(TimeBandwidth("relu_axpb", "compiled", bytes, [&] { dst = fused(x); },
                                f.device, f.steps));
   const int kernels = fused.stats().kernels_per_step;
-  if (!f.json) {
+  if (f.csv) tools::PrintCsvLine(kBandwidthColumns);
+  if (!f.json && !f.csv) {
     std::printf("%-10s %-9s %-6s %12s %10s %9s\n", "bandwidth", "mode", "device", "MB moved",
                 "ms", "GB/s");
   }
   for (const Bandwidth& b : rows) {
+    const llvm::json::Object row{{"bandwidth", b.kernel},
+                                 {"mode", b.mode},
+                                 {"device", DeviceFlag(f.device)},
+                                 {"numel", n},
+                                 {"bytes", b.bytes},
+                                 {"ms", b.ms},
+                                 {"gb_per_s", b.gb_per_s()}};
     if (f.json) {
-      PrintJsonLine(llvm::json::Object{{"bandwidth", b.kernel},
-                                       {"mode", b.mode},
-                                       {"device", DeviceFlag(f.device)},
-                                       {"numel", n},
-                                       {"bytes", b.bytes},
-                                       {"ms", b.ms},
-                                       {"gb_per_s", b.gb_per_s()}});
+      PrintJsonLine(llvm::json::Object(row));
+    } else if (f.csv) {
+      tools::PrintCsvRow(row, kBandwidthColumns);
     } else {
       std::printf("%-10s %-9s %-6s %12.1f %10.3f %9.2f\n", b.kernel.c_str(), b.mode.c_str(),
                   DeviceFlag(f.device), b.bytes / 1e6, b.ms, b.gb_per_s());
     }
   }
-  if (!f.json) std::printf("compiled relu_axpb: %d kernel(s) per call\n", kernels);
+  if (!f.json && !f.csv)
+    std::printf("compiled relu_axpb: %d kernel(s) per call\n", kernels);
   return 0;
 }
 
@@ -606,6 +643,12 @@ void PrintRow(const Result& r, double eager_ms) {
 int Main(int argc, char** argv) {
   if (!tools::ParseFlags(argc, argv, kFlags, kOverview)) return 2;
   const Flags f = FromCommandLine();
+  if (f.json && f.csv) {
+    std::fprintf(stderr,
+                 "stepjit-bench: --csv: expected one output format, got both "
+                 "--json and --csv\n");
+    return 2;
+  }
   if (std::string error = CheckDevice(f.device); !error.empty()) {
     std::fprintf(stderr, "stepjit-bench: --device %s: %s\n", DeviceFlag(f.device),
                  error.c_str());
@@ -623,7 +666,7 @@ int Main(int argc, char** argv) {
   }
   g_background_load = f.background_load;
   const BackgroundLoad load(f.background_load);
-  if (!f.json && f.background_load > 0) {
+  if (!f.json && !f.csv && f.background_load > 0) {
     std::printf(
         "background load: %lld busy process(es) beside every measurement\n",
         static_cast<long long>(f.background_load));
@@ -661,7 +704,11 @@ int Main(int argc, char** argv) {
       for (const Workload& w : bench::CudaWorkloads()) selected.push_back(&w);
     }
   }
-  if (!f.json) PrintHeader();
+  if (f.csv) {
+    tools::PrintCsvLine(ResultColumns(f.roofline));
+  } else if (!f.json) {
+    PrintHeader();
+  }
   std::vector<Result> roofline_rows;
   for (const Workload* wp : selected) {
     const Workload& w = *wp;
@@ -675,6 +722,9 @@ int Main(int argc, char** argv) {
       for (const Result* r : {&eager, &compiled}) {
         if (f.json) {
           PrintJsonLine(Json(*r));
+        } else if (f.csv) {
+          tools::PrintCsvRow(*Json(*r).getAsObject(),
+                             ResultColumns(f.roofline));
         } else {
           PrintRow(*r, f32_eager_ms);
         }
@@ -683,7 +733,8 @@ int Main(int argc, char** argv) {
       if (compiled.roofline) roofline_rows.push_back(compiled);
     }
   }
-  if (!f.json && !roofline_rows.empty()) PrintRooflineTable(roofline_rows);
+  if (!f.json && !f.csv && !roofline_rows.empty())
+    PrintRooflineTable(roofline_rows);
   return 0;
 }
 

@@ -1,8 +1,9 @@
 // stepjit-opt: reads IR text, verifies it, runs a pass pipeline, prints the IR
-// or the code the back ends generate for its fusion regions.
+// (as text, or with --dot as a Graphviz graph) or the code the back ends
+// generate for its fusion regions.
 //
 //   stepjit-opt [file|-] [--passes=p1,p2] [--print-after-all] [--stats]
-//               [--split-input-file] [--emit=ir|llvm|cuda] [-o out]
+//               [--split-input-file] [--emit=ir|llvm|cuda] [--dot] [-o out]
 //   stepjit-opt --list-passes
 //
 // Passes come from the registry in passes/pass_manager.cc; STEPJIT_DUMP and
@@ -31,6 +32,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "ir/dot.h"
 #include "ir/graph.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
@@ -90,6 +92,11 @@ cl::opt<EmitTarget, false, WordParser<EmitTarget>> emit(
         clEnumValN(EmitTarget::kCuda, "cuda",
                    "the CUDA C of the CUDA backend, as NVRTC compiles it")),
     cl::init(EmitTarget::kIr), cl::cat(kFlags));
+cl::opt<bool> dot(
+    "dot",
+    cl::desc("print the IR after the passes as Graphviz dot text (render\n"
+             "it with `dot -Tsvg`; ir/dot.h says what the shapes mean)"),
+    cl::cat(kFlags));
 cl::extrahelp environment(
     "\nEnvironment: STEPJIT_DUMP=<dir> writes NNN-<pass>.ir after each pass;\n"
     "STEPJIT_DISABLE=p1,p2 skips those passes.\n"
@@ -206,6 +213,8 @@ bool ProcessChunk(const Chunk& chunk, const std::string& filename,
   if (flags::stats) std::cerr << stats.ToString();
   if (status.ok() && flags::emit != EmitTarget::kIr) {
     status = EmitRegionCode(**graph, flags::emit, out);
+  } else if (status.ok() && flags::dot) {
+    out += ir::PrintDot(**graph);
   } else if (status.ok()) {
     out += ir::Print(**graph);
   }
@@ -221,6 +230,12 @@ int Main(int argc, char** argv) {
   if (flags::list_passes) {
     ListPasses(std::cout);
     return 0;
+  }
+  if (flags::dot && flags::emit != EmitTarget::kIr) {
+    std::cerr << "stepjit-opt: error: --dot prints the IR graph: expected no "
+                 "--emit or --emit=ir, got --emit="
+              << (flags::emit == EmitTarget::kLlvm ? "llvm" : "cuda") << "\n";
+    return 2;
   }
   std::vector<std::string> lists;
   for (const std::string& list : flags::passes) {

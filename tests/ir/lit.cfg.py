@@ -10,6 +10,7 @@
 # or the whole suite: ... lit.py -sv build/tests/ir
 import os
 import re
+import shutil
 
 import lit.formats
 
@@ -24,6 +25,11 @@ config.suffixes = ['.ir']
 config.test_source_root = os.path.dirname(__file__)
 # Inputs of the check_opt.cmake cases in CMakeLists.txt, not lit tests.
 config.excludes = ['roundtrip.ir', 'parse_error.ir', 'verify_error.ir']
+
+# `// REQUIRES: graphviz` tests run Graphviz's `dot`; without it they are
+# reported UNSUPPORTED (and pass under ctest).
+if shutil.which('dot'):
+    config.available_features.add('graphviz')
 
 # A tool name is replaced where it stands as a command word, not inside a
 # path, a flag or another name (a CHECK prefix, `--passes=...`).
