@@ -22,6 +22,7 @@
 #include "runtime/amp/autocast.h"
 #include "runtime/amp/grad_scaler.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/checkpoint.h"
 #include "runtime/cuda/api.h"
 #include "runtime/data/dataloader.h"
 #include "runtime/data/idx.h"
@@ -122,6 +123,14 @@ cl::opt<bool> json(
     cl::desc("print one JSON result line on stdout (epoch lines go to\n"
              "stderr)"),
     cl::cat(kFlags));
+cl::opt<std::string> save(
+    "save",
+    cl::desc("write model, AdamW and grad scaler state to FILE at the end\n"
+             "(safetensors; tools/torch_checkpoint.py loads it in PyTorch)"),
+    cl::value_desc("FILE"), cl::cat(kFlags));
+cl::opt<std::string> load("load",
+                          cl::desc("resume from a --save FILE before training"),
+                          cl::value_desc("FILE"), cl::cat(kFlags));
 cl::opt<bool> quiet("quiet", cl::desc("no progress bar and no epoch lines"),
                     cl::cat(kFlags));
 cl::extrahelp value_forms(
@@ -145,6 +154,7 @@ struct Flags {
   bool json = false;
   bool quiet = false;
   Device device = Device::cpu();
+  std::string save, load;  // checkpoint files, "" for none
 };
 
 // Returns an error message, or "" when the command line can be used.
@@ -166,7 +176,14 @@ std::string FromCommandLine(Flags& f) {
             .json = flags::json,
             .quiet = flags::quiet,
             .device = flags::device == DeviceFlag::kCuda ? Device::cuda(0)
-                                                         : Device::cpu()};
+                                                         : Device::cpu(),
+            .save = flags::save,
+            .load = flags::load};
+  if ((!f.save.empty() || !f.load.empty()) &&
+      (f.mode == "both" || f.compare_amp)) {
+    return "--save and --load need one run: --mode eager or compiled, without "
+           "--compare-amp";
+  }
   if (f.device.is_cuda() && !cuda::is_available()) {
     return "--device cuda: " + cuda::unavailable_reason();
   }
@@ -241,6 +258,9 @@ RunResult Run(const Flags& f, const data::Dataset& train,
     scaler.update();
     return loss;
   };
+  const TrainingState checkpoint{
+      .model = model.ptr(), .optimizer = &opt, .scaler = &scaler};
+  if (!f.load.empty()) ThrowIfError(LoadCheckpoint(f.load, checkpoint));
   auto fast = compile(step, {.mode = compiled ? Mode::kCompiled : Mode::kEager,
                              .check = f.check,
                              .amp = compiled ? amp_dtype : DType::kF32,
@@ -290,6 +310,7 @@ RunResult Run(const Flags& f, const data::Dataset& train,
       std::fflush(log);
     }
   }
+  if (!f.save.empty()) ThrowIfError(SaveCheckpoint(f.save, checkpoint));
   if (!step_ms.empty()) {
     r.ms_per_step = tools::Median(step_ms);
     r.train_ms_per_step = 1e3 * train_s / r.steps;
