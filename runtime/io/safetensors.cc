@@ -54,10 +54,15 @@ absl::Status Invalid(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("safetensors: ", what));
 }
 
-absl::Status CheckNesting(absl::string_view text) {
+// One pass over the header text before llvm::json sees it: nesting depth,
+// and the top-level names (llvm::json keeps the last of duplicate keys).
+absl::Status ScanHeader(absl::string_view text) {
   int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
+  bool in_string = false, escaped = false, expect_key = false;
+  size_t key_start = 0;
+  absl::flat_hash_set<std::string> names;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
     if (in_string) {
       if (escaped) {
         escaped = false;
@@ -65,18 +70,36 @@ absl::Status CheckNesting(absl::string_view text) {
         escaped = true;
       } else if (c == '"') {
         in_string = false;
+        if (depth == 1 && expect_key) {
+          expect_key = false;
+          // Decoded, so that "a" and "\u0061" are the same name.
+          llvm::Expected<json::Value> key = json::parse(
+              llvm::StringRef(text.data() + key_start, i + 1 - key_start));
+          if (!key) {
+            llvm::consumeError(key.takeError());
+            continue;  // the full parse reports it
+          }
+          const std::string name = key->getAsString()->str();
+          if (!names.insert(name).second) {
+            return Invalid(absl::StrCat("the header names '", name, "' twice"));
+          }
+        }
       }
       continue;
     }
     if (c == '"') {
       in_string = true;
+      key_start = i;
     } else if (c == '{' || c == '[') {
       if (++depth > kMaxJsonDepth) {
         return Invalid(absl::StrCat("header JSON nests deeper than ",
                                     kMaxJsonDepth, " levels"));
       }
+      expect_key = depth == 1;
     } else if (c == '}' || c == ']') {
       --depth;
+    } else if (c == ',' && depth == 1) {
+      expect_key = true;
     }
   }
   return absl::OkStatus();
@@ -86,12 +109,14 @@ absl::Status CheckNesting(absl::string_view text) {
 absl::StatusOr<int64_t> NonNegative(const json::Value& v,
                                     const std::string& what) {
   const auto i = v.getAsInteger();  // llvm::Optional
-  if (!i || *i < 0) {
+  // llvm::json saturates integers beyond int64 to its maximum (strtoll).
+  if (!i || *i < 0 || *i == std::numeric_limits<int64_t>::max()) {
     std::string found;
     llvm::raw_string_ostream os(found);
     os << v;
-    return Invalid(absl::StrCat(what, ": expected a non-negative integer, got ",
-                                os.str()));
+    return Invalid(absl::StrCat(
+        what, ": expected a non-negative integer below 2^63 - 1, got ",
+        os.str()));
   }
   return *i;
 }
@@ -257,7 +282,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes) {
   if (header.empty() || header[0] != '{') {
     return Invalid("the header does not start with '{'");
   }
-  RETURN_IF_ERROR(CheckNesting(header));
+  RETURN_IF_ERROR(ScanHeader(header));
   llvm::Expected<json::Value> parsed =
       json::parse(llvm::StringRef(header.data(), header.size()));
   if (!parsed) {

@@ -29,10 +29,10 @@ std::vector<Batch> Batches(int n, uint64_t seed) {
   return out;
 }
 
-struct Run {
+struct Trainer {
   nn::Sequential model;
   optim::AdamW opt;
-  explicit Run(uint64_t seed)
+  explicit Trainer(uint64_t seed)
       : model([seed] {
           manual_seed(seed);
           return nn::Sequential(nn::Linear(20, 32), nn::ReLU(),
@@ -48,7 +48,7 @@ TEST(CheckpointCompileTest, CompiledStepAfterLoadContinuesLikeEager) {
        ("stepjit_ckpt_compile_" + std::to_string(::getpid())))
           .string();
   {  // The checkpoint: 4 eager steps from seed 1.
-    Run saved(1);
+    Trainer saved(1);
     for (const Batch& b : Batches(4, 5)) {
       saved.opt.zero_grad();
       cross_entropy(saved.model(b.x), b.y).backward();
@@ -58,7 +58,7 @@ TEST(CheckpointCompileTest, CompiledStepAfterLoadContinuesLikeEager) {
   }
   const std::vector<Batch> after = Batches(5, 6);
   // Compiled from seed 2: traced and replaying before the load.
-  Run compiled(2);
+  Trainer compiled(2);
   auto step = [&compiled](const Tensor& x, const Tensor& y) {
     compiled.opt.zero_grad();
     Tensor loss = cross_entropy(compiled.model(x), y);
@@ -77,7 +77,7 @@ TEST(CheckpointCompileTest, CompiledStepAfterLoadContinuesLikeEager) {
   EXPECT_EQ(fast.stats().replays, 8) << fast.explain();
 
   // Eager from seed 3, loaded the same way.
-  Run eager(3);
+  Trainer eager(3);
   ASSERT_TRUE(LoadCheckpoint(path, eager.state()).ok());
   std::vector<std::vector<float>> want;
   for (const Batch& b : after) {

@@ -94,7 +94,7 @@ TEST(StateDictTest, TiedWeightsAppearUnderEachName) {
   const std::vector<std::string> names = Names(gpt.state_dict());
   EXPECT_EQ(names.front(), "tok.weight");
   EXPECT_EQ(names.back(), "head.weight");
-  EXPECT_THAT(names, ::testing::Contains("blocks.0.attn.out_proj.weight"));
+  EXPECT_THAT(names, ::testing::Contains("h0.attn.out_proj.weight"));
   EXPECT_EQ(names.size(), gpt.named_parameters().size() + 1);
   // Loading both names copies twice into one tensor: fine when they agree.
   EXPECT_TRUE(gpt.load_state_dict(gpt.state_dict()).ok());
@@ -207,10 +207,11 @@ TEST(SafetensorsFileTest, UnsupportedDTypeAndBadBoolAreErrors) {
   EXPECT_THAT(
       std::string(LoadSafetensors(path).status().message()),
       HasSubstr("tensor 'x' has dtype U8, which stepjit has no dtype for"));
-  std::string bad_bool = file;
-  bad_bool.replace(
-      8, header.size(),
-      R"({"x":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})");
+  const std::string bool_header =
+      R"({"x":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})";
+  std::string bad_bool(8, '\0');
+  bad_bool[0] = static_cast<char>(bool_header.size());
+  bad_bool += bool_header + "ab";
   ASSERT_TRUE(io::WriteFileAtomically(path, bad_bool).ok());
   EXPECT_THAT(std::string(LoadSafetensors(path).status().message()),
               HasSubstr("(BOOL) holds byte 97 at element 0; expected 0 or 1"));
@@ -265,14 +266,16 @@ TEST(CheckpointTest, OptimizerStateDictFollowsPyTorch) {
   for (const Batch& b : Batches(2)) Step(model, opt, b);
   const StateDict sd = opt.state_dict();
   EXPECT_EQ(sd.metadata.at("type"), "AdamW");
-  // DecayGroups: the weights (0, 2) decay, the biases (1, 3) do not.
+  // DecayGroups: the weights decay, the biases do not. Indices count the
+  // optimizer's parameters group by group (as PyTorch's do): 0, 1 are the
+  // weights, 2, 3 the biases.
   EXPECT_EQ(
       sd.metadata.at("param_groups"),
       "[{\"lr\":0.0020000000949949026,\"weight_decay\":0.050000000000000003,"
       "\"betas\":[0.90000000000000002,0.999],\"eps\":1e-08,\"amsgrad\":false,"
-      "\"maximize\":false,\"params\":[0,2]},{\"lr\":0.0020000000949949026,"
+      "\"maximize\":false,\"params\":[0,1]},{\"lr\":0.0020000000949949026,"
       "\"weight_decay\":0,\"betas\":[0.90000000000000002,0.999],\"eps\":1e-08,"
-      "\"amsgrad\":false,\"maximize\":false,\"params\":[1,3]}]");
+      "\"amsgrad\":false,\"maximize\":false,\"params\":[2,3]}]");
   EXPECT_THAT(
       Names(sd.tensors),
       ElementsAre("state.0.step", "state.0.exp_avg", "state.0.exp_avg_sq",

@@ -7,11 +7,12 @@ reads without PyTorch, and the numbers PyTorch computed from them.
 torch_mlp.safetensors    Sequential(Linear(4,8), ReLU, Linear(8,3)) and its
                          AdamW after 3 steps (tools/torch_checkpoint.py layout)
 torch_dtypes.safetensors one small tensor of each dtype, by safetensors.torch
-expected.json            eval input and torch's logits; the next batch, its
-                         loss and the parameters after one more AdamW step;
-                         the dtype tensors' values
+expected.txt             one line per array, "name v1 v2 ...": eval input
+                         and torch's logits; the next batch, its loss and
+                         the parameters after one more AdamW step
+                         ("after.<name>"); the dtype tensors' values
+                         ("dtype.<name>", integers exactly)
 """
-import json
 import pathlib
 import sys
 
@@ -60,16 +61,15 @@ dtypes = {
 }
 save_file(dtypes, str(here / "torch_dtypes.safetensors"), metadata={"made_by": "torch"})
 
-expected = {
-    "torch_version": torch.__version__,
-    "eval_x": values(eval_x),
-    "logits": values(logits),
-    "next_x": values(next_x),
-    "next_y": [int(v) for v in next_y],
-    "next_loss": float(loss.detach()),
-    "params_after_next_step": {k: values(v) for k, v in model.state_dict().items()},
-    "dtypes": {k: ({"int": [str(int(v)) for v in t.flatten()]} if not t.is_floating_point()
-                   else {"float": values(t)}) for k, t in dtypes.items()},
-}
-(here / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
-print("wrote", ", ".join(p.name for p in sorted(here.glob("*.safetensors"))), "and expected.json")
+lines = [f"# made by make_torch_checkpoints.py with torch {torch.__version__}",
+         "eval_x " + " ".join(map(repr, values(eval_x))),
+         "logits " + " ".join(map(repr, values(logits))),
+         "next_x " + " ".join(map(repr, values(next_x))),
+         "next_y " + " ".join(str(int(v)) for v in next_y),
+         f"next_loss {float(loss.detach())!r}"]
+lines += [f"after.{k} " + " ".join(map(repr, values(v))) for k, v in model.state_dict().items()]
+for k, t in dtypes.items():
+    vals = values(t) if t.is_floating_point() else [int(v) for v in t.flatten()]
+    lines.append(f"dtype.{k} " + " ".join(map(repr, vals)))
+(here / "expected.txt").write_text("\n".join(lines) + "\n")
+print("wrote", ", ".join(p.name for p in sorted(here.glob("*.safetensors"))), "and expected.txt")
