@@ -116,6 +116,11 @@ class Optimizer {
   std::vector<Tensor> params_;
 
  private:
+  // The two halves of PlanLoad: "param_groups" (lr loaded, the rest
+  // checked) and the "state.<i>.<slot>" tensors.
+  absl::Status PlanParamGroups(const StateDict& state, LoadPlan& plan);
+  absl::Status PlanParameterState(const StateDict& state, LoadPlan& plan);
+
   struct Group {
     Tensor lr;
     double weight_decay;

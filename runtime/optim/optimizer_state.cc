@@ -87,6 +87,14 @@ absl::Status Optimizer::load_state_dict(const StateDict& state) {
 }
 
 absl::StatusOr<LoadPlan> Optimizer::PlanLoad(const StateDict& state) {
+  LoadPlan plan;
+  RETURN_IF_ERROR(PlanParamGroups(state, plan));
+  RETURN_IF_ERROR(PlanParameterState(state, plan));
+  return plan;
+}
+
+absl::Status Optimizer::PlanParamGroups(const StateDict& state,
+                                        LoadPlan& plan) {
   const std::string who = absl::StrCat(name_, " load_state_dict: ");
   const auto error = [&](auto&&... parts) {
     return absl::InvalidArgumentError(absl::StrCat(who, parts...));
@@ -110,7 +118,6 @@ absl::StatusOr<LoadPlan> Optimizer::PlanLoad(const StateDict& state) {
     return error("expected 'param_groups' as a list of ", groups_.size(),
                  " groups, found ", JsonText(*parsed));
   }
-  LoadPlan plan;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const json::Object* group = (*groups)[g].getAsObject();
     if (group == nullptr) return error("param group ", g, " is not an object");
@@ -148,7 +155,15 @@ absl::StatusOr<LoadPlan> Optimizer::PlanLoad(const StateDict& state) {
     }
     plan.Then([t = groups_[g].lr, v = *lr] { Tensor(t).fill_(v); });
   }
+  return absl::OkStatus();
+}
 
+absl::Status Optimizer::PlanParameterState(const StateDict& state,
+                                           LoadPlan& plan) {
+  const std::string who = absl::StrCat(name_, " load_state_dict: ");
+  const auto error = [&](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat(who, parts...));
+  };
   // state.<i>.<slot>, grouped by parameter.
   const std::vector<std::string> slot_names = SlotNames();
   std::vector<std::map<std::string, Tensor>> given(params_.size());
@@ -226,7 +241,7 @@ absl::StatusOr<LoadPlan> Optimizer::PlanLoad(const StateDict& state) {
   }
   if (StepInState())
     plan.Then([t = step_, v = step.value_or(0.0)] { Tensor(t).fill_(v); });
-  return plan;
+  return absl::OkStatus();
 }
 
 }  // namespace stepjit::optim
