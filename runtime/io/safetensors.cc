@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <tuple>
@@ -323,19 +324,23 @@ const SafetensorsEntry* SafetensorsFile::Find(absl::string_view name) const {
 }
 
 absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) {
+  // Sized through the file system: a directory opens as a stream whose
+  // "size" is garbage.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("safetensors: cannot open '", path, "': ",
+                     std::filesystem::exists(path, ec) ? "not a regular file"
+                                                       : "no such file"));
+  }
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  std::ifstream in(path, std::ios::binary);
+  if (ec || !in) {
     return absl::NotFoundError(absl::StrCat("safetensors: cannot open '", path,
                                             "': ", std::strerror(errno)));
   }
-  const std::streamoff size = in.tellg();
-  if (size < 0) {
-    return absl::DataLossError(
-        absl::StrCat("safetensors: cannot size '", path, "'"));
-  }
   std::string bytes(static_cast<size_t>(size), '\0');
-  in.seekg(0);
-  if (!in.read(bytes.data(), size)) {
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(size))) {
     return absl::DataLossError(
         absl::StrCat("safetensors: reading '", path, "' failed"));
   }

@@ -25,9 +25,7 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   if (argc < 5) {
     return Fail(
         "usage: checkpoint_mlp DATA FIRST LAST OUT [--load CKPT] [--save CKPT] "
@@ -97,4 +95,14 @@ int main(int argc, char** argv) {
             << (compiled ? " compiled" : " eager") << ", last loss "
             << losses.back() << "\n";
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const stepjit::Error& e) {
+    return Fail(e.what());
+  }
 }

@@ -276,5 +276,12 @@ TEST(SafetensorsTest, MissingFileNamesThePath) {
               HasSubstr("cannot open '/nonexistent/x.safetensors'"));
 }
 
+TEST(SafetensorsTest, DirectoryIsNotAFile) {
+  absl::StatusOr<SafetensorsFile> f = ReadSafetensorsFile("/tmp");
+  ASSERT_FALSE(f.ok());
+  EXPECT_THAT(std::string(f.status().message()),
+              HasSubstr("cannot open '/tmp': not a regular file"));
+}
+
 }  // namespace
 }  // namespace stepjit::io
