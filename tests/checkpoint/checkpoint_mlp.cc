@@ -1,9 +1,12 @@
 // A small MLP trainer for the PyTorch round-trip test (torch_roundtrip.py):
-// trains Linear(20,32)-ReLU-Linear(32,32)-ReLU-Linear(32,5) with AdamW on
-// batches read from a safetensors file, optionally resuming from and saving
-// a checkpoint, and writes its losses and eval logits.
+// trains Linear(20,32)-ReLU-Linear(32,32)-ReLU-Linear(32,5) with AdamW
+// (lr 1e-2, weight decay 1e-2) or, with --sgd, SGD (lr 0.05, momentum 0.9,
+// dampening 0.1, weight decay 1e-3) on batches read from a safetensors file,
+// optionally resuming from and saving a checkpoint, and writes its losses
+// and eval logits.
 //
-//   checkpoint_mlp DATA FIRST LAST OUT [--load CKPT] [--save CKPT] [--compiled]
+//   checkpoint_mlp DATA FIRST LAST OUT [--load CKPT] [--save CKPT]
+//                  [--compiled] [--sgd]
 //
 // DATA holds x: f32[B, N, 20], y: i64[B, N] and eval_x: f32[M, 20]; batches
 // FIRST..LAST-1 are trained. OUT receives losses: f32[LAST-FIRST],
@@ -11,6 +14,7 @@
 // after training).
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,11 +38,13 @@ int Main(int argc, char** argv) {
   const std::string data_path = argv[1], out_path = argv[4];
   const int first = std::atoi(argv[2]), last = std::atoi(argv[3]);
   std::string load, save;
-  bool compiled = false;
+  bool compiled = false, sgd = false;
   for (int i = 5; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--compiled") {
       compiled = true;
+    } else if (arg == "--sgd") {
+      sgd = true;
     } else if ((arg == "--load" || arg == "--save") && i + 1 < argc) {
       (arg == "--load" ? load : save) = argv[++i];
     } else {
@@ -56,7 +62,19 @@ int Main(int argc, char** argv) {
   manual_seed(0);
   nn::Sequential model(nn::Linear(20, 32), nn::ReLU(), nn::Linear(32, 32),
                        nn::ReLU(), nn::Linear(32, 5));
-  optim::AdamW opt(model.parameters(), {.lr = 1e-2, .weight_decay = 1e-2});
+  std::unique_ptr<optim::Optimizer> optimizer;
+  if (sgd) {
+    optimizer = std::make_unique<optim::SGD>(
+        model.parameters(), optim::SGDOptions{.lr = 0.05,
+                                              .momentum = 0.9,
+                                              .dampening = 0.1,
+                                              .weight_decay = 1e-3});
+  } else {
+    optimizer = std::make_unique<optim::AdamW>(
+        model.parameters(),
+        optim::AdamWOptions{.lr = 1e-2, .weight_decay = 1e-2});
+  }
+  optim::Optimizer& opt = *optimizer;
   const TrainingState state{.model = model.ptr(), .optimizer = &opt};
   if (!load.empty()) {
     if (absl::Status s = LoadCheckpoint(load, state); !s.ok())
@@ -92,8 +110,8 @@ int Main(int argc, char** argv) {
       return Fail(s.ToString());
   }
   std::cout << "checkpoint_mlp: trained batches " << first << ".." << last - 1
-            << (compiled ? " compiled" : " eager") << ", last loss "
-            << losses.back() << "\n";
+            << (compiled ? " compiled" : " eager") << (sgd ? " SGD" : " AdamW")
+            << ", last loss " << losses.back() << "\n";
   return 0;
 }
 

@@ -10,8 +10,9 @@ equivalent nn.Sequential + optim.AdamW; torch and stepjit (resumed from the
 file) both train 6 more batches; losses and eval logits must agree.
 torch -> stepjit: torch trains 6 batches and saves; stepjit loads, gives
 torch's eval logits, and both continue 6 batches in agreement.
-Also: a file stepjit wrote, loaded into torch and saved again by the helper,
-holds the same names and bits.
+SGD with momentum, stepjit -> torch, the same way. Also: a file stepjit
+wrote, loaded into torch and saved again by the helper, holds the same
+names and bits.
 
 Tolerance: 1e-5 absolute on losses and logits after 6 continued AdamW steps
 (lr 1e-2; the two libraries sum in different orders, each step's f32
@@ -73,10 +74,13 @@ def check(what, got, want, tol):
         failures.append(what)
 
 
-def model_and_opt(seed):
+def model_and_opt(seed, sgd=False):
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32),
                                 torch.nn.ReLU(), torch.nn.Linear(32, 5))
+    if sgd:  # as checkpoint_mlp --sgd
+        return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, dampening=0.1,
+                                      weight_decay=1e-3)
     return model, torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=1e-2)
 
 
@@ -136,6 +140,20 @@ with tempfile.TemporaryDirectory() as tmp:
     print(f"  helper re-save: {len(t1)} tensors, same names and bits: {same}")
     if not same:
         failures.append("helper re-save")
+
+    print("stepjit -> torch, SGD with momentum")
+    stepjit(path("data.safetensors"), "0", "6", path("s.safetensors"), "--save",
+            path("ck_sgd.safetensors"), "--sgd")
+    model, opt = model_and_opt(7, sgd=True)
+    load_checkpoint(path("ck_sgd.safetensors"), model, opt)
+    torch_losses = train(model, opt, data, 6, 12)
+    with torch.no_grad():
+        torch_logits = model(data["eval_x"])
+    stepjit(path("data.safetensors"), "6", "12", path("s2.safetensors"), "--load",
+            path("ck_sgd.safetensors"), "--sgd", "--compiled")
+    s2 = load_file(path("s2.safetensors"))
+    check("6 more SGD steps: losses (torch vs stepjit)", s2["losses"], torch_losses, TOL)
+    check("6 more SGD steps: eval logits (torch vs stepjit)", s2["logits_after"], torch_logits, TOL)
 
     print("torch -> stepjit")
     model, opt = model_and_opt(1)
