@@ -77,6 +77,14 @@ cl::opt<long long, false, tools::IntParser<0>> workers(
     "workers",
     cl::desc("DataLoader worker threads, 0 = main thread (default 1)"),
     cl::init(1), cl::cat(kFlags));
+cl::opt<std::string> save(
+    "save",
+    cl::desc("write model, AdamW and grad scaler state to FILE at the end\n"
+             "(safetensors; tools/torch_checkpoint.py loads it in PyTorch)"),
+    cl::value_desc("FILE"), cl::cat(kFlags));
+cl::opt<std::string> load("load",
+                          cl::desc("resume from a --save FILE before training"),
+                          cl::value_desc("FILE"), cl::cat(kFlags));
 cl::opt<ModeFlag, false, tools::WordParser<ModeFlag>> mode(
     "mode", cl::desc("how to train"),
     cl::values(clEnumValN(ModeFlag::kEager, "eager", "eagerly (default)"),
@@ -123,14 +131,6 @@ cl::opt<bool> json(
     cl::desc("print one JSON result line on stdout (epoch lines go to\n"
              "stderr)"),
     cl::cat(kFlags));
-cl::opt<std::string> save(
-    "save",
-    cl::desc("write model, AdamW and grad scaler state to FILE at the end\n"
-             "(safetensors; tools/torch_checkpoint.py loads it in PyTorch)"),
-    cl::value_desc("FILE"), cl::cat(kFlags));
-cl::opt<std::string> load("load",
-                          cl::desc("resume from a --save FILE before training"),
-                          cl::value_desc("FILE"), cl::cat(kFlags));
 cl::opt<bool> quiet("quiet", cl::desc("no progress bar and no epoch lines"),
                     cl::cat(kFlags));
 cl::extrahelp value_forms(

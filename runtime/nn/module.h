@@ -78,7 +78,7 @@ class Module {
   const NamedModules& named_children() const { return children_; }
 
   // Every parameter under PyTorch's state_dict name ("0.weight",
-  // "blocks.0.attn.out_proj.bias"), in named_parameters() order; a tied
+  // "h0.attn.out_proj.bias"), in named_parameters() order; a tied
   // tensor appears under each of its names, as in PyTorch. The handles share
   // the parameters' storage and carry no autograd. (No stepjit layer has
   // buffers: LayerNorm, like PyTorch's, keeps no running statistics.)
