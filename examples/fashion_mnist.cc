@@ -24,6 +24,7 @@
 #include "runtime/amp/autocast.h"
 #include "runtime/amp/grad_scaler.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/checkpoint.h"
 #include "runtime/cuda/api.h"
 #include "runtime/data/dataloader.h"
 #include "runtime/data/idx.h"
@@ -78,6 +79,14 @@ cl::opt<long long, false, tools::IntParser<0>> workers(
     "workers",
     cl::desc("DataLoader worker threads, 0 = main thread (default 1)"),
     cl::init(1), cl::cat(kFlags));
+cl::opt<std::string> save(
+    "save",
+    cl::desc("write model, AdamW and grad scaler state to FILE at the end\n"
+             "(safetensors; tools/torch_checkpoint.py loads it in PyTorch)"),
+    cl::value_desc("FILE"), cl::cat(kFlags));
+cl::opt<std::string> load("load",
+                          cl::desc("resume from a --save FILE before training"),
+                          cl::value_desc("FILE"), cl::cat(kFlags));
 cl::opt<ModeFlag, false, tools::WordParser<ModeFlag>> mode(
     "mode", cl::desc("how to train"),
     cl::values(clEnumValN(ModeFlag::kEager, "eager", "eagerly (default)"),
@@ -153,6 +162,7 @@ struct Flags {
   bool quiet = false;
   std::string loss_csv;  // empty: no per-step loss file
   Device device = Device::cpu();
+  std::string save, load;  // checkpoint files, "" for none
 };
 
 // Returns an error message, or "" when the command line can be used.
@@ -175,7 +185,14 @@ std::string FromCommandLine(Flags& f) {
             .quiet = flags::quiet,
             .loss_csv = flags::loss_csv,
             .device = flags::device == DeviceFlag::kCuda ? Device::cuda(0)
-                                                         : Device::cpu()};
+                                                         : Device::cpu(),
+            .save = flags::save,
+            .load = flags::load};
+  if ((!f.save.empty() || !f.load.empty()) &&
+      (f.mode == "both" || f.compare_amp)) {
+    return "--save and --load need one run: --mode eager or compiled, without "
+           "--compare-amp";
+  }
   if (f.device.is_cuda() && !cuda::is_available()) {
     return "--device cuda: " + cuda::unavailable_reason();
   }
@@ -252,6 +269,9 @@ RunResult Run(const Flags& f, const data::Dataset& train,
     scaler.update();
     return loss;
   };
+  const TrainingState checkpoint{
+      .model = model.ptr(), .optimizer = &opt, .scaler = &scaler};
+  if (!f.load.empty()) ThrowIfError(LoadCheckpoint(f.load, checkpoint));
   auto fast = compile(step, {.mode = compiled ? Mode::kCompiled : Mode::kEager,
                              .check = f.check,
                              .amp = compiled ? amp_dtype : DType::kF32,
@@ -305,6 +325,7 @@ RunResult Run(const Flags& f, const data::Dataset& train,
       std::fflush(log);
     }
   }
+  if (!f.save.empty()) ThrowIfError(SaveCheckpoint(f.save, checkpoint));
   if (!step_ms.empty()) {
     r.ms_per_step = tools::Median(step_ms);
     r.train_ms_per_step = 1e3 * train_s / r.steps;

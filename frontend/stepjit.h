@@ -6,6 +6,7 @@
 #include "runtime/amp/autocast.h"
 #include "runtime/amp/grad_scaler.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/checkpoint.h"
 #include "runtime/cuda/api.h"
 #include "runtime/data/dataloader.h"
 #include "runtime/data/dataset.h"

@@ -6,9 +6,12 @@
 ir: every graph of tests/ir/*.ir (split at `// -----`, comments dropped).
 idx: small valid IDX files of each element type and rank, plain (first byte
 even) and gzipped by the fuzzer (first byte odd), and a few broken ones.
+checkpoint: small safetensors files (each dtype, 0-d and empty tensors,
+metadata, space padding) and broken ones (short, bad JSON, holes).
 kernel_cache: stored-then-damaged inputs (first byte odd) with payloads of a
 few sizes and damage at the header and in the payload, and raw files.
 """
+import json
 import os
 import pathlib
 import struct
@@ -52,3 +55,33 @@ for n in (0, 1, 64, 1000):
     write("kernel_cache", f"payload_{n}", bytes([1, n & 0xFF, n >> 8]) + payload + bytes([200, 1, 3]))
 write("kernel_cache", "raw_magic", b"\x00SJKERNEL\x01\x00\x00\x00" + bytes(76))
 write("kernel_cache", "raw_empty", b"\x00")
+
+
+def safetensors(entries, metadata=None, pad=0):
+    """entries: (name, dtype, shape, bytes); offsets laid out in order."""
+    header, data = {}, b""
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, payload in entries:
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [len(data), len(data) + len(payload)]}
+        data += payload
+    text = json.dumps(header).encode() + b" " * pad
+    return struct.pack("<Q", len(text)) + text + data
+
+
+write("checkpoint", "f32_2x2", safetensors([("w", "F32", [2, 2], struct.pack("<4f", 1, -2, 3.5, 0))]))
+write("checkpoint", "mlp", safetensors(
+    [("0.weight", "F32", [3, 2], struct.pack("<6f", *range(6))),
+     ("0.bias", "F32", [3], struct.pack("<3f", 0.5, 0, -1)),
+     ("optimizer.state.0.step", "F32", [], struct.pack("<f", 3))],
+    metadata={"format": "pt", "optimizer.param_groups": '[{"lr":0.001,"params":[0]}]'}, pad=5))
+write("checkpoint", "dtypes", safetensors(
+    [("a", "F16", [2], b"\x00\x3c\x00\xc0"), ("b", "BF16", [1], b"\x80\x3f"),
+     ("c", "F64", [1], struct.pack("<d", 2.25)), ("d", "I64", [2], struct.pack("<2q", -1, 7)),
+     ("e", "I32", [1], struct.pack("<i", 9)), ("f", "BOOL", [3], bytes([1, 0, 1])),
+     ("g", "U8", [2], bytes([200, 3])), ("h", "F32", [0, 4], b"")]))
+write("checkpoint", "empty", safetensors([]))
+write("checkpoint", "hole", safetensors([("w", "F32", [1], b"\0" * 4)])[:-4] + b"\0" * 8)
+write("checkpoint", "short", safetensors([("w", "F32", [2], b"\0" * 8)])[:-3])
+write("checkpoint", "bad_json", struct.pack("<Q", 10) + b'{"w": {"dt')

@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <ostream>
 #include <sstream>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
@@ -161,6 +164,86 @@ double Tensor::item() const {
   if (auto* obs = runtime::GetDispatchObserver()) obs->OnHostRead(*this, "item()");
   return ReadAsDouble(HostReadable(*this).data_ptr(), dtype());
 }
+
+namespace {
+// Integer dtypes exactly (an int64 above 2^53 has no exact double).
+bool ReadAsInteger(const void* p, DType t, int64_t* out) {
+  switch (t) {
+    case DType::kI64:
+      *out = *static_cast<const int64_t*>(p);
+      return true;
+    case DType::kI32:
+      *out = *static_cast<const int32_t*>(p);
+      return true;
+    case DType::kBool:
+      *out = *static_cast<const bool*>(p) ? 1 : 0;
+      return true;
+    default:
+      return false;
+  }
+}
+
+template <typename T>
+const char* ItemTypeName() {
+  if constexpr (std::is_same_v<T, float>) return "float";
+  if constexpr (std::is_same_v<T, double>) return "double";
+  if constexpr (std::is_same_v<T, int64_t>) return "int64_t";
+  if constexpr (std::is_same_v<T, int32_t>) return "int32_t";
+  if constexpr (std::is_same_v<T, bool>) return "bool";
+}
+}  // namespace
+
+template <typename T>
+T Tensor::item() const {
+  SJ_REQUIRE(defined(), "item<", ItemTypeName<T>(),
+             ">() of an undefined tensor");
+  SJ_REQUIRE(numel() == 1, "item<", ItemTypeName<T>(),
+             ">() needs a tensor with one element, got ",
+             ir::DTypeName(dtype()), ir::ShapeToString(shape()));
+  if (auto* obs = runtime::GetDispatchObserver())
+    obs->OnHostRead(*this, "item()");
+  const Tensor host = HostReadable(*this);
+  const void* p = host.data_ptr();
+  int64_t i = 0;
+  const bool integral = ReadAsInteger(p, dtype(), &i);
+  const double d = integral ? static_cast<double>(i) : ReadAsDouble(p, dtype());
+  if constexpr (std::is_floating_point_v<T>) {
+    return static_cast<T>(d);
+  } else {
+    const auto value_text = [&] {
+      return integral ? absl::StrCat(i) : absl::StrCat(d);
+    };
+    if constexpr (std::is_same_v<T, bool>) {
+      SJ_REQUIRE(d == 0.0 || d == 1.0, "item<bool>(): the ",
+                 ir::DTypeName(dtype()), " value ", value_text(),
+                 " is neither 0 nor 1");
+      return d == 1.0;
+    } else {
+      if (!integral) {
+        // 2^63 is exactly representable and one past int64's range.
+        const bool in_range =
+            d >= static_cast<double>(std::numeric_limits<T>::min()) &&
+            d < -2.0 * static_cast<double>(std::numeric_limits<T>::min() / 2);
+        SJ_REQUIRE(std::isfinite(d) && d == std::floor(d) && in_range, "item<",
+                   ItemTypeName<T>(), ">(): the ", ir::DTypeName(dtype()),
+                   " value ", d, " is not an integer in the range of ",
+                   ItemTypeName<T>());
+        return static_cast<T>(d);
+      }
+      SJ_REQUIRE(i >= std::numeric_limits<T>::min() &&
+                     i <= std::numeric_limits<T>::max(),
+                 "item<", ItemTypeName<T>(), ">(): the ",
+                 ir::DTypeName(dtype()), " value ", i,
+                 " is out of the range of ", ItemTypeName<T>());
+      return static_cast<T>(i);
+    }
+  }
+}
+template float Tensor::item<float>() const;
+template double Tensor::item<double>() const;
+template int64_t Tensor::item<int64_t>() const;
+template int32_t Tensor::item<int32_t>() const;
+template bool Tensor::item<bool>() const;
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
@@ -375,6 +458,27 @@ Tensor FromHost(const std::vector<T>& values, ShapeRef shape, TensorOptions opti
   return t;
 }
 }  // namespace
+
+Tensor from_blob(const void* data, ShapeRef shape, TensorOptions options) {
+  const absl::StatusOr<int64_t> numel = ir::CheckedNumElements(shape);
+  SJ_REQUIRE(numel.ok(), "from_blob: ", numel.status().message());
+  SJ_REQUIRE(data != nullptr || *numel == 0,
+             "from_blob: data is null but shape ", ir::ShapeToString(shape),
+             " has ", *numel, " elements");
+  const int64_t nbytes = *numel * ir::DTypeSize(options.dtype);
+  if (options.dtype == DType::kBool) {
+    const auto* bytes = static_cast<const uint8_t*>(data);
+    for (int64_t i = 0; i < nbytes; ++i) {
+      SJ_REQUIRE(bytes[i] <= 1, "from_blob: bool element ", i, " is byte ",
+                 static_cast<int>(bytes[i]), "; expected 0 or 1");
+    }
+  }
+  Tensor t = empty(shape, {.dtype = options.dtype});
+  if (nbytes > 0) std::memcpy(t.data_ptr(), data, static_cast<size_t>(nbytes));
+  if (!options.device.is_cpu()) t = runtime::TransferTensor(t, options.device);
+  if (options.requires_grad) t.set_requires_grad(true);
+  return t;
+}
 
 Tensor from_vector(const std::vector<float>& values, ShapeRef shape, TensorOptions options) {
   return FromHost(values, shape, options, DType::kF32);

@@ -112,6 +112,13 @@ class Tensor {
 
   // Host reads (CUDA tensors are copied to the host first).
   double item() const;
+  // The one element as T: float, double, int64_t, int32_t or bool. Throws
+  // Error when numel() != 1 or the value has no exact T: an integer T takes
+  // only integral values in its range (2.5 or 1e20 as int64_t fail; integer
+  // dtypes are read exactly, never through a double), bool only 0 and 1; a
+  // floating T takes any value, rounded to nearest (inf and NaN stay).
+  template <typename T>
+  T item() const;
   template <typename T>
   std::vector<T> to_vector() const;  // T must match dtype's storage type
   std::string ToString() const;
@@ -164,6 +171,14 @@ Tensor from_vector(const std::vector<double>& values, ShapeRef shape,
                    TensorOptions options = {.dtype = DType::kF64});
 Tensor from_vector(const std::vector<int64_t>& values, ShapeRef shape,
                    TensorOptions options = {.dtype = DType::kI64});
+
+// A new tensor holding a copy of numel(shape) elements of options.dtype
+// read from host memory at `data` (row-major, native byte order), on
+// options.device. It copies, unlike torch::from_blob, which borrows: a
+// stepjit tensor owns its storage (aligned, counted, possibly bound by a
+// compiled step as state), so `data` may be freed as soon as this returns.
+// BOOL data must hold only bytes 0 and 1.
+Tensor from_blob(const void* data, ShapeRef shape, TensorOptions options = {});
 
 // Counts replacements of module parameters (a compiled step's identity guard
 // compares it with the value it saw when tracing).

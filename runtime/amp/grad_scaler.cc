@@ -4,6 +4,9 @@
 
 #include <cmath>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/ops.h"
@@ -142,6 +145,79 @@ double GradScaler::get_scale() const { return options_.enabled ? scale_.item() :
 
 int64_t GradScaler::growth_tracker() const {
   return static_cast<int64_t>(growth_tracker_.item());
+}
+
+StateDict GradScaler::state_dict() const {
+  StateDict sd;
+  if (!options_.enabled) return sd;
+  sd.tensors = {{"scale", scale_.detach()},
+                {"_growth_tracker", growth_tracker_.detach()}};
+  sd.metadata = {
+      {"growth_factor", absl::StrFormat("%.17g", options_.growth_factor)},
+      {"backoff_factor", absl::StrFormat("%.17g", options_.backoff_factor)},
+      {"growth_interval", absl::StrCat(options_.growth_interval)}};
+  return sd;
+}
+
+absl::StatusOr<LoadPlan> GradScaler::PlanLoad(const StateDict& state) const {
+  const auto error = [](auto&&... parts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GradScaler load_state_dict: ", parts...));
+  };
+  const StateDict want = state_dict();
+  if (!options_.enabled) {
+    if (state.tensors.empty() && state.metadata.empty()) return LoadPlan();
+    return error("this scaler is disabled; the state dict holds ",
+                 state.tensors.size(),
+                 " tensors (a disabled scaler's state dict is empty)");
+  }
+  for (const auto& [key, value] : want.metadata) {
+    const auto it = state.metadata.find(key);
+    double found = 0, expected = 0;
+    SJ_CHECK(absl::SimpleAtod(value, &expected));
+    if (it == state.metadata.end() || !absl::SimpleAtod(it->second, &found) ||
+        found != expected) {
+      return error(
+          key, " is ",
+          it == state.metadata.end() ? "missing" : "'" + it->second + "'",
+          " in the state dict but ", value,
+          " in this scaler (construct it with the saved options)");
+    }
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& [name, t] : state.tensors) {
+    if (name != "scale" && name != "_growth_tracker")
+      unexpected.push_back(name);
+  }
+  if (!unexpected.empty()) {
+    return error("unexpected tensors ", NameList(unexpected),
+                 " (expected scale and _growth_tracker)");
+  }
+  LoadPlan plan;
+  for (const auto& [name, dst] : want.tensors) {
+    const Tensor* src = state.find(name);
+    if (src == nullptr) return error("tensor '", name, "' is missing");
+    // PyTorch keeps the growth tracker as i32: any dtype with one element.
+    if (src->numel() != 1) {
+      return error("'", name, "': expected one element, found shape ",
+                   ir::ShapeToString(src->shape()));
+    }
+    const double v = src->item();
+    if (name == "scale" ? !(v > 0 && std::isfinite(v))
+                        : !(v >= 0 && v == std::floor(v))) {
+      return error("'", name, "' is ", v,
+                   name == "scale" ? ", not a positive finite scale"
+                                   : ", not a count of steps");
+    }
+    plan.Then([dst, v] { Tensor(dst).fill_(v); });
+  }
+  return plan;
+}
+
+absl::Status GradScaler::load_state_dict(const StateDict& state) {
+  ASSIGN_OR_RETURN(LoadPlan plan, PlanLoad(state));
+  plan.Apply();
+  return absl::OkStatus();
 }
 
 int64_t GradScaler::skipped_steps() const { return static_cast<int64_t>(skipped_steps_.item()); }

@@ -21,6 +21,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "runtime/optim/optimizer.h"
+#include "runtime/state_dict.h"
 #include "runtime/tensor.h"
 
 namespace stepjit::amp {
@@ -65,6 +66,18 @@ class GradScaler {
   int64_t skipped_steps() const;  // host read
   bool is_enabled() const { return options_.enabled; }
   const GradScalerOptions& options() const { return options_; }
+
+  // PyTorch's GradScaler.state_dict() as safetensors entries: 0-d f32
+  // tensors "scale" and "_growth_tracker", metadata "growth_factor",
+  // "backoff_factor" and "growth_interval" (numbers as text). Empty when
+  // disabled, as PyTorch's.
+  StateDict state_dict() const;
+  // Copies the scale and growth tracker in place; the factors and interval
+  // must equal this scaler's options (compiled steps hold them). On any
+  // error nothing has changed.
+  absl::Status load_state_dict(const StateDict& state);
+  // The checking half of load_state_dict (LoadPlan::Apply loads).
+  absl::StatusOr<LoadPlan> PlanLoad(const StateDict& state) const;
 
  private:
   struct PerOptimizer {

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/dispatch.h"
 
@@ -88,18 +89,18 @@ void Module::AddChild(const std::string& name, std::shared_ptr<Module> child) {
 
 void Module::CollectParameters(
     const std::string& prefix, NamedTensors& out,
-    absl::flat_hash_set<const TensorImpl*>& seen) const {
+    absl::flat_hash_set<const TensorImpl*>* seen) const {
   for (const auto& [name, tensor] : parameters_) {
-    if (seen.insert(tensor.impl()).second)
+    if (seen == nullptr || seen->insert(tensor.impl()).second)
       out.emplace_back(prefix + name, tensor);
   }
 }
 
-Module::NamedTensors Module::named_parameters(bool recurse) const {
-  NamedTensors out;
-  absl::flat_hash_set<const TensorImpl*> seen;
+void Module::CollectAll(bool recurse,
+                        absl::flat_hash_set<const TensorImpl*>* seen,
+                        NamedTensors& out) const {
   CollectParameters("", out, seen);
-  if (!recurse) return out;
+  if (!recurse) return;
   // Pre-order over submodules; prefixes accumulate "a.b." as PyTorch's do.
   std::function<void(const Module&, const std::string&)> visit =
       [&](const Module& m, const std::string& prefix) {
@@ -110,7 +111,74 @@ Module::NamedTensors Module::named_parameters(bool recurse) const {
         }
       };
   visit(*this, "");
+}
+
+Module::NamedTensors Module::named_parameters(bool recurse) const {
+  NamedTensors out;
+  absl::flat_hash_set<const TensorImpl*> seen;
+  CollectAll(recurse, &seen, out);
   return out;
+}
+
+NamedTensors Module::state_dict() const {
+  NamedTensors out;
+  CollectAll(/*recurse=*/true, /*seen=*/nullptr, out);
+  for (auto& [name, t] : out) t = t.detach();
+  return out;
+}
+
+absl::StatusOr<LoadPlan> Module::PlanLoad(const NamedTensors& state) const {
+  NamedTensors expected;
+  CollectAll(/*recurse=*/true, /*seen=*/nullptr, expected);
+  absl::flat_hash_set<std::string> expected_names, given;
+  for (const auto& [name, t] : expected) expected_names.insert(name);
+  std::vector<std::string> missing, unexpected, duplicate, mismatched;
+  for (const auto& [name, t] : state) {
+    if (!given.insert(name).second) duplicate.push_back(name);
+    if (!expected_names.contains(name)) unexpected.push_back(name);
+  }
+  LoadPlan plan;
+  for (const auto& [name, param] : expected) {
+    const Tensor* found = nullptr;
+    for (const auto& [n, t] : state) {
+      if (n == name) found = &t;
+    }
+    if (found == nullptr) {
+      missing.push_back(name);
+      continue;
+    }
+    if (absl::Status s = CheckLoadable(name, param, *found); !s.ok()) {
+      mismatched.emplace_back(s.message());
+      continue;
+    }
+    plan.Copy(param, *found);
+  }
+  if (missing.empty() && unexpected.empty() && duplicate.empty() &&
+      mismatched.empty()) {
+    return plan;
+  }
+  std::string msg =
+      "load_state_dict: the state dict does not match the module:";
+  if (!missing.empty()) {
+    absl::StrAppend(&msg, " missing ", missing.size(), " (", NameList(missing),
+                    ");");
+  }
+  if (!unexpected.empty()) {
+    absl::StrAppend(&msg, " unexpected ", unexpected.size(), " (",
+                    NameList(unexpected), ");");
+  }
+  if (!duplicate.empty()) {
+    absl::StrAppend(&msg, " given twice: ", NameList(duplicate), ";");
+  }
+  for (const std::string& m : mismatched) absl::StrAppend(&msg, " ", m, ";");
+  msg.pop_back();
+  return absl::InvalidArgumentError(msg);
+}
+
+absl::Status Module::load_state_dict(const NamedTensors& state) {
+  ASSIGN_OR_RETURN(LoadPlan plan, PlanLoad(state));
+  plan.Apply();
+  return absl::OkStatus();
 }
 
 std::vector<Tensor> Module::parameters(bool recurse) const {

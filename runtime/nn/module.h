@@ -18,6 +18,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "ir/status.h"
+#include "runtime/state_dict.h"
 #include "runtime/tensor.h"
 
 namespace stepjit::nn {
@@ -76,6 +77,21 @@ class Module {
   std::vector<Tensor> parameters(bool recurse = true) const;
   const NamedModules& named_children() const { return children_; }
 
+  // Every parameter under PyTorch's state_dict name ("0.weight",
+  // "h0.attn.out_proj.bias"), in named_parameters() order; a tied
+  // tensor appears under each of its names, as in PyTorch. The handles share
+  // the parameters' storage and carry no autograd. (No stepjit layer has
+  // buffers: LayerNorm, like PyTorch's, keeps no running statistics.)
+  NamedTensors state_dict() const;
+  // Copies `state` into the parameters in place: same storage and identity,
+  // so compiled steps stay valid. Needs exactly the names of state_dict(),
+  // each with its shape (floating dtypes convert into each other); any
+  // missing, unexpected or mismatched entry is an error that names them all,
+  // and then no parameter has changed.
+  absl::Status load_state_dict(const NamedTensors& state);
+  // The checking half of load_state_dict (LoadPlan::Apply does the copies).
+  absl::StatusOr<LoadPlan> PlanLoad(const NamedTensors& state) const;
+
   // Convert every parameter (and its grad) in place; handles held elsewhere
   // see the new device/dtype. to(DType) only touches floating-point tensors.
   void to(Device device);
@@ -97,8 +113,12 @@ class Module {
  private:
   void CheckNewName(const std::string& name, const char* what) const;
   void AddChild(const std::string& name, std::shared_ptr<Module> child);
+  // Every parameter by name, pre-order; `seen` (when given) drops a tensor
+  // reached again under another name.
+  void CollectAll(bool recurse, absl::flat_hash_set<const TensorImpl*>* seen,
+                  NamedTensors& out) const;
   void CollectParameters(const std::string& prefix, NamedTensors& out,
-                         absl::flat_hash_set<const TensorImpl*>& seen) const;
+                         absl::flat_hash_set<const TensorImpl*>* seen) const;
 
   NamedTensors parameters_;
   NamedModules children_;
@@ -147,6 +167,10 @@ class ModuleHolder {
   }
   std::vector<Tensor> parameters(bool recurse = true) const {
     return impl().parameters(recurse);
+  }
+  NamedTensors state_dict() const { return impl().state_dict(); }
+  absl::Status load_state_dict(const NamedTensors& state) const {
+    return impl().load_state_dict(state);
   }
   void to(Device device) const { impl().to(device); }
   void to(DType dtype) const { impl().to(dtype); }

@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_format.h"
 #include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/ops.h"
@@ -61,13 +62,8 @@ void AdamW::step() {
     Tensor& p = params_[i];
     const Tensor g = p.grad();
     if (!g.defined()) continue;
+    CreateSlots(i);
     AdamWState& s = state_[i];
-    if (!s.exp_avg.defined()) {
-      s.exp_avg = zeros_like(p);
-      s.exp_avg_sq = zeros_like(p);
-      MarkOwnedState(s.exp_avg);
-      MarkOwnedState(s.exp_avg_sq);
-    }
     const size_t grp = group_of(i);
     if (decay[grp].defined()) p.mul_(decay[grp]);
     s.exp_avg.lerp_(g, 1.0 - o.beta1);
@@ -80,6 +76,28 @@ void AdamW::step() {
 }  // namespace stepjit::optim
 
 namespace stepjit::optim {
+
+void AdamW::CreateSlots(size_t index) {
+  AdamWState& s = state_[index];
+  if (s.exp_avg.defined()) return;
+  s.exp_avg = zeros_like(params_[index]);
+  s.exp_avg_sq = zeros_like(params_[index]);
+  MarkOwnedState(s.exp_avg);
+  MarkOwnedState(s.exp_avg_sq);
+}
+
+std::vector<Tensor> AdamW::SlotsOf(size_t index) const {
+  return {state_.at(index).exp_avg, state_.at(index).exp_avg_sq};
+}
+
+std::vector<std::pair<std::string, std::string>> AdamW::HyperParameters(
+    size_t group) const {
+  return {{"betas",
+           absl::StrFormat("[%.17g,%.17g]", options_.beta1, options_.beta2)},
+          {"eps", absl::StrFormat("%.17g", options_.eps)},
+          {"amsgrad", "false"},
+          {"maximize", "false"}};
+}
 
 std::vector<Tensor> AdamW::state_tensors() const {
   std::vector<Tensor> out = Optimizer::state_tensors();

@@ -5,6 +5,8 @@
 #define STEPJIT_RUNTIME_OPTIM_ADAMW_H_
 
 #include <initializer_list>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/optim/optimizer.h"
@@ -46,6 +48,16 @@ class AdamW : public Optimizer {
 
   const AdamWOptions& options() const { return options_; }
   const AdamWState& state(size_t index) const { return state_.at(index); }
+
+ protected:
+  std::vector<Tensor> SlotsOf(size_t index) const override;
+  std::vector<std::string> SlotNames() const override {
+    return {"exp_avg", "exp_avg_sq"};
+  }
+  void CreateSlots(size_t index) override;
+  bool StepInState() const override { return true; }
+  std::vector<std::pair<std::string, std::string>> HyperParameters(
+      size_t group) const override;
 
  private:
   AdamWOptions options_;

@@ -9,8 +9,12 @@
 #define STEPJIT_RUNTIME_OPTIM_OPTIMIZER_H_
 
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "runtime/state_dict.h"
 #include "runtime/tensor.h"
 
 namespace stepjit::nn {
@@ -69,7 +73,38 @@ class Optimizer {
   // (amp::GradScaler). Lazily created state appears once it exists.
   virtual std::vector<Tensor> state_tensors() const { return {step_}; }
 
+  // PyTorch's optimizer.state_dict() as safetensors entries (the scheme is
+  // in docs/checkpoints.md): tensors "state.<i>.<slot>", i the parameter's
+  // index in parameters() and the slots PyTorch's (AdamW: step, exp_avg,
+  // exp_avg_sq; SGD: momentum_buffer), for the parameters that have state;
+  // metadata "type" ("AdamW") and "param_groups", a JSON list of PyTorch's
+  // param_groups ("lr", the hyperparameters, "params": the indices). The
+  // tensors share storage with the optimizer's.
+  StateDict state_dict() const;
+  // Loads a state_dict(): learning rates and state are copied in place
+  // (created first for parameters without state yet), so compiled steps stay
+  // valid. Every other hyperparameter must equal this optimizer's (it is
+  // part of compiled steps: construct the optimizer with the saved options).
+  // On any error nothing has changed.
+  absl::Status load_state_dict(const StateDict& state);
+  // The checking half of load_state_dict (LoadPlan::Apply loads).
+  absl::StatusOr<LoadPlan> PlanLoad(const StateDict& state);
+
  protected:
+  // Parameter `index`'s state tensors by PyTorch's names (undefined before
+  // the first step that updates it), in the order of SlotNames().
+  virtual std::vector<Tensor> SlotsOf(size_t index) const { return {}; }
+  virtual std::vector<std::string> SlotNames() const { return {}; }
+  // Creates parameter `index`'s state (zeros), if it has none.
+  virtual void CreateSlots(size_t index) {}
+  // Whether PyTorch keeps a per-parameter "step" tensor (AdamW does; it is
+  // stepjit's one step count, so a file's steps must all be equal).
+  virtual bool StepInState() const { return false; }
+  // Group `group`'s hyperparameters besides lr and weight_decay, as JSON
+  // text by PyTorch's names ({"betas", "[0.9,0.999]"}).
+  virtual std::vector<std::pair<std::string, std::string>> HyperParameters(
+      size_t group) const = 0;
+
   // `name` prefixes error messages ("SGD", "AdamW"); `weight_decay` is the
   // default of groups that do not set theirs.
   Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay,
@@ -81,6 +116,11 @@ class Optimizer {
   std::vector<Tensor> params_;
 
  private:
+  // The two halves of PlanLoad: "param_groups" (lr loaded, the rest
+  // checked) and the "state.<i>.<slot>" tensors.
+  absl::Status PlanParamGroups(const StateDict& state, LoadPlan& plan);
+  absl::Status PlanParameterState(const StateDict& state, LoadPlan& plan);
+
   struct Group {
     Tensor lr;
     double weight_decay;

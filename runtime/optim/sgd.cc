@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_format.h"
 #include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/ops.h"
@@ -60,6 +61,31 @@ void SGD::step() {
 }  // namespace stepjit::optim
 
 namespace stepjit::optim {
+
+std::vector<Tensor> SGD::SlotsOf(size_t index) const {
+  if (options_.momentum == 0.0) return {};
+  return {state_.at(index).momentum_buffer};
+}
+
+std::vector<std::string> SGD::SlotNames() const {
+  if (options_.momentum == 0.0) return {};
+  return {"momentum_buffer"};
+}
+
+void SGD::CreateSlots(size_t index) {
+  Tensor& buf = state_[index].momentum_buffer;
+  if (options_.momentum == 0.0 || buf.defined()) return;
+  buf = zeros_like(params_[index]);
+  MarkOwnedState(buf);
+}
+
+std::vector<std::pair<std::string, std::string>> SGD::HyperParameters(
+    size_t group) const {
+  return {{"momentum", absl::StrFormat("%.17g", options_.momentum)},
+          {"dampening", absl::StrFormat("%.17g", options_.dampening)},
+          {"nesterov", options_.nesterov ? "true" : "false"},
+          {"maximize", "false"}};
+}
 
 std::vector<Tensor> SGD::state_tensors() const {
   std::vector<Tensor> out = Optimizer::state_tensors();

@@ -4,6 +4,8 @@
 #define STEPJIT_RUNTIME_OPTIM_SGD_H_
 
 #include <initializer_list>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/optim/optimizer.h"
@@ -41,6 +43,14 @@ class SGD : public Optimizer {
 
   const SGDOptions& options() const { return options_; }
   const SGDState& state(size_t index) const { return state_.at(index); }
+
+ protected:
+  // Without momentum there is no state (PyTorch's momentum_buffer is None).
+  std::vector<Tensor> SlotsOf(size_t index) const override;
+  std::vector<std::string> SlotNames() const override;
+  void CreateSlots(size_t index) override;
+  std::vector<std::pair<std::string, std::string>> HyperParameters(
+      size_t group) const override;
 
  private:
   SGDOptions options_;

@@ -1,0 +1,157 @@
+// Checkpoints: tensors <-> safetensors bytes, and the combined
+// model/optimizer/scaler file with its all-or-nothing load.
+#include "runtime/checkpoint.h"
+
+#include <bit>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "ir/status.h"
+#include "runtime/io/safetensors.h"
+
+namespace stepjit {
+namespace {
+
+// safetensors data is little-endian; tensors are copied byte for byte.
+static_assert(std::endian::native == std::endian::little,
+              "checkpoints assume a little-endian host");
+
+absl::Status WithPath(const std::string& path, const absl::Status& s) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+}
+
+}  // namespace
+
+absl::Status SaveSafetensors(const std::string& path, const StateDict& state) {
+  std::vector<Tensor> host;  // keeps the bytes the views point into alive
+  std::vector<io::SafetensorsTensorView> views;
+  for (const auto& [name, t] : state.tensors) {
+    if (!t.defined()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": tensor '", name, "' is undefined"));
+    }
+    if (t.storage()->is_meta()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": tensor '", name,
+                       "' is a shape-only (meta) tensor and has no data"));
+    }
+    host.push_back(t.to(Device::cpu()).contiguous());
+    const Tensor& h = host.back();
+    views.push_back(
+        {name, h.dtype(),
+         std::vector<int64_t>(h.shape().begin(), h.shape().end()),
+         absl::string_view(static_cast<const char*>(h.data_ptr()),
+                           static_cast<size_t>(h.numel() * h.element_size()))});
+  }
+  absl::StatusOr<std::string> bytes =
+      io::SerializeSafetensors(views, state.metadata);
+  if (!bytes.ok()) return WithPath(path, bytes.status());
+  return io::WriteFileAtomically(path, *bytes);
+}
+
+absl::StatusOr<StateDict> LoadSafetensors(const std::string& path) {
+  ASSIGN_OR_RETURN(const io::SafetensorsFile file,
+                   io::ReadSafetensorsFile(path));
+  StateDict out;
+  out.metadata = file.metadata();
+  for (const io::SafetensorsEntry& e : file.entries()) {
+    if (!e.dtype.ir.has_value()) {
+      return absl::UnimplementedError(absl::StrCat(
+          path, ": tensor '", e.name, "' has dtype ", e.dtype.name,
+          ", which stepjit has no dtype for (it has F32, F64, F16, BF16, "
+          "I64, I32 and BOOL)"));
+    }
+    Tensor t = empty(e.shape, {.dtype = *e.dtype.ir});
+    if (e.end > e.begin)
+      std::memcpy(t.data_ptr(), file.Data(e), e.end - e.begin);
+    if (t.dtype() == DType::kBool) {
+      // Any byte but 0 or 1 would be a bool value C++ does not have.
+      const auto* p = static_cast<const uint8_t*>(t.data_ptr());
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        if (p[i] > 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              path, ": tensor '", e.name, "' (BOOL) holds byte ",
+              static_cast<int>(p[i]), " at element ", i, "; expected 0 or 1"));
+        }
+      }
+    }
+    out.tensors.emplace_back(e.name, std::move(t));
+  }
+  return out;
+}
+
+StateDict CheckpointStateDict(const TrainingState& state) {
+  StateDict sd;
+  sd.metadata["format"] = "pt";
+  if (state.model != nullptr)
+    sd.merge("model.", StateDict{state.model->state_dict(), {}});
+  if (state.optimizer != nullptr)
+    sd.merge("optimizer.", state.optimizer->state_dict());
+  if (state.scaler != nullptr) sd.merge("scaler.", state.scaler->state_dict());
+  return sd;
+}
+
+absl::Status SaveCheckpoint(const std::string& path,
+                            const TrainingState& state) {
+  return SaveSafetensors(path, CheckpointStateDict(state));
+}
+
+absl::Status LoadCheckpoint(const std::string& path,
+                            const TrainingState& state) {
+  ASSIGN_OR_RETURN(const StateDict sd, LoadSafetensors(path));
+  struct Part {
+    const char* prefix;
+    const char* what;
+    bool given;
+  };
+  const Part parts[] = {{"model.", "model", state.model != nullptr},
+                        {"optimizer.", "optimizer", state.optimizer != nullptr},
+                        {"scaler.", "grad scaler", state.scaler != nullptr}};
+  std::vector<std::string> stray;
+  for (const auto& [name, t] : sd.tensors) {
+    bool known = false;
+    for (const Part& p : parts) known |= absl::StartsWith(name, p.prefix);
+    if (!known) stray.push_back(name);
+  }
+  if (!stray.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": tensors ", NameList(stray),
+                     " belong to no part of a checkpoint (expected names under "
+                     "model., optimizer., scaler.)"));
+  }
+  for (const Part& p : parts) {
+    const StateDict part = sd.sub(p.prefix);
+    if (!p.given && !part.tensors.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": the file holds ", p.what, " state (",
+                       part.tensors.size(), " tensors under '", p.prefix,
+                       "') but no ", p.what, " was given to load it into"));
+    }
+  }
+  LoadPlan plan;
+  if (state.model != nullptr) {
+    absl::StatusOr<LoadPlan> p =
+        state.model->PlanLoad(sd.sub("model.").tensors);
+    if (!p.ok()) return WithPath(path, p.status());
+    plan.Append(*std::move(p));
+  }
+  if (state.optimizer != nullptr) {
+    absl::StatusOr<LoadPlan> p =
+        state.optimizer->PlanLoad(sd.sub("optimizer."));
+    if (!p.ok()) return WithPath(path, p.status());
+    plan.Append(*std::move(p));
+  }
+  if (state.scaler != nullptr) {
+    absl::StatusOr<LoadPlan> p = state.scaler->PlanLoad(sd.sub("scaler."));
+    if (!p.ok()) return WithPath(path, p.status());
+    plan.Append(*std::move(p));
+  }
+  plan.Apply();
+  return absl::OkStatus();
+}
+
+}  // namespace stepjit

@@ -1,0 +1,442 @@
+// safetensors: header validation, the file reader and the writer.
+#include "runtime/io/safetensors.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <tuple>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ir/status.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
+
+namespace stepjit::io {
+namespace {
+
+namespace json = llvm::json;
+
+// Every dtype the format defines (the reference implementation's Dtype
+// enum); those without a stepjit dtype parse but cannot become tensors.
+constexpr std::array<SafetensorsDType, 15> kDTypes = {{
+    {"BOOL", 1, ir::DType::kBool},
+    {"U8", 1, std::nullopt},
+    {"I8", 1, std::nullopt},
+    {"F8_E5M2", 1, std::nullopt},
+    {"F8_E4M3", 1, std::nullopt},
+    {"I16", 2, std::nullopt},
+    {"U16", 2, std::nullopt},
+    {"F16", 2, ir::DType::kF16},
+    {"BF16", 2, ir::DType::kBF16},
+    {"I32", 4, ir::DType::kI32},
+    {"U32", 4, std::nullopt},
+    {"F32", 4, ir::DType::kF32},
+    {"F64", 8, ir::DType::kF64},
+    {"I64", 8, ir::DType::kI64},
+    {"U64", 8, std::nullopt},
+}};
+
+// llvm::json's parser recurses once per nesting level; a hostile header of
+// a million '[' would overflow the stack. A valid header nests 3 deep.
+constexpr int kMaxJsonDepth = 64;
+
+absl::Status Invalid(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("safetensors: ", what));
+}
+
+// One pass over the header text before llvm::json sees it: nesting depth,
+// and the top-level names (llvm::json keeps the last of duplicate keys).
+absl::Status ScanHeader(absl::string_view text) {
+  int depth = 0;
+  bool in_string = false, escaped = false, expect_key = false;
+  size_t key_start = 0;
+  absl::flat_hash_set<std::string> names;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+        if (depth == 1 && expect_key) {
+          expect_key = false;
+          // Decoded, so that "a" and "\u0061" are the same name.
+          llvm::Expected<json::Value> key = json::parse(
+              llvm::StringRef(text.data() + key_start, i + 1 - key_start));
+          if (!key) {
+            llvm::consumeError(key.takeError());
+            continue;  // the full parse reports it
+          }
+          const std::string name = key->getAsString()->str();
+          if (!names.insert(name).second) {
+            return Invalid(absl::StrCat("the header names '", name, "' twice"));
+          }
+        }
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      key_start = i;
+    } else if (c == '{' || c == '[') {
+      if (++depth > kMaxJsonDepth) {
+        return Invalid(absl::StrCat("header JSON nests deeper than ",
+                                    kMaxJsonDepth, " levels"));
+      }
+      expect_key = depth == 1;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    } else if (c == ',' && depth == 1) {
+      expect_key = true;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A non-negative integer JSON value (`what` names it in errors).
+absl::StatusOr<int64_t> NonNegative(const json::Value& v,
+                                    const std::string& what) {
+  const auto i = v.getAsInteger();  // llvm::Optional
+  // llvm::json saturates integers beyond int64 to its maximum (strtoll).
+  if (!i || *i < 0 || *i == std::numeric_limits<int64_t>::max()) {
+    std::string found;
+    llvm::raw_string_ostream os(found);
+    os << v;
+    return Invalid(absl::StrCat(
+        what, ": expected a non-negative integer below 2^63 - 1, got ",
+        os.str()));
+  }
+  return *i;
+}
+
+absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& name,
+                                            const json::Value& value) {
+  const std::string where = absl::StrCat("tensor '", name, "'");
+  const json::Object* obj = value.getAsObject();
+  if (obj == nullptr)
+    return Invalid(absl::StrCat(where, ": expected an object"));
+  for (const auto& [key, unused] : *obj) {
+    if (key != "dtype" && key != "shape" && key != "data_offsets") {
+      return Invalid(absl::StrCat(where, ": unexpected field '", key.str(),
+                                  "' (expected dtype, shape, data_offsets)"));
+    }
+  }
+  SafetensorsEntry entry;
+  entry.name = name;
+  const auto dtype = obj->getString("dtype");
+  if (!dtype) {
+    return Invalid(absl::StrCat(where, ": missing string field 'dtype'"));
+  }
+  const std::optional<SafetensorsDType> dt =
+      FindSafetensorsDType(absl::string_view(dtype->data(), dtype->size()));
+  if (!dt.has_value()) {
+    std::vector<absl::string_view> names;
+    for (const SafetensorsDType& d : kDTypes) names.push_back(d.name);
+    return Invalid(absl::StrCat(where, ": unknown dtype '", dtype->str(),
+                                "' (expected one of ",
+                                absl::StrJoin(names, ", "), ")"));
+  }
+  entry.dtype = *dt;
+  const json::Array* shape = obj->getArray("shape");
+  if (shape == nullptr) {
+    return Invalid(absl::StrCat(where, ": missing array field 'shape'"));
+  }
+  // The byte count, checked for overflow dim by dim.
+  int64_t bytes = entry.dtype.bytes;
+  bool overflow = false;
+  for (size_t d = 0; d < shape->size(); ++d) {
+    ASSIGN_OR_RETURN(
+        const int64_t dim,
+        NonNegative((*shape)[d], absl::StrCat(where, ": shape[", d, "]")));
+    entry.shape.push_back(dim);
+    if (!overflow && dim != 0 &&
+        bytes > std::numeric_limits<int64_t>::max() / dim) {
+      overflow = true;
+    }
+    if (!overflow) bytes *= dim;
+  }
+  const json::Array* offsets = obj->getArray("data_offsets");
+  if (offsets == nullptr || offsets->size() != 2) {
+    return Invalid(absl::StrCat(
+        where, ": expected 'data_offsets' as an array [begin, end]"));
+  }
+  ASSIGN_OR_RETURN(entry.begin,
+                   NonNegative((*offsets)[0], where + ": data_offsets[0]"));
+  ASSIGN_OR_RETURN(entry.end,
+                   NonNegative((*offsets)[1], where + ": data_offsets[1]"));
+  if (entry.end < entry.begin) {
+    return Invalid(absl::StrCat(where, ": data_offsets [", entry.begin, ", ",
+                                entry.end, "] end before they begin"));
+  }
+  if (overflow || bytes != entry.end - entry.begin) {
+    return Invalid(
+        absl::StrCat(where, ": shape [", absl::StrJoin(entry.shape, ", "),
+                     "] of ", entry.dtype.name, " needs ",
+                     overflow ? "more than 2^63" : absl::StrCat(bytes),
+                     " bytes, but data_offsets [", entry.begin, ", ", entry.end,
+                     "] hold ", entry.end - entry.begin));
+  }
+  return entry;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> ParseMetadata(
+    const json::Value& value) {
+  const json::Object* obj = value.getAsObject();
+  if (obj == nullptr) {
+    return Invalid("__metadata__: expected an object of strings");
+  }
+  std::map<std::string, std::string> out;
+  for (const auto& [key, v] : *obj) {
+    const auto s = v.getAsString();
+    if (!s) {
+      return Invalid(absl::StrCat("__metadata__['", key.str(),
+                                  "']: expected a string value"));
+    }
+    out.emplace(key.str(), s->str());
+  }
+  return out;
+}
+
+// Sorted by offsets, the entries must tile [0, buffer_bytes) exactly.
+absl::Status CheckTiling(const std::vector<SafetensorsEntry>& entries,
+                         int64_t buffer_bytes) {
+  int64_t at = 0;
+  const SafetensorsEntry* prev = nullptr;
+  for (const SafetensorsEntry& e : entries) {
+    if (e.begin != at) {
+      if (e.begin > buffer_bytes) {
+        return Invalid(absl::StrCat(
+            "tensor '", e.name, "': data_offsets [", e.begin, ", ", e.end,
+            "] lie outside the data buffer of ", buffer_bytes, " bytes"));
+      }
+      return Invalid(absl::StrCat(
+          "tensor '", e.name, "' begins at byte ", e.begin, " but ",
+          prev == nullptr ? "the data buffer begins at 0"
+                          : absl::StrCat("'", prev->name, "' ends at ", at),
+          e.begin < at ? " (overlap)" : " (a hole)"));
+    }
+    if (e.end > buffer_bytes) {
+      return Invalid(absl::StrCat(
+          "tensor '", e.name, "': data_offsets [", e.begin, ", ", e.end,
+          "] lie outside the data buffer of ", buffer_bytes, " bytes"));
+    }
+    at = e.end;
+    prev = &e;
+  }
+  if (at != buffer_bytes) {
+    return Invalid(absl::StrCat("the tensors cover ", at,
+                                " bytes of a data buffer of ", buffer_bytes,
+                                " (trailing bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::optional<SafetensorsDType> FindSafetensorsDType(absl::string_view name) {
+  for (const SafetensorsDType& d : kDTypes) {
+    if (d.name == name) return d;
+  }
+  return std::nullopt;
+}
+
+absl::string_view SafetensorsDTypeName(ir::DType dtype) {
+  for (const SafetensorsDType& d : kDTypes) {
+    if (d.ir == dtype) return d.name;
+  }
+  SJ_CHECK(false, "no safetensors name for dtype ", ir::DTypeName(dtype));
+  return "";
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes) {
+  const uint64_t size = bytes.size();
+  if (size < 8) {
+    return Invalid(
+        absl::StrCat("the file has ", size,
+                     " bytes, fewer than the 8 of the header length"));
+  }
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[i]);
+  if (n > kMaxHeaderBytes) {
+    return Invalid(absl::StrCat("header length ", n, " exceeds the limit of ",
+                                kMaxHeaderBytes, " bytes"));
+  }
+  if (n > size - 8) {
+    return Invalid(absl::StrCat("header length ", n,
+                                " runs past the end of the file (", size - 8,
+                                " bytes follow the length)"));
+  }
+  const absl::string_view header(bytes.data() + 8, n);
+  if (header.empty() || header[0] != '{') {
+    return Invalid("the header does not start with '{'");
+  }
+  RETURN_IF_ERROR(ScanHeader(header));
+  llvm::Expected<json::Value> parsed =
+      json::parse(llvm::StringRef(header.data(), header.size()));
+  if (!parsed) {
+    return Invalid(absl::StrCat("the header is not valid JSON: ",
+                                llvm::toString(parsed.takeError())));
+  }
+  const json::Object* root = parsed->getAsObject();
+  if (root == nullptr) return Invalid("the header is not a JSON object");
+
+  SafetensorsFile file;
+  for (const auto& [key, value] : *root) {
+    if (key == "__metadata__") {
+      ASSIGN_OR_RETURN(file.metadata_, ParseMetadata(value));
+      continue;
+    }
+    ASSIGN_OR_RETURN(SafetensorsEntry entry, ParseEntry(key.str(), value));
+    file.entries_.push_back(std::move(entry));
+  }
+  // json::Object is a hash map: order by offsets, then by name, so that
+  // errors (and entries()) do not depend on hashing.
+  std::sort(file.entries_.begin(), file.entries_.end(),
+            [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+              return std::tie(a.begin, a.end, a.name) <
+                     std::tie(b.begin, b.end, b.name);
+            });
+  file.data_start_ = static_cast<int64_t>(8 + n);
+  RETURN_IF_ERROR(
+      CheckTiling(file.entries_, static_cast<int64_t>(size - 8 - n)));
+  file.bytes_ = std::move(bytes);
+  return file;
+}
+
+const SafetensorsEntry* SafetensorsFile::Find(absl::string_view name) const {
+  for (const SafetensorsEntry& e : entries_) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path) {
+  // Sized through the file system: a directory opens as a stream whose
+  // "size" is garbage.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("safetensors: cannot open '", path, "': ",
+                     std::filesystem::exists(path, ec) ? "not a regular file"
+                                                       : "no such file"));
+  }
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  std::ifstream in(path, std::ios::binary);
+  if (ec || !in) {
+    return absl::NotFoundError(absl::StrCat("safetensors: cannot open '", path,
+                                            "': ", std::strerror(errno)));
+  }
+  std::string bytes(static_cast<size_t>(size), '\0');
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(size))) {
+    return absl::DataLossError(
+        absl::StrCat("safetensors: reading '", path, "' failed"));
+  }
+  absl::StatusOr<SafetensorsFile> file =
+      SafetensorsFile::Parse(std::move(bytes));
+  if (!file.ok()) {
+    return absl::Status(file.status().code(),
+                        absl::StrCat(path, ": ", file.status().message()));
+  }
+  return file;
+}
+
+absl::StatusOr<std::string> SerializeSafetensors(
+    const std::vector<SafetensorsTensorView>& tensors,
+    const std::map<std::string, std::string>& metadata) {
+  // llvm::json::Object would reorder the entries: write the header by hand,
+  // escaping names through json::Value.
+  std::string header = "{";
+  const auto quoted = [](const std::string& s) {
+    std::string out;
+    llvm::raw_string_ostream os(out);
+    os << json::Value(s);
+    return os.str();
+  };
+  if (!metadata.empty()) {
+    header += "\"__metadata__\":{";
+    bool first = true;
+    for (const auto& [key, value] : metadata) {
+      if (!json::isUTF8(key) || !json::isUTF8(value)) {
+        return Invalid(
+            absl::StrCat("metadata key '", key, "' or its value is not UTF-8"));
+      }
+      absl::StrAppend(&header, first ? "" : ",", quoted(key), ":",
+                      quoted(value));
+      first = false;
+    }
+    header += "}";
+  }
+  absl::flat_hash_set<std::string> names;
+  int64_t offset = 0;
+  for (const SafetensorsTensorView& t : tensors) {
+    if (t.name.empty() || t.name == "__metadata__" || !json::isUTF8(t.name)) {
+      return Invalid(absl::StrCat("cannot write a tensor named '", t.name,
+                                  "' (empty, reserved or not UTF-8)"));
+    }
+    if (!names.insert(t.name).second) {
+      return Invalid(absl::StrCat("two tensors are named '", t.name, "'"));
+    }
+    int64_t bytes = ir::DTypeSize(t.dtype);
+    for (int64_t d : t.shape) bytes *= d;
+    if (bytes != static_cast<int64_t>(t.data.size())) {
+      return Invalid(absl::StrCat("tensor '", t.name, "': shape [",
+                                  absl::StrJoin(t.shape, ", "), "] needs ",
+                                  bytes, " bytes, got ", t.data.size()));
+    }
+    absl::StrAppend(&header, header.size() > 1 ? "," : "", quoted(t.name),
+                    ":{\"dtype\":\"", SafetensorsDTypeName(t.dtype),
+                    "\",\"shape\":[", absl::StrJoin(t.shape, ","),
+                    "],\"data_offsets\":[", offset, ",", offset + bytes, "]}");
+    offset += bytes;
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    out[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  out += header;
+  out.reserve(out.size() + offset);
+  for (const SafetensorsTensorView& t : tensors)
+    out.append(t.data.data(), t.data.size());
+  return out;
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::string_view bytes) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot write '", tmp, "': ", std::strerror(errno)));
+    }
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      return absl::DataLossError(absl::StrCat("writing '", tmp, "' failed"));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string err = std::strerror(errno);
+    std::remove(tmp.c_str());
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot rename '", tmp, "' to '", path, "': ", err));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace stepjit::io

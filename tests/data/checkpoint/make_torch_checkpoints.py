@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Writes the PyTorch-made checkpoints tests/runtime/torch_checkpoint_test.cc
+reads without PyTorch, and the numbers PyTorch computed from them.
+
+  python tests/data/checkpoint/make_torch_checkpoints.py   # needs torch, safetensors
+
+torch_mlp.safetensors    Sequential(Linear(4,8), ReLU, Linear(8,3)) and its
+                         AdamW after 3 steps (tools/torch_checkpoint.py layout)
+torch_dtypes.safetensors one small tensor of each dtype, by safetensors.torch
+expected.txt             one line per array, "name v1 v2 ...": eval input
+                         and torch's logits; the next batch, its loss and
+                         the parameters after one more AdamW step
+                         ("after.<name>"); the dtype tensors' values
+                         ("dtype.<name>", integers exactly)
+"""
+import pathlib
+import sys
+
+import torch
+from safetensors.torch import save_file
+
+here = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(here.parent.parent.parent / "tools"))
+from torch_checkpoint import save_checkpoint  # noqa: E402
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+opt = torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.01)
+for _ in range(3):
+    x = torch.randn(4, 4)
+    y = torch.randint(0, 3, (4,))
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+save_checkpoint(str(here / "torch_mlp.safetensors"), model, opt)
+
+eval_x = torch.randn(2, 4)
+with torch.no_grad():
+    logits = model(eval_x)
+next_x = torch.randn(4, 4)
+next_y = torch.randint(0, 3, (4,))
+opt.zero_grad()
+loss = torch.nn.functional.cross_entropy(model(next_x), next_y)
+loss.backward()
+opt.step()
+
+
+def values(t):
+    return [float(v) for v in t.detach().double().flatten()]
+
+
+dtypes = {
+    "f32": torch.tensor([[1.5, -2.0], [3.25, 1e-8]], dtype=torch.float32),
+    "f64": torch.tensor([0.1, -1e300], dtype=torch.float64),
+    "f16": torch.tensor([0.5, -65504.0, 6e-8], dtype=torch.float16),
+    "bf16": torch.tensor([1.0, -3.0e38, 0.0078125], dtype=torch.bfloat16),
+    "i64": torch.tensor([-(2**62) - 1, 7], dtype=torch.int64),
+    "i32": torch.tensor([[-7], [2**30]], dtype=torch.int32),
+    "bool": torch.tensor([True, False, True]),
+    "scalar": torch.tensor(4.25),
+}
+save_file(dtypes, str(here / "torch_dtypes.safetensors"), metadata={"made_by": "torch"})
+
+lines = [f"# made by make_torch_checkpoints.py with torch {torch.__version__}",
+         "eval_x " + " ".join(map(repr, values(eval_x))),
+         "logits " + " ".join(map(repr, values(logits))),
+         "next_x " + " ".join(map(repr, values(next_x))),
+         "next_y " + " ".join(str(int(v)) for v in next_y),
+         f"next_loss {float(loss.detach())!r}"]
+lines += [f"after.{k} " + " ".join(map(repr, values(v))) for k, v in model.state_dict().items()]
+for k, t in dtypes.items():
+    vals = values(t) if t.is_floating_point() else [int(v) for v in t.flatten()]
+    lines.append(f"dtype.{k} " + " ".join(map(repr, vals)))
+(here / "expected.txt").write_text("\n".join(lines) + "\n")
+print("wrote", ", ".join(p.name for p in sorted(here.glob("*.safetensors"))), "and expected.txt")

@@ -1,0 +1,517 @@
+// State dicts and checkpoints: PyTorch's names, exact round trips through
+// safetensors files, resumed training equal to uninterrupted training, and
+// loads that fail with a message and change nothing. Also from_blob and
+// item<T>.
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "frontend/stepjit.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/io/safetensors.h"
+
+namespace stepjit {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::vector<float> Values(const Tensor& t) {
+  return t.contiguous().to(DType::kF32).to_vector<float>();
+}
+
+std::string TempPath(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("stepjit_ckpt_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+std::vector<std::string> Names(const NamedTensors& sd) {
+  std::vector<std::string> out;
+  for (const auto& [n, t] : sd) out.push_back(n);
+  return out;
+}
+
+nn::Sequential Mlp(uint64_t seed) {
+  manual_seed(seed);
+  return nn::Sequential(nn::Linear(6, 8), nn::ReLU(), nn::Linear(8, 3));
+}
+
+struct Batch {
+  Tensor x, y;
+};
+std::vector<Batch> Batches(int n) {
+  Generator gen(11);
+  std::vector<Batch> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back({randn({5, 6}, {}, &gen),
+                   randint(0, 3, {5}, {.dtype = DType::kI64}, &gen)});
+  }
+  return out;
+}
+
+// Everything a run's future depends on, flattened.
+std::vector<std::vector<float>> Snapshot(const nn::Sequential& model) {
+  std::vector<std::vector<float>> out;
+  for (const Tensor& p : model.parameters()) out.push_back(Values(p));
+  return out;
+}
+
+template <typename Opt>
+float Step(nn::Sequential& model, Opt& opt, const Batch& b) {
+  opt.zero_grad();
+  Tensor loss = cross_entropy(model(b.x), b.y);
+  loss.backward();
+  opt.step();
+  return static_cast<float>(loss.item());
+}
+
+TEST(StateDictTest, NamesFollowPyTorch) {
+  nn::Sequential model = Mlp(1);
+  EXPECT_THAT(Names(model.state_dict()),
+              ElementsAre("0.weight", "0.bias", "2.weight", "2.bias"));
+  EXPECT_EQ(model.state_dict()[0].second.shape(), (Shape{8, 6}));  // [out, in]
+
+  nn::TransformerBlock block(8, 2);
+  EXPECT_THAT(Names(block.state_dict()),
+              ElementsAre("ln1.weight", "ln1.bias", "attn.in_proj_weight",
+                          "attn.in_proj_bias", "attn.out_proj.weight",
+                          "attn.out_proj.bias", "ln2.weight", "ln2.bias",
+                          "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"));
+}
+
+TEST(StateDictTest, TiedWeightsAppearUnderEachName) {
+  nn::GPT gpt(nn::GPTOptions{.vocab = 5,
+                             .context = 4,
+                             .d_model = 8,
+                             .heads = 2,
+                             .layers = 1,
+                             .tie_weights = true});
+  const std::vector<std::string> names = Names(gpt.state_dict());
+  EXPECT_EQ(names.front(), "tok.weight");
+  EXPECT_EQ(names.back(), "head.weight");
+  EXPECT_THAT(names, ::testing::Contains("h0.attn.out_proj.weight"));
+  EXPECT_EQ(names.size(), gpt.named_parameters().size() + 1);
+  // Loading both names copies twice into one tensor: fine when they agree.
+  EXPECT_TRUE(gpt.load_state_dict(gpt.state_dict()).ok());
+}
+
+TEST(StateDictTest, StateDictSharesStorageAndLoadCopiesInPlace) {
+  nn::Sequential a = Mlp(1), b = Mlp(2);
+  const Tensor w = b.parameters()[0];
+  const void* storage = w.data_ptr();
+  ASSERT_TRUE(b.load_state_dict(a.state_dict()).ok());
+  EXPECT_EQ(Snapshot(a), Snapshot(b));
+  EXPECT_EQ(b.parameters()[0].data_ptr(), storage) << "same storage";
+  EXPECT_TRUE(b.parameters()[0].is_same(w)) << "same identity";
+  EXPECT_TRUE(b.parameters()[0].requires_grad());
+  EXPECT_EQ(a.state_dict()[0].second.data_ptr(), a.parameters()[0].data_ptr());
+  EXPECT_FALSE(a.state_dict()[0].second.requires_grad());
+}
+
+TEST(StateDictTest, MismatchedStateDictNamesEverythingAndChangesNothing) {
+  nn::Sequential model = Mlp(1);
+  const auto before = Snapshot(model);
+  NamedTensors sd = Mlp(2).state_dict();
+  sd.erase(sd.begin() + 1);                 // 0.bias missing
+  sd[0].second = zeros({6, 8});             // 0.weight transposed
+  sd.emplace_back("3.weight", zeros({1}));  // unexpected
+  sd.emplace_back("2.bias", zeros({3}));    // given twice
+  const absl::Status s = model.load_state_dict(sd);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("missing 1 ('0.bias')"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("unexpected 1 ('3.weight')"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("given twice: '2.bias'"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("0.weight: expected f32[8, 6], found f32[6, 8]"));
+  EXPECT_EQ(Snapshot(model), before);
+
+  NamedTensors ints = Mlp(2).state_dict();
+  ints[1].second = zeros({8}, {.dtype = DType::kI64});
+  EXPECT_THAT(std::string(model.load_state_dict(ints).message()),
+              HasSubstr("0.bias: expected f32[8], found i64[8]"));
+  EXPECT_EQ(Snapshot(model), before);
+}
+
+TEST(StateDictTest, FloatingDTypesConvert) {
+  nn::Sequential a = Mlp(1), b = Mlp(2);
+  NamedTensors sd = a.state_dict();
+  for (auto& [n, t] : sd) t = t.to(DType::kF64);
+  ASSERT_TRUE(b.load_state_dict(sd).ok());
+  EXPECT_EQ(Snapshot(a), Snapshot(b));
+  EXPECT_EQ(b.parameters()[0].dtype(), DType::kF32);
+}
+
+TEST(SafetensorsFileTest, EveryDTypeRoundTripsExactly) {
+  StateDict sd;
+  sd.tensors = {
+      {"f32",
+       from_vector(std::vector<float>{1.5f, -0.0f, 3e38f, 1e-40f}, {2, 2})},
+      {"f64", from_vector(std::vector<double>{0.1, -2.5e300}, {2})},
+      {"f16", from_vector(std::vector<float>{0.5f, -65504.0f, 1e-7f}, {3},
+                          {.dtype = DType::kF16})},
+      {"bf16", from_vector(std::vector<float>{1.0f, -3.0e38f}, {2},
+                           {.dtype = DType::kBF16})},
+      {"i64",
+       from_vector(
+           std::vector<int64_t>{std::numeric_limits<int64_t>::max(), -1}, {2})},
+      {"i32", from_vector(std::vector<int64_t>{-7, 1 << 30}, {2},
+                          {.dtype = DType::kI32})},
+      {"bool",
+       from_vector(std::vector<float>{1, 0, 1}, {3}, {.dtype = DType::kBool})},
+      {"scalar", scalar_tensor(4.25)},
+      {"empty", zeros({0, 3})},
+      {"strided", arange(0, 12, 1, {.dtype = DType::kF32}).view({3, 4}).t()},
+  };
+  sd.metadata = {{"note", "ünïcode"}};
+  const std::string path = TempPath("dtypes.safetensors");
+  ASSERT_TRUE(SaveSafetensors(path, sd).ok());
+  absl::StatusOr<StateDict> back = LoadSafetensors(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->metadata, sd.metadata);
+  ASSERT_EQ(back->tensors.size(), sd.tensors.size());
+  for (size_t i = 0; i < sd.tensors.size(); ++i) {
+    const auto& [name, want] = sd.tensors[i];
+    SCOPED_TRACE(name);
+    EXPECT_EQ(back->tensors[i].first, name) << "file order is save order";
+    const Tensor& got = back->tensors[i].second;
+    EXPECT_EQ(got.dtype(), want.dtype());
+    EXPECT_EQ(got.shape(), want.shape());
+    if (want.dtype() == DType::kI64) {
+      EXPECT_EQ(got.to_vector<int64_t>(),
+                want.contiguous().to_vector<int64_t>());
+    } else {
+      const std::vector<double> a =
+          got.to(DType::kF64).contiguous().to_vector<double>();
+      const std::vector<double> b =
+          want.to(DType::kF64).contiguous().to_vector<double>();
+      EXPECT_EQ(a, b);
+    }
+  }
+  std::remove(path.c_str());
+}
+
+TEST(SafetensorsFileTest, UnsupportedDTypeAndBadBoolAreErrors) {
+  const std::string path = TempPath("u8.safetensors");
+  // A U8 tensor written by hand: the format allows it, stepjit has no U8.
+  const std::string header =
+      R"({"x":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})";
+  std::string file(8, '\0');
+  file[0] = static_cast<char>(header.size());
+  file += header + "ab";
+  ASSERT_TRUE(io::WriteFileAtomically(path, file).ok());
+  EXPECT_THAT(
+      std::string(LoadSafetensors(path).status().message()),
+      HasSubstr("tensor 'x' has dtype U8, which stepjit has no dtype for"));
+  const std::string bool_header =
+      R"({"x":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})";
+  std::string bad_bool(8, '\0');
+  bad_bool[0] = static_cast<char>(bool_header.size());
+  bad_bool += bool_header + "ab";
+  ASSERT_TRUE(io::WriteFileAtomically(path, bad_bool).ok());
+  EXPECT_THAT(std::string(LoadSafetensors(path).status().message()),
+              HasSubstr("(BOOL) holds byte 97 at element 0; expected 0 or 1"));
+  std::remove(path.c_str());
+}
+
+// Training 3 steps, saving, loading into fresh objects and training 3 more
+// equals training 6 steps straight through, bit for bit.
+template <typename Opt, typename Options>
+void ExpectResumeIsExact(Options options) {
+  const std::vector<Batch> batches = Batches(6);
+  nn::Sequential straight = Mlp(1);
+  Opt straight_opt(straight.parameters(), options);
+  std::vector<float> straight_losses;
+  for (const Batch& b : batches)
+    straight_losses.push_back(Step(straight, straight_opt, b));
+
+  nn::Sequential first = Mlp(1);
+  Opt first_opt(first.parameters(), options);
+  std::vector<float> losses;
+  for (int i = 0; i < 3; ++i)
+    losses.push_back(Step(first, first_opt, batches[i]));
+  const std::string path = TempPath("resume.safetensors");
+  ASSERT_TRUE(
+      SaveCheckpoint(path, {.model = first.ptr(), .optimizer = &first_opt})
+          .ok());
+
+  nn::Sequential resumed = Mlp(99);
+  Opt resumed_opt(resumed.parameters(), options);
+  const absl::Status s =
+      LoadCheckpoint(path, {.model = resumed.ptr(), .optimizer = &resumed_opt});
+  ASSERT_TRUE(s.ok()) << s;
+  for (int i = 3; i < 6; ++i)
+    losses.push_back(Step(resumed, resumed_opt, batches[i]));
+  EXPECT_EQ(losses, straight_losses);
+  EXPECT_EQ(Snapshot(resumed), Snapshot(straight));
+  std::remove(path.c_str());
+}
+
+TEST(CheckpointTest, AdamWResumeIsExact) {
+  ExpectResumeIsExact<optim::AdamW>(optim::AdamWOptions{.lr = 1e-2});
+}
+
+TEST(CheckpointTest, SGDMomentumResumeIsExact) {
+  ExpectResumeIsExact<optim::SGD>(
+      optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .dampening = 0.1});
+}
+
+TEST(CheckpointTest, OptimizerStateDictFollowsPyTorch) {
+  nn::Sequential model = Mlp(1);
+  optim::AdamW opt(optim::DecayGroups(*model, 0.05), {.lr = 2e-3});
+  for (const Batch& b : Batches(2)) Step(model, opt, b);
+  const StateDict sd = opt.state_dict();
+  EXPECT_EQ(sd.metadata.at("type"), "AdamW");
+  // DecayGroups: the weights decay, the biases do not. Indices count the
+  // optimizer's parameters group by group (as PyTorch's do): 0, 1 are the
+  // weights, 2, 3 the biases.
+  EXPECT_EQ(
+      sd.metadata.at("param_groups"),
+      "[{\"lr\":0.0020000000949949026,\"weight_decay\":0.050000000000000003,"
+      "\"betas\":[0.90000000000000002,0.999],\"eps\":1e-08,\"amsgrad\":false,"
+      "\"maximize\":false,\"params\":[0,1]},{\"lr\":0.0020000000949949026,"
+      "\"weight_decay\":0,\"betas\":[0.90000000000000002,0.999],\"eps\":1e-08,"
+      "\"amsgrad\":false,\"maximize\":false,\"params\":[2,3]}]");
+  EXPECT_THAT(
+      Names(sd.tensors),
+      ElementsAre("state.0.step", "state.0.exp_avg", "state.0.exp_avg_sq",
+                  "state.1.step", "state.1.exp_avg", "state.1.exp_avg_sq",
+                  "state.2.step", "state.2.exp_avg", "state.2.exp_avg_sq",
+                  "state.3.step", "state.3.exp_avg", "state.3.exp_avg_sq"));
+  EXPECT_EQ(sd.find("state.2.step")->item<float>(), 2.0f);
+  EXPECT_EQ(Values(*sd.find("state.2.exp_avg")), Values(opt.state(2).exp_avg));
+}
+
+TEST(CheckpointTest, OptimizerLoadErrorsChangeNothing) {
+  nn::Sequential model = Mlp(1);
+  optim::AdamW opt(model.parameters(), {.lr = 1e-2});
+  for (const Batch& b : Batches(2)) Step(model, opt, b);
+  const StateDict good = opt.state_dict();
+  // Cloned: `good` shares the optimizer's storage.
+  StateDict saved;
+  saved.metadata = good.metadata;
+  for (const auto& [n, t] : good.tensors)
+    saved.tensors.emplace_back(n, t.clone());
+
+  nn::Sequential other = Mlp(2);
+  optim::AdamW fresh(other.parameters(), {.lr = 1e-2, .beta1 = 0.8});
+  EXPECT_THAT(std::string(fresh.load_state_dict(saved).message()),
+              HasSubstr("param group 0: betas is [0.90000000000000002,0.999] "
+                        "in the state dict but "
+                        "[0.80000000000000004,0.999] in this optimizer"));
+
+  optim::AdamW opt2(other.parameters(), {.lr = 1e-2});
+  StateDict bad = saved;
+  bad.tensors.pop_back();  // state.3.exp_avg_sq
+  EXPECT_THAT(std::string(opt2.load_state_dict(bad).message()),
+              HasSubstr("'state.3.exp_avg_sq' is missing"));
+  bad = saved;
+  bad.tensors.emplace_back("state.9.exp_avg", zeros({1}));
+  EXPECT_THAT(std::string(opt2.load_state_dict(bad).message()),
+              HasSubstr("unexpected tensors 'state.9.exp_avg'"));
+  bad = saved;
+  bad.tensors[1].second = zeros({6, 8});
+  EXPECT_THAT(
+      std::string(opt2.load_state_dict(bad).message()),
+      HasSubstr("'state.0.exp_avg': expected f32[8, 6], found f32[6, 8]"));
+  bad = saved;
+  bad.tensors[3].second = scalar_tensor(5.0);
+  EXPECT_THAT(std::string(opt2.load_state_dict(bad).message()),
+              HasSubstr("'state.1.step' is 5 but an earlier parameter's is 2"));
+  bad = saved;
+  bad.metadata["param_groups"] = "[]";
+  EXPECT_THAT(
+      std::string(opt2.load_state_dict(bad).message()),
+      HasSubstr("expected 'param_groups' as a list of 1 groups, found []"));
+  bad = saved;
+  bad.metadata["type"] = "SGD";
+  EXPECT_THAT(
+      std::string(opt2.load_state_dict(bad).message()),
+      HasSubstr("the state dict is of a SGD optimizer, this one is AdamW"));
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_FALSE(opt2.state(i).exp_avg.defined()) << "nothing created";
+  EXPECT_EQ(opt2.step_count().item<float>(), 0.0f);
+
+  // An optimizer that has state refuses a file without it (it cannot drop
+  // state a compiled step may hold).
+  StateDict empty = saved;
+  empty.tensors.clear();
+  EXPECT_THAT(std::string(opt.load_state_dict(empty).message()),
+              HasSubstr("parameter 0 has state in this optimizer but none in "
+                        "the state dict"));
+}
+
+TEST(CheckpointTest, LrIsLoadedAndHyperparametersFromPythonIntsMatch) {
+  nn::Sequential model = Mlp(1);
+  optim::SGD opt(model.parameters(), {.lr = 0.1});
+  StateDict sd;
+  // As PyTorch writes an SGD with default (int) momentum and dampening.
+  sd.metadata["param_groups"] =
+      R"([{"lr": 0.25, "momentum": 0, "dampening": 0, "weight_decay": 0, "nesterov": false,)"
+      R"( "maximize": false, "foreach": null, "differentiable": false, "fused": null,)"
+      R"( "params": [0, 1, 2, 3]}])";
+  const absl::Status s = opt.load_state_dict(sd);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(opt.lr(), 0.25);
+}
+
+TEST(CheckpointTest, ScalerStateRoundTripsAndChecksOptions) {
+  amp::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 3});
+  Tensor(scaler.scale_tensor()).fill_(256.0);
+  Tensor(scaler.growth_tracker_tensor()).fill_(2.0);
+  const std::string path = TempPath("scaler.safetensors");
+  ASSERT_TRUE(SaveCheckpoint(path, {.scaler = &scaler}).ok());
+  absl::StatusOr<StateDict> file = LoadSafetensors(path);
+  ASSERT_TRUE(file.ok());
+  EXPECT_EQ(file->metadata.at("scaler.growth_interval"), "3");
+  EXPECT_EQ(file->metadata.at("scaler.growth_factor"), "2");
+  EXPECT_EQ(file->find("scaler.scale")->item<double>(), 256.0);
+
+  amp::GradScaler loaded({.init_scale = 1024.0, .growth_interval = 3});
+  ASSERT_TRUE(LoadCheckpoint(path, {.scaler = &loaded}).ok());
+  EXPECT_EQ(loaded.get_scale(), 256.0);
+  EXPECT_EQ(loaded.growth_tracker(), 2);
+
+  amp::GradScaler other({.growth_interval = 2000});
+  EXPECT_THAT(
+      std::string(LoadCheckpoint(path, {.scaler = &other}).message()),
+      HasSubstr(
+          "growth_interval is '3' in the state dict but 2000 in this scaler"));
+  EXPECT_EQ(other.get_scale(), 65536.0);
+  std::remove(path.c_str());
+}
+
+TEST(CheckpointTest, AFailedLoadChangesNothingAnywhere) {
+  nn::Sequential model = Mlp(1);
+  optim::AdamW opt(model.parameters(), {.lr = 1e-2});
+  amp::GradScaler scaler;
+  for (const Batch& b : Batches(2)) Step(model, opt, b);
+  const std::string path = TempPath("all.safetensors");
+  ASSERT_TRUE(
+      SaveCheckpoint(
+          path, {.model = model.ptr(), .optimizer = &opt, .scaler = &scaler})
+          .ok());
+
+  // The model and scaler would load; the optimizer's options differ.
+  nn::Sequential target = Mlp(5);
+  for (const Batch& b : Batches(1)) {
+    optim::SGD warm(target.parameters(), {.lr = 0.1});
+    Step(target, warm, b);
+  }
+  optim::AdamW wrong(target.parameters(), {.lr = 1e-2, .eps = 1e-6});
+  amp::GradScaler target_scaler({.init_scale = 8.0});
+  const auto before = Snapshot(target);
+  const absl::Status s = LoadCheckpoint(
+      path,
+      {.model = target.ptr(), .optimizer = &wrong, .scaler = &target_scaler});
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr(path + ": AdamW load_state_dict: param group 0: eps"));
+  EXPECT_EQ(Snapshot(target), before);
+  EXPECT_EQ(target_scaler.get_scale(), 8.0);
+  EXPECT_EQ(wrong.lr(), static_cast<float>(1e-2));
+
+  // Parts of the file nobody asked for, and a missing part.
+  EXPECT_THAT(
+      std::string(LoadCheckpoint(path, {.model = target.ptr()}).message()),
+      HasSubstr("the file holds optimizer state (12 tensors under "
+                "'optimizer.') but no "
+                "optimizer was given"));
+  EXPECT_EQ(Snapshot(target), before);
+  ASSERT_TRUE(SaveCheckpoint(path, {.model = model.ptr()}).ok());
+  optim::AdamW right(target.parameters(), {.lr = 1e-2});
+  EXPECT_THAT(std::string(LoadCheckpoint(path, {.model = target.ptr(),
+                                                .optimizer = &right})
+                              .message()),
+              HasSubstr("metadata 'param_groups' is missing"));
+  EXPECT_EQ(Snapshot(target), before);
+
+  // A damaged file: nothing changes either.
+  {
+    std::FILE* f = std::fopen(path.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, 0, SEEK_END);
+    const long size = std::ftell(f);
+    std::fclose(f);
+    std::filesystem::resize_file(path, size - 1);
+  }
+  EXPECT_THAT(
+      std::string(LoadCheckpoint(path, {.model = target.ptr()}).message()),
+      HasSubstr("lie outside the data buffer"));
+  EXPECT_EQ(Snapshot(target), before);
+  std::remove(path.c_str());
+}
+
+TEST(TensorConveniencesTest, FromBlobCopies) {
+  std::vector<float> host = {1, 2, 3, 4, 5, 6};
+  Tensor t = from_blob(host.data(), {2, 3});
+  host[0] = 100;  // a copy: the tensor does not see it
+  EXPECT_EQ(Values(t), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(t.shape(), (Shape{2, 3}));
+  const int32_t ints[] = {-1, 7};
+  EXPECT_EQ(from_blob(ints, {2}, {.dtype = DType::kI32}).to_vector<int32_t>(),
+            (std::vector<int32_t>{-1, 7}));
+  EXPECT_TRUE(
+      from_blob(host.data(), {3}, {.requires_grad = true}).requires_grad());
+  EXPECT_EQ(from_blob(nullptr, {0, 4}).numel(), 0);
+  EXPECT_THROW(
+      {
+        try {
+          from_blob(nullptr, {2});
+        } catch (const Error& e) {
+          EXPECT_THAT(e.what(),
+                      HasSubstr("data is null but shape [2] has 2 elements"));
+          throw;
+        }
+      },
+      Error);
+  const uint8_t bools[] = {1, 2};
+  EXPECT_THROW(from_blob(bools, {2}, {.dtype = DType::kBool}), Error);
+}
+
+TEST(TensorConveniencesTest, ItemConvertsOnlyExactly) {
+  EXPECT_EQ(scalar_tensor(2.5).item<float>(), 2.5f);
+  EXPECT_EQ(scalar_tensor(2.5).item<double>(), 2.5);
+  EXPECT_EQ(scalar_tensor(-3.0).item<int64_t>(), -3);
+  EXPECT_EQ(full({1, 1}, 7.0, {.dtype = DType::kI32}).item<int32_t>(), 7);
+  EXPECT_EQ(scalar_tensor(1.0, {.dtype = DType::kBool}).item<bool>(), true);
+  EXPECT_EQ(scalar_tensor(0.0).item<bool>(), false);
+  // An i64 beyond 2^53 is read exactly, never through a double.
+  const int64_t big = (int64_t{1} << 62) + 1;
+  EXPECT_EQ(from_vector(std::vector<int64_t>{big}, {}).item<int64_t>(), big);
+  EXPECT_EQ(scalar_tensor(1.0, {.dtype = DType::kBF16}).item<float>(), 1.0f);
+
+  const auto message = [](auto f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THAT(
+      message([] { zeros({2}).item<float>(); }),
+      HasSubstr("item<float>() needs a tensor with one element, got f32[2]"));
+  EXPECT_THAT(message([] { scalar_tensor(2.5).item<int64_t>(); }),
+              HasSubstr("item<int64_t>(): the f32 value 2.5 is not an integer "
+                        "in the range of int64_t"));
+  EXPECT_THAT(message([] {
+                scalar_tensor(1e20, {.dtype = DType::kF64}).item<int64_t>();
+              }),
+              HasSubstr("is not an integer in the range of int64_t"));
+  EXPECT_THAT(
+      message([] {
+        from_vector(std::vector<int64_t>{int64_t{1} << 40}, {}).item<int32_t>();
+      }),
+      HasSubstr("item<int32_t>(): the i64 value 1099511627776 is out of the "
+                "range of int32_t"));
+  EXPECT_THAT(message([] { scalar_tensor(2.0).item<bool>(); }),
+              HasSubstr("item<bool>(): the f32 value 2 is neither 0 nor 1"));
+}
+
+}  // namespace
+}  // namespace stepjit
