@@ -186,7 +186,7 @@ class OpProfile {
     TraceEvent device_event;
     device_event.shape = ir::ShapeToString(out.shape);
     device_event.name = absl::StrCat(ir::OpName(op), " ", device_event.shape);
-    device_event.cat = kCatDevice;
+    device_event.cat = kCatOp;
     device_event.work = OpWork(op, types, out, attrs);
     // Views do no work; ops a replayed node runs count as the node.
     device_event.counted =

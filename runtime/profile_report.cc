@@ -92,10 +92,13 @@ std::string FormatProfile(int top) {
                           w.label, w.calls, w.total_ms,
                           w.total_ms / static_cast<double>(w.calls));
   }
+  const double in_steps = CountedMsInSteps();
   absl::StrAppendFormat(
-      &out, "  kernels and ops: %.3f ms%s (%s of step time)\n", kernel_ms,
-      device ? " (device time where timed by the device)" : "",
-      step_ms > 0 ? absl::StrFormat("%.1f%%", 100.0 * kernel_ms / step_ms)
+      &out,
+      "  kernels and ops%s: %.3f ms, in steps %.3f ms (%s of step time)\n",
+      device ? " (device time where the device timed them)" : "", kernel_ms,
+      in_steps,
+      step_ms > 0 ? absl::StrFormat("%.1f%%", 100.0 * in_steps / step_ms)
                   : std::string("no steps"));
   const MachinePeaks& peaks = GetMachinePeaks();
   absl::StrAppendFormat(&out,

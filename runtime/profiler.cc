@@ -29,6 +29,7 @@ struct Store {
   std::vector<TraceEvent> events;
   int64_t dropped = 0;
   absl::flat_hash_map<std::string, ProfileEntry> entries;
+  double counted_ms_in_steps = 0;
   absl::flat_hash_map<uint32_t, std::string> track_names;
   absl::flat_hash_map<uint64_t, uint32_t> device_tracks;
 };
@@ -42,6 +43,7 @@ std::atomic<uint32_t> g_next_host_track{1};
 thread_local uint32_t t_track = 0;
 thread_local int t_kernel_depth = 0;
 thread_local bool t_capture = false;
+thread_local int t_step_depth = 0;
 
 // The first device track; host tracks count up from 1.
 constexpr uint32_t kFirstDeviceTrack = 1000;
@@ -115,6 +117,8 @@ void RecordEvent(TraceEvent event) {
   Store& s = GetStore();
   std::lock_guard<std::mutex> lock(s.mu);
   if (event.counted) {
+    if (t_step_depth > 0)
+      s.counted_ms_in_steps += static_cast<double>(event.dur_ns) / 1e6;
     ProfileEntry& e = s.entries[event.name];
     if (e.label.empty()) e.label = event.name;
     ++e.calls;
@@ -141,20 +145,25 @@ void RecordEvent(TraceEvent event) {
 
 bool InsideKernel() { return t_kernel_depth > 0; }
 
+// A kernel span counts in the depth also under a capture: the ops a
+// captured node runs are the node's (their device spans are not counted).
 ProfileSpan::ProfileSpan(const char* cat, bool kernel)
-    : active_(ProfilingEnabled() && !t_capture), kernel_(kernel) {
+    : active_(ProfilingEnabled() && !t_capture),
+      kernel_(kernel && ProfilingEnabled()) {
+  if (kernel_) ++t_kernel_depth;
   if (!active_) return;
   event_.cat = cat;
   event_.tid = HostTrack();
-  if (kernel_) ++t_kernel_depth;
+  if (cat == kCatStep) ++t_step_depth;
   event_.begin_ns = ProfileNowNs();
 }
 
 void ProfileSpan::End() {
-  if (kernel_ && event_.tid != 0) --t_kernel_depth;
+  if (kernel_) --t_kernel_depth;
   kernel_ = false;
   if (!active_) return;
   active_ = false;
+  if (event_.cat == kCatStep) --t_step_depth;
   if (event_.name.empty()) return;
   event_.dur_ns = ProfileNowNs() - event_.begin_ns;
   RecordEvent(std::move(event_));
@@ -216,6 +225,7 @@ void ResetProfile() {
   Store& s = GetStore();
   std::lock_guard<std::mutex> lock(s.mu);
   s.entries.clear();
+  s.counted_ms_in_steps = 0;
   s.events.clear();
   s.dropped = 0;
 }
@@ -224,6 +234,12 @@ std::vector<TraceEvent> TraceSnapshot() {
   Store& s = GetStore();
   std::lock_guard<std::mutex> lock(s.mu);
   return s.events;
+}
+
+double CountedMsInSteps() {
+  Store& s = GetStore();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.counted_ms_in_steps;
 }
 
 int64_t DroppedTraceEvents() {

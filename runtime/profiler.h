@@ -53,7 +53,8 @@ inline constexpr char kCatKernel[] = "kernel";    // a replayed node
 inline constexpr char kCatOp[] = "op";            // an eager op
 inline constexpr char kCatData[] = "data";        // waiting for a batch
 inline constexpr char kCatGraph[] = "graph";      // a CUDA graph launch
-inline constexpr char kCatDevice[] = "device";    // device time of a kernel
+// (A device's spans have the category of the work they time, on the track
+// of the device's stream.)
 
 // One span. Times are nanoseconds since the profiler's epoch.
 struct TraceEvent {
@@ -166,6 +167,8 @@ void ResetProfile();
 // for its size limit.
 std::vector<TraceEvent> TraceSnapshot();
 int64_t DroppedTraceEvents();
+// The time of the counted spans recorded inside a step call.
+double CountedMsInSteps();
 // The calls and total time of the spans of category `cat` (kCatStep,
 // kCatData) by name.
 std::vector<ProfileEntry> SpanTotals(const char* cat);

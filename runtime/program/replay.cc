@@ -219,7 +219,7 @@ class NodeProfile {
 
   void End(const ir::Node& node, const RunContext& ctx) {
     TraceEvent e;
-    e.cat = kCatDevice;
+    e.cat = kCatKernel;
     e.name = ProfileLabel(node, ctx);
     e.work = WorkOf(node);
     e.shape = ir::ShapeToString(node.outputs()[0]->type().shape);
