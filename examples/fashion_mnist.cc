@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "runtime/nn/layers.h"
 #include "runtime/ops.h"
 #include "runtime/optim/adamw.h"
+#include "runtime/profiler.h"
 #include "tools/cli_flags.h"
 #include "tools/cli_output.h"
 
@@ -124,9 +126,18 @@ cl::opt<bool> json(
     cl::cat(kFlags));
 cl::opt<bool> quiet("quiet", cl::desc("no progress bar and no epoch lines"),
                     cl::cat(kFlags));
+cl::opt<std::string> profile(
+    "profile",
+    cl::desc("profile the training steps (not the evaluation) into this\n"
+             "Chrome trace file (Perfetto, chrome://tracing) and print the\n"
+             "profiler's summary on stderr"),
+    cl::value_desc("FILE.json"), cl::cat(kFlags));
 cl::extrahelp value_forms(
     "\nFlags take their value as \"--flag V\" or \"--flag=V\".\n");
 }  // namespace flags
+
+// The --profile session, paused around evaluations.
+Profiler* g_profiler = nullptr;
 
 // The parsed command line.
 struct Flags {
@@ -277,7 +288,9 @@ RunResult Run(const Flags& f, const data::Dataset& train,
     // partial epoch when --max-steps stops mid-way).
     r.final_loss = loss_sum / std::max<int64_t>(epoch_steps, 1);
     const auto eval_start = Clock::now();
+    if (g_profiler != nullptr) g_profiler->Pause();
     r.test_accuracy = Evaluate(model, test, amp_dtype, f.device);
+    if (g_profiler != nullptr) g_profiler->Resume();
     progress.Clear();
     if (!f.quiet) {
       std::fprintf(log,
@@ -350,10 +363,17 @@ int Main(int argc, char** argv) {
   if (f.compare_amp) {
     precisions = {DType::kF32, f.amp == DType::kF32 ? DType::kBF16 : f.amp};
   }
+  std::optional<Profiler> profiler;
+  if (!flags::profile.empty()) g_profiler = &profiler.emplace(flags::profile);
   std::vector<RunResult> rows;
   for (DType p : precisions) {
     if (f.mode != "compiled") rows.push_back(Run(f, *train, *test, false, p));
     if (f.mode != "eager") rows.push_back(Run(f, *train, *test, true, p));
+  }
+  if (profiler) {
+    profiler->Stop();
+    std::fprintf(stderr, "%sprofile trace written to %s\n",
+                 profiler->Summary().c_str(), flags::profile.c_str());
   }
   if (!f.json) {
     PrintSummary(rows);

@@ -62,9 +62,9 @@ const MachinePeaks& GetMachinePeaks() {
         gflops > 0 ? std::string("STEPJIT_PEAK_GFLOPS")
                    : absl::StrFormat("%s FMA loop on %d threads, measured",
                                      FmaIsa(), threads),
-        gbs > 0 ? std::string("STEPJIT_PEAK_GBS")
-                : absl::StrFormat("STREAM triad on %d threads, measured",
-                                  threads));
+        gbs > 0
+            ? std::string("STEPJIT_PEAK_GBS")
+            : absl::StrFormat("STREAM triad on %d threads, measured", threads));
     return p;
   }();
   return peaks;
@@ -101,16 +101,14 @@ std::string FormatProfile(int top) {
       step_ms > 0 ? absl::StrFormat("%.1f%%", 100.0 * in_steps / step_ms)
                   : std::string("no steps"));
   const MachinePeaks& peaks = GetMachinePeaks();
-  absl::StrAppendFormat(&out,
-                        "  peaks: %.1f GFLOP/s, %.1f GB/s (%s)%s\n",
+  absl::StrAppendFormat(&out, "  peaks: %.1f GFLOP/s, %.1f GB/s (%s)%s\n",
                         peaks.gflops, peaks.gb_per_s, peaks.source,
                         device ? "; host peaks: the CUDA host emulator runs "
                                  "kernels on these cores"
                                : "");
   if (const int64_t dropped = DroppedTraceEvents(); dropped > 0) {
-    absl::StrAppendFormat(&out,
-                          "  the trace kept its first spans and dropped %d\n",
-                          dropped);
+    absl::StrAppendFormat(
+        &out, "  the trace kept its first spans and dropped %d\n", dropped);
   }
   absl::StrAppendFormat(&out, "%-46s %7s %10s %9s %6s %8s %6s %8s %6s\n",
                         "kernel", "calls", "total ms", "ms/call", "%step",
@@ -139,9 +137,8 @@ std::string FormatProfile(int top) {
 absl::Status CheckWritable(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot write the trace file '", path,
-                     "': ", std::strerror(errno)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot write the trace file '", path, "': ", std::strerror(errno)));
   }
   std::fclose(f);
   return absl::OkStatus();

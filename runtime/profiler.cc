@@ -324,6 +324,16 @@ void Profiler::Stop() {
   SJ_REQUIRE(st.ok(), "stepjit::Profiler: ", st.message());
 }
 
+void Profiler::Pause() {
+  if (stopped_) return;
+  runtime::FlushDeviceTimers();
+  runtime::EnableProfiling(false);
+}
+
+void Profiler::Resume() {
+  if (!stopped_) runtime::EnableProfiling(true);
+}
+
 std::string Profiler::Summary(int top) const {
   if (!stopped_) runtime::FlushDeviceTimers();
   return runtime::FormatProfile(top);

@@ -224,6 +224,10 @@ class Profiler {
 
   // Stops recording and writes the trace (throws Error when writing fails).
   void Stop();
+  // Stops and resumes recording within the session (around an evaluation
+  // that should not be in the profile, say).
+  void Pause();
+  void Resume();
   // The summary of what this session recorded so far.
   std::string Summary(int top = 25) const;
   // The recorded spans.

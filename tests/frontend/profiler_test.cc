@@ -59,9 +59,9 @@ struct Mlp {
 // The GEMMs of one step, by hand (2 FLOPs per multiply-add): forward
 // 16x20 . 20x32 and 16x32 . 32x6; backward dW2 = 6x16 . 16x32, dH =
 // 16x6 . 6x32, dW1 = 32x16 . 16x20 (x needs no gradient).
-constexpr double kStepGemmFlops = 2.0 * (16 * 20 * 32 + 16 * 32 * 6 +
-                                         6 * 16 * 32 + 16 * 6 * 32 +
-                                         32 * 16 * 20);
+constexpr double kStepGemmFlops =
+    2.0 *
+    (16 * 20 * 32 + 16 * 32 * 6 + 6 * 16 * 32 + 16 * 6 * 32 + 32 * 16 * 20);
 
 data::Dataset MakeDataset() {
   Generator g(9);
@@ -82,8 +82,8 @@ bool IsGemm(const Span& s) { return s.name.rfind("matmul ", 0) == 0; }
 
 TEST_F(ProfilerTest, CompiledStepsWithADataLoaderMakeANestedTrace) {
   Mlp mlp;
-  auto step = compile(
-      [&](const Tensor& x, const Tensor& y) { return mlp.Step(x, y); });
+  auto step =
+      compile([&](const Tensor& x, const Tensor& y) { return mlp.Step(x, y); });
   data::DataLoader loader(MakeDataset(), {.batch_size = 16});
   const std::string path = Path("profile_mlp");
   std::string summary;
@@ -199,8 +199,8 @@ TEST_F(ProfilerTest, EagerGemmFlopsAreTwiceMnk) {
 TEST_F(ProfilerTest, OffRecordsNothing) {
   runtime::ResetProfile();
   Mlp mlp;
-  auto step = compile(
-      [&](const Tensor& x, const Tensor& y) { return mlp.Step(x, y); });
+  auto step =
+      compile([&](const Tensor& x, const Tensor& y) { return mlp.Step(x, y); });
   data::DataLoader loader(MakeDataset(), {.batch_size = 16});
   for (data::Batch& b : loader) step(b.x, b.y);
   EXPECT_EQ(step.stats().replays, 2);
@@ -234,8 +234,7 @@ TEST_F(ProfilerTest, BadTracePathsAreClearErrors) {
             "trace file name ending in .json, got 'yes'");
   EXPECT_FALSE(runtime::ParseProfileEnv("0")->on);
   EXPECT_FALSE(runtime::ParseProfileEnv(nullptr)->on);
-  const absl::StatusOr<runtime::ProfileEnv> one =
-      runtime::ParseProfileEnv("1");
+  const absl::StatusOr<runtime::ProfileEnv> one = runtime::ParseProfileEnv("1");
   ASSERT_TRUE(one.ok());
   EXPECT_TRUE(one->on);
   EXPECT_EQ(one->trace_path, "");

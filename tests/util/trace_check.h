@@ -113,9 +113,10 @@ inline std::string NestingError(const std::vector<Span>& spans) {
   std::map<int64_t, std::vector<const Span*>> by_track;
   for (const Span& s : spans) by_track[s.tid].push_back(&s);
   for (auto& [tid, list] : by_track) {
-    std::stable_sort(list.begin(), list.end(), [](const Span* a, const Span* b) {
-      return a->begin != b->begin ? a->begin < b->begin : a->end > b->end;
-    });
+    std::stable_sort(
+        list.begin(), list.end(), [](const Span* a, const Span* b) {
+          return a->begin != b->begin ? a->begin < b->begin : a->end > b->end;
+        });
     std::vector<const Span*> open;
     for (const Span* s : list) {
       while (!open.empty() && open.back()->end <= s->begin) open.pop_back();
