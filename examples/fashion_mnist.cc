@@ -373,7 +373,7 @@ int Main(int argc, char** argv) {
   if (profiler) {
     profiler->Stop();
     std::fprintf(stderr, "%sprofile trace written to %s\n",
-                 profiler->Summary().c_str(), flags::profile.c_str());
+                 profiler->Summary(12).c_str(), flags::profile.c_str());
   }
   if (!f.json) {
     PrintSummary(rows);

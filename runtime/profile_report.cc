@@ -70,59 +70,24 @@ const MachinePeaks& GetMachinePeaks() {
   return peaks;
 }
 
-std::string FormatProfile(int top) {
-  const std::vector<ProfileEntry> entries = ProfileSnapshot();
-  const std::vector<ProfileEntry> steps = SpanTotals(kCatStep);
-  const std::vector<ProfileEntry> waits = SpanTotals(kCatData);
-  double step_ms = 0, kernel_ms = 0;
-  bool device = false;
-  for (const ProfileEntry& s : steps) step_ms += s.total_ms;
-  for (const ProfileEntry& e : entries) {
-    kernel_ms += e.total_ms;
-    device |= e.device;
-  }
-  std::string out = "stepjit profile\n";
-  for (const ProfileEntry& s : steps) {
-    absl::StrAppendFormat(&out, "  %-44s %6d calls %11.3f ms %9.3f ms/call\n",
-                          s.label, s.calls, s.total_ms,
-                          s.total_ms / static_cast<double>(s.calls));
-  }
-  for (const ProfileEntry& w : waits) {
-    absl::StrAppendFormat(&out, "  %-44s %6d waits %11.3f ms %9.3f ms/wait\n",
-                          w.label, w.calls, w.total_ms,
-                          w.total_ms / static_cast<double>(w.calls));
-  }
-  const double in_steps = CountedMsInSteps();
-  absl::StrAppendFormat(
-      &out,
-      "  kernels and ops%s: %.3f ms, in steps %.3f ms (%s of step time)\n",
-      device ? " (device time where the device timed them)" : "", kernel_ms,
-      in_steps,
-      step_ms > 0 ? absl::StrFormat("%.1f%%", 100.0 * in_steps / step_ms)
-                  : std::string("no steps"));
-  const MachinePeaks& peaks = GetMachinePeaks();
-  absl::StrAppendFormat(&out, "  peaks: %.1f GFLOP/s, %.1f GB/s (%s)%s\n",
-                        peaks.gflops, peaks.gb_per_s, peaks.source,
-                        device ? "; host peaks: the CUDA host emulator runs "
-                                 "kernels on these cores"
-                               : "");
-  if (const int64_t dropped = DroppedTraceEvents(); dropped > 0) {
-    absl::StrAppendFormat(
-        &out, "  the trace kept its first spans and dropped %d\n", dropped);
-  }
-  absl::StrAppendFormat(&out, "%-46s %7s %10s %9s %6s %8s %6s %8s %6s\n",
+namespace {
+
+// The table of `entries`: the top `top`, shares of `step_ms` (none when 0).
+void AppendTable(std::string& out, const std::vector<ProfileEntry>& entries,
+                 double step_ms, const MachinePeaks& peaks, int top) {
+  absl::StrAppendFormat(&out, "  %-46s %7s %10s %9s %6s %8s %6s %8s %6s\n",
                         "kernel", "calls", "total ms", "ms/call", "%step",
                         "GFLOP/s", "%peak", "GB/s", "%peak");
   int shown = 0;
   for (const ProfileEntry& e : entries) {
     if (shown++ == top) {
-      absl::StrAppendFormat(&out, "... and %d more\n",
+      absl::StrAppendFormat(&out, "  ... and %d more\n",
                             static_cast<int>(entries.size()) - top);
       break;
     }
-    std::string label = e.device ? absl::StrCat(e.label, " @dev") : e.label;
     absl::StrAppendFormat(
-        &out, "%-46s %7d %10.3f %9.4f %6s %8s %6s %8s %6s\n", label, e.calls,
+        &out, "  %-46s %7d %10.3f %9.4f %6s %8s %6s %8s %6s\n",
+        e.device ? absl::StrCat(e.label, " @dev") : e.label, e.calls,
         e.total_ms, e.total_ms / static_cast<double>(e.calls),
         step_ms > 0 ? absl::StrFormat("%.1f%%", 100.0 * e.total_ms / step_ms)
                     : "",
@@ -130,6 +95,60 @@ std::string FormatProfile(int top) {
         Share(e.flops, e.total_ms, 1e9, peaks.gflops),
         Rate(e.bytes, e.total_ms, 1e9),
         Share(e.bytes, e.total_ms, 1e9, peaks.gb_per_s));
+  }
+}
+
+}  // namespace
+
+std::string FormatProfile(int top) {
+  const std::vector<ProfileEntry> steps = SpanTotals(kCatStep);
+  std::string out = "stepjit profile\n";
+  for (const ProfileEntry& s : steps) {
+    absl::StrAppendFormat(&out, "  %-44s %6d calls %11.3f ms %9.3f ms/call\n",
+                          s.label, s.calls, s.total_ms,
+                          s.total_ms / static_cast<double>(s.calls));
+  }
+  for (const ProfileEntry& w : SpanTotals(kCatData)) {
+    absl::StrAppendFormat(&out, "  %-44s %6d waits %11.3f ms %9.3f ms/wait\n",
+                          w.label, w.calls, w.total_ms,
+                          w.total_ms / static_cast<double>(w.calls));
+  }
+  const MachinePeaks& peaks = GetMachinePeaks();
+  bool device = false;
+  for (const ProfileEntry& e : ProfileSnapshot()) device |= e.device;
+  absl::StrAppendFormat(&out, "  peaks: %.1f GFLOP/s, %.1f GB/s (%s)\n",
+                        peaks.gflops, peaks.gb_per_s, peaks.source);
+  if (device) {
+    absl::StrAppend(&out,
+                    "  @dev: device time between CUDA events around the "
+                    "kernel (the host emulator runs kernels on the cores "
+                    "the peaks were measured on)\n");
+  }
+  if (const int64_t dropped = DroppedTraceEvents(); dropped > 0) {
+    absl::StrAppendFormat(
+        &out, "  the trace kept its first spans and dropped %d\n", dropped);
+  }
+  for (const auto& [step, entries] : ProfileByStep()) {
+    double step_ms = 0, kernel_ms = 0;
+    int64_t calls = 0;
+    for (const ProfileEntry& s : steps) {
+      if (s.label == step) {
+        step_ms = s.total_ms;
+        calls = s.calls;
+      }
+    }
+    for (const ProfileEntry& e : entries) kernel_ms += e.total_ms;
+    if (step.empty()) {
+      absl::StrAppendFormat(
+          &out, "outside step calls: kernels and ops %.3f ms\n", kernel_ms);
+    } else {
+      absl::StrAppendFormat(
+          &out, "in %s (%d calls, %.3f ms): kernels and ops %.3f ms (%s)\n",
+          step, calls, step_ms, kernel_ms,
+          step_ms > 0 ? absl::StrFormat("%.1f%%", 100.0 * kernel_ms / step_ms)
+                      : std::string("-"));
+    }
+    AppendTable(out, entries, step.empty() ? 0 : step_ms, peaks, top);
   }
   return out;
 }

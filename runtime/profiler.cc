@@ -29,7 +29,11 @@ struct Store {
   std::vector<TraceEvent> events;
   int64_t dropped = 0;
   absl::flat_hash_map<std::string, ProfileEntry> entries;
-  double counted_ms_in_steps = 0;
+  // The counted spans by the name of the step call they ran in ("" for
+  // none).
+  absl::flat_hash_map<std::string,
+                      absl::flat_hash_map<std::string, ProfileEntry>>
+      by_step;
   absl::flat_hash_map<uint32_t, std::string> track_names;
   absl::flat_hash_map<uint64_t, uint32_t> device_tracks;
 };
@@ -47,6 +51,21 @@ thread_local int t_step_depth = 0;
 
 // The first device track; host tracks count up from 1.
 constexpr uint32_t kFirstDeviceTrack = 1000;
+// The counted spans of the step call running on this thread: which step it
+// is (compiled, traced, eager) is known when it ends.
+thread_local absl::flat_hash_map<std::string, ProfileEntry> t_step_entries;
+
+void Accumulate(absl::flat_hash_map<std::string, ProfileEntry>& table,
+                const TraceEvent& event) {
+  ProfileEntry& e = table[event.name];
+  if (e.label.empty()) e.label = event.name;
+  ++e.calls;
+  e.total_ms += static_cast<double>(event.dur_ns) / 1e6;
+  e.kind = event.work.kind;
+  e.flops += event.work.flops;
+  e.bytes += event.work.bytes;
+  e.device = event.tid >= kFirstDeviceTrack;
+}
 
 }  // namespace
 
@@ -117,16 +136,8 @@ void RecordEvent(TraceEvent event) {
   Store& s = GetStore();
   std::lock_guard<std::mutex> lock(s.mu);
   if (event.counted) {
-    if (t_step_depth > 0)
-      s.counted_ms_in_steps += static_cast<double>(event.dur_ns) / 1e6;
-    ProfileEntry& e = s.entries[event.name];
-    if (e.label.empty()) e.label = event.name;
-    ++e.calls;
-    e.total_ms += static_cast<double>(event.dur_ns) / 1e6;
-    e.kind = event.work.kind;
-    e.flops += event.work.flops;
-    e.bytes += event.work.bytes;
-    e.device = event.tid >= kFirstDeviceTrack;
+    Accumulate(s.entries, event);
+    Accumulate(t_step_depth > 0 ? t_step_entries : s.by_step[""], event);
   }
   if (event.cat == kCatStep || event.cat == kCatData) {
     // The summary's step and wait totals, by name.
@@ -163,7 +174,23 @@ void ProfileSpan::End() {
   kernel_ = false;
   if (!active_) return;
   active_ = false;
-  if (event_.cat == kCatStep) --t_step_depth;
+  if (event_.cat == kCatStep && --t_step_depth == 0) {
+    Store& s = GetStore();
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto& table = s.by_step[event_.name];
+    for (const auto& [label, e] : t_step_entries) {
+      ProfileEntry& sum = table[label];
+      if (sum.label.empty())
+        sum = e;
+      else {
+        sum.calls += e.calls;
+        sum.total_ms += e.total_ms;
+        sum.flops += e.flops;
+        sum.bytes += e.bytes;
+      }
+    }
+    t_step_entries.clear();
+  }
   if (event_.name.empty()) return;
   event_.dur_ns = ProfileNowNs() - event_.begin_ns;
   RecordEvent(std::move(event_));
@@ -225,7 +252,7 @@ void ResetProfile() {
   Store& s = GetStore();
   std::lock_guard<std::mutex> lock(s.mu);
   s.entries.clear();
-  s.counted_ms_in_steps = 0;
+  s.by_step.clear();
   s.events.clear();
   s.dropped = 0;
 }
@@ -236,10 +263,34 @@ std::vector<TraceEvent> TraceSnapshot() {
   return s.events;
 }
 
-double CountedMsInSteps() {
+std::vector<std::pair<std::string, std::vector<ProfileEntry>>> ProfileByStep() {
   Store& s = GetStore();
-  std::lock_guard<std::mutex> lock(s.mu);
-  return s.counted_ms_in_steps;
+  std::vector<std::pair<std::string, std::vector<ProfileEntry>>> out;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (const auto& [step, table] : s.by_step) {
+      out.emplace_back(step, std::vector<ProfileEntry>());
+      for (const auto& [label, e] : table) out.back().second.push_back(e);
+    }
+  }
+  for (auto& [step, entries] : out) {
+    std::sort(entries.begin(), entries.end(),
+              [](const ProfileEntry& a, const ProfileEntry& b) {
+                return a.total_ms != b.total_ms ? a.total_ms > b.total_ms
+                                                : a.label < b.label;
+              });
+  }
+  // Compiled steps first, then the other calls by name, then what ran
+  // outside any step.
+  auto rank = [](const std::string& step) {
+    if (step.empty()) return 2;
+    return step.find("(compiled)") != std::string::npos ? 0 : 1;
+  };
+  std::sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
+    return rank(a.first) != rank(b.first) ? rank(a.first) < rank(b.first)
+                                          : a.first < b.first;
+  });
+  return out;
 }
 
 int64_t DroppedTraceEvents() {

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -167,8 +168,10 @@ void ResetProfile();
 // for its size limit.
 std::vector<TraceEvent> TraceSnapshot();
 int64_t DroppedTraceEvents();
-// The time of the counted spans recorded inside a step call.
-double CountedMsInSteps();
+// The counted spans aggregated per name of the step call they ran in
+// ("train_step (compiled)"; "" for those outside any step call), each list
+// sorted as ProfileSnapshot's; compiled steps first, "" last.
+std::vector<std::pair<std::string, std::vector<ProfileEntry>>> ProfileByStep();
 // The calls and total time of the spans of category `cat` (kCatStep,
 // kCatData) by name.
 std::vector<ProfileEntry> SpanTotals(const char* cat);
@@ -185,8 +188,10 @@ struct MachinePeaks {
 };
 const MachinePeaks& GetMachinePeaks();
 
-// The summary: time in steps, the top `top` kernels by total time with
-// calls, share of step time, GFLOP/s and GB/s against the peaks.
+// The summary: the calls of each step and the data loader's waits, the
+// peaks, and for each kind of step call (and outside them) the top `top`
+// kernels by total time with calls, share of that step's time, and
+// achieved GFLOP/s and GB/s against the peaks.
 std::string FormatProfile(int top = 25);
 
 // Writes the recorded spans as Chrome trace JSON to `path`.
