@@ -137,7 +137,9 @@ void RecordEvent(TraceEvent event) {
   std::lock_guard<std::mutex> lock(s.mu);
   if (event.counted) {
     Accumulate(s.entries, event);
-    Accumulate(t_step_depth > 0 ? t_step_entries : s.by_step[""], event);
+    Accumulate(t_step_depth > 0 && !event.outside_step ? t_step_entries
+                                                       : s.by_step[""],
+               event);
   }
   if (event.cat == kCatStep || event.cat == kCatData) {
     // The summary's step and wait totals, by name.
@@ -155,6 +157,7 @@ void RecordEvent(TraceEvent event) {
 }
 
 bool InsideKernel() { return t_kernel_depth > 0; }
+bool InsideStep() { return t_step_depth > 0; }
 
 // A kernel span counts in the depth also under a capture: the ops a
 // captured node runs are the node's (their device spans are not counted).

@@ -71,6 +71,9 @@ struct TraceEvent {
   // (host spans of CPU work, device spans of CUDA work), not the spans that
   // enclose others or only launch work on a device.
   bool counted = false;
+  // Recorded outside any step call (a device span is recorded when read,
+  // at the end of the next step call; its timer says where it started).
+  bool outside_step = false;
 };
 
 // Profiling is on (the cheap check every recording site makes).
@@ -94,6 +97,8 @@ void RecordEvent(TraceEvent event);
 // Host spans nest per thread: the spans a replayed node encloses are not
 // counted again in the summary (InsideKernel() is then true).
 bool InsideKernel();
+// Whether a step call is running on this thread.
+bool InsideStep();
 
 // A host span from construction to destruction, recorded when profiling was
 // on at construction and a name was set.

@@ -36,6 +36,7 @@ class Timer final : public DeviceTimer {
     if (start == 0 || b == nullptr) return;
     std::lock_guard<std::mutex> lock(mu_);
     const bool in_graph = t_graph_spans != nullptr;
+    event.outside_step = !InsideStep();
     const Event end = NewEvent(*b, !in_graph);
     const Stream stream = CurrentStream();
     if (end == 0 || !Check(b->RecordEvent(end, stream))) return;

@@ -226,8 +226,7 @@ class NodeProfile {
     if (absl::Span<const ir::Node* const> group =
             ctx.plan->backend->GroupStartingAt(node);
         !group.empty() && ctx.ran_in_group.contains(&node)) {
-      e.name = absl::StrCat("group of ", group.size(), " regions from ",
-                            e.name);
+      e.name = absl::StrCat(e.name, " +", group.size() - 1, " regions");
       for (const ir::Node* m : group.subspan(1)) {
         const ProfileWork w = WorkOf(*m);
         e.work.bytes += w.bytes;
