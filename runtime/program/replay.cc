@@ -232,7 +232,6 @@ class NodeProfile {
         e.work.bytes += w.bytes;
       }
     }
-    e.counted = timer_ == nullptr;
     span_.set_name(e.name);
     span_.set_work(e.work, e.shape);
     span_.set_counted(timer_ == nullptr);
