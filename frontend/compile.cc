@@ -96,13 +96,16 @@ void PrintCompileTimes(const std::string& name, double total_ms,
 class StepProfile {
  public:
   StepProfile(const std::string& name, const CompileStats& stats)
-      : span_(runtime::kCatStep), name_(name), stats_(stats),
-        replays_(stats.replays), traces_(stats.traces) {}
+      : span_(runtime::kCatStep),
+        name_(name),
+        stats_(stats),
+        replays_(stats.replays),
+        traces_(stats.traces) {}
   ~StepProfile() {
     if (!span_.active() || std::uncaught_exceptions() > 0) return;
     runtime::FlushDeviceTimers();
     span_.set_name(absl::StrCat(name_, " (",
-                                stats_.replays > replays_  ? "compiled"
+                                stats_.replays > replays_ ? "compiled"
                                 : stats_.traces > traces_ ? "traced"
                                                           : "eager",
                                 ")"));

@@ -5,9 +5,10 @@
 // clock by its DeviceTimer. Written as a Chrome trace (Perfetto,
 // chrome://tracing) and summarized as a table of kernels.
 //
-//   { stepjit::Profiler profile("trace.json");  // or STEPJIT_PROFILE=trace.json
-//     for (...) compiled(x, y); }
-//   std::cerr << stepjit::Profiler::LastSummary();
+//   stepjit::Profiler profile("trace.json");  // STEPJIT_PROFILE=trace.json
+//   for (...) compiled(x, y);
+//   profile.Stop();                    // writes the trace
+//   std::cerr << profile.Summary();
 //
 // STEPJIT_PROFILE=1 prints the summary at exit; a value ending in .json also
 // writes the trace there. When profiling is off every recording site costs
@@ -88,7 +89,7 @@ void EnableProfiling(bool on, bool keep_trace = true);
 int64_t ProfileNowNs();
 // This thread's track.
 uint32_t HostTrack();
-// The track of a device's stream, named for the trace (`name`: "cuda stream 3").
+// The track of a device's stream, named `name` ("cuda stream 3").
 uint32_t DeviceTrack(uint64_t key, const std::string& name);
 
 // Records a finished span (from any thread).
