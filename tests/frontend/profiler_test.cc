@@ -196,6 +196,22 @@ TEST_F(ProfilerTest, EagerGemmFlopsAreTwiceMnk) {
                                         2.0 * 5 * 5 * 7}));
 }
 
+TEST_F(ProfilerTest, PausedWorkIsLeftOut) {
+  Generator g(2);
+  const Tensor a = randn({4, 6}, {}, &g), b = randn({6, 2}, {}, &g);
+  Profiler profile;
+  matmul(a, b);
+  profile.Pause();
+  EXPECT_FALSE(Profiler::Active());
+  relu(a);
+  profile.Resume();
+  add(a, a);
+  profile.Stop();
+  std::vector<std::string> names;
+  for (const runtime::TraceEvent& e : profile.Events()) names.push_back(e.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"matmul [4, 2]", "add [4, 6]"}));
+}
+
 TEST_F(ProfilerTest, OffRecordsNothing) {
   runtime::ResetProfile();
   Mlp mlp;
