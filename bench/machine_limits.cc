@@ -26,38 +26,6 @@ __attribute__((target("avx512f"))) float Sum16(__m512 v) {
   return t;
 }
 
-__attribute__((target("avx512f"))) float FmaLoop512(int64_t iters) {
-  __m512 acc[kAccumulators];
-  for (int i = 0; i < kAccumulators; ++i) acc[i] = _mm512_set1_ps(0.001f * i);
-  const __m512 a = _mm512_set1_ps(0.9999f), b = _mm512_set1_ps(1e-7f);
-  for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 12  // the accumulators stay in registers
-    for (int i = 0; i < kAccumulators; ++i)
-      acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-  }
-  __m512 s = acc[0];
-  for (int i = 1; i < kAccumulators; ++i) s = _mm512_add_ps(s, acc[i]);
-  return Sum16(s);
-}
-
-__attribute__((target("avx2,fma"))) float FmaLoop256(int64_t iters) {
-  __m256 acc[kAccumulators];
-  for (int i = 0; i < kAccumulators; ++i) acc[i] = _mm256_set1_ps(0.001f * i);
-  const __m256 a = _mm256_set1_ps(0.9999f), b = _mm256_set1_ps(1e-7f);
-  for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 12  // the accumulators stay in registers
-    for (int i = 0; i < kAccumulators; ++i)
-      acc[i] = _mm256_fmadd_ps(acc[i], a, b);
-  }
-  __m256 s = acc[0];
-  for (int i = 1; i < kAccumulators; ++i) s = _mm256_add_ps(s, acc[i]);
-  alignas(32) float out[8];
-  _mm256_store_ps(out, s);
-  float t = 0;
-  for (float v : out) t += v;
-  return t;
-}
-
 // bf16 pairs into f32 (vdpbf16ps: 32 multiply-adds per 512-bit instruction).
 __attribute__((target("avx512f,avx512bf16"))) float DpBf16Loop512(
     int64_t iters) {
@@ -110,24 +78,6 @@ double GemmRate(DType dtype, int64_t n) {
 
 }  // namespace
 
-int FmaLanes() {
-  if (__builtin_cpu_supports("avx512f")) return 16;
-  return __builtin_cpu_supports("fma") ? 8 : 0;
-}
-const char* FmaIsa() {
-  switch (FmaLanes()) {
-    case 16:
-      return "avx512 f32";
-    case 8:
-      return "avx2 f32";
-  }
-  return "none";
-}
-float FmaLoop(int64_t iters) {
-  return FmaLanes() == 16  ? FmaLoop512(iters)
-         : FmaLanes() == 8 ? FmaLoop256(iters)
-                           : 0;
-}
 bool HasDpBf16() { return __builtin_cpu_supports("avx512bf16"); }
 float DpBf16Loop(int64_t iters) {
   return HasDpBf16() ? DpBf16Loop512(iters) : 0;
@@ -157,31 +107,14 @@ MachineLimits MeasureMachineLimits(int threads) {
   MachineLimits m;
   m.threads = threads;
   constexpr int64_t kIters = 1 << 21;
-  if (FmaLanes() > 0) {
-    const double s =
-        BestWallSeconds(threads, 5, [](int) { g_sink = FmaLoop(kIters); });
-    m.fma_f32_gflops =
-        2.0 * FmaLanes() * kAccumulators * kIters * threads / s / 1e9;
-  }
+  m.fma_f32_gflops = runtime::MeasureFmaGflops(threads, kIters, 5);
   if (HasDpBf16()) {
     const double s =
         BestWallSeconds(threads, 5, [](int) { g_sink = DpBf16Loop(kIters); });
     m.dp_bf16_gflops = 2.0 * 32 * kAccumulators * kIters * threads / s / 1e9;
   }
-  {
-    constexpr int64_t kN = 16 << 20;  // floats per array per thread: 64 MiB
-    std::vector<std::vector<float>> a(threads, std::vector<float>(kN)),
-        b(threads, std::vector<float>(kN, 1.0f)),
-        c(threads, std::vector<float>(kN, 2.0f));
-    const double s = BestWallSeconds(threads, 5, [&](int t) {
-      float* __restrict pa = a[t].data();
-      const float* __restrict pb = b[t].data();
-      const float* __restrict pc = c[t].data();
-      for (int64_t i = 0; i < kN; ++i) pa[i] = pb[i] + 3.0f * pc[i];
-      g_sink = pa[kN / 2];
-    });
-    m.triad_gb_per_s = 12.0 * kN * threads / s / 1e9;
-  }
+  // 64 MiB per array per thread: far larger than the caches.
+  m.triad_gb_per_s = runtime::MeasureTriadGbPerS(threads, 16 << 20, 5);
   m.gemm_n = 1024;
   m.gemm_f32_gflops = GemmRate(DType::kF32, m.gemm_n);
   m.gemm_bf16_gflops = GemmRate(DType::kBF16, m.gemm_n);

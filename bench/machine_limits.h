@@ -13,17 +13,18 @@
 #include <string>
 
 #include "frontend/stepjit.h"
+#include "runtime/machine_peaks.h"
 
 namespace stepjit::bench {
 
 // The register-only loops, one thread each; they return a value that
 // depends on every chain so that the loop is not dropped. Multiply-adds per
-// call: FmaLanes() * kAccumulators * iters (f32), 32 * kAccumulators * iters
-// (bf16 pairs).
-inline constexpr int kAccumulators = 12;  // > FMA latency x ports (4 x 2)
-float FmaLoop(int64_t iters);
-int FmaLanes();                   // 16 with AVX-512, 8 with AVX2, 0 without FMA
-const char* FmaIsa();             // "avx512 f32", "avx2 f32" or "none"
+// call: FmaLanes() * kAccumulators * iters (f32, runtime/machine_peaks.h),
+// 32 * kAccumulators * iters (bf16 pairs).
+using runtime::FmaIsa;
+using runtime::FmaLanes;
+using runtime::FmaLoop;
+using runtime::kAccumulators;
 bool HasDpBf16();                 // AVX512_BF16
 float DpBf16Loop(int64_t iters);  // HasDpBf16() only
 

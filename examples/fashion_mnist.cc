@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@
 #include "runtime/nn/layers.h"
 #include "runtime/ops.h"
 #include "runtime/optim/adamw.h"
+#include "runtime/profiler.h"
 #include "tools/cli_flags.h"
 #include "tools/cli_output.h"
 
@@ -140,9 +142,18 @@ cl::opt<std::string> loss_csv(
     cl::value_desc("FILE"), cl::cat(kFlags));
 cl::opt<bool> quiet("quiet", cl::desc("no progress bar and no epoch lines"),
                     cl::cat(kFlags));
+cl::opt<std::string> profile(
+    "profile",
+    cl::desc("profile the training steps (not the evaluation) into this\n"
+             "Chrome trace file (Perfetto, chrome://tracing) and print the\n"
+             "profiler's summary on stderr"),
+    cl::value_desc("FILE.json"), cl::cat(kFlags));
 cl::extrahelp value_forms(
     "\nFlags take their value as \"--flag V\" or \"--flag=V\".\n");
 }  // namespace flags
+
+// The --profile session, paused around evaluations.
+Profiler* g_profiler = nullptr;
 
 // The parsed command line.
 struct Flags {
@@ -312,7 +323,9 @@ RunResult Run(const Flags& f, const data::Dataset& train,
     // partial epoch when --max-steps stops mid-way).
     r.final_loss = loss_sum / std::max<int64_t>(epoch_steps, 1);
     const auto eval_start = Clock::now();
+    if (g_profiler != nullptr) g_profiler->Pause();
     r.test_accuracy = Evaluate(model, test, amp_dtype, f.device);
+    if (g_profiler != nullptr) g_profiler->Resume();
     progress.Clear();
     if (!f.quiet) {
       std::fprintf(log,
@@ -396,6 +409,8 @@ int Main(int argc, char** argv) {
     }
     std::fputs("mode,step,loss\n", loss_csv);
   }
+  std::optional<Profiler> profiler;
+  if (!flags::profile.empty()) g_profiler = &profiler.emplace(flags::profile);
   std::vector<RunResult> rows;
   for (DType p : precisions) {
     if (f.mode != "compiled")
@@ -407,6 +422,11 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "fashion_mnist: --loss-csv: cannot write '%s': %s\n",
                  f.loss_csv.c_str(), std::strerror(errno));
     return 1;
+  }
+  if (profiler) {
+    profiler->Stop();
+    std::fprintf(stderr, "%sprofile trace written to %s\n",
+                 profiler->Summary(12).c_str(), flags::profile.c_str());
   }
   if (!f.json) {
     PrintSummary(rows);

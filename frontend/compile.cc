@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <exception>
 #include <iostream>
 #include <sstream>
 
@@ -24,6 +25,7 @@
 #include "passes/pass_manager.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/executor.h"
+#include "runtime/profiler.h"
 #include "runtime/thread_pool.h"
 
 namespace stepjit {
@@ -88,6 +90,34 @@ void PrintCompileTimes(const std::string& name, double total_ms,
   std::cerr << line << "\n";
 }
 
+// A call's span in the profile (runtime/profiler.h), named at its end by
+// what the call did; device spans are read before it ends, so that on CUDA
+// it covers the call's device work.
+class StepProfile {
+ public:
+  StepProfile(const std::string& name, const CompileStats& stats)
+      : span_(runtime::kCatStep),
+        name_(name),
+        stats_(stats),
+        replays_(stats.replays),
+        traces_(stats.traces) {}
+  ~StepProfile() {
+    if (!span_.active() || std::uncaught_exceptions() > 0) return;
+    runtime::FlushDeviceTimers();
+    span_.set_name(absl::StrCat(name_, " (",
+                                stats_.replays > replays_ ? "compiled"
+                                : stats_.traces > traces_ ? "traced"
+                                                          : "eager",
+                                ")"));
+  }
+
+ private:
+  runtime::ProfileSpan span_;
+  const std::string& name_;
+  const CompileStats& stats_;
+  const int64_t replays_, traces_;
+};
+
 }  // namespace
 
 struct StepCompiler::Impl {
@@ -121,6 +151,9 @@ struct StepCompiler::Impl {
       const std::function<std::vector<Tensor>()>& eager,
       Specialization* replace) {
     const auto start = std::chrono::steady_clock::now();
+    runtime::ProfileSpan trace_span(runtime::kCatCompile);
+    if (trace_span.active())
+      trace_span.set_name(absl::StrCat("trace ", options.name));
     Tracer tracer(options.name);
     tracer.Begin(inputs);
     std::vector<Tensor> outputs;
@@ -131,10 +164,14 @@ struct StepCompiler::Impl {
       throw;
     }
     Trace trace = tracer.End(outputs);
+    trace_span.End();
     stats.trace_ms = std::chrono::duration<double, std::milli>(
                          std::chrono::steady_clock::now() - start)
                          .count();
     const Device device = StepDevice(trace, inputs);
+    runtime::ProfileSpan build_span(runtime::kCatCompile);
+    if (build_span.active())
+      build_span.set_name(absl::StrCat("compile ", options.name));
     Install(Build(std::move(signature), std::move(trace), device), replace,
             start);
     return outputs;
@@ -228,7 +265,11 @@ struct StepCompiler::Impl {
       Specialization& s, Signature sig, const std::vector<Tensor>& inputs,
       const std::function<std::vector<Tensor>()>& eager) {
     const auto start = std::chrono::steady_clock::now();
+    runtime::ProfileSpan verify_span(runtime::kCatCompile);
+    if (verify_span.active())
+      verify_span.set_name(absl::StrCat("shape-only re-trace ", options.name));
     ShapeOnlyTrace now = TraceShapesOnly(options.name, inputs, eager);
+    verify_span.End();
     std::string diff;
     if (now.inconclusive.empty())
       diff = DiffTraces(s.record, RecordTrace(now.trace));
@@ -364,6 +405,8 @@ std::optional<std::vector<Tensor>> StepCompiler::Call(
     const std::vector<Tensor>& inputs,
     const std::function<std::vector<Tensor>()>& eager) {
   Impl& m = *impl_;
+  std::optional<StepProfile> profile;
+  if (runtime::ProfilingEnabled()) profile.emplace(m.options.name, m.stats);
   ++m.stats.calls;
   if (m.options.mode == Mode::kEager ||
       m.stats.calls <= m.options.warmup_steps) {

@@ -21,6 +21,7 @@
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/lr_scheduler.h"
 #include "runtime/optim/sgd.h"
+#include "runtime/profiler.h"
 #include "runtime/tensor.h"
 
 #endif  // STEPJIT_FRONTEND_STEPJIT_H_

@@ -13,6 +13,7 @@
 #include "ir/op.h"
 #include "runtime/device.h"
 #include "runtime/dispatch.h"
+#include "runtime/profiler.h"
 
 namespace stepjit::runtime {
 
@@ -41,6 +42,9 @@ struct DeviceRuntime {
   // device; null where the device offers none.
   void* (*allocate_pinned)(int64_t nbytes) = nullptr;
   void (*release_pinned)(void* data) = nullptr;
+  // Times the device's asynchronous work for the profiler on the device's
+  // clock; null where host spans time the work (the CPU).
+  DeviceTimer* timer = nullptr;
 };
 
 // The runtime of `type` (every DeviceType has one).

@@ -1,6 +1,8 @@
 // Dispatch: type inference, operand conversion, views, kernels, autograd, observer.
 #include "runtime/dispatch.h"
 
+#include <optional>
+
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "ir/infer.h"
@@ -10,6 +12,7 @@
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/cpu/device_runtime.h"
 #include "runtime/device_runtime.h"
+#include "runtime/profiler.h"
 
 namespace stepjit::runtime {
 
@@ -167,6 +170,42 @@ Device CommonDevice(OpId op, absl::Span<const Tensor> inputs) {
   return device;
 }
 
+// An eager op's span (runtime/profiler.h): on the host, and on the device's
+// clock where the device times its own work (the host span then only
+// launched it and is not counted).
+class OpProfile {
+ public:
+  OpProfile(OpId op, Device device) : span_(kCatOp) {
+    if (ir::GetOpInfo(op).kind != OpKind::kView && !device.is_cpu())
+      timer_ = GetDeviceRuntime(device.type).timer;
+    if (timer_ != nullptr) device_start_ = timer_->Start();
+  }
+
+  void End(OpId op, absl::Span<const ir::TensorType> types,
+           const ir::TensorType& out, const ir::Attrs& attrs) {
+    TraceEvent device_event;
+    device_event.shape = ir::ShapeToString(out.shape);
+    device_event.name = absl::StrCat(ir::OpName(op), " ", device_event.shape);
+    device_event.cat = kCatOp;
+    device_event.work = OpWork(op, types, out, attrs);
+    // Views do no work; ops a replayed node runs count as the node.
+    device_event.counted =
+        ir::GetOpInfo(op).kind != OpKind::kView && !InsideKernel();
+    if (span_.active()) {  // not under a CUDA graph capture
+      span_.set_name(device_event.name);
+      span_.set_work(device_event.work, device_event.shape);
+      span_.set_counted(timer_ == nullptr && device_event.counted);
+      span_.End();
+    }
+    if (timer_ != nullptr) timer_->Stop(device_start_, std::move(device_event));
+  }
+
+ private:
+  ProfileSpan span_;
+  DeviceTimer* timer_ = nullptr;
+  uint64_t device_start_ = 0;
+};
+
 }  // namespace
 
 CpuKernel GetCpuKernel(OpId op) {
@@ -220,6 +259,10 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
              ": a tensor that requires grad is being modified in place while "
              "grad mode is on; wrap the update in NoGradGuard");
 
+  // Engaged only while profiling: otherwise one branch per op.
+  std::optional<OpProfile> profile;
+  if (ProfilingEnabled() && !t_meta) profile.emplace(op, device);
+
   Tensor out;
   if (info.kind == OpKind::kView) {
     out = MakeView(op, inputs[0], attrs, out_type);
@@ -258,6 +301,7 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
     GetKernel(op, device)(KernelArgs{op, converted, attrs, out});
     if (ir::IsInplace(op)) out.storage()->BumpVersion();
   }
+  if (profile) profile->End(op, types, out_type, attrs);
 
   // The observer sees the op before autograd saves aliases of its tensors,
   // so that a tracer already knows what those aliases refer to.

@@ -94,7 +94,8 @@ ReplayPlan Program::Plan() const {
   return {.graph = graph_,
           .last_uses = &last_uses_,
           .regions = &regions_,
-          .backend = backend_.get()};
+          .backend = backend_.get(),
+          .device = options_.device};
 }
 
 std::vector<Tensor> Program::Run(absl::Span<const Tensor> inputs,

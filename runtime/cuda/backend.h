@@ -95,6 +95,8 @@ class Backend {
   virtual absl::Status SynchronizeDevice() = 0;
 
   virtual absl::StatusOr<Event> CreateEvent() = 0;
+  // While `stream` is captured, the record is part of the graph: each
+  // launch records the event again (the profiler times graph kernels so).
   virtual absl::Status RecordEvent(Event event, Stream stream) = 0;
   virtual absl::StatusOr<bool> QueryEvent(Event event) = 0;
   virtual absl::Status SynchronizeEvent(Event event) = 0;

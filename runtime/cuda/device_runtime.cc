@@ -5,6 +5,7 @@
 #include "runtime/cuda/kernels/copy.h"
 #include "runtime/cuda/memory/pinned_pool.h"
 #include "runtime/cuda/ops.h"
+#include "runtime/cuda/profile_timer.h"
 
 namespace stepjit::runtime::cuda {
 namespace {
@@ -57,6 +58,7 @@ DeviceRuntime Make() {
   rt.release = &Release;
   rt.allocate_pinned = &AllocatePinnedHost;
   rt.release_pinned = &FreePinned;
+  rt.timer = &CudaTimer();
   return rt;
 }
 

@@ -14,6 +14,7 @@
 
 #include "ir/status.h"
 #include "runtime/cuda/backend.h"
+#include "runtime/profiler.h"
 
 namespace stepjit::data {
 namespace internal {
@@ -285,6 +286,9 @@ DataLoader::Iterator::~Iterator() = default;
 
 DataLoader::Iterator& DataLoader::Iterator::operator++() {
   if (epoch_ == nullptr) return *this;
+  // The consumer's wait for the next batch (assembling it, without workers).
+  runtime::ProfileSpan wait(runtime::kCatData);
+  if (wait.active()) wait.set_name("dataloader next batch");
   const bool more = stager_ != nullptr ? stager_->Next(*epoch_, current_) : epoch_->Next(current_);
   if (!more) {
     stager_.reset();

@@ -1,7 +1,6 @@
 // The replay loop: one pass over a graph's nodes, the same for every device.
 #include "runtime/program/replay.h"
 
-#include <chrono>
 #include <optional>
 #include <string>
 
@@ -10,6 +9,7 @@
 #include "ir/op.h"
 #include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/device_runtime.h"
 #include "runtime/dispatch.h"
 #include "runtime/profiler.h"
 #include "runtime/program/random_remap.h"
@@ -183,33 +183,82 @@ void RunFusion(const ir::Node& node, std::vector<Tensor>& in,
 
 // The profiler's account of one call of `node` (runtime/profiler.h).
 ProfileWork WorkOf(const ir::Node& node) {
-  ProfileWork w;
-  auto bytes = [](const ir::Value* v) {
-    return static_cast<double>(ir::NumElements(v->type().shape)) *
-           static_cast<double>(ir::DTypeSize(v->type().dtype));
+  std::vector<ir::TensorType> in;
+  for (const ir::Value* v : node.inputs()) in.push_back(v->type());
+  auto bytes = [](const ir::TensorType& t) {
+    return static_cast<double>(ir::NumElements(t.shape)) *
+           static_cast<double>(ir::DTypeSize(t.dtype));
   };
-  for (const ir::Value* v : node.inputs()) w.bytes += bytes(v);
-  for (const ir::Value* v : node.outputs()) w.bytes += bytes(v);
-  if (node.kind() == NodeKind::kFusion) {
-    w.kind = ProfileKind::kRegion;
-  } else if (node.kind() == NodeKind::kOp && node.op() == ir::OpId::kMatmul) {
-    // [..., M, K] x [..., K, N]: 2 * (numel of the result) * K.
-    const ir::Shape& a = node.inputs()[0]->type().shape;
-    const bool ta = node.attrs().Has(ir::AttrKey::kTransposeA) &&
-                    node.attrs().GetBool(ir::AttrKey::kTransposeA);
-    int64_t k = 1;
-    if (a.size() == 1) {
-      k = a[0];
-    } else if (a.size() >= 2) {
-      k = ta ? a[a.size() - 2] : a.back();
-    }
-    w.kind = ProfileKind::kGemm;
-    w.flops =
-        2.0 *
-        static_cast<double>(ir::NumElements(node.output()->type().shape)) *
-        static_cast<double>(k);
+  if (node.kind() == NodeKind::kOp) {
+    // A matmul's further result (its bias gradient) is written too.
+    ProfileWork w =
+        OpWork(node.op(), in, node.outputs()[0]->type(), node.attrs());
+    for (size_t i = 1; i < node.outputs().size(); ++i)
+      w.bytes += bytes(node.outputs()[i]->type());
+    return w;
   }
+  ProfileWork w;
+  w.kind = ProfileKind::kRegion;
+  for (const ir::TensorType& t : in) w.bytes += bytes(t);
+  for (const ir::Value* v : node.outputs()) w.bytes += bytes(v->type());
   return w;
+}
+
+// A replayed node's span (only a top-level node that launches something:
+// one per kernel Program::kernels_per_run counts): on the host, and on the
+// device's clock where the device times its own work (the host span then
+// only launched it and is not counted). A group launch is one span.
+class NodeProfile {
+ public:
+  NodeProfile(const ir::Node& node, const RunContext& ctx)
+      : span_(kCatKernel, /*kernel=*/true) {
+    if (ctx.plan->device.is_cpu()) return;
+    timer_ = GetDeviceRuntime(ctx.plan->device.type).timer;
+    if (timer_ != nullptr) device_start_ = timer_->Start();
+  }
+
+  void End(const ir::Node& node, const RunContext& ctx) {
+    TraceEvent e;
+    e.cat = kCatKernel;
+    e.name = ProfileLabel(node, ctx);
+    e.work = WorkOf(node);
+    e.shape = ir::ShapeToString(node.outputs()[0]->type().shape);
+    if (absl::Span<const ir::Node* const> group =
+            ctx.plan->backend->GroupStartingAt(node);
+        !group.empty() && ctx.ran_in_group.contains(&node)) {
+      e.name = absl::StrCat(e.name, " +", group.size() - 1, " regions");
+      for (const ir::Node* m : group.subspan(1)) {
+        const ProfileWork w = WorkOf(*m);
+        e.work.bytes += w.bytes;
+      }
+    }
+    span_.set_name(e.name);
+    span_.set_work(e.work, e.shape);
+    span_.set_counted(timer_ == nullptr);
+    span_.End();
+    if (timer_ == nullptr) return;
+    e.counted = true;
+    timer_->Stop(device_start_, std::move(e));
+  }
+
+ private:
+  ProfileSpan span_;
+  DeviceTimer* timer_ = nullptr;
+  uint64_t device_start_ = 0;
+};
+
+// Whether `node` launches work of its own (CountKernels): not a view, a
+// write-back, or a member of a group its first member launched.
+bool Launches(const ir::Node& node, const RunContext& ctx) {
+  switch (node.kind()) {
+    case NodeKind::kAssign:
+      return false;
+    case NodeKind::kOp:
+      return !ir::IsView(node.op());
+    case NodeKind::kFusion:
+      return !ctx.ran_in_group.contains(&node);
+  }
+  return false;
 }
 
 void RunAssign(std::vector<Tensor>& in) {
@@ -224,11 +273,11 @@ void RunAssign(std::vector<Tensor>& in) {
 
 void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
   const std::vector<std::vector<int>>& last_uses = ctx.plan->last_uses->at(&g);
-  const bool profiling = ProfilingEnabled();
+  const bool profiling = ProfilingEnabled() && &g == ctx.plan->graph;
   for (size_t pos = 0; pos < g.nodes().size(); ++pos) {
     const ir::Node* node = g.nodes()[pos].get();
-    const auto t0 = profiling ? std::chrono::steady_clock::now()
-                              : std::chrono::steady_clock::time_point();
+    std::optional<NodeProfile> profile;
+    if (profiling && Launches(*node, ctx)) profile.emplace(*node, ctx);
     std::vector<Tensor> in;
     in.reserve(node->inputs().size());
     for (const ir::Value* v : node->inputs()) in.push_back(env[v->id()]);
@@ -244,13 +293,7 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
         break;
     }
     for (int id : last_uses[pos]) env[id] = Tensor();
-    if (profiling && node->kind() != NodeKind::kAssign) {
-      RecordProfile(ProfileLabel(*node, ctx),
-                    std::chrono::duration<double, std::milli>(
-                        std::chrono::steady_clock::now() - t0)
-                        .count(),
-                    WorkOf(*node));
-    }
+    if (profile) profile->End(*node, ctx);
   }
 }
 

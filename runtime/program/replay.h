@@ -36,6 +36,8 @@ struct ReplayPlan {
   const LastUseMap* last_uses = nullptr;
   const CompiledRegions* regions = nullptr;
   RegionBackend* backend = nullptr;
+  // Where the program runs (the profiler asks the device's timer).
+  Device device = Device::cpu();
 };
 
 // Binds `inputs` and `state` to the graph's input and state params (each in

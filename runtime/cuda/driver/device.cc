@@ -126,6 +126,7 @@ State* Probe() {
   need("cuStreamWaitEvent", d.StreamWaitEvent);
   need("cuEventCreate", d.EventCreate);
   need("cuEventRecord", d.EventRecord);
+  Resolve(lib, "cuEventRecordWithFlags", d.EventRecordWithFlags);
   need("cuEventQuery", d.EventQuery);
   need("cuEventSynchronize", d.EventSynchronize);
   if (d.EventElapsedTime == nullptr && missing == nullptr) missing = "cuEventElapsedTime";

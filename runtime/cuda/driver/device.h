@@ -102,6 +102,8 @@ inline constexpr int kAttrComputeCapabilityMajor = 75;
 inline constexpr int kAttrComputeCapabilityMinor = 76;
 inline constexpr unsigned kStreamNonBlocking = 0x1;
 inline constexpr unsigned kEventDefault = 0x0;  // timing on
+// cuEventRecordWithFlags in a capture: the record becomes a graph node.
+inline constexpr unsigned kEventRecordExternal = 0x1;
 inline constexpr int kCaptureModeThreadLocal = 1;
 inline constexpr int kCaptureModeRelaxed = 2;
 
@@ -139,6 +141,8 @@ struct Api {
   CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned) = nullptr;
   CUresult (*EventCreate)(CUevent*, unsigned) = nullptr;
   CUresult (*EventRecord)(CUevent, CUstream) = nullptr;
+  // CUDA 11.1+; optional (profiling inside CUDA graphs needs it).
+  CUresult (*EventRecordWithFlags)(CUevent, CUstream, unsigned) = nullptr;
   CUresult (*EventQuery)(CUevent) = nullptr;
   CUresult (*EventSynchronize)(CUevent) = nullptr;
   CUresult (*EventElapsedTime)(float*, CUevent, CUevent) = nullptr;

@@ -253,10 +253,30 @@ class CudaDriverBackend final : public Backend {
                                  "cuEventCreate"));
     return reinterpret_cast<Event>(e);
   }
+  // Recorded while `stream` is captured, the event becomes an event-record
+  // node that every launch of the graph records again (as in the host
+  // emulator; the profiler times the kernels of graph replays with such
+  // events); a plain cuEventRecord would only order work inside the capture.
   absl::Status RecordEvent(Event event, Stream stream) override {
     RETURN_IF_ERROR(Bind(d_, ctx_));
-    return DriverStatus(d_.EventRecord(AsEvent(event), AsStream(stream)),
-                        "cuEventRecord");
+    bool captured = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      captured = capturing_.contains(stream);
+    }
+    if (!captured) {
+      return DriverStatus(d_.EventRecord(AsEvent(event), AsStream(stream)),
+                          "cuEventRecord");
+    }
+    if (d_.EventRecordWithFlags == nullptr) {
+      return absl::UnimplementedError(
+          "cuEventRecordWithFlags: this driver cannot record an event inside "
+          "a CUDA graph (CUDA 11.1 or later can)");
+    }
+    return DriverStatus(
+        d_.EventRecordWithFlags(AsEvent(event), AsStream(stream),
+                                driver::kEventRecordExternal),
+        "cuEventRecordWithFlags");
   }
   absl::StatusOr<bool> QueryEvent(Event event) override {
     RETURN_IF_ERROR(Bind(d_, ctx_));

@@ -12,6 +12,7 @@
 #include "runtime/cuda/program/cuda_graph.h"
 #include "runtime/cuda/program/region_groups.h"
 #include "runtime/dispatch.h"
+#include "runtime/profiler.h"
 
 namespace stepjit::runtime::cuda {
 
@@ -160,7 +161,8 @@ class CudaRegionBackend final : public RegionBackend {
     if (!stats_.replays_captured_run || runs_ == 1 || !inputs_on_device) {
       return loop(inputs, state, RunHooks());
     }
-    if (graph_replay_ == nullptr || !graph_replay_->SameState(state)) {
+    if (graph_replay_ == nullptr || !graph_replay_->SameState(state) ||
+        graph_replay_->profiled() != ProfilingEnabled()) {
       graph_replay_.reset();
       stats_.captured_replays = 0;
       absl::StatusOr<std::unique_ptr<CudaGraphReplay>> captured =

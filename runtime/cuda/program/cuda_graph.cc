@@ -3,6 +3,7 @@
 #include "runtime/cuda/program/cuda_graph.h"
 
 #include <exception>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -99,10 +100,19 @@ absl::StatusOr<std::unique_ptr<CudaGraphReplay>> CudaGraphReplay::Capture(
         absl::StrCat("capture failed to start: ", st.message()));
   }
   std::string failure;
-  try {
-    g->outputs_ = loop(g->static_inputs_, state, hooks);
-  } catch (const std::exception& e) {
-    failure = e.what();
+  g->profiled_ = ProfilingEnabled();
+  {
+    ProfileSpan span(kCatGraph);
+    span.set_name("capture cuda graph");
+    std::optional<GraphSpanCapture> spans;
+    // Nothing runs while capturing: no host spans of kernels or ops.
+    ProfileCaptureScope no_host_spans;
+    if (g->profiled_) spans.emplace(&g->spans_);
+    try {
+      g->outputs_ = loop(g->static_inputs_, state, hooks);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
   }
   absl::StatusOr<GraphHandle> graph = b.EndCapture(stream);
   if (failure.empty() && !graph.ok())
@@ -123,8 +133,14 @@ absl::StatusOr<std::unique_ptr<CudaGraphReplay>> CudaGraphReplay::Capture(
 }
 
 CudaGraphReplay::~CudaGraphReplay() {
+  // Pending spans of the last replay read this graph's events.
+  if (!spans_.empty()) CudaTimer().Flush();
   if (Backend* b = GetBackend()) {
     (void)b->SynchronizeDevice();
+    for (const GraphSpan& s : spans_) {
+      b->DestroyEvent(s.start);
+      b->DestroyEvent(s.end);
+    }
     if (graph_ != 0) b->DestroyGraph(graph_);
     if (philox_copied_ != 0) b->DestroyEvent(philox_copied_);
     for (void* p : held_) (void)DeviceAllocator().Free(p);
@@ -147,9 +163,7 @@ std::vector<Tensor> CudaGraphReplay::Replay(Backend& b, Stream stream,
       CopyInto(static_inputs_[i], inputs[i]);
   }
   RefreshPhiloxSlots(b, stream, philox);
-  const absl::Status st = b.LaunchGraph(graph_, stream);
-  SJ_REQUIRE(st.ok(),
-             "compiled step on CUDA: launching the CUDA graph: ", st.message());
+  Launch(b, stream);
   ++replays_;
   std::vector<Tensor> out;
   for (size_t i = 0; i < outputs_.size(); ++i) {
@@ -163,6 +177,30 @@ std::vector<Tensor> CudaGraphReplay::Replay(Backend& b, Stream stream,
     }
   }
   return out;
+}
+
+void CudaGraphReplay::Launch(Backend& b, Stream stream) {
+  ProfileSpan host(kCatGraph);
+  DeviceTimer* timer = nullptr;
+  uint64_t start = 0;
+  if (profiled_) {
+    timer = &CudaTimer();
+    timer->Flush();  // the last replay's spans, before their events recur
+    start = timer->Start();
+  }
+  const absl::Status st = b.LaunchGraph(graph_, stream);
+  SJ_REQUIRE(st.ok(),
+             "compiled step on CUDA: launching the CUDA graph: ", st.message());
+  if (host.active()) {
+    host.set_name("cuda graph launch");
+    host.End();
+  }
+  if (timer == nullptr) return;
+  TraceEvent e;
+  e.cat = kCatGraph;
+  e.name = absl::StrCat("cuda graph replay (", spans_.size(), " timed spans)");
+  timer->Stop(start, std::move(e));
+  ReplayedGraphSpans(spans_);
 }
 
 void CudaGraphReplay::RefreshPhiloxSlots(Backend& b, Stream stream,

@@ -13,6 +13,7 @@
 #include "absl/types/span.h"
 #include "ir/graph.h"
 #include "runtime/cuda/backend.h"
+#include "runtime/cuda/profile_timer.h"
 #include "runtime/cuda/program/cuda_region.h"
 #include "runtime/program/region_backend.h"
 #include "runtime/tensor.h"
@@ -57,9 +58,16 @@ class CudaGraphReplay {
                              absl::Span<const Tensor> inputs,
                              const PhiloxSlots& philox);
   int64_t replays() const { return replays_; }
+  // Captured while profiling: the graph holds an event before and after
+  // each kernel (runtime/cuda/profile_timer.h), and each replay's kernels
+  // are profiled with the device time they took in it. A program captures
+  // again when profiling is turned on or off.
+  bool profiled() const { return profiled_; }
 
  private:
   CudaGraphReplay() = default;
+  // Launches the graph on `stream`; when profiled, with its spans.
+  void Launch(Backend& b, Stream stream);
   // Before a graph launch: draws this replay's seeds and offsets and copies
   // them to the graph's Philox slots.
   void RefreshPhiloxSlots(Backend& b, Stream stream, const PhiloxSlots& philox);
@@ -76,6 +84,8 @@ class CudaGraphReplay {
   Tensor philox_host_, philox_device_;
   Event philox_copied_ = 0;
   int64_t replays_ = 0;
+  bool profiled_ = false;
+  std::vector<GraphSpan> spans_;  // their events are recorded in the graph
 };
 
 }  // namespace stepjit::runtime::cuda
