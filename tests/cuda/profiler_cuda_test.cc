@@ -13,6 +13,7 @@
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
 #include "tests/cuda/cuda_test_backend.h"
+#include "tests/util/profiled_mlp.h"
 #include "tests/util/trace_check.h"
 
 namespace stepjit {
@@ -24,36 +25,13 @@ using test::Span;
 
 const Device kCuda = Device::cuda(0);
 
-struct Mlp {
-  nn::Sequential model;
-  std::unique_ptr<optim::AdamW> opt;
-  Mlp() {
-    manual_seed(3);
-    model.push_back(nn::Linear(20, 32));
-    model.push_back(nn::ReLU());
-    model.push_back(nn::Linear(32, 6));
-    model->to(kCuda);
-    opt = std::make_unique<optim::AdamW>(model.parameters(),
-                                         optim::AdamWOptions{.lr = 1e-2});
-  }
-  Tensor Step(const Tensor& x, const Tensor& y) {
-    opt->zero_grad();
-    Tensor loss = cross_entropy(model(x), y);
-    loss.backward();
-    opt->step();
-    return loss;
-  }
-};
-
-// The step's GEMMs by hand (see tests/frontend/profiler_test.cc).
-constexpr double kStepGemmFlops =
-    2.0 *
-    (16 * 20 * 32 + 16 * 32 * 6 + 6 * 16 * 32 + 16 * 6 * 32 + 32 * 16 * 20);
+using Mlp = test::ProfiledMlp;
+constexpr double kStepGemmFlops = test::kProfiledMlpStepGemmFlops;
 
 TEST_F(CudaTest, ProfilerTimesTheKernelsOfCudaGraphReplays) {
   setenv("STEPJIT_PEAK_GFLOPS", "100", 1);
   setenv("STEPJIT_PEAK_GBS", "10", 1);
-  Mlp eager, compiled;
+  Mlp eager(kCuda), compiled(kCuda);
   auto step = compile(
       [&](const Tensor& x, const Tensor& y) { return compiled.Step(x, y); });
   Generator g(5);

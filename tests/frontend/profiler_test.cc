@@ -11,6 +11,7 @@
 
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
+#include "tests/util/profiled_mlp.h"
 #include "tests/util/trace_check.h"
 
 namespace stepjit {
@@ -35,33 +36,8 @@ class ProfilerTest : public ::testing::Test {
   }
 };
 
-// x[16, 20] -> Linear(20, 32) -> ReLU -> Linear(32, 6), AdamW.
-struct Mlp {
-  nn::Sequential model;
-  std::unique_ptr<optim::AdamW> opt;
-  Mlp() {
-    manual_seed(3);
-    model.push_back(nn::Linear(20, 32));
-    model.push_back(nn::ReLU());
-    model.push_back(nn::Linear(32, 6));
-    opt = std::make_unique<optim::AdamW>(model.parameters(),
-                                         optim::AdamWOptions{.lr = 1e-2});
-  }
-  Tensor Step(const Tensor& x, const Tensor& y) {
-    opt->zero_grad();
-    Tensor loss = cross_entropy(model(x), y);
-    loss.backward();
-    opt->step();
-    return loss;
-  }
-};
-
-// The GEMMs of one step, by hand (2 FLOPs per multiply-add): forward
-// 16x20 . 20x32 and 16x32 . 32x6; backward dW2 = 6x16 . 16x32, dH =
-// 16x6 . 6x32, dW1 = 32x16 . 16x20 (x needs no gradient).
-constexpr double kStepGemmFlops =
-    2.0 *
-    (16 * 20 * 32 + 16 * 32 * 6 + 6 * 16 * 32 + 16 * 6 * 32 + 32 * 16 * 20);
+using Mlp = test::ProfiledMlp;
+constexpr double kStepGemmFlops = test::kProfiledMlpStepGemmFlops;
 
 data::Dataset MakeDataset() {
   Generator g(9);

@@ -1,0 +1,48 @@
+// The small AdamW MLP step the profiler tests profile, on the CPU and on the
+// CUDA device, with its GEMM FLOPs counted by hand.
+#ifndef STEPJIT_TESTS_UTIL_PROFILED_MLP_H_
+#define STEPJIT_TESTS_UTIL_PROFILED_MLP_H_
+
+#include <memory>
+
+#include "runtime/device.h"
+#include "runtime/generator.h"
+#include "runtime/nn/layers.h"
+#include "runtime/ops.h"
+#include "runtime/optim/adamw.h"
+#include "runtime/tensor.h"
+
+namespace stepjit::test {
+
+// x[16, 20] -> Linear(20, 32) -> ReLU -> Linear(32, 6), AdamW, on `device`.
+struct ProfiledMlp {
+  nn::Sequential model;
+  std::unique_ptr<optim::AdamW> opt;
+  explicit ProfiledMlp(Device device = Device::cpu()) {
+    manual_seed(3);
+    model.push_back(nn::Linear(20, 32));
+    model.push_back(nn::ReLU());
+    model.push_back(nn::Linear(32, 6));
+    if (!device.is_cpu()) model->to(device);
+    opt = std::make_unique<optim::AdamW>(model.parameters(),
+                                         optim::AdamWOptions{.lr = 1e-2});
+  }
+  Tensor Step(const Tensor& x, const Tensor& y) {
+    opt->zero_grad();
+    Tensor loss = cross_entropy(model(x), y);
+    loss.backward();
+    opt->step();
+    return loss;
+  }
+};
+
+// The GEMMs of one step, by hand (2 FLOPs per multiply-add): forward
+// 16x20 . 20x32 and 16x32 . 32x6; backward dW2 = 6x16 . 16x32, dH =
+// 16x6 . 6x32, dW1 = 32x16 . 16x20 (x needs no gradient).
+constexpr double kProfiledMlpStepGemmFlops =
+    2.0 *
+    (16 * 20 * 32 + 16 * 32 * 6 + 6 * 16 * 32 + 16 * 6 * 32 + 32 * 16 * 20);
+
+}  // namespace stepjit::test
+
+#endif  // STEPJIT_TESTS_UTIL_PROFILED_MLP_H_
