@@ -1,0 +1,91 @@
+// nn::DistributedDataParallel: data-parallel training over dist:: ranks.
+//
+//   dist::init();
+//   nn::Sequential model(...);
+//   nn::DistributedDataParallel ddp(model.ptr(), {.bucket_cap_mb = 25});
+//   auto step = [&](const Tensor& x, const Tensor& y) {
+//     opt.zero_grad();
+//     Tensor loss = nn::functional::cross_entropy(ddp(x), y);
+//     loss.backward();          // gradients are averaged over ranks here
+//     opt.step();
+//     return loss;
+//   };
+//
+// Construction broadcasts every parameter from rank 0, so all ranks start
+// equal. Gradients are grouped into buckets of about bucket_cap_mb, in the
+// reverse order of the parameters (the order backward produces them); a
+// bucket's average over ranks starts (dist::all_reduce_async) as soon as its
+// last gradient has been accumulated, overlapping the rest of backward, and
+// backward returns once every bucket is reduced and copied back into the
+// .grad tensors. A traced step records these ops, and the ddp_buckets pass
+// (passes/ddp_buckets.h) records the bucket plan in the compiled graph.
+//
+// Everything that reads gradients after backward (clip_grad_norm_, the AMP
+// scaler's inf check, the optimizer) therefore sees the global average: the
+// norm clip_grad_norm_ computes is the global one, identical on every rank.
+#ifndef STEPJIT_RUNTIME_NN_DDP_H_
+#define STEPJIT_RUNTIME_NN_DDP_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/nn/module.h"
+
+namespace stepjit::nn {
+
+struct DistributedDataParallelOptions {
+  // Bucket size in MiB of gradient bytes (PyTorch's bucket_cap_mb); a
+  // parameter larger than this gets a bucket of its own. Must be > 0.
+  double bucket_cap_mb = 25.0;
+  // Broadcast the parameters from rank 0 at construction.
+  bool broadcast_parameters = true;
+  // Average (true) or sum (false) the gradients over ranks.
+  bool average = true;
+};
+
+class DistributedDataParallelImpl : public Module {
+ public:
+  // Wraps `module` (registered as child "module", so state_dict names carry
+  // the "module." prefix as in PyTorch). Needs dist::init() first (a world of
+  // one is fine); throws stepjit::Error otherwise.
+  explicit DistributedDataParallelImpl(std::shared_ptr<Module> module,
+                                       DistributedDataParallelOptions options = {});
+  ~DistributedDataParallelImpl() override;
+
+  Tensor forward(const Tensor& input) override;
+  const std::shared_ptr<Module>& module() const { return module_; }
+
+  // The bucket plan: parameter indices (into module()->parameters()) per
+  // bucket, in launch order, and each bucket's gradient bytes.
+  struct Bucket {
+    std::vector<int> params;
+    int64_t bytes = 0;
+  };
+  const std::vector<Bucket>& buckets() const;
+  // Reductions launched and finished (all ranks equal).
+  int64_t num_syncs() const;
+
+ private:
+  class Reducer;
+  std::shared_ptr<Module> module_;
+  DistributedDataParallelOptions options_;
+  std::unique_ptr<Reducer> reducer_;
+};
+
+class DistributedDataParallel : public ModuleHolder<DistributedDataParallelImpl> {
+ public:
+  using ModuleHolder<DistributedDataParallelImpl>::ModuleHolder;
+  template <ModuleHolderType H>
+  explicit DistributedDataParallel(const H& module,
+                                   DistributedDataParallelOptions options = {})
+      : ModuleHolder(std::make_shared<DistributedDataParallelImpl>(module.ptr(), options)) {}
+  explicit DistributedDataParallel(std::shared_ptr<Module> module,
+                                   DistributedDataParallelOptions options = {})
+      : ModuleHolder(std::make_shared<DistributedDataParallelImpl>(std::move(module),
+                                                                   options)) {}
+};
+
+}  // namespace stepjit::nn
+
+#endif  // STEPJIT_RUNTIME_NN_DDP_H_
