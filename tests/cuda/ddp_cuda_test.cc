@@ -1,8 +1,8 @@
-// nn::DistributedDataParallel on CUDA parameters in a world of one: the
-// reducer's path is device-neutral, so gradients equal the unwrapped CUDA
-// model's bit for bit, compiled replays follow eager, including after the
-// module moved to the GPU once wrapped (the plan regroups by device). Runs on
-// the host emulator unless STEPJIT_TEST_CUDA_BACKEND=driver.
+// nn::DistributedDataParallel on CUDA parameters in a world of one. The
+// reducer's path is device-neutral: gradients equal the unwrapped CUDA
+// model's bit for bit (also when the module moved to the GPU after it was
+// wrapped: the plan regroups by device), and compiled replays follow eager.
+// Runs on the host emulator unless STEPJIT_TEST_CUDA_BACKEND=driver.
 #include <cmath>
 #include <sstream>
 #include <string>
