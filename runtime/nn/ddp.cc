@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "ir/status.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/grad_mode.h"
