@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "examples/progress.h"
@@ -485,6 +486,35 @@ void PrintDdpSummary(const std::vector<RunResult>& rows, const Flags& f) {
   }
 }
 
+// --profile under --ddp: this rank's time in collectives, on the
+// communication thread ("<collective> (comm)") and waiting for them ("dist
+// wait"), summed from the trace's "comm" spans.
+void PrintCommTotals() {
+  absl::flat_hash_map<std::string, std::pair<int64_t, double>>
+      totals;  // calls, ms
+  for (const runtime::TraceEvent& e : runtime::TraceSnapshot()) {
+    if (std::strcmp(e.cat, runtime::kCatComm) != 0) continue;
+    auto& [calls, ms] = totals[e.name];
+    ++calls;
+    ms += 1e-6 * static_cast<double>(e.dur_ns);
+  }
+  std::vector<std::pair<std::string, std::pair<int64_t, double>>> rows(
+      totals.begin(), totals.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+    return a.second.second > b.second.second;
+  });
+  std::fprintf(stderr,
+               "communication on rank 0 (the trace's \"comm\" spans):\n");
+  constexpr size_t kShown = 8;
+  for (size_t i = 0; i < rows.size() && i < kShown; ++i) {
+    std::fprintf(
+        stderr, "  %-52s %6lld calls %10.3f ms\n", rows[i].first.c_str(),
+        static_cast<long long>(rows[i].second.first), rows[i].second.second);
+  }
+  if (rows.size() > kShown)
+    std::fprintf(stderr, "  ... and %zu more\n", rows.size() - kShown);
+}
+
 // --profile FILE under --ddp: rank 0 writes FILE, rank r FILE with ".rank<r>"
 // before its extension, so the ranks' traces do not overwrite each other.
 std::string TracePath(const std::string& path) {
@@ -554,6 +584,7 @@ int Main(int argc, char** argv) {
   if (profiler) {
     std::fprintf(stderr, "%sprofile trace written to %s\n",
                  profiler->Summary(12).c_str(), flags::profile.c_str());
+    if (f.ddp) PrintCommTotals();
   }
   if (!f.json) {
     PrintSummary(rows);
