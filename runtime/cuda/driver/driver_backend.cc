@@ -124,6 +124,7 @@ class CudaDriverBackend final : public Backend {
     lt_.reset();
   }
 
+  int DeviceOrdinal() const override { return info_.ordinal; }
   std::string Describe() const override {
     return absl::StrCat(info_.name.empty() ? "CUDA device" : info_.name, " (",
                         info_.arch(), "), driver ", driver_version_ / 1000, ".",
