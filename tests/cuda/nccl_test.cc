@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,12 +47,16 @@ static_assert(nccl::kSum == 0 && nccl::kProd == 1 && nccl::kMax == 2 &&
               nccl::kMin == 3 && nccl::kAvg == 4);
 static_assert(nccl::kVersionWithAvg == 21000);
 
-// Sets an environment variable for one scope.
+// Sets (or, with nullopt, unsets) an environment variable for one scope.
 class ScopedEnv {
  public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value.c_str(), 1);
+    if (value.has_value()) {
+      setenv(name, value->c_str(), 1);
+    } else {
+      unsetenv(name);
+    }
   }
   ~ScopedEnv() {
     if (old_.has_value()) {
@@ -100,7 +105,7 @@ TEST(NcclLibraryTest, MissingLibraryNamesThePathAndHowToInstall) {
 }
 
 TEST(NcclLibraryTest, CandidatesCoverTheLoaderPathToolkitAndWheels) {
-  unsetenv("STEPJIT_NCCL_LIBRARY");
+  ScopedEnv env("STEPJIT_NCCL_LIBRARY", std::nullopt);
   const std::vector<std::string> c = NcclCandidates();
   ASSERT_FALSE(c.empty());
   EXPECT_EQ(c[0], "libnccl.so.2");  // the loader's own search first
@@ -119,7 +124,6 @@ TEST(NcclLibraryTest, VersionStringDecodesBothEncodings) {
 // Runs where NCCL is installed (this needs no GPU): the library loads, is
 // new enough, and gives a unique id that passes through the file intact.
 TEST(NcclLibraryTest, RealUniqueIdThroughTheFile) {
-  unsetenv("STEPJIT_NCCL_LIBRARY");
   absl::StatusOr<const NcclLibrary*> lib = LoadNcclUncached();
   if (!lib.ok()) GTEST_SKIP() << lib.status();
   std::printf("NCCL %s from %s\n", (*lib)->VersionString().c_str(),
