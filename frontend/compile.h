@@ -55,7 +55,8 @@ struct CompileOptions {
   // Passes run on each traced graph (STEPJIT_DISABLE=a,b skips some). A step
   // on CUDA also runs gemm-bgrad after the last fuse (the GEMM computes a
   // weight gradient's bias gradient; passes/gemm_bgrad.h).
-  std::string pipeline = "canonicalize,cse,dce,fuse,dce,sink-regions,memory-plan";
+  std::string pipeline =
+      "canonicalize,cse,dce,fuse,dce,sink-regions,bucket-plan,memory-plan";
   // Mixed precision applied by the compiler to a plain f32 step: kBF16 or
   // kF16 runs the autocast pass (amp::Autocast's policy) before `pipeline`;
   // kF32 leaves the step as traced. The eager calls (warmup and tracing)

@@ -22,6 +22,7 @@
 #include "passes/pass_manager.h"
 #include "runtime/amp/grad_scaler.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/dist/dist.h"
 
 namespace stepjit::frontend {
 namespace {
@@ -95,7 +96,8 @@ Specializer::Specializer(const CompileOptions& options)
         .init_scale = options.scaler.init_scale,
         .growth_factor = options.scaler.growth_factor,
         .backoff_factor = options.scaler.backoff_factor,
-        .growth_interval = options.scaler.growth_interval};
+        .growth_interval = options.scaler.growth_interval,
+        .world_size = dist::world_size()};
     prefix += scaler.PipelineEntry() + ",";
   }
   if (options.amp != DType::kF32) prefix += "amp-weight-copies,";

@@ -43,7 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       options;  // verify_each: a pass that breaks the IR fails
   stepjit::passes::PipelineStats stats;
   const absl::Status s = stepjit::passes::RunPipeline(
-      **graph, "canonicalize,cse,dce,fuse,dce,sink-regions,memory-plan",
+      **graph,
+      "canonicalize,cse,dce,fuse,dce,sink-regions,bucket-plan,memory-plan",
       options, &stats);
   if (!s.ok() && absl::StrContains(s.message(), "after pass")) {
     Fail("a pass broke a verified graph",

@@ -558,6 +558,56 @@ absl::StatusOr<TensorType> InferInplaceUpdate(OpId op,
   return in[0];
 }
 
+// Collectives (runtime/dist/dist.h): all_reduce and broadcast keep the
+// operand's type; all_gather stacks `world_size` operands along dim 0.
+absl::StatusOr<TensorType> InferCollective(OpId op,
+                                           absl::Span<const TensorType> in,
+                                           const Attrs& attrs) {
+  if (op == OpId::kBarrier) return TensorType{DType::kF32, {}};
+  const TensorType& x = in[0];
+  if (op == OpId::kAllReduce) {
+    const std::string r = attrs.GetString(AttrKey::kReduceOp, "sum");
+    if (r != "sum" && r != "avg" && r != "max") {
+      return InvalidInputs(op, in,
+                           absl::StrCat("reduce_op must be \"sum\", \"avg\" or "
+                                        "\"max\", got \"",
+                                        r, "\""));
+    }
+    if (r == "avg" && !IsFloating(x.dtype)) {
+      return InvalidInputs(op, in,
+                           "reduce_op \"avg\" needs a floating-point operand");
+    }
+    if (x.dtype == DType::kBool && r == "sum") {
+      return InvalidInputs(
+          op, in, "reduce_op \"sum\" of bool; use \"max\" (logical or)");
+    }
+    return x;
+  }
+  if (op == OpId::kBroadcast) {
+    if (attrs.GetInt(AttrKey::kRoot, 0) < 0) {
+      return InvalidInputs(op, in,
+                           absl::StrCat("root must be >= 0, got ",
+                                        attrs.GetInt(AttrKey::kRoot)));
+    }
+    return x;
+  }
+  const int64_t world = attrs.GetInt(AttrKey::kWorldSize, 0);
+  if (world < 1) {
+    return InvalidInputs(op, in,
+                         absl::StrCat("world_size must be >= 1, got ", world));
+  }
+  TensorType out = x;
+  if (out.shape.empty()) {
+    out.shape = {world};
+  } else {
+    if (out.shape[0] > (int64_t{1} << 56) / world) {
+      return InvalidInputs(op, in, "the gathered dim 0 overflows");
+    }
+    out.shape[0] *= world;
+  }
+  return out;
+}
+
 // The op table's arity bounds; the error gives the expected count or range.
 absl::Status CheckArity(OpId op, absl::Span<const TensorType> in) {
   const OpInfo& info = GetOpInfo(op);
@@ -687,6 +737,8 @@ absl::StatusOr<TensorType> InferTypeOf(OpId op, absl::Span<const TensorType> in,
       return InferGenerator(op, in, attrs);
     case OpKind::kInplaceUpdate:
       return InferInplaceUpdate(op, in);
+    case OpKind::kCollective:
+      return InferCollective(op, in, attrs);
   }
   return InvalidInputs(op, in, "no type rule");
 }

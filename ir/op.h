@@ -28,6 +28,7 @@ enum class OpKind : uint8_t {
   kFactory,
   kRandom,
   kInplaceUpdate,
+  kCollective,
 };
 
 enum class AmpPolicy : uint8_t { kNone, kLower, kFp32, kPromote };
@@ -75,6 +76,9 @@ inline bool IsView(OpId op) { return GetOpInfo(op).kind == OpKind::kView; }
 inline bool IsInplace(OpId op) { return GetOpInfo(op).flags & kInplace; }
 inline bool IsDifferentiable(OpId op) { return GetOpInfo(op).flags & kDiff; }
 inline bool IsPure(OpId op) { return GetOpInfo(op).flags & kPure; }
+inline bool IsCollective(OpId op) {
+  return GetOpInfo(op).kind == OpKind::kCollective;
+}
 inline bool HasFloatResult(OpId op) {
   return GetOpInfo(op).flags & kFloatResult;
 }

@@ -30,14 +30,16 @@ GradScalerPassConfig GradScalerPassConfig::From(const PassOptions& options) {
   return {.init_scale = options.Double("init_scale"),
           .growth_factor = options.Double("growth_factor"),
           .backoff_factor = options.Double("backoff_factor"),
-          .growth_interval = options.Int("growth_interval")};
+          .growth_interval = options.Int("growth_interval"),
+          .world_size = options.Int("world_size")};
 }
 
 std::string GradScalerPassConfig::PipelineEntry() const {
   return FormatPassEntry("grad-scaler", {{"init_scale", init_scale},
                                          {"growth_factor", growth_factor},
                                          {"backoff_factor", backoff_factor},
-                                         {"growth_interval", growth_interval}});
+                                         {"growth_interval", growth_interval},
+                                         {"world_size", world_size}});
 }
 
 std::vector<StateParam> GradScalerState(const PassOptions& options) {
@@ -65,6 +67,7 @@ absl::Status CheckConfig(const GradScalerPassConfig& cfg) {
   if (cfg.growth_interval < 1) {
     return bad("growth_interval", cfg.growth_interval, ">= 1");
   }
+  if (cfg.world_size < 1) return bad("world_size", cfg.world_size, ">= 1");
   return absl::OkStatus();
 }
 
@@ -177,6 +180,11 @@ absl::StatusOr<bool> InsertGradScalerWith(ir::Graph& g,
       }
       ++unscaled;
     }
+  }
+  if (cfg.world_size > 1) {
+    // Every rank must skip the same steps, whatever its own gradients saw.
+    ASSIGN_OR_RETURN(found, b.Op(OpId::kAllReduce, {found},
+                                 {{AttrKey::kReduceOp, std::string("max")}}));
   }
   ASSIGN_OR_RETURN(Value * zero, b.Const(0.0, DType::kF32));
   ASSIGN_OR_RETURN(Value * skip, b.Op(OpId::kGt, {found, zero}));

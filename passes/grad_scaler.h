@@ -48,6 +48,9 @@ inline constexpr PassOptionInfo kGradScalerOptions[] = {
      "scale multiplier after a step with inf/NaN gradients"},
     {"growth_interval", OptionType::kInt, "2000",
      "clean steps in a row before the scale grows"},
+    {"world_size", OptionType::kInt, "1",
+     "data-parallel ranks: above 1, found_inf is all_reduce'd (max) so that "
+     "every rank skips the same steps"},
 };
 
 // The options as a struct, and back as a pipeline entry.
@@ -56,10 +59,11 @@ struct GradScalerPassConfig {
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
+  int64_t world_size = 1;
 
   static GradScalerPassConfig From(const PassOptions& options);
   // "grad-scaler{init_scale=... growth_factor=... backoff_factor=...
-  // growth_interval=...}".
+  // growth_interval=... world_size=...}".
   std::string PipelineEntry() const;
 };
 

@@ -22,6 +22,7 @@
 #include "ir/verifier.h"
 #include "passes/amp_weight_copies.h"
 #include "passes/autocast.h"
+#include "passes/bucket_plan.h"
 #include "passes/canonicalize.h"
 #include "passes/cse.h"
 #include "passes/dce.h"
@@ -63,6 +64,9 @@ constexpr PassInfo kPasses[] = {
      "gradient (CUDA steps)"},
     {"sink-regions", &SinkRegions,
      "move regions next to their first user so independent ones sit together"},
+    {"bucket-plan", &PlanBuckets,
+     "start each gradient bucket's async all_reduce as soon as its gradients "
+     "exist, wait as late as possible, record the plan (bucket, bucket_plan)"},
     {"memory-plan", &PlanMemoryPass,
      "decide in-place updates by liveness; report planned peak bytes"},
     {"autocast-bf16", &AutocastBf16,

@@ -12,6 +12,7 @@
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/cpu/device_runtime.h"
 #include "runtime/device_runtime.h"
+#include "runtime/pending.h"
 #include "runtime/profiler.h"
 
 namespace stepjit::runtime {
@@ -230,6 +231,10 @@ DispatchObserver* SetDispatchObserver(DispatchObserver* observer) {
 DispatchObserver* GetDispatchObserver() { return t_observer; }
 
 Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs) {
+  // An operand an async collective is still writing is waited for first
+  // (views only restride: their readers wait, as they share the storage).
+  if (AnyPending() && ir::GetOpInfo(op).kind != OpKind::kView)
+    WaitPending(inputs);
   // Autocast: cast inputs as the op's AmpPolicy asks, through the cast op,
   // so that autograd and the tracer see the casts.
   if (amp::IsAutocastEnabled()) {
@@ -316,6 +321,7 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
 
 std::vector<Tensor> DispatchResults(OpId op, absl::Span<const Tensor> inputs,
                                     const ir::Attrs& attrs, int num_results) {
+  WaitPending(inputs);
   absl::InlinedVector<ir::TensorType, 4> types;
   for (size_t i = 0; i < inputs.size(); ++i) {
     SJ_REQUIRE(inputs[i].defined(), ir::OpName(op), ": input ", i, " is an undefined tensor");

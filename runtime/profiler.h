@@ -55,6 +55,7 @@ inline constexpr char kCatKernel[] = "kernel";    // a replayed node
 inline constexpr char kCatOp[] = "op";            // an eager op
 inline constexpr char kCatData[] = "data";        // waiting for a batch
 inline constexpr char kCatGraph[] = "graph";      // a CUDA graph launch
+inline constexpr char kCatComm[] = "comm";  // a collective, or waiting for one
 // (A device's spans have the category of the work they time, on the track
 // of the device's stream.)
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/dist/dist.h"
 #include "runtime/ops.h"
 
 namespace stepjit::amp {
@@ -81,6 +82,9 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
     found = maximum(found, NonFinite(g));
     g.mul_(g.dtype() == DType::kF32 ? inv : inv.to(g.dtype()));
   }
+  // Data-parallel ranks skip the same steps: an inf on any rank counts.
+  if (dist::world_size() > 1)
+    found = dist::all_reduce(found, dist::ReduceOp::kMax);
   s.found_inf = found;
   s.unscaled = true;
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
 #include "runtime/cpu/kernels.h"
+#include "runtime/dist/dist_internal.h"
 #include "runtime/storage.h"
 
 namespace stepjit::runtime::cpu {
@@ -131,6 +132,10 @@ DeviceRuntime Make() {
   RegisterMatmulKernels(table);
   RegisterMiscKernels(table);
   RegisterSamplingKernels(table);
+  for (ir::OpId op : {ir::OpId::kAllReduce, ir::OpId::kBroadcast,
+                      ir::OpId::kAllGather, ir::OpId::kBarrier}) {
+    table[static_cast<int>(op)] = &dist::internal::RunHostCollective;
+  }
   for (int i = 0; i < ir::kNumOps; ++i) rt.kernels[i] = table[i];
   rt.copy_into = &CopyInto;
   rt.allocate = &Allocate;

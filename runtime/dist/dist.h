@@ -1,8 +1,8 @@
 // Data-parallel collectives between processes: MPI (Open MPI) between CPU
 // processes and hosts, NCCL (loaded at run time) between GPUs.
 //
-//   stepjit::dist::init();                       // from mpirun/srun/torchrun env
-//   Tensor g = stepjit::dist::all_reduce(x, dist::ReduceOp::kAvg);
+//   stepjit::dist::init();                       // from mpirun/srun/torchrun
+//   env Tensor g = stepjit::dist::all_reduce(x, dist::ReduceOp::kAvg);
 //
 // Every collective is an op of ir/ops.def (all_reduce, broadcast,
 // all_gather, barrier): it goes through runtime::Dispatch, so a traced step
@@ -97,10 +97,10 @@ void wait_all();
 
 // Counters for tests and reports.
 struct Stats {
-  int64_t collectives = 0;     // completed
-  int64_t bytes = 0;           // payload bytes reduced/broadcast/gathered
-  double busy_seconds = 0;     // time the communication thread spent in MPI
-  double wait_seconds = 0;     // time callers blocked waiting for results
+  int64_t collectives = 0;  // completed
+  int64_t bytes = 0;        // payload bytes reduced/broadcast/gathered
+  double busy_seconds = 0;  // time the communication thread spent in MPI
+  double wait_seconds = 0;  // time callers blocked waiting for results
 };
 Stats stats();
 

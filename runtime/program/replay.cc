@@ -11,6 +11,7 @@
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/device_runtime.h"
 #include "runtime/dispatch.h"
+#include "runtime/pending.h"
 #include "runtime/profiler.h"
 #include "runtime/program/random_remap.h"
 
@@ -281,6 +282,11 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
     std::vector<Tensor> in;
     in.reserve(node->inputs().size());
     for (const ir::Value* v : node->inputs()) in.push_back(env[v->id()]);
+    // An async collective's result (all_reduce {async}) is waited for by
+    // its first reader, so the work between the two overlaps it (a view
+    // only restrides; its readers wait, as they share the storage).
+    if (node->kind() != NodeKind::kOp || !ir::IsView(node->op()))
+      WaitPending(in);
     switch (node->kind()) {
       case NodeKind::kOp:
         RunOp(*node, in, env, ctx);
@@ -342,6 +348,7 @@ std::vector<Tensor> RunReplay(const ReplayPlan& plan,
   ctx.hooks = &hooks;
   ctx.checker = checker;
   RunGraph(graph, env, ctx);
+  WaitAllPending();
   std::vector<Tensor> out;
   for (const ir::Value* v : graph.returns()) out.push_back(env[v->id()]);
   return out;

@@ -443,7 +443,7 @@ TEST(CompileTest, DumpWritesTraceEveryPassAndKernelIr) {
   for (int i = 0; i < 3; ++i) fast(x, y);
   unsetenv("STEPJIT_DUMP");
   unsetenv("STEPJIT_DUMP_CUDA");
-  for (const char* f : {"000-trace.ir", "004-fuse.ir", "007-memory-plan.ir"}) {
+  for (const char* f : {"000-trace.ir", "004-fuse.ir", "008-memory-plan.ir"}) {
     EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(dir) / f)) << f;
   }
   int raw = 0, opt = 0, cu = 0, ptx = 0;

@@ -918,6 +918,7 @@ TEST(GradCoverageTest, EveryDifferentiableOpIsChecked) {
   using ir::kFusedReduction;
   using ir::kGemmActivation;
   using ir::kInplace;
+  using ir::kNoFlags;
   using ir::kOrderedView;
   using ir::kPure;
   using ir::kRowReduction;

@@ -1,0 +1,28 @@
+// What other parts of the runtime (device kernels, NCCL) share with the
+// dist core.
+#ifndef STEPJIT_RUNTIME_DIST_DIST_INTERNAL_H_
+#define STEPJIT_RUNTIME_DIST_DIST_INTERNAL_H_
+
+#include <string>
+
+#include "ir/op.h"
+#include "runtime/dispatch.h"
+#include "runtime/dist/dist.h"
+
+namespace stepjit::dist::internal {
+
+// Throws unless collectives can run now: initialized, not shut down, and no
+// earlier collective failed.
+void CheckUsable(ir::OpId op);
+// Whether host (CPU) collectives reach every rank: a world of one, or MPI.
+bool CanRunOnHost();
+// Why they cannot (a torchrun launch without MPI), for an error message.
+std::string HostCollectivesUnavailable(ir::OpId op);
+// The CPU kernel of every collective op (through MPI on the communication
+// thread; a world of one copies). With `async = true` the result is
+// registered pending (runtime/pending.h) instead of waited for.
+void RunHostCollective(const runtime::KernelArgs& k);
+
+}  // namespace stepjit::dist::internal
+
+#endif  // STEPJIT_RUNTIME_DIST_DIST_INTERNAL_H_
