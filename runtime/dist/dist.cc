@@ -578,6 +578,8 @@ bool HasMpi() { return W().mpi; }
 
 std::string InitFile() { return W().options.init_file; }
 
+void MarkFailed(const std::string& message) { W().Fail(message); }
+
 void BroadcastBytes(void* data, size_t bytes, int root) {
   World& w = W();
   SJ_CHECK(w.mpi, "BroadcastBytes without MPI");

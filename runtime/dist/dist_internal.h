@@ -32,6 +32,9 @@ void RunHostCollective(const runtime::KernelArgs& k);
 bool HasMpi();
 std::string InitFile();
 void BroadcastBytes(void* data, size_t bytes, int root);
+// A collective outside the communication thread (NCCL) failed: healthy()
+// turns false and later collectives throw `message`.
+void MarkFailed(const std::string& message);
 
 }  // namespace stepjit::dist::internal
 

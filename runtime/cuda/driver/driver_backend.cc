@@ -125,6 +125,7 @@ class CudaDriverBackend final : public Backend {
   }
 
   int DeviceOrdinal() const override { return info_.ordinal; }
+  absl::Status BindThread() override { return Bind(d_, ctx_); }
   std::string Describe() const override {
     return absl::StrCat(info_.name.empty() ? "CUDA device" : info_.name, " (",
                         info_.arch(), "), driver ", driver_version_ / 1000, ".",

@@ -132,7 +132,13 @@ NcclComm& DistNcclComm() {
   const nccl::UniqueId id = ExchangeId(lib, rank, world, timeout_s);
   s.comm = ValueOrThrow(NcclComm::Create(
       lib, b,
-      {.rank = rank, .world = world, .id = id, .timeout_s = timeout_s}));
+      {.rank = rank,
+       .world = world,
+       .id = id,
+       .timeout_s = timeout_s,
+       .on_failure = [](const absl::Status& why) {
+         dist::internal::MarkFailed(std::string(why.message()));
+       }}));
   s.generation = BackendGeneration();
   // Every rank has read the file once the collective init returned: remove
   // it so that a later job on the same path waits for its own rank 0.

@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ir/status.h"
-#include "runtime/cuda/driver/device.h"
 
 namespace stepjit::runtime::cuda {
 
@@ -77,8 +76,8 @@ absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Create(
   // cancelled, so it runs on a thread of its own that the caller waits for
   // with the timeout.
   auto state = std::make_shared<InitState>();
-  std::thread([state, &lib, ordinal, options] {
-    absl::Status bind = UsePrimaryContext(ordinal).status();
+  std::thread([state, &lib, &backend, options] {
+    absl::Status bind = backend.BindThread();
     nccl::Comm comm = nullptr;
     nccl::Result r = nccl::kSuccess;
     if (bind.ok())
@@ -117,8 +116,8 @@ NcclComm::NcclComm(const NcclLibrary& lib, Backend& backend, nccl::Comm comm,
       comm_(comm),
       rank_(options.rank),
       world_(options.world),
-      ordinal_(backend.DeviceOrdinal()),
       timeout_s_(options.timeout_s),
+      on_failure_(options.on_failure),
       watchdog_([this] { Watchdog(); }) {}
 
 NcclComm::~NcclComm() {
@@ -139,9 +138,7 @@ NcclComm::~NcclComm() {
   }
 }
 
-absl::Status NcclComm::Bind() const {
-  return UsePrimaryContext(ordinal_).status();
-}
+absl::Status NcclComm::Bind() const { return backend_.BindThread(); }
 
 absl::Status NcclComm::health() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -210,6 +207,7 @@ absl::Status NcclComm::AllGather(const void* send, void* recv, size_t count,
 void NcclComm::FailLocked(absl::Status why) {
   if (!failure_.ok()) return;
   failure_ = std::move(why);
+  if (on_failure_) on_failure_(failure_);
   if (!aborted_) {
     (void)Bind();
     lib_.api.CommAbort(comm_);

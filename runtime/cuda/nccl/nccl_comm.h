@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,6 +43,9 @@ struct NcclCommOptions {
   // Seconds for ncclCommInitRank (all ranks must join) and for each eager
   // collective to complete on the device.
   double timeout_s = 300;
+  // Called once, with the lock held, when the communicator fails (the dist
+  // world is marked unhealthy so).
+  std::function<void(const absl::Status&)> on_failure;
 };
 
 class NcclComm {
@@ -102,8 +106,9 @@ class NcclComm {
   const NcclLibrary& lib_;
   Backend& backend_;
   nccl::Comm comm_;
-  const int rank_, world_, ordinal_;
+  const int rank_, world_;
   const double timeout_s_;
+  const std::function<void(const absl::Status&)> on_failure_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Watched> watched_;
