@@ -7,6 +7,7 @@
 // (STEPJIT_TEST_CUDA_BACKEND=driver) and NCCL, the same collectives forced
 // through NCCL, eagerly and captured in a compiled step's CUDA graph.
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -120,6 +121,7 @@ TEST_F(CudaCollectiveTest, ForcedNcclWithoutADeviceSaysWhy) {
     dist::all_reduce(x);
     FAIL() << "expected an error";
   } catch (const Error& e) {
+    std::printf("%s\n", e.what());
     EXPECT_THAT(e.what(), HasSubstr("STEPJIT_DIST_NCCL=force"));
     EXPECT_THAT(e.what(), HasSubstr("host emulator"));
   }
@@ -213,6 +215,7 @@ TEST_F(CudaCollectiveTest, CompiledStepWithHostStagingIsNotCaptured) {
   ScopedEnv env("STEPJIT_DIST_NCCL", "off");
   const auto before = GetCollectiveStats();
   const std::string explain = CompiledDdpMatchesCpu();
+  std::printf("%s\n", explain.c_str());
   EXPECT_THAT(
       explain,
       HasSubstr("no CUDA graph: all_reduce on CUDA tensors copies through the "

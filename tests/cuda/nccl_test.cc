@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -98,6 +99,7 @@ TEST(NcclLibraryTest, MissingLibraryNamesThePathAndHowToInstall) {
   ASSERT_FALSE(lib.ok());
   EXPECT_TRUE(absl::IsNotFound(lib.status())) << lib.status();
   const std::string message(lib.status().message());
+  std::printf("%s\n", message.c_str());
   EXPECT_THAT(message, HasSubstr(bogus));
   EXPECT_THAT(message, HasSubstr("STEPJIT_NCCL_LIBRARY"));
   EXPECT_THAT(message, HasSubstr("pip install nvidia-nccl-cu13"));
@@ -190,6 +192,7 @@ TEST(UniqueIdFileTest, TimesOutWithAClearMessage) {
   ASSERT_FALSE(read.ok());
   EXPECT_TRUE(absl::IsDeadlineExceeded(read.status())) << read.status();
   const std::string message(read.status().message());
+  std::printf("%s\n", message.c_str());
   EXPECT_THAT(message, HasSubstr(path));
   EXPECT_THAT(message, HasSubstr("rank 2"));
   EXPECT_THAT(message, HasSubstr("0.3 s"));

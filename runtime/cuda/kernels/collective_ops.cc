@@ -34,26 +34,15 @@ nccl::RedOp NcclOp(dist::ReduceOp op) {
 // The result of a world of one is the operand: a device copy, captured like
 // any other.
 void RunLocal(const KernelArgs& k) {
-  if (k.op != OpId::kBarrier) CopySameDType(k.out, k.inputs[0]);
+  CopySameDType(k.out, k.inputs[0]);
   ++g_local;
 }
 
-void RunNccl(Backend& b, const KernelArgs& k) {
+void RunNccl(const KernelArgs& k) {
   NcclComm& comm = DistNcclComm();
   const Stream stream = CurrentStream();
   const std::string what =
       absl::StrCat(ir::OpName(k.op), " on rank ", comm.rank());
-  if (k.op == OpId::kBarrier) {
-    // A one-element all_reduce on the device: every rank's stream passes it
-    // only once all have queued it.
-    Tensor token =
-        empty({1}, {.dtype = ir::DType::kF32, .device = Device::cuda()});
-    ThrowIfError(b.Memset(token.data_ptr(), 0, 4, stream));
-    ThrowIfError(comm.AllReduce(token.data_ptr(), token.data_ptr(), 1,
-                                ir::DType::kF32, nccl::kSum, stream));
-    ++g_nccl;
-    return;
-  }
   const Tensor in = ContiguousOnDevice(k.inputs[0]);
   const size_t count = static_cast<size_t>(in.numel());
   SJ_REQUIRE(k.out.is_contiguous(), what, ": the result must be contiguous");
@@ -107,7 +96,7 @@ void RunHostStaging(const KernelArgs& k, const std::string& why_not_nccl) {
   ir::Attrs attrs = k.attrs;
   attrs.Set(AttrKey::kAsync, false);
   dist::internal::RunHostCollective(KernelArgs{k.op, host, attrs, out});
-  if (out.defined()) CopySameDType(k.out, ToDevice(out, k.out.device()));
+  CopySameDType(k.out, ToDevice(out, k.out.device()));
   ++g_host;
 }
 
@@ -119,7 +108,7 @@ bool RunCollective(Backend& b, const KernelArgs& k) {
       RunLocal(k);
       break;
     case CollectivePath::kNccl:
-      RunNccl(b, k);
+      RunNccl(k);
       break;
     case CollectivePath::kHostStaging:
       RunHostStaging(k, choice.why_not_nccl);
@@ -131,8 +120,9 @@ bool RunCollective(Backend& b, const KernelArgs& k) {
 }  // namespace
 
 void AddCollectivePaths(DevicePaths& paths) {
-  for (OpId op :
-       {OpId::kAllReduce, OpId::kBroadcast, OpId::kAllGather, OpId::kBarrier}) {
+  // barrier has no operand, so it never runs on a device: dist::barrier()
+  // is the core's CPU collective.
+  for (OpId op : {OpId::kAllReduce, OpId::kBroadcast, OpId::kAllGather}) {
     paths[static_cast<int>(op)] = &RunCollective;
   }
 }
