@@ -3,10 +3,12 @@
 #define STEPJIT_RUNTIME_TENSOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -40,6 +42,12 @@ struct AutogradMeta {
   std::shared_ptr<Tensor> grad;                // leaf gradient (.grad)
   std::shared_ptr<autograd::Node> grad_fn;     // producer for non-leaves
   std::shared_ptr<autograd::Node> grad_accumulator;  // cached for leaves
+  // Leaves only: run, in registration order, each time backward has
+  // accumulated into .grad (autograd::AddPostAccumulateGradHook). Kept here,
+  // not on an AccumulateGrad node: those are made lazily, and afresh when the
+  // leaf itself is the root of a backward.
+  std::vector<std::pair<int, std::function<void(const Tensor& leaf)>>>
+      post_accumulate_hooks;
 };
 
 struct TensorImpl {

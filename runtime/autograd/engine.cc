@@ -1,7 +1,9 @@
 // The autograd engine: op nodes with saved tensors, leaf accumulation, backward.
 #include "runtime/autograd/engine.h"
 
+#include <atomic>
 #include <deque>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -73,6 +75,15 @@ class OpNode : public Node {
   std::vector<bool> needs_;
 };
 
+// Runs the leaf's post-accumulate hooks on a copy of the list, so that a hook
+// may add or remove hooks (its own included) while they run.
+void RunPostAccumulateHooks(const Tensor& leaf) {
+  AutogradMeta* meta = leaf.impl()->autograd.get();
+  if (meta == nullptr || meta->post_accumulate_hooks.empty()) return;
+  const auto hooks = meta->post_accumulate_hooks;
+  for (const auto& [handle, hook] : hooks) hook(leaf);
+}
+
 // Adds incoming gradients into a leaf's .grad.
 class AccumulateGrad : public Node {
  public:
@@ -92,6 +103,7 @@ class AccumulateGrad : public Node {
     } else {
       current.add_(grad);
     }
+    RunPostAccumulateHooks(leaf);
     return {};
   }
   std::string name() const override { return "accumulate_grad"; }
@@ -110,48 +122,45 @@ std::shared_ptr<Node> OpNode::EdgeFor(const Tensor& t) {
   return meta->grad_accumulator;
 }
 
-}  // namespace
+// The running backward of this thread: its id and queued callbacks. Nested
+// backwards (one started by a hook or callback) stack.
+struct BackwardContext {
+  uint64_t id = 0;
+  std::vector<std::function<void()>> callbacks;
+  BackwardContext* outer = nullptr;
+};
+thread_local BackwardContext* t_backward = nullptr;
+std::atomic<uint64_t> g_next_backward_id{1};
+std::atomic<int> g_next_hook_handle{1};
 
-void RecordOp(ir::OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs,
-              const Tensor& output) {
-  auto node = std::make_shared<OpNode>(op, attrs, inputs, output);
-  TensorImpl* impl = output.impl();
-  if (!impl->autograd) impl->autograd = std::make_unique<AutogradMeta>();
-  impl->autograd->requires_grad = true;
-  impl->autograd->grad_fn = std::move(node);
-}
+class BackwardScope {
+ public:
+  BackwardScope() : outer_(t_backward) {
+    context_.id = g_next_backward_id.fetch_add(1);
+    context_.outer = outer_;
+    t_backward = &context_;
+  }
+  ~BackwardScope() { t_backward = outer_; }
+  BackwardScope(const BackwardScope&) = delete;
+  BackwardScope& operator=(const BackwardScope&) = delete;
 
-void Backward(const Tensor& root, const Tensor& grad) {
-  SJ_REQUIRE(root.defined(), "backward() called on an undefined tensor");
-  // Grad rules run in the dtypes the forward chose; autocast does not
-  // re-cast them (as in PyTorch, backward ops are not autocast).
-  amp::Autocast no_autocast(ir::DType::kBF16, /*enabled=*/false);
-  SJ_REQUIRE(root.requires_grad(),
-             "backward(): the tensor does not require grad and has no grad_fn");
-  Tensor seed = grad;
-  if (!seed.defined()) {
-    SJ_REQUIRE(root.numel() == 1,
-               "backward() without a gradient needs a scalar output, got shape ",
-               ir::ShapeToString(root.shape()));
-    // Marked, so that a traced step's seed can be found by the grad-scaler pass.
-    seed = runtime::Dispatch(ir::OpId::kFull, {},
-                    {{ir::AttrKey::kShape, std::vector<int64_t>(root.shape().begin(), root.shape().end())},
-                     {ir::AttrKey::kValue, 1.0},
-                     {ir::AttrKey::kDTypeAttr, root.dtype()},
-                     {ir::AttrKey::kRole, std::string("grad_seed")}});
-  } else {
-    SJ_REQUIRE(seed.shape() == root.shape(), "backward(): gradient shape ",
-               ir::ShapeToString(seed.shape()), " does not match output shape ",
-               ir::ShapeToString(root.shape()));
+  // By index: a callback may queue more, which grows the vector.
+  void RunCallbacks() {
+    for (size_t i = 0; i < context_.callbacks.size(); ++i) {
+      std::function<void()> callback = std::move(context_.callbacks[i]);
+      callback();
+    }
+    context_.callbacks.clear();
   }
-  NoGradGuard no_grad;
-  std::shared_ptr<Node> start = root.grad_fn();
-  if (!start) start = root.impl()->autograd->grad_accumulator;
-  if (!start) {
-    auto acc = std::make_shared<AccumulateGrad>(root.impl_ptr());
-    acc->Apply(seed.detach());
-    return;
-  }
+
+ private:
+  BackwardContext context_;
+  BackwardContext* outer_;
+};
+
+// Runs the graph from `start` with `seed` as its gradient, each node once all
+// the edges into it have delivered.
+void RunGraph(const std::shared_ptr<Node>& start, const Tensor& seed) {
   // Count, for every node, how many edges lead into it.
   absl::flat_hash_map<Node*, int> deps;
   std::vector<Node*> stack = {start.get()};
@@ -191,5 +200,94 @@ void Backward(const Tensor& root, const Tensor& grad) {
     }
   }
 }
+
+}  // namespace
+
+void RecordOp(ir::OpId op, absl::Span<const Tensor> inputs,
+              const ir::Attrs& attrs, const Tensor& output) {
+  auto node = std::make_shared<OpNode>(op, attrs, inputs, output);
+  TensorImpl* impl = output.impl();
+  if (!impl->autograd) impl->autograd = std::make_unique<AutogradMeta>();
+  impl->autograd->requires_grad = true;
+  impl->autograd->grad_fn = std::move(node);
+}
+
+void Backward(const Tensor& root, const Tensor& grad) {
+  SJ_REQUIRE(root.defined(), "backward() called on an undefined tensor");
+  // Grad rules run in the dtypes the forward chose; autocast does not
+  // re-cast them (as in PyTorch, backward ops are not autocast).
+  amp::Autocast no_autocast(ir::DType::kBF16, /*enabled=*/false);
+  SJ_REQUIRE(root.requires_grad(),
+             "backward(): the tensor does not require grad and has no grad_fn");
+  Tensor seed = grad;
+  if (!seed.defined()) {
+    SJ_REQUIRE(
+        root.numel() == 1,
+        "backward() without a gradient needs a scalar output, got shape ",
+        ir::ShapeToString(root.shape()));
+    // Marked, so that a traced step's seed can be found by the grad-scaler
+    // pass.
+    seed = runtime::Dispatch(
+        ir::OpId::kFull, {},
+        {{ir::AttrKey::kShape,
+          std::vector<int64_t>(root.shape().begin(), root.shape().end())},
+         {ir::AttrKey::kValue, 1.0},
+         {ir::AttrKey::kDTypeAttr, root.dtype()},
+         {ir::AttrKey::kRole, std::string("grad_seed")}});
+  } else {
+    SJ_REQUIRE(seed.shape() == root.shape(), "backward(): gradient shape ",
+               ir::ShapeToString(seed.shape()), " does not match output shape ",
+               ir::ShapeToString(root.shape()));
+  }
+  NoGradGuard no_grad;
+  BackwardScope scope;
+  std::shared_ptr<Node> start = root.grad_fn();
+  if (!start) start = root.impl()->autograd->grad_accumulator;
+  if (start) {
+    RunGraph(start, seed);
+  } else {
+    AccumulateGrad(root.impl_ptr()).Apply(seed.detach());
+  }
+  scope.RunCallbacks();
+}
+
+int AddPostAccumulateGradHook(const Tensor& leaf,
+                              std::function<void(const Tensor& leaf)> hook) {
+  SJ_REQUIRE(leaf.defined(),
+             "AddPostAccumulateGradHook: the tensor is undefined");
+  SJ_REQUIRE(leaf.is_leaf() && leaf.requires_grad(),
+             "AddPostAccumulateGradHook: expected a leaf tensor that requires "
+             "grad, got ",
+             leaf.is_leaf() ? "a leaf that does not require grad"
+                            : "a non-leaf (it has a grad_fn)");
+  SJ_REQUIRE(hook != nullptr, "AddPostAccumulateGradHook: the hook is empty");
+  const int handle = g_next_hook_handle.fetch_add(1);
+  leaf.impl()->autograd->post_accumulate_hooks.emplace_back(handle,
+                                                            std::move(hook));
+  return handle;
+}
+
+bool RemovePostAccumulateGradHook(const Tensor& leaf, int handle) {
+  if (!leaf.defined() || !leaf.impl()->autograd) return false;
+  auto& hooks = leaf.impl()->autograd->post_accumulate_hooks;
+  for (auto it = hooks.begin(); it != hooks.end(); ++it) {
+    if (it->first == handle) {
+      hooks.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+void QueueCallback(std::function<void()> callback) {
+  SJ_REQUIRE(t_backward != nullptr,
+             "QueueCallback: expected to be called during backward() (from a "
+             "hook or a "
+             "gradient computation), found no backward running on this thread");
+  SJ_REQUIRE(callback != nullptr, "QueueCallback: the callback is empty");
+  t_backward->callbacks.push_back(std::move(callback));
+}
+
+uint64_t CurrentBackwardId() { return t_backward ? t_backward->id : 0; }
 
 }  // namespace stepjit::autograd

@@ -2,6 +2,8 @@
 #ifndef STEPJIT_RUNTIME_AUTOGRAD_ENGINE_H_
 #define STEPJIT_RUNTIME_AUTOGRAD_ENGINE_H_
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +36,28 @@ void RecordOp(ir::OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& att
 // Runs backward from `root` (a scalar unless `grad` is given), accumulating
 // into the .grad of leaves that require grad.
 void Backward(const Tensor& root, const Tensor& grad);
+
+// Calls `hook(leaf)` each time a backward has accumulated a gradient into the
+// .grad of `leaf` (a leaf that requires grad), right after the update, with
+// grad mode off as in the rest of backward (torch's
+// register_post_accumulate_grad_hook). Hooks live as long as the leaf and run
+// in registration order; they may dispatch ops (in a traced step those ops
+// are recorded). Returns a handle for RemovePostAccumulateGradHook.
+int AddPostAccumulateGradHook(const Tensor& leaf,
+                              std::function<void(const Tensor& leaf)> hook);
+// Removes the hook `handle` from `leaf`; false when it has none by that handle.
+bool RemovePostAccumulateGradHook(const Tensor& leaf, int handle);
+
+// Runs `callback` once the running backward has processed its whole graph,
+// after every earlier queued callback and still inside Backward (grad mode
+// off); callbacks may queue further callbacks and dispatch ops (PyTorch's
+// Variable._execution_engine.queue_callback). Throws stepjit::Error outside
+// a backward. If the backward throws, its queued callbacks are dropped.
+void QueueCallback(std::function<void()> callback);
+// Identifies the running backward on this thread (a new number for each
+// Backward call, nested ones included); 0 outside any. Lets hooks tell one
+// backward from the next without relying on a callback having run.
+uint64_t CurrentBackwardId();
 
 }  // namespace stepjit::autograd
 

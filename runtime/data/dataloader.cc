@@ -8,12 +8,12 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
-#include <random>
 #include <thread>
 #include <utility>
 
 #include "ir/status.h"
 #include "runtime/cuda/backend.h"
+#include "runtime/data/permutation.h"
 #include "runtime/profiler.h"
 
 namespace stepjit::data {
@@ -200,33 +200,6 @@ class DeviceStager {
 
 }  // namespace internal
 
-namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// Uniform in [0, n) without modulo bias (Lemire, "Fast random integer
-// generation in an interval", 2019). std::uniform_int_distribution is
-// avoided because its output differs between standard libraries.
-uint64_t UniformBelow(std::mt19937_64& rng, uint64_t n) {
-  unsigned __int128 m = static_cast<unsigned __int128>(rng()) * n;
-  auto low = static_cast<uint64_t>(m);
-  if (low < n) {
-    const uint64_t threshold = -n % n;
-    while (low < threshold) {
-      m = static_cast<unsigned __int128>(rng()) * n;
-      low = static_cast<uint64_t>(m);
-    }
-  }
-  return static_cast<uint64_t>(m >> 64);
-}
-
-}  // namespace
-
 DataLoader::DataLoader(const Dataset& dataset, DataLoaderOptions options)
     : dataset_(dataset), options_(options) {
   SJ_REQUIRE(options_.batch_size > 0,
@@ -236,6 +209,18 @@ DataLoader::DataLoader(const Dataset& dataset, DataLoaderOptions options)
              options_.num_workers);
   SJ_REQUIRE(options_.prefetch >= 1, "DataLoader: prefetch must be >= 1, got ",
              options_.prefetch);
+  if (options_.sampler) {
+    SJ_REQUIRE(
+        !options_.shuffle,
+        "DataLoader: shuffle=true and a sampler both order the samples; set "
+        "shuffle on the DistributedSampler instead (it shuffles the whole "
+        "dataset "
+        "identically on every rank before splitting it)");
+    SJ_REQUIRE(options_.sampler->dataset_size() == dataset_.size(),
+               "DataLoader: the sampler was made for a dataset of ",
+               options_.sampler->dataset_size(),
+               " samples, but the dataset has ", dataset_.size());
+  }
   if (options_.pin_memory || options_.device.is_cuda()) {
     absl::StatusOr<runtime::cuda::Backend*> b = runtime::cuda::RequireBackend();
     SJ_REQUIRE(b.ok(), "DataLoader: ",
@@ -244,26 +229,30 @@ DataLoader::DataLoader(const Dataset& dataset, DataLoaderOptions options)
   }
 }
 
+void DataLoader::set_epoch(int64_t epoch) {
+  epoch_ = epoch;
+  if (options_.sampler) options_.sampler->set_epoch(epoch);
+}
+
 int64_t DataLoader::num_batches() const {
-  const int64_t n = dataset_.size();
+  const int64_t n =
+      options_.sampler ? options_.sampler->num_samples() : dataset_.size();
   const int64_t bs = options_.batch_size;
   return options_.drop_last ? n / bs : (n + bs - 1) / bs;
 }
 
 std::vector<int64_t> DataLoader::EpochOrder(int64_t epoch) const {
+  if (options_.sampler) return options_.sampler->Indices(epoch);
+  if (options_.shuffle)
+    return EpochPermutation(dataset_.size(), options_.seed, epoch);
   std::vector<int64_t> order(dataset_.size());
   std::iota(order.begin(), order.end(), int64_t{0});
-  if (!options_.shuffle) return order;
-  std::mt19937_64 rng(
-      SplitMix64(options_.seed ^ SplitMix64(static_cast<uint64_t>(epoch))));
-  for (size_t i = order.size(); i > 1; --i) {
-    std::swap(order[i - 1], order[UniformBelow(rng, i)]);
-  }
   return order;
 }
 
 DataLoader::Iterator DataLoader::begin() {
   const int64_t epoch = epoch_++;
+  if (options_.sampler) options_.sampler->set_epoch(epoch);
   const int64_t batches = num_batches();
   const int workers =
       static_cast<int>(std::min<int64_t>(options_.num_workers, batches));

@@ -8,6 +8,14 @@
 // Each begin() starts a new epoch. With shuffle the order is a permutation
 // drawn from (seed, epoch), so epochs differ from each other but every run
 // with the same seed sees the same batches, whatever num_workers is.
+//
+// Data-parallel training gives each rank its own shard through a sampler:
+//
+//   auto sampler = std::make_shared<data::DistributedSampler>(train.size());
+//   data::DataLoader loader(train, {.batch_size = 64, .sampler = sampler});
+//
+// Then batches hold only this rank's samples, and every rank gets the same
+// number of batches per epoch (so all ranks run the same steps).
 #ifndef STEPJIT_RUNTIME_DATA_DATALOADER_H_
 #define STEPJIT_RUNTIME_DATA_DATALOADER_H_
 
@@ -16,6 +24,7 @@
 #include <vector>
 
 #include "runtime/data/dataset.h"
+#include "runtime/data/distributed_sampler.h"
 
 namespace stepjit::data {
 
@@ -40,6 +49,11 @@ struct DataLoaderOptions {
   // truly asynchronous), and the caller's stream waits for a batch's copy
   // before its first use.
   Device device = Device::cpu();
+  // Where the samples of an epoch come from instead of the whole dataset:
+  // this rank's shard (its size must be the dataset's; shuffle must be off
+  // here, the sampler shuffles). The loader drives its epoch: begin() and
+  // set_epoch() set the sampler's epoch to the loader's.
+  std::shared_ptr<DistributedSampler> sampler = nullptr;
 };
 
 namespace internal {
@@ -84,16 +98,17 @@ class DataLoader {
   Iterator begin();
   Iterator end() { return Iterator(); }
 
-  // Batches per epoch.
+  // Batches per epoch (of this rank's shard with a sampler).
   int64_t num_batches() const;
   // The epoch the next begin() starts (0 for the first); set it to replay or
   // resume a given epoch's order.
   int64_t epoch() const { return epoch_; }
-  void set_epoch(int64_t epoch) { epoch_ = epoch; }
+  void set_epoch(int64_t epoch);
   const DataLoaderOptions& options() const { return options_; }
   const Dataset& dataset() const { return dataset_; }
 
-  // The sample order of `epoch` (identity without shuffle).
+  // The sample order of `epoch` (identity without shuffle; the sampler's
+  // shard with one).
   std::vector<int64_t> EpochOrder(int64_t epoch) const;
 
  private:

@@ -26,6 +26,7 @@
 #ifndef STEPJIT_RUNTIME_NN_DDP_H_
 #define STEPJIT_RUNTIME_NN_DDP_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,7 +64,9 @@ class DistributedDataParallelImpl : public Module {
     int64_t bytes = 0;
   };
   const std::vector<Bucket>& buckets() const;
-  // Reductions launched and finished (all ranks equal).
+  // Bucket reductions launched and copied back by eager backwards (all ranks
+  // equal); a compiled step's replays run the recorded ops without the
+  // hooks and do not count.
   int64_t num_syncs() const;
 
  private:
@@ -71,6 +74,8 @@ class DistributedDataParallelImpl : public Module {
   std::shared_ptr<Module> module_;
   DistributedDataParallelOptions options_;
   std::unique_ptr<Reducer> reducer_;
+  // ParameterEpoch() when the hooks were last checked against parameters().
+  uint64_t parameter_epoch_ = 0;
 };
 
 class DistributedDataParallel : public ModuleHolder<DistributedDataParallelImpl> {

@@ -317,9 +317,10 @@ TEST(PassManagerTest, BadPipelineOptionsAreRefusedWithTheirMessages) {
     EXPECT_EQ(pipeline.status().code(), absl::StatusCode::kInvalidArgument);
     return std::string(pipeline.status().message());
   };
-  EXPECT_EQ(message("grad-scaler{growth_intervl=7}"),
-            "pass `grad-scaler`: unknown option 'growth_intervl'; options: "
-            "init_scale, growth_factor, backoff_factor, growth_interval");
+  EXPECT_EQ(
+      message("grad-scaler{growth_intervl=7}"),
+      "pass `grad-scaler`: unknown option 'growth_intervl'; options: "
+      "init_scale, growth_factor, backoff_factor, growth_interval, world_size");
   EXPECT_EQ(message("grad-scaler{growth_interval=7.5}"),
             "pass `grad-scaler`: option 'growth_interval' expects an integer, "
             "got '7.5'");
@@ -332,7 +333,7 @@ TEST(PassManagerTest, BadPipelineOptionsAreRefusedWithTheirMessages) {
   EXPECT_EQ(message("grad-scaler{growth_interval}"),
             "pass `grad-scaler`: expected name=value, got 'growth_interval'; "
             "options: init_scale, growth_factor, backoff_factor, "
-            "growth_interval");
+            "growth_interval, world_size");
   EXPECT_EQ(message("grad-scaler{growth_interval=1 growth_interval=2}"),
             "pass `grad-scaler`: option 'growth_interval' given twice");
   EXPECT_EQ(message("cse,grad-scaler{growth_interval=7"),

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "ir/status.h"
 #include "runtime/data/dataloader.h"
 #include "runtime/data/dataset.h"
+#include "runtime/data/distributed_sampler.h"
 #include "runtime/data/idx.h"
 
 namespace stepjit::data {
@@ -468,6 +470,80 @@ TEST(DataLoaderTest, RejectsBadOptions) {
             "DataLoader: num_workers must be >= 0, got -2");
   EXPECT_EQ(message({.prefetch = 0}),
             "DataLoader: prefetch must be >= 1, got 0");
+}
+
+// Three simulated ranks, each with its own sampler and loader over the same
+// dataset: disjoint shards that cover it, the same batch count everywhere,
+// and set_epoch reaching the sampler.
+TEST(DataLoaderTest, DistributedSamplerShardsTheEpochs) {
+  const Dataset ds =
+      Numbered(50);  // 17 per rank (one padded), 5 batches of <= 4
+  std::vector<std::shared_ptr<DistributedSampler>> samplers;
+  std::vector<std::unique_ptr<DataLoader>> loaders;
+  for (int r = 0; r < 3; ++r) {
+    samplers.push_back(std::make_shared<DistributedSampler>(
+        50,
+        DistributedSamplerOptions{.num_replicas = 3, .rank = r, .seed = 11}));
+    loaders.push_back(std::make_unique<DataLoader>(
+        ds, DataLoaderOptions{
+                .batch_size = 4, .num_workers = r, .sampler = samplers[r]}));
+  }
+  for (int64_t epoch : {0, 1}) {
+    std::vector<int64_t> all;
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(loaders[r]->num_batches(), 5);
+      const auto batches = RunEpoch(*loaders[r]);
+      EXPECT_EQ(samplers[r]->epoch(), epoch);
+      ASSERT_EQ(batches.size(), 5u);
+      std::vector<int64_t> mine;
+      for (const auto& b : batches) mine.insert(mine.end(), b.begin(), b.end());
+      EXPECT_EQ(mine, samplers[r]->Indices(epoch));
+      EXPECT_EQ(mine, loaders[r]->EpochOrder(epoch));
+      all.insert(all.end(), mine.begin(), mine.end());
+    }
+    ASSERT_EQ(all.size(), 51u);
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    EXPECT_EQ(all.size(), 50u);
+  }
+  EXPECT_NE(samplers[0]->Indices(0), samplers[0]->Indices(1));
+  // set_epoch on the loader sets the sampler's too, and the next epoch is it.
+  loaders[1]->set_epoch(7);
+  EXPECT_EQ(samplers[1]->epoch(), 7);
+  const auto batches = RunEpoch(*loaders[1]);
+  std::vector<int64_t> mine;
+  for (const auto& b : batches) mine.insert(mine.end(), b.begin(), b.end());
+  EXPECT_EQ(mine, samplers[1]->Indices(7));
+  // drop_last on the loader applies to the shard: 17 / 4 -> 4 batches.
+  DataLoader dropping(
+      ds, {.batch_size = 4, .drop_last = true, .sampler = samplers[0]});
+  EXPECT_EQ(dropping.num_batches(), 4);
+  EXPECT_EQ(RunEpoch(dropping).size(), 4u);
+}
+
+TEST(DataLoaderTest, RejectsASamplerWithShuffleOrAnotherDatasetSize) {
+  const Dataset ds = Numbered(10);
+  auto sampler = std::make_shared<DistributedSampler>(
+      10, DistributedSamplerOptions{.num_replicas = 2, .rank = 0});
+  try {
+    DataLoader loader(ds,
+                      {.batch_size = 2, .shuffle = true, .sampler = sampler});
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(Contains(e.what(),
+                         "shuffle=true and a sampler both order the samples"));
+  }
+  auto other = std::make_shared<DistributedSampler>(
+      12, DistributedSamplerOptions{.num_replicas = 2, .rank = 0});
+  try {
+    DataLoader loader(ds, {.batch_size = 2, .sampler = other});
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(
+        Contains(e.what(),
+                 "the sampler was made for a dataset of 12 samples, but the "
+                 "dataset has 10"));
+  }
 }
 
 TEST(DatasetTest, GetSubsetAndErrors) {
