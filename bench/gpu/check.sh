@@ -168,7 +168,11 @@ nccl_check() {
     return 0
   fi
   echo "NCCL: $lib"
-  STEPJIT_NCCL_LIBRARY="$lib" STEPJIT_TEST_CUDA_BACKEND=driver \
+  # A 20 s dist timeout turns a hung NCCL init or collective into the
+  # tests' clear error well inside the phase's limit; NCCL_DEBUG=WARN puts
+  # NCCL's own reason for a failure in the log.
+  STEPJIT_NCCL_LIBRARY="$lib" STEPJIT_TEST_CUDA_BACKEND=driver STEPJIT_DIST_TIMEOUT_S=20 \
+    NCCL_DEBUG="${NCCL_DEBUG:-WARN}" \
     "$bin/cuda_tests" '--gtest_filter=Nccl*:CudaCollective*' >"$work/nccl_tests.txt" 2>&1 ||
     rc=$?
   cat "$work/nccl_tests.txt"

@@ -34,15 +34,28 @@ nccl::RedOp NcclOp(dist::ReduceOp op) {
 // The result of a world of one is the operand: a device copy, captured like
 // any other.
 void RunLocal(const KernelArgs& k) {
-  CopySameDType(k.out, k.inputs[0]);
+  if (k.op != OpId::kBarrier) CopySameDType(k.out, k.inputs[0]);
   ++g_local;
 }
 
-void RunNccl(const KernelArgs& k) {
+void RunNccl(Backend& b, const KernelArgs& k) {
   NcclComm& comm = DistNcclComm();
   const Stream stream = CurrentStream();
   const std::string what =
       absl::StrCat(ir::OpName(k.op), " on rank ", comm.rank());
+  if (k.op == OpId::kBarrier) {
+    // dist::barrier() has no operand and runs on the CPU; a barrier node
+    // placed on the device (every op of the table has a device path) is a
+    // one-element all_reduce: every rank's stream passes it only once all
+    // have queued it.
+    Tensor token =
+        empty({1}, {.dtype = ir::DType::kF32, .device = Device::cuda()});
+    ThrowIfError(b.Memset(token.data_ptr(), 0, 4, stream));
+    ThrowIfError(comm.AllReduce(token.data_ptr(), token.data_ptr(), 1,
+                                ir::DType::kF32, nccl::kSum, stream));
+    ++g_nccl;
+    return;
+  }
   const Tensor in = ContiguousOnDevice(k.inputs[0]);
   const size_t count = static_cast<size_t>(in.numel());
   SJ_REQUIRE(k.out.is_contiguous(), what, ": the result must be contiguous");
@@ -96,7 +109,7 @@ void RunHostStaging(const KernelArgs& k, const std::string& why_not_nccl) {
   ir::Attrs attrs = k.attrs;
   attrs.Set(AttrKey::kAsync, false);
   dist::internal::RunHostCollective(KernelArgs{k.op, host, attrs, out});
-  CopySameDType(k.out, ToDevice(out, k.out.device()));
+  if (out.defined()) CopySameDType(k.out, ToDevice(out, k.out.device()));
   ++g_host;
 }
 
@@ -108,7 +121,7 @@ bool RunCollective(Backend& b, const KernelArgs& k) {
       RunLocal(k);
       break;
     case CollectivePath::kNccl:
-      RunNccl(k);
+      RunNccl(b, k);
       break;
     case CollectivePath::kHostStaging:
       RunHostStaging(k, choice.why_not_nccl);
@@ -120,9 +133,8 @@ bool RunCollective(Backend& b, const KernelArgs& k) {
 }  // namespace
 
 void AddCollectivePaths(DevicePaths& paths) {
-  // barrier has no operand, so it never runs on a device: dist::barrier()
-  // is the core's CPU collective.
-  for (OpId op : {OpId::kAllReduce, OpId::kBroadcast, OpId::kAllGather}) {
+  for (OpId op :
+       {OpId::kAllReduce, OpId::kBroadcast, OpId::kAllGather, OpId::kBarrier}) {
     paths[static_cast<int>(op)] = &RunCollective;
   }
 }

@@ -1,5 +1,5 @@
 // The CUDA kernels of the collective ops (all_reduce, broadcast,
-// all_gather): a device copy in a world of one, NCCL on a real
+// all_gather, barrier): a device copy in a world of one, NCCL on a real
 // device, else host staging through the dist core's CPU collective
 // (runtime/cuda/nccl/dist_nccl.h says which and why).
 //
