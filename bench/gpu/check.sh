@@ -12,6 +12,13 @@
 # reported and skipped past. Results go to $OUT when set (else a temporary
 # folder), at most 8 files: check.log (everything), table.txt, env.txt,
 # stepjit.jsonl, torch.jsonl, cuda_tests.xml.
+# The nccl phase (after cuda_tests) finds libnccl.so.2 on the machine (the
+# CUDA installation, the loader cache, or the nvidia-nccl wheel PyTorch
+# depends on; the bundle does not carry it) and runs the NCCL tests of
+# cuda_tests on the device in a world of one: the communicator's three
+# collectives, dist collectives forced through NCCL, and a compiled step
+# whose all_reduce is captured in a CUDA graph; one row per test is added
+# under the table. It is skipped, not failed, when NCCL is not found.
 # Knobs: STEPJIT_CHECK_STEPS (timed steps, default 50), STEPJIT_CHECK_NUMEL
 # (bandwidth elements, default 2^28: 1 GiB of f32, far past the 60 MB L2),
 # STEPJIT_CHECK_CUDA_GRAPHS (on or off, stepjit-bench's --cuda-graphs,
@@ -126,6 +133,58 @@ stepjit_workloads() {
   return $rc
 }
 
+# Prints the libnccl.so.2 to use: $STEPJIT_NCCL_LIBRARY, the CUDA
+# installation, the loader cache, the nvidia-nccl wheel of $python, or any
+# under /usr/local, /opt, /usr/lib. Fails when there is none.
+find_nccl() {
+  local found="" dir
+  if [[ -n "${STEPJIT_NCCL_LIBRARY:-}" && -e "$STEPJIT_NCCL_LIBRARY" ]]; then
+    echo "$STEPJIT_NCCL_LIBRARY"
+    return 0
+  fi
+  for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+    [[ -e "$dir/libnccl.so.2" ]] && { echo "$dir/libnccl.so.2"; return 0; }
+  done
+  found="$(ldconfig -p 2>/dev/null | awk '$1 == "libnccl.so.2" {print $NF; exit}')"
+  if [[ -z "$found" ]]; then
+    dir="$(timeout 20 "$python" -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)" || true
+    [[ -n "$dir" && -e "$dir/lib/libnccl.so.2" ]] && found="$dir/lib/libnccl.so.2"
+  fi
+  if [[ -z "$found" ]]; then
+    found="$(find /usr/local /opt /usr/lib -name libnccl.so.2 2>/dev/null | head -n 1)"
+  fi
+  [[ -n "$found" ]] && echo "$found"
+}
+
+# The NCCL tests of cuda_tests on the real device, one table row each
+# (name, result, ms) in $work/nccl_rows.txt. Exit 0 when NCCL is missing
+# (the rows say so): a machine without it is not a failure of stepjit.
+nccl_check() {
+  local lib rc=0
+  lib="$(find_nccl)" || true
+  if [[ -z "$lib" ]]; then
+    echo "NCCL: libnccl.so.2 not found (no CUDA installation copy, no nvidia-nccl wheel)"
+    printf '%-64s %-8s %s\n' "nccl (libnccl.so.2 not found)" "skipped" "-" >"$work/nccl_rows.txt"
+    return 0
+  fi
+  echo "NCCL: $lib"
+  # A 20 s dist timeout turns a hung NCCL init or collective into the
+  # tests' clear error well inside the phase's limit; NCCL_DEBUG=WARN puts
+  # NCCL's own reason for a failure in the log.
+  STEPJIT_NCCL_LIBRARY="$lib" STEPJIT_TEST_CUDA_BACKEND=driver STEPJIT_DIST_TIMEOUT_S=20 \
+    NCCL_DEBUG="${NCCL_DEBUG:-WARN}" \
+    "$bin/cuda_tests" '--gtest_filter=Nccl*:CudaCollective*' >"$work/nccl_tests.txt" 2>&1 ||
+    rc=$?
+  cat "$work/nccl_tests.txt"
+  {
+    printf '%-64s %-8s %s\n' "NCCL check ($(basename "$lib"), world of one)" "result" "ms"
+    sed -n 's/^\[ *\(OK\|FAILED\|SKIPPED\) *\] \([A-Za-z0-9_.\/]*\) (\([0-9]*\) ms)$/\2 \1 \3/p' \
+      "$work/nccl_tests.txt" | awk '{printf "%-64s %-8s %s\n", $1, $2, $3}'
+  } >"$work/nccl_rows.txt"
+  cat "$work/nccl_rows.txt"
+  return $rc
+}
+
 bin="$unpack_dir/stepjit-gpu/bin"
 # The rows of the table, for stepjit-bench and torch_gpu.py alike, in the
 # order they run: the GPT language models last, so that a phase cut short
@@ -133,7 +192,7 @@ bin="$unpack_dir/stepjit-gpu/bin"
 workloads="mlp784_adamw_b128 mlp784_sgd_b128 tiny_mlp_adamw_b32 mlp1024x3_adamw_b512
   mlp4096x4_adamw_b4096_bf16 gpt_d128_l4_t128_b32 gpt_d512_l8_t256_b32_bf16"
 # `timeout` runs programs, so the functions above run in a child bash.
-export -f environment unpack dependencies stepjit_workloads
+export -f environment unpack dependencies stepjit_workloads find_nccl nccl_check
 export python unpack_dir tarball work bin steps cuda_graphs multi_region workloads
 phase env 30 bash -c environment
 cp "$work/env.log" "$out/env.txt" 2>/dev/null || true
@@ -151,6 +210,7 @@ fi
 if [[ -x "$bin/cuda_tests" ]]; then
   phase cuda_tests 90 env STEPJIT_TEST_CUDA_BACKEND=driver \
     "$bin/cuda_tests" --gtest_brief=1 "--gtest_output=xml:$out/cuda_tests.xml"
+  phase nccl 60 bash -c nccl_check
 fi
 if [[ -x "$bin/stepjit-bench" ]]; then
   phase stepjit_bench 150 bash -c stepjit_workloads
@@ -178,6 +238,9 @@ printf '%s\n' "${failures[@]}" >"$work/failures.txt"
 phase table 10 "$python" bench/gpu/table.py --gpu "${gpu:-an unknown GPU}" \
   --failures "$work/failures.txt" --skips "$work/skips.txt" "$out/stepjit.jsonl" "$out/torch.jsonl"
 cp "$work/table.log" "$out/table.txt" 2>/dev/null || true
+if [[ -s "$work/nccl_rows.txt" ]]; then
+  { echo; cat "$work/nccl_rows.txt"; } >>"$out/table.txt"
+fi
 echo
 cat "$out/table.txt" 2>/dev/null || true
 echo "results in $out"

@@ -71,6 +71,12 @@ class Backend {
   // The architecture kernels are built for: "sm_90", or "host".
   virtual std::string Arch() const = 0;
   virtual int DeviceCount() const { return 1; }
+  // The driver's ordinal of the device this backend runs on; -1 for the
+  // host emulator. Libraries that use the device themselves (NCCL) need it.
+  virtual int DeviceOrdinal() const { return -1; }
+  // Makes the device's context current on the calling thread, for such
+  // libraries (their CUDA runtime calls act on the current context).
+  virtual absl::Status BindThread() { return absl::OkStatus(); }
   virtual BackendLimits Limits() const { return {}; }
 
   // Raw device memory (the caching allocator sits on top); ResourceExhausted

@@ -18,6 +18,7 @@
 #include "ir/infer.h"
 #include "ir/status.h"
 #include "runtime/cpu/kernels.h"
+#include "runtime/cuda/kernels/collective_ops.h"
 #include "runtime/cuda/kernels/index_ops.h"
 #include "runtime/cuda/kernels/random_ops.h"
 #include "runtime/cuda/kernels/row_ops.h"
@@ -237,6 +238,7 @@ DevicePaths MakeDevicePaths() {
   AddRowPaths(paths);
   AddRandomPaths(paths);
   AddIndexPaths(paths);
+  AddCollectivePaths(paths);
   return paths;
 }
 

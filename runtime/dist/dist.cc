@@ -574,6 +574,23 @@ void RunHostCollective(const runtime::KernelArgs& k) {
   }
 }
 
+bool HasMpi() { return W().mpi; }
+
+std::string InitFile() { return W().options.init_file; }
+
+void MarkFailed(const std::string& message) { W().Fail(message); }
+
+void BroadcastBytes(void* data, size_t bytes, int root) {
+  World& w = W();
+  SJ_CHECK(w.mpi, "BroadcastBytes without MPI");
+  std::shared_ptr<Work> work =
+      Submit(absl::StrCat("broadcast of ", bytes, " bytes from rank ", root),
+             [data, bytes, root] {
+               return MpiBroadcast(data, static_cast<int64_t>(bytes), root);
+             });
+  work->Wait();
+}
+
 }  // namespace internal
 
 }  // namespace stepjit::dist

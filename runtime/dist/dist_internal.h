@@ -3,6 +3,7 @@
 #ifndef STEPJIT_RUNTIME_DIST_DIST_INTERNAL_H_
 #define STEPJIT_RUNTIME_DIST_DIST_INTERNAL_H_
 
+#include <cstddef>
 #include <string>
 
 #include "ir/op.h"
@@ -22,6 +23,18 @@ std::string HostCollectivesUnavailable(ir::OpId op);
 // thread; a world of one copies). With `async = true` the result is
 // registered pending (runtime/pending.h) instead of waited for.
 void RunHostCollective(const runtime::KernelArgs& k);
+
+// For NCCL's setup (runtime/cuda/nccl/dist_nccl.h): whether MPI joins the
+// ranks; InitOptions::init_file as init() got it (may be empty); and rank
+// `root`'s `bytes` at `data` copied into every rank's `data` by an MPI
+// broadcast on the communication thread (throws stepjit::Error naming the
+// failure or the timeout, as a collective does).
+bool HasMpi();
+std::string InitFile();
+void BroadcastBytes(void* data, size_t bytes, int root);
+// A collective outside the communication thread (NCCL) failed: healthy()
+// turns false and later collectives throw `message`.
+void MarkFailed(const std::string& message);
 
 }  // namespace stepjit::dist::internal
 

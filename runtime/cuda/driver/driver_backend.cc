@@ -124,6 +124,8 @@ class CudaDriverBackend final : public Backend {
     lt_.reset();
   }
 
+  int DeviceOrdinal() const override { return info_.ordinal; }
+  absl::Status BindThread() override { return Bind(d_, ctx_); }
   std::string Describe() const override {
     return absl::StrCat(info_.name.empty() ? "CUDA device" : info_.name, " (",
                         info_.arch(), "), driver ", driver_version_ / 1000, ".",

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
+#include "runtime/cuda/kernels/collective_ops.h"
 #include "runtime/cuda/kernels/random_ops.h"
 #include "runtime/cuda/ops.h"
 #include "runtime/dispatch.h"
@@ -30,6 +31,11 @@ std::string NotCapturable(const ir::Graph& g, const CudaRegions& compiled) {
                               ir::DTypeName(n->output()->type().dtype),
                               " has no CUDA kernel and runs on the host");
         }
+        continue;
+      }
+      if (ir::IsCollective(n->op())) {
+        std::string why = CollectiveNotCapturable(n->op());
+        if (!why.empty()) return why;
         continue;
       }
       if (!RunsOnDevice(n->op())) {
