@@ -4,7 +4,8 @@
 // 128-sample batch the ranks share out, which is what DDP must reproduce.
 //
 // Checked after every one of 20 steps, eager and compiled, with SGD +
-// momentum and AdamW, with clip_grad_norm_ engaged:
+// momentum and AdamW, with clip_grad_norm_ engaged, with and without loss
+// scaling (amp::GradScaler):
 //   * every rank holds bit-identical parameters (all_gather, memcmp);
 //   * DDP's parameters equal the single-process reference within
 //     |ddp - ref| <= 1e-5 * max(1, |ref|) elementwise (the two compute the
@@ -69,6 +70,9 @@ struct Case {
   OptKind opt;
   bool clip;
   Mode mode;
+  // Loss scaling (amp::GradScaler, f32): DDP averages the scaled gradients,
+  // the scaler unscales the averages (and clips after unscale_).
+  bool scaler = false;
 };
 
 class DdpRanksTest : public ::testing::Test {
@@ -105,13 +109,24 @@ void TrainAndCompare(const Case& c) {
   auto opt = MakeOptimizer(c.opt, ddp->parameters());
   auto ref_opt = MakeOptimizer(c.opt, reference.parameters());
   Tensor norm;
+  amp::GradScaler scaler, ref_scaler;
   auto step = [&](const Tensor& x, const Tensor& y) {
     opt->zero_grad();
     Tensor loss = nn::functional::cross_entropy(ddp(x), y);
-    loss.backward();
+    if (c.scaler) {
+      scaler.scale(loss).backward();
+      scaler.unscale_(*opt);
+    } else {
+      loss.backward();
+    }
     if (c.clip)
       norm.copy_(nn::utils::clip_grad_norm_(ddp->parameters(), kMaxNorm));
-    opt->step();
+    if (c.scaler) {
+      scaler.step(*opt);
+      scaler.update();
+    } else {
+      opt->step();
+    }
     return loss;
   };
   norm = zeros({});
@@ -127,14 +142,26 @@ void TrainAndCompare(const Case& c) {
     compiled(b.x, b.y);
 
     ref_opt->zero_grad();
-    nn::functional::cross_entropy(reference(it->x), it->y).backward();
+    const Tensor ref_loss =
+        nn::functional::cross_entropy(reference(it->x), it->y);
+    if (c.scaler) {
+      ref_scaler.scale(ref_loss).backward();
+      ref_scaler.unscale_(*ref_opt);
+    } else {
+      ref_loss.backward();
+    }
     if (c.clip) {
       const double ref_norm =
           nn::utils::clip_grad_norm_(reference.parameters(), kMaxNorm).item();
       EXPECT_NEAR(norm.item(), ref_norm, 1e-5 * ref_norm);
       if (ref_norm > kMaxNorm) ++clipped_steps;
     }
-    ref_opt->step();
+    if (c.scaler) {
+      ref_scaler.step(*ref_opt);
+      ref_scaler.update();
+    } else {
+      ref_opt->step();
+    }
 
     const Tensor mine = Flat(ddp->parameters());
     const std::vector<float> got = mine.to_vector<float>();
@@ -178,6 +205,12 @@ TEST_F(DdpRanksTest, EagerAdamWClipped) {
 }
 TEST_F(DdpRanksTest, CompiledSgdMomentumClipped) {
   TrainAndCompare({OptKind::kSgd, true, Mode::kCompiled});
+}
+TEST_F(DdpRanksTest, EagerAdamWGradScalerClipped) {
+  TrainAndCompare({OptKind::kAdamW, true, Mode::kEager, /*scaler=*/true});
+}
+TEST_F(DdpRanksTest, CompiledSgdMomentumGradScalerClipped) {
+  TrainAndCompare({OptKind::kSgd, true, Mode::kCompiled, /*scaler=*/true});
 }
 TEST_F(DdpRanksTest, CompiledAdamW) {
   TrainAndCompare({OptKind::kAdamW, false, Mode::kCompiled});
