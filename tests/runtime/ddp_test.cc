@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/dispatch.h"
 #include "runtime/dist/dist.h"
 #include "runtime/generator.h"
 #include "runtime/nn/functional.h"
@@ -205,6 +206,26 @@ TEST_F(DdpTest, HooksFollowReplacedParameters) {
   // The old tensor is no longer hooked: a backward into it reduces nothing.
   sum(old_bias * 2.0).backward();
   EXPECT_EQ(ddp->num_syncs(), 1);
+}
+
+// A shape-only (meta) backward, as a compiled step's re-trace runs: the
+// reducer runs its ops on meta tensors and keeps none of them afterwards.
+TEST_F(DdpTest, MetaBackwardRunsTheReducerAndKeepsNoMetaTensor) {
+  Sequential model = MakeModel();
+  DistributedDataParallel ddp(model, {.bucket_cap_mb = 0.01});
+  const int64_t live = LiveMetaStorages();
+  {
+    runtime::MetaModeGuard meta;
+    cross_entropy(ddp(ones({2, 64})), zeros({2}, {.dtype = DType::kI64}))
+        .backward();
+  }
+  EXPECT_EQ(ddp->num_syncs(), 4);
+  for (const Tensor& p : model.parameters()) {
+    ASSERT_TRUE(p.grad().defined());
+    EXPECT_TRUE(p.grad().storage()->is_meta());
+    p.set_grad(Tensor());  // what the re-trace does: put the real bindings back
+  }
+  EXPECT_EQ(LiveMetaStorages(), live);
 }
 
 TEST_F(DdpTest, StateDictCarriesTheModulePrefixAndForwardDelegates) {
