@@ -194,8 +194,8 @@ class DistributedDataParallelImpl::Reducer {
         if (grad.defined()) {
           grad.copy_(piece);
         } else {
-          p.set_grad(
-              piece.clone());  // its own storage, as AccumulateGrad gives
+          // Its own storage, as AccumulateGrad gives a fresh gradient.
+          p.set_grad(piece.clone());
         }
       }
       ++num_syncs_;
