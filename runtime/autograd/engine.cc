@@ -123,11 +123,10 @@ std::shared_ptr<Node> OpNode::EdgeFor(const Tensor& t) {
 }
 
 // The running backward of this thread: its id and queued callbacks. Nested
-// backwards (one started by a hook or callback) stack.
+// backwards (one started by a hook or callback) stack through BackwardScope.
 struct BackwardContext {
   uint64_t id = 0;
   std::vector<std::function<void()>> callbacks;
-  BackwardContext* outer = nullptr;
 };
 thread_local BackwardContext* t_backward = nullptr;
 std::atomic<uint64_t> g_next_backward_id{1};
@@ -137,7 +136,6 @@ class BackwardScope {
  public:
   BackwardScope() : outer_(t_backward) {
     context_.id = g_next_backward_id.fetch_add(1);
-    context_.outer = outer_;
     t_backward = &context_;
   }
   ~BackwardScope() { t_backward = outer_; }
