@@ -30,8 +30,8 @@ constexpr double kBytesPerMiB = 1024.0 * 1024.0;
 class DistributedDataParallelImpl::Reducer {
  public:
   Reducer(std::vector<Tensor> params,
-          const DistributedDataParallelOptions& options)
-      : options_(options) {
+          const DistributedDataParallelOptions& options, const bool* sync)
+      : options_(options), sync_(sync) {
     Hook(std::move(params));
   }
   ~Reducer() { Unhook(); }
@@ -137,6 +137,7 @@ class DistributedDataParallelImpl::Reducer {
   }
 
   void OnGrad(int index) {
+    if (!*sync_) return;
     const uint64_t backward = autograd::CurrentBackwardId();
     if (backward != backward_) StartBackward(backward);
     SJ_CHECK(!ready_[index], "DistributedDataParallel: parameter ", index,
@@ -207,6 +208,7 @@ class DistributedDataParallelImpl::Reducer {
 
   std::vector<Tensor> params_;
   DistributedDataParallelOptions options_;
+  const bool* sync_;  // the owner's no_sync() flag
   std::vector<Bucket> buckets_;
   std::vector<Slot> slots_;
   std::vector<std::pair<int, int>> hooks_;  // (parameter, hook handle)
@@ -238,7 +240,7 @@ DistributedDataParallelImpl::DistributedDataParallelImpl(
     NoGradGuard no_grad;
     for (Tensor& p : module_->parameters()) p.copy_(dist::broadcast(p, 0));
   }
-  reducer_ = std::make_unique<Reducer>(module_->parameters(), options_);
+  reducer_ = std::make_unique<Reducer>(module_->parameters(), options_, &sync_);
   parameter_epoch_ = ParameterEpoch();
 }
 

@@ -50,8 +50,9 @@ class DistributedDataParallelImpl : public Module {
   // Wraps `module` (registered as child "module", so state_dict names carry
   // the "module." prefix as in PyTorch). Needs dist::init() first (a world of
   // one is fine); throws stepjit::Error otherwise.
-  explicit DistributedDataParallelImpl(std::shared_ptr<Module> module,
-                                       DistributedDataParallelOptions options = {});
+  explicit DistributedDataParallelImpl(
+      std::shared_ptr<Module> module,
+      DistributedDataParallelOptions options = {});
   ~DistributedDataParallelImpl() override;
 
   Tensor forward(const Tensor& input) override;
@@ -69,6 +70,27 @@ class DistributedDataParallelImpl : public Module {
   // hooks and do not count.
   int64_t num_syncs() const;
 
+  // Gradient accumulation without communication (PyTorch's no_sync()):
+  // backwards run while the returned guard lives only accumulate into .grad
+  // locally; the first backward after it averages everything accumulated
+  // (each parameter's .grad as it stands), so N micro-batches cost one
+  // reduction. Every rank must use it alike.
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallelImpl& ddp)
+        : ddp_(ddp), previous_(ddp.sync_) {
+      ddp_.sync_ = false;
+    }
+    ~NoSyncGuard() { ddp_.sync_ = previous_; }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    DistributedDataParallelImpl& ddp_;
+    bool previous_;
+  };
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
  private:
   class Reducer;
   std::shared_ptr<Module> module_;
@@ -76,19 +98,23 @@ class DistributedDataParallelImpl : public Module {
   std::unique_ptr<Reducer> reducer_;
   // ParameterEpoch() when the hooks were last checked against parameters().
   uint64_t parameter_epoch_ = 0;
+  // False under no_sync(); the reducer's hooks read it.
+  bool sync_ = true;
 };
 
-class DistributedDataParallel : public ModuleHolder<DistributedDataParallelImpl> {
+class DistributedDataParallel
+    : public ModuleHolder<DistributedDataParallelImpl> {
  public:
   using ModuleHolder<DistributedDataParallelImpl>::ModuleHolder;
   template <ModuleHolderType H>
   explicit DistributedDataParallel(const H& module,
                                    DistributedDataParallelOptions options = {})
-      : ModuleHolder(std::make_shared<DistributedDataParallelImpl>(module.ptr(), options)) {}
+      : ModuleHolder(std::make_shared<DistributedDataParallelImpl>(module.ptr(),
+                                                                   options)) {}
   explicit DistributedDataParallel(std::shared_ptr<Module> module,
                                    DistributedDataParallelOptions options = {})
-      : ModuleHolder(std::make_shared<DistributedDataParallelImpl>(std::move(module),
-                                                                   options)) {}
+      : ModuleHolder(std::make_shared<DistributedDataParallelImpl>(
+            std::move(module), options)) {}
 };
 
 }  // namespace stepjit::nn

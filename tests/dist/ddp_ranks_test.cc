@@ -271,5 +271,53 @@ TEST_F(DdpRanksTest, BranchUsedOnOneRankOnly) {
   EXPECT_EQ(ddp->num_syncs(), 10);
 }
 
+// Gradient accumulation: each rank runs its 64 samples as two micro-batches
+// of 32, the first under no_sync() (no communication), each loss halved.
+// After the second backward the gradients are the average over ranks of the
+// 64-sample means: the reference's full-batch gradients, within
+// |ddp - ref| <= 1e-5 |ref| + 1e-7 (summation order differs).
+TEST_F(DdpRanksTest, NoSyncMicroBatchesMatchTheFullBatch) {
+  const int world = dist::world_size();
+  const data::Dataset dataset = MakeDataset(kPerRank * world);
+  manual_seed(100);
+  nn::Sequential local = MakeModel();
+  nn::DistributedDataParallel ddp(local);
+  manual_seed(100);
+  nn::Sequential reference = MakeModel();
+  std::vector<int64_t> mine;
+  for (int64_t i = dist::rank() * kPerRank; i < (dist::rank() + 1) * kPerRank;
+       ++i) {
+    mine.push_back(i);
+  }
+  const data::Batch shard = dataset.Get(mine);
+  const int64_t half = kPerRank / 2;
+  {
+    auto no_sync = ddp->no_sync();
+    (nn::functional::cross_entropy(ddp(shard.x.slice(0, 0, half)),
+                                   shard.y.slice(0, 0, half)) *
+     0.5)
+        .backward();
+  }
+  const int64_t syncs = ddp->num_syncs();
+  EXPECT_EQ(syncs, 0);
+  (nn::functional::cross_entropy(ddp(shard.x.slice(0, half, kPerRank)),
+                                 shard.y.slice(0, half, kPerRank)) *
+   0.5)
+      .backward();
+  EXPECT_EQ(ddp->num_syncs(), static_cast<int64_t>(ddp->buckets().size()));
+  nn::functional::cross_entropy(reference(dataset.inputs()), dataset.targets())
+      .backward();
+  const auto a = local.parameters(), b = reference.parameters();
+  for (size_t i = 0; i < a.size(); ++i) {
+    const std::vector<float> got = a[i].grad().contiguous().to_vector<float>();
+    const std::vector<float> want = b[i].grad().contiguous().to_vector<float>();
+    for (size_t j = 0; j < got.size(); ++j) {
+      ASSERT_LE(std::fabs(got[j] - want[j]), 1e-5 * std::fabs(want[j]) + 1e-7)
+          << "parameter " << i << "[" << j << "]: ddp " << got[j]
+          << ", reference " << want[j];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace stepjit

@@ -228,6 +228,24 @@ TEST_F(DdpTest, MetaBackwardRunsTheReducerAndKeepsNoMetaTensor) {
   EXPECT_EQ(LiveMetaStorages(), live);
 }
 
+// no_sync(): backwards inside only accumulate; the next one outside reduces
+// once, over everything accumulated.
+TEST_F(DdpTest, NoSyncAccumulatesLocallyAndTheNextBackwardReduces) {
+  Sequential plain = MakeModel(), wrapped = MakeModel();
+  DistributedDataParallel ddp(wrapped, {.bucket_cap_mb = 0.01});
+  Generator gen(9);
+  const Tensor x = randn({8, 64}, {}, &gen);
+  const Tensor y = randint(0, 4, {8}, {.dtype = DType::kI64}, &gen);
+  {
+    auto no_sync = ddp->no_sync();
+    ExpectSameGradients(plain, ddp, x, y);
+    ExpectSameGradients(plain, ddp, x * 2.0, y);
+    EXPECT_EQ(ddp->num_syncs(), 0);
+  }
+  ExpectSameGradients(plain, ddp, x * 3.0, y);
+  EXPECT_EQ(ddp->num_syncs(), 4);
+}
+
 TEST_F(DdpTest, StateDictCarriesTheModulePrefixAndForwardDelegates) {
   Sequential model = MakeModel();
   DistributedDataParallel ddp(model);
