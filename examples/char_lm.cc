@@ -4,10 +4,13 @@
 // and sampled text at the end.
 //
 //   char_lm --mode both --max-steps 300 --sample 400
+//   mpirun -np 2 char_lm --ddp --max-steps 300   (docs/distributed.md)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +21,8 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/JSON.h"
 #include "runtime/data/char_corpus.h"
+#include "runtime/dist/dist.h"
+#include "runtime/nn/ddp.h"
 #include "tools/cli_flags.h"
 #include "tools/cli_output.h"
 
@@ -57,8 +62,10 @@ cl::opt<long long, false, tools::IntParser<1>> context(
     "context", cl::desc("characters per sequence (default 128)"), cl::init(128),
     cl::cat(kFlags));
 cl::opt<long long, false, tools::IntParser<1>> batch_size(
-    "batch-size", cl::desc("sequences per step (default 32)"), cl::init(32),
-    cl::cat(kFlags));
+    "batch-size",
+    cl::desc("sequences per step (default 32); under --ddp the global\n"
+             "batch, split evenly over the ranks"),
+    cl::init(32), cl::cat(kFlags));
 cl::opt<long long, false, tools::IntParser<1>> epochs(
     "epochs", cl::desc("epochs of --steps-per-epoch steps (default 3)"),
     cl::init(3), cl::cat(kFlags));
@@ -111,7 +118,21 @@ cl::opt<bool> json("json", cl::desc("one JSON result line on stdout"),
                    cl::cat(kFlags));
 cl::opt<bool> quiet("quiet", cl::desc("no progress bar and no epoch lines"),
                     cl::cat(kFlags));
+cl::opt<bool> ddp(
+    "ddp",
+    cl::desc("data-parallel training over the ranks of mpirun, srun or\n"
+             "torchrun (a world of one without a launcher): the model\n"
+             "wrapped in nn::DistributedDataParallel, each rank trains on\n"
+             "its share of every batch, rank 0 prints"),
+    cl::cat(kFlags));
+cl::opt<double, false, tools::PositiveNumberParser> bucket_mb(
+    "bucket-mb",
+    cl::desc("--ddp: MiB of gradients per all_reduce bucket (default 25)"),
+    cl::init(25.0), cl::cat(kFlags));
 }  // namespace flags
+
+// Rank 0 alone prints (every process is rank 0 without --ddp).
+bool Lead() { return dist::rank() == 0; }
 
 struct Config {
   int64_t layers, heads, width, context, batch, epochs, steps_per_epoch,
@@ -121,28 +142,40 @@ struct Config {
   uint64_t seed;
   DType amp;
   Device device;
+  bool ddp = false;
+  double bucket_mb = 25;
+  int world_size = 1;      // dist::world_size() under --ddp
+  int64_t rank_batch = 0;  // batch / world_size: this rank's share
 };
 
 // Random windows of context + 1 characters: inputs and next-character targets.
+// Every rank draws the same c.batch windows (the same generator state) and
+// keeps its rank_batch of them, so the ranks' shards are disjoint and
+// together are the batch one process would train on.
 std::pair<Tensor, Tensor> TrainBatch(const std::vector<int64_t>& ids,
                                      const Config& c, Generator& gen) {
   const int64_t span = static_cast<int64_t>(ids.size()) - c.context - 1;
-  const std::vector<int64_t> starts =
+  const std::vector<int64_t> all =
       randint(0, span, {c.batch}, {.dtype = DType::kI64}, &gen)
           .to_vector<int64_t>();
+  const int64_t first = c.ddp ? dist::rank() * c.rank_batch : 0;
+  const std::vector<int64_t> starts(all.begin() + first,
+                                    all.begin() + first + c.rank_batch);
   std::vector<int64_t> x, y;
   for (int64_t s : starts) {
     x.insert(x.end(), ids.begin() + s, ids.begin() + s + c.context);
     y.insert(y.end(), ids.begin() + s + 1, ids.begin() + s + c.context + 1);
   }
-  return {
-      from_vector(x, {c.batch, c.context}, {.dtype = DType::kI64}).to(c.device),
-      from_vector(y, {c.batch, c.context}, {.dtype = DType::kI64})
-          .to(c.device)};
+  return {from_vector(x, {c.rank_batch, c.context}, {.dtype = DType::kI64})
+              .to(c.device),
+          from_vector(y, {c.rank_batch, c.context}, {.dtype = DType::kI64})
+              .to(c.device)};
 }
 
 // Mean next-character loss over the first val_batches x batch windows of
-// the validation text, laid end to end.
+// the validation text, laid end to end. Under --ddp each rank scores every
+// world_size-th of these batches and the sums are added over the ranks, so
+// the result is the one a single process computes.
 double Validate(nn::GPTImpl& model, const std::vector<int64_t>& ids,
                 const Config& c) {
   model.eval();
@@ -151,7 +184,9 @@ double Validate(nn::GPTImpl& model, const std::vector<int64_t>& ids,
   double total = 0;
   int64_t n = 0;
   const int64_t windows = (static_cast<int64_t>(ids.size()) - 1) / c.context;
+  const int rank = c.ddp ? dist::rank() : 0;
   for (int64_t b = 0; b < c.val_batches && (b + 1) * c.batch <= windows; ++b) {
+    if (b % c.world_size != rank) continue;
     std::vector<int64_t> x, y;
     for (int64_t w = b * c.batch; w < (b + 1) * c.batch; ++w) {
       x.insert(x.end(), ids.begin() + w * c.context,
@@ -168,6 +203,15 @@ double Validate(nn::GPTImpl& model, const std::vector<int64_t>& ids,
                      .to(c.device))
                  .item();
     ++n;
+  }
+  if (c.ddp) {
+    const Tensor sums = dist::all_reduce(
+        from_vector(std::vector<double>{total, static_cast<double>(n)}, {2},
+                    {.dtype = DType::kF64})
+            .to(c.device));
+    const std::vector<double> both = sums.to(Device::cpu()).to_vector<double>();
+    total = both[0];
+    n = static_cast<int64_t>(both[1]);
   }
   model.train();
   return n > 0 ? total / static_cast<double>(n) : NAN;
@@ -210,6 +254,10 @@ struct RunResult {
   int kernels_per_step = 0;
   int interpreted_regions = 0;
   std::string sample = {};
+  // --ddp: sequences per second over all ranks (wall time of the training
+  // loop, compilation included), and gradient buckets per step.
+  double samples_per_s = 0;
+  int64_t buckets = 0;
 };
 
 RunResult Run(const Config& c, const data::CharCorpus& corpus, bool compiled) {
@@ -223,6 +271,13 @@ RunResult Run(const Config& c, const data::CharCorpus& corpus, bool compiled) {
                                                    .dropout = c.dropout,
                                                    .tie_weights = c.tie});
   model->to(c.device);
+  // Broadcasts rank 0's parameters; gradients are averaged over the ranks.
+  std::optional<nn::DistributedDataParallel> ddp;
+  if (c.ddp) {
+    ddp.emplace(
+        std::static_pointer_cast<nn::Module>(model),
+        nn::DistributedDataParallelOptions{.bucket_cap_mb = c.bucket_mb});
+  }
   optim::AdamW opt(optim::DecayGroups(*model, 0.1),
                    {.lr = c.lr, .beta2 = 0.99});
   int64_t total = c.epochs * c.steps_per_epoch;
@@ -236,7 +291,7 @@ RunResult Run(const Config& c, const data::CharCorpus& corpus, bool compiled) {
     Tensor loss;
     {
       amp::Autocast autocast(DType::kBF16, c.amp != DType::kF32 && !compiled);
-      const Tensor logits = (*model)(x);
+      const Tensor logits = ddp ? (*ddp)(x) : (*model)(x);
       loss =
           cross_entropy(logits.reshape({-1, logits.size(2)}), y.reshape({-1}));
     }
@@ -249,27 +304,34 @@ RunResult Run(const Config& c, const data::CharCorpus& corpus, bool compiled) {
   RunResult r{.mode = absl::StrCat(compiled ? "compiled" : "eager",
                                    c.amp != DType::kF32 ? "+bf16" : "")};
   std::FILE* log = c.json ? stderr : stdout;
-  Progress progress(total, !c.quiet);
+  Progress progress(total, !c.quiet && Lead());
   Generator gen(c.seed + 1);
   std::vector<double> step_ms;
   const auto start = Clock::now();
+  double train_s = 0;  // the training loop's wall time, without validation
   for (int64_t epoch = 0; r.steps < total; ++epoch) {
+    const auto epoch_start = Clock::now();
     double loss_sum = 0;
     int64_t n = 0;
     for (; n < c.steps_per_epoch && r.steps < total; ++n) {
       auto [x, y] = TrainBatch(corpus.train, c, gen);
       const auto t0 = Clock::now();
-      const double l = fast(x, y).item();
+      const Tensor loss = fast(x, y);
+      double l = loss.item();
       step_ms.push_back(1e3 * Seconds(Clock::now() - t0));
+      // The global batch's loss (the mean of the ranks' equal-sized
+      // shares), as one process would report it; outside the timed step.
+      if (c.ddp) l = dist::all_reduce(loss, dist::ReduceOp::kAvg).item();
       sched.step();
       loss_sum += l;
       ++r.steps;
       progress.Update(r.steps, l, Seconds(Clock::now() - start));
     }
+    train_s += Seconds(Clock::now() - epoch_start);
     r.final_loss = loss_sum / static_cast<double>(std::max<int64_t>(n, 1));
     r.val_loss = Validate(*model, corpus.valid, c);
     progress.Clear();
-    if (!c.quiet) {
+    if (!c.quiet && Lead()) {
       std::fprintf(log,
                    "%-14s epoch %d  train loss %.4f  val loss %.4f  lr %.2e  "
                    "(%d steps)\n",
@@ -279,31 +341,56 @@ RunResult Run(const Config& c, const data::CharCorpus& corpus, bool compiled) {
     }
   }
   r.ms_per_step = tools::Median(step_ms);
+  r.samples_per_s = static_cast<double>(r.steps * c.batch) / train_s;
+  if (ddp) r.buckets = static_cast<int64_t>((*ddp)->buckets().size());
   if (compiled) {
     r.kernels_per_step = fast.stats().kernels_per_step;
     r.interpreted_regions = fast.stats().interpreted_regions;
-    if (!c.quiet) std::fprintf(log, "%s", fast.explain().c_str());
+    if (!c.quiet && Lead()) std::fprintf(log, "%s", fast.explain().c_str());
   }
-  if (c.sample > 0) {
+  if (c.sample > 0 && Lead()) {
     Generator sample_gen(c.seed + 2);
     r.sample = Sample(*model, corpus, c, c.sample, sample_gen);
   }
   return r;
 }
 
-llvm::json::Object Json(const RunResult& r) {
-  return llvm::json::Object{{"mode", r.mode},
-                            {"steps", r.steps},
-                            {"ms_per_step", r.ms_per_step},
-                            {"final_loss", r.final_loss},
-                            {"val_loss", r.val_loss},
-                            {"kernels_per_step", r.kernels_per_step},
-                            {"interpreted_regions", r.interpreted_regions},
-                            {"sample", r.sample}};
+llvm::json::Object Json(const RunResult& r, const Config& c) {
+  llvm::json::Object o{{"mode", r.mode},
+                       {"steps", r.steps},
+                       {"ms_per_step", r.ms_per_step},
+                       {"final_loss", r.final_loss},
+                       {"val_loss", r.val_loss},
+                       {"kernels_per_step", r.kernels_per_step},
+                       {"interpreted_regions", r.interpreted_regions},
+                       {"sample", r.sample}};
+  if (c.ddp) {
+    o["world_size"] = c.world_size;
+    o["per_rank_batch"] = c.rank_batch;
+    o["samples_per_s"] = r.samples_per_s;
+    o["buckets"] = r.buckets;
+  }
+  return o;
+}
+
+// --ddp: the throughput of all ranks together.
+void PrintDdpSummary(const std::vector<RunResult>& rows, const Config& c) {
+  std::printf(
+      "\ndata-parallel: world size %d, per-rank batch %lld, global batch "
+      "%lld\n",
+      c.world_size, static_cast<long long>(c.rank_batch),
+      static_cast<long long>(c.batch));
+  std::printf("%-14s %12s %8s %8s\n", "mode", "samples/s", "ms/step",
+              "buckets");
+  for (const RunResult& r : rows) {
+    std::printf("%-14s %12.1f %8.3f %8d\n", r.mode.c_str(), r.samples_per_s,
+                r.ms_per_step, static_cast<int>(r.buckets));
+  }
 }
 
 int Main(int argc, char** argv) {
   if (!tools::ParseFlags(argc, argv, kFlags, kOverview)) return 2;
+  if (flags::ddp) dist::init();
   Config c{.layers = flags::layers,
            .heads = flags::heads,
            .width = flags::width,
@@ -323,8 +410,13 @@ int Main(int argc, char** argv) {
            .quiet = flags::quiet,
            .seed = flags::seed,
            .amp = DType::kF32,
-           .device = flags::device == DeviceFlag::kCuda ? Device::cuda(0)
-                                                        : Device::cpu()};
+           .device = flags::device == DeviceFlag::kCuda
+                         ? Device::cuda(flags::ddp ? dist::local_rank() : 0)
+                         : Device::cpu(),
+           .ddp = flags::ddp,
+           .bucket_mb = flags::bucket_mb,
+           .world_size = dist::world_size(),
+           .rank_batch = flags::batch_size / dist::world_size()};
   std::string error;
   if (flags::amp == "bf16") {
     c.amp = DType::kBF16;
@@ -338,9 +430,19 @@ int Main(int argc, char** argv) {
   if (!(c.dropout >= 0.0 && c.dropout < 1.0))
     error =
         absl::StrCat("--dropout: expected a number in [0, 1), got ", c.dropout);
+  if (flags::bucket_mb.getNumOccurrences() > 0 && !c.ddp)
+    error = "--bucket-mb needs --ddp";
+  if (c.batch % c.world_size != 0) {
+    error = absl::StrCat(
+        "--batch-size ", c.batch, " is not divisible by the world size ",
+        c.world_size,
+        " (--batch-size is the global batch, split evenly over the ranks)");
+  }
   if (!error.empty()) {
-    std::fprintf(stderr, "char_lm: %s\nrun with --help for usage\n",
-                 error.c_str());
+    // Every rank finds the same error; one message is enough.
+    if (Lead())
+      std::fprintf(stderr, "char_lm: %s\nrun with --help for usage\n",
+                   error.c_str());
     return 2;
   }
   absl::StatusOr<data::CharCorpus> corpus =
@@ -358,7 +460,7 @@ int Main(int argc, char** argv) {
                  static_cast<int>(c.context), static_cast<int>(c.batch));
     return 1;
   }
-  if (!c.quiet) {
+  if (!c.quiet && Lead()) {
     std::fprintf(c.json ? stderr : stdout,
                  "corpus: %zu databases, %d entries, %zu train / %zu "
                  "validation characters, "
@@ -371,10 +473,11 @@ int Main(int argc, char** argv) {
   if (flags::mode != ModeFlag::kCompiled)
     rows.push_back(Run(c, *corpus, false));
   if (flags::mode != ModeFlag::kEager) rows.push_back(Run(c, *corpus, true));
+  if (!Lead()) return 0;
   if (c.json) {
     llvm::json::Object out{{"runs", llvm::json::Array{}}};
     for (const RunResult& r : rows)
-      out["runs"].getAsArray()->push_back(Json(r));
+      out["runs"].getAsArray()->push_back(Json(r, c));
     if (rows.size() == 2)
       out["speedup"] = rows[0].ms_per_step / rows[1].ms_per_step;
     tools::PrintJsonLine(std::move(out));
@@ -388,6 +491,7 @@ int Main(int argc, char** argv) {
                 rows[0].ms_per_step / r.ms_per_step, r.final_loss, r.val_loss,
                 r.kernels_per_step);
   }
+  if (c.ddp) PrintDdpSummary(rows, c);
   if (c.sample > 0)
     std::printf("\nsample (%s):\n%s\n", rows.back().mode.c_str(),
                 rows.back().sample.c_str());
@@ -400,7 +504,12 @@ int main(int argc, char** argv) {
   try {
     return Main(argc, argv);
   } catch (const stepjit::Error& e) {
-    std::fprintf(stderr, "char_lm: error: %s\n", e.what());
+    // Under mpirun every rank's error reaches the same terminal.
+    const std::string rank =
+        stepjit::dist::world_size() > 1
+            ? absl::StrCat("rank ", stepjit::dist::rank(), ": ")
+            : "";
+    std::fprintf(stderr, "char_lm: %serror: %s\n", rank.c_str(), e.what());
     return 1;
   }
 }

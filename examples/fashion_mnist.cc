@@ -2,6 +2,7 @@
 // stepjit::compile and reports accuracy and ms/step side by side.
 //
 //   fashion_mnist --epochs 2 --mode both --json
+//   mpirun -np 2 fashion_mnist --ddp --mode compiled   (docs/distributed.md)
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "examples/progress.h"
@@ -28,8 +30,11 @@
 #include "runtime/checkpoint.h"
 #include "runtime/cuda/api.h"
 #include "runtime/data/dataloader.h"
+#include "runtime/data/distributed_sampler.h"
 #include "runtime/data/idx.h"
+#include "runtime/dist/dist.h"
 #include "runtime/generator.h"
+#include "runtime/nn/ddp.h"
 #include "runtime/nn/layers.h"
 #include "runtime/ops.h"
 #include "runtime/optim/adamw.h"
@@ -69,8 +74,10 @@ cl::opt<long long, false, tools::IntParser<1>> max_steps(
     cl::desc("stop after N optimizer steps in total (default: no limit)"),
     cl::init(-1), cl::cat(kFlags));
 cl::opt<long long, false, tools::IntParser<1>> batch_size(
-    "batch-size", cl::desc("samples per step (default 128)"), cl::init(128),
-    cl::cat(kFlags));
+    "batch-size",
+    cl::desc("samples per step (default 128); under --ddp the global\n"
+             "batch, split evenly over the ranks"),
+    cl::init(128), cl::cat(kFlags));
 cl::opt<double, false, tools::PositiveNumberParser> lr(
     "lr", cl::desc("AdamW learning rate (default 1e-3)"), cl::init(1e-3),
     cl::cat(kFlags));
@@ -148,6 +155,17 @@ cl::opt<std::string> profile(
              "Chrome trace file (Perfetto, chrome://tracing) and print the\n"
              "profiler's summary on stderr"),
     cl::value_desc("FILE.json"), cl::cat(kFlags));
+cl::opt<bool> ddp(
+    "ddp",
+    cl::desc("data-parallel training over the ranks of mpirun, srun or\n"
+             "torchrun (a world of one without a launcher): the model\n"
+             "wrapped in nn::DistributedDataParallel, each rank trains on\n"
+             "its shard of the training set, rank 0 prints and saves"),
+    cl::cat(kFlags));
+cl::opt<double, false, tools::PositiveNumberParser> bucket_mb(
+    "bucket-mb",
+    cl::desc("--ddp: MiB of gradients per all_reduce bucket (default 25)"),
+    cl::init(25.0), cl::cat(kFlags));
 cl::extrahelp value_forms(
     "\nFlags take their value as \"--flag V\" or \"--flag=V\".\n");
 }  // namespace flags
@@ -174,7 +192,15 @@ struct Flags {
   std::string loss_csv;  // empty: no per-step loss file
   Device device = Device::cpu();
   std::string save, load;  // checkpoint files, "" for none
+  bool ddp = false;
+  double bucket_mb = 25;
+  int world_size = 1;        // dist::world_size() under --ddp
+  int64_t rank_batch = 128;  // batch_size / world_size
 };
+
+// Rank 0 alone prints, writes files and saves checkpoints (every process
+// is rank 0 without --ddp).
+bool Lead() { return dist::rank() == 0; }
 
 // Returns an error message, or "" when the command line can be used.
 std::string FromCommandLine(Flags& f) {
@@ -195,10 +221,25 @@ std::string FromCommandLine(Flags& f) {
             .json = flags::json,
             .quiet = flags::quiet,
             .loss_csv = flags::loss_csv,
-            .device = flags::device == DeviceFlag::kCuda ? Device::cuda(0)
-                                                         : Device::cpu(),
+            .device = flags::device == DeviceFlag::kCuda
+                          ? Device::cuda(flags::ddp ? dist::local_rank() : 0)
+                          : Device::cpu(),
             .save = flags::save,
-            .load = flags::load};
+            .load = flags::load,
+            .ddp = flags::ddp,
+            .bucket_mb = flags::bucket_mb,
+            .world_size = dist::world_size(),
+            .rank_batch = flags::batch_size};
+  if (flags::bucket_mb.getNumOccurrences() > 0 && !f.ddp) {
+    return "--bucket-mb needs --ddp";
+  }
+  if (f.batch_size % f.world_size != 0) {
+    return absl::StrCat("--batch-size ", f.batch_size,
+                        " is not divisible by the world size ", f.world_size,
+                        " (--batch-size is the global batch, split evenly over "
+                        "the ranks)");
+  }
+  f.rank_batch = f.batch_size / f.world_size;
   if ((!f.save.empty() || !f.load.empty()) &&
       (f.mode == "both" || f.compare_amp)) {
     return "--save and --load need one run: --mode eager or compiled, without "
@@ -220,20 +261,38 @@ struct RunResult {
   double train_ms_per_step = 0;  // training-loop wall time / steps
   double final_loss = 0;
   double test_accuracy = 0;
+  // --ddp: training samples per second over all ranks, and the number of
+  // gradient buckets each step all_reduces.
+  double samples_per_s = 0;
+  int64_t buckets = 0;
 };
 
+// Under --ddp each rank scores every world_size-th batch of the test set and
+// the correct counts are summed over the ranks, so every sample is scored
+// once (a DistributedSampler would pad the shards with repeated samples)
+// and every rank returns the accuracy on the whole test set.
 template <typename Model>
-double Evaluate(Model& model, const data::Dataset& test, DType amp, Device device) {
+double Evaluate(Model& model, const data::Dataset& test, DType amp,
+                Device device, bool ddp) {
   model.eval();
   NoGradGuard no_grad;
   amp::Autocast autocast(amp == DType::kF16 ? DType::kF16 : DType::kBF16, amp != DType::kF32);
   int64_t correct = 0;
   data::DataLoader loader(test, {.batch_size = 1000, .pin_memory = device.is_cuda(),
                                  .device = device});
+  const int rank = ddp ? dist::rank() : 0;
+  const int world = ddp ? dist::world_size() : 1;
+  int64_t batch_index = 0;
   for (data::Batch& b : loader) {
+    if (batch_index++ % world != rank) continue;
     Tensor pred = argmax(model(b.x), 1);
     correct +=
         static_cast<int64_t>(sum(cast(eq(pred, b.y), DType::kI64)).item());
+  }
+  if (ddp) {
+    const Tensor mine =
+        from_vector(std::vector<int64_t>{correct}, {1}, {.dtype = DType::kI64});
+    correct = static_cast<int64_t>(dist::all_reduce(mine.to(device)).item());
   }
   model.train();
   return static_cast<double>(correct) / test.size();
@@ -250,17 +309,30 @@ RunResult Run(const Flags& f, const data::Dataset& train,
                        nn::ReLU(), nn::Linear(512, 10));
   model->to(f.device);
   optim::AdamW opt(model->parameters(), {.lr = f.lr});
-  data::DataLoader loader(train, {.batch_size = f.batch_size,
-                                  .shuffle = true,
+  // Under --ddp the sampler shuffles (the same permutation on every rank)
+  // and hands this rank its shard; every shard has as many batches, so all
+  // ranks run the same steps.
+  std::shared_ptr<data::DistributedSampler> sampler;
+  if (f.ddp) {
+    sampler = std::make_shared<data::DistributedSampler>(
+        train.size(), data::DistributedSamplerOptions{.seed = f.seed});
+  }
+  data::DataLoader loader(train, {.batch_size = f.rank_batch,
+                                  .shuffle = !f.ddp,
                                   .seed = f.seed,
                                   .num_workers = static_cast<int>(f.workers),
                                   .prefetch = 4,
                                   .pin_memory = f.device.is_cuda(),
-                                  .device = f.device});
+                                  .device = f.device,
+                                  .sampler = sampler});
   int64_t total = f.epochs * loader.num_batches();
   if (f.max_steps > 0) total = std::min(total, f.max_steps);
   // Epoch lines go to stderr under --json so stdout holds one JSON line.
   std::FILE* log = f.json ? stderr : stdout;
+
+  // Set after --load: the wrapper broadcasts rank 0's parameters.
+  std::optional<nn::DistributedDataParallel> ddp;
+  auto forward = [&](const Tensor& x) { return ddp ? (*ddp)(x) : model(x); };
 
   // Mixed precision: written by hand in eager mode; in compiled mode the
   // compiler inserts it into the plain f32 step.
@@ -273,16 +345,22 @@ RunResult Run(const Flags& f, const data::Dataset& train,
     Tensor loss;
     {
       amp::Autocast autocast(low, use_amp && !compiled);
-      loss = cross_entropy(model(x), y);
+      loss = cross_entropy(forward(x), y);
     }
     scaler.scale(loss).backward();  // a disabled scaler passes through
     scaler.step(opt);
     scaler.update();
     return loss;
   };
+  // Every rank loads the checkpoint (the optimizer state too). Checkpoints
+  // hold the plain model, without the wrapper's "module." prefix, so they
+  // load with and without --ddp and in tools/torch_eval_fashion_mnist.py.
   const TrainingState checkpoint{
       .model = model.ptr(), .optimizer = &opt, .scaler = &scaler};
   if (!f.load.empty()) ThrowIfError(LoadCheckpoint(f.load, checkpoint));
+  if (f.ddp)
+    ddp.emplace(model, nn::DistributedDataParallelOptions{.bucket_cap_mb =
+                                                              f.bucket_mb});
   auto fast = compile(step, {.mode = compiled ? Mode::kCompiled : Mode::kEager,
                              .check = f.check,
                              .amp = compiled ? amp_dtype : DType::kF32,
@@ -292,19 +370,25 @@ RunResult Run(const Flags& f, const data::Dataset& train,
   RunResult r{.mode = absl::StrCat(compiled ? "compiled" : "eager", use_amp ? "+" : "",
                                    use_amp ? amp_name : ""),
               .amp = amp_name};
-  Progress progress(total, !f.quiet);
+  Progress progress(total, !f.quiet && Lead());
   std::vector<double> step_ms;
   step_ms.reserve(total);
   double train_s = 0;
+  int64_t samples = 0;  // this rank's
   for (int64_t epoch = 0; epoch < f.epochs && r.steps < total; ++epoch) {
+    loader.set_epoch(epoch);  // and so the sampler's: a new shuffle each epoch
     const auto epoch_start = Clock::now();
     double loss_sum = 0;
     int64_t epoch_steps = 0;
     for (data::Batch& b : loader) {
       const auto t0 = Clock::now();
       Tensor loss = fast(b.x, b.y);
-      const double l = loss.item();  // waits for a GPU step to finish
+      double l = loss.item();  // waits for a GPU step to finish
       step_ms.push_back(1e3 * Seconds(Clock::now() - t0));
+      samples += b.x.size(0);
+      // The global batch's loss (the mean of the ranks' equal-sized
+      // batches), as one process would report it; outside the timed step.
+      if (f.ddp) l = dist::all_reduce(loss, dist::ReduceOp::kAvg).item();
       loss_sum += l;
       ++epoch_steps;
       ++r.steps;
@@ -324,10 +408,10 @@ RunResult Run(const Flags& f, const data::Dataset& train,
     r.final_loss = loss_sum / std::max<int64_t>(epoch_steps, 1);
     const auto eval_start = Clock::now();
     if (g_profiler != nullptr) g_profiler->Pause();
-    r.test_accuracy = Evaluate(model, test, amp_dtype, f.device);
+    r.test_accuracy = Evaluate(model, test, amp_dtype, f.device, f.ddp);
     if (g_profiler != nullptr) g_profiler->Resume();
     progress.Clear();
-    if (!f.quiet) {
+    if (!f.quiet && Lead()) {
       std::fprintf(log,
                    "%-8s epoch %d  train loss %.4f  test acc %.2f%%  train %.1fs  "
                    "eval %.1fs  (%d steps)\n",
@@ -338,13 +422,17 @@ RunResult Run(const Flags& f, const data::Dataset& train,
       std::fflush(log);
     }
   }
-  if (!f.save.empty()) ThrowIfError(SaveCheckpoint(f.save, checkpoint));
+  if (!f.save.empty() && Lead())
+    ThrowIfError(SaveCheckpoint(f.save, checkpoint));
   if (!step_ms.empty()) {
     r.ms_per_step = tools::Median(step_ms);
     r.train_ms_per_step = 1e3 * train_s / r.steps;
+    // Every rank's shard has as many samples per epoch.
+    r.samples_per_s = static_cast<double>(samples) * f.world_size / train_s;
   }
   r.skipped_steps = compiled ? fast.stats().skipped_steps : (scaling ? scaler.skipped_steps() : 0);
-  if (compiled && !f.quiet) {
+  if (ddp) r.buckets = static_cast<int64_t>((*ddp)->buckets().size());
+  if (compiled && !f.quiet && Lead()) {
     std::fprintf(log, "%s", fast.explain().c_str());
     if (fast.stats().check_failures > 0) std::fprintf(log, "%s", fast.check_report().c_str());
     std::fflush(log);
@@ -352,16 +440,23 @@ RunResult Run(const Flags& f, const data::Dataset& train,
   return r;
 }
 
-llvm::json::Object Json(const RunResult& r) {
-  return llvm::json::Object{{"mode", r.mode},
-                            {"amp", r.amp},
-                            {"epochs", r.epochs},
-                            {"steps", r.steps},
-                            {"ms_per_step", r.ms_per_step},
-                            {"train_ms_per_step", r.train_ms_per_step},
-                            {"final_loss", r.final_loss},
-                            {"test_accuracy", r.test_accuracy},
-                            {"skipped_steps", r.skipped_steps}};
+llvm::json::Object Json(const RunResult& r, const Flags& f) {
+  llvm::json::Object o{{"mode", r.mode},
+                       {"amp", r.amp},
+                       {"epochs", r.epochs},
+                       {"steps", r.steps},
+                       {"ms_per_step", r.ms_per_step},
+                       {"train_ms_per_step", r.train_ms_per_step},
+                       {"final_loss", r.final_loss},
+                       {"test_accuracy", r.test_accuracy},
+                       {"skipped_steps", r.skipped_steps}};
+  if (f.ddp) {
+    o["world_size"] = f.world_size;
+    o["per_rank_batch"] = f.rank_batch;
+    o["samples_per_s"] = r.samples_per_s;
+    o["buckets"] = r.buckets;
+  }
+  return o;
 }
 
 // One row per mode; speedup is relative to the first row's ms/step.
@@ -376,12 +471,72 @@ void PrintSummary(const std::vector<RunResult>& rows) {
   }
 }
 
+// --ddp: the throughput of all ranks together.
+void PrintDdpSummary(const std::vector<RunResult>& rows, const Flags& f) {
+  std::printf(
+      "\ndata-parallel: world size %d, per-rank batch %lld, global batch "
+      "%lld\n",
+      f.world_size, static_cast<long long>(f.rank_batch),
+      static_cast<long long>(f.batch_size));
+  std::printf("%-14s %12s %8s %8s\n", "mode", "samples/s", "ms/step",
+              "buckets");
+  for (const RunResult& r : rows) {
+    std::printf("%-14s %12.1f %8.3f %8d\n", r.mode.c_str(), r.samples_per_s,
+                r.ms_per_step, static_cast<int>(r.buckets));
+  }
+}
+
+// --profile under --ddp: this rank's time in collectives, on the
+// communication thread ("<collective> (comm)") and waiting for them ("dist
+// wait"), summed from the trace's "comm" spans.
+void PrintCommTotals() {
+  absl::flat_hash_map<std::string, std::pair<int64_t, double>>
+      totals;  // calls, ms
+  for (const runtime::TraceEvent& e : runtime::TraceSnapshot()) {
+    if (std::strcmp(e.cat, runtime::kCatComm) != 0) continue;
+    auto& [calls, ms] = totals[e.name];
+    ++calls;
+    ms += 1e-6 * static_cast<double>(e.dur_ns);
+  }
+  std::vector<std::pair<std::string, std::pair<int64_t, double>>> rows(
+      totals.begin(), totals.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+    return a.second.second > b.second.second;
+  });
+  std::fprintf(stderr,
+               "communication on rank 0 (the trace's \"comm\" spans):\n");
+  constexpr size_t kShown = 8;
+  for (size_t i = 0; i < rows.size() && i < kShown; ++i) {
+    std::fprintf(
+        stderr, "  %-52s %6lld calls %10.3f ms\n", rows[i].first.c_str(),
+        static_cast<long long>(rows[i].second.first), rows[i].second.second);
+  }
+  if (rows.size() > kShown)
+    std::fprintf(stderr, "  ... and %zu more\n", rows.size() - kShown);
+}
+
+// --profile FILE under --ddp: rank 0 writes FILE, rank r FILE with ".rank<r>"
+// before its extension, so the ranks' traces do not overwrite each other.
+std::string TracePath(const std::string& path) {
+  if (Lead()) return path;
+  const size_t slash = path.find_last_of('/');
+  size_t dot = path.find_last_of('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash))
+    dot = path.size();
+  return absl::StrCat(path.substr(0, dot), ".rank", dist::rank(),
+                      path.substr(dot));
+}
+
 int Main(int argc, char** argv) {
   if (!tools::ParseFlags(argc, argv, kFlags, kOverview)) return 2;
+  if (flags::ddp) dist::init();
   Flags f;
   if (std::string error = FromCommandLine(f); !error.empty()) {
-    std::fprintf(stderr, "fashion_mnist: %s\nrun with --help for usage\n",
-                 error.c_str());
+    // Every rank finds the same error; one message is enough.
+    if (Lead()) {
+      std::fprintf(stderr, "fashion_mnist: %s\nrun with --help for usage\n",
+                   error.c_str());
+    }
     return 2;
   }
   absl::StatusOr<data::Dataset> train =
@@ -400,7 +555,7 @@ int Main(int argc, char** argv) {
     precisions = {DType::kF32, f.amp == DType::kF32 ? DType::kBF16 : f.amp};
   }
   std::FILE* loss_csv = nullptr;
-  if (!f.loss_csv.empty()) {
+  if (!f.loss_csv.empty() && Lead()) {
     loss_csv = std::fopen(f.loss_csv.c_str(), "w");
     if (loss_csv == nullptr) {
       std::fprintf(stderr, "fashion_mnist: --loss-csv: cannot write '%s': %s\n",
@@ -410,7 +565,8 @@ int Main(int argc, char** argv) {
     std::fputs("mode,step,loss\n", loss_csv);
   }
   std::optional<Profiler> profiler;
-  if (!flags::profile.empty()) g_profiler = &profiler.emplace(flags::profile);
+  if (!flags::profile.empty())
+    g_profiler = &profiler.emplace(TracePath(flags::profile));
   std::vector<RunResult> rows;
   for (DType p : precisions) {
     if (f.mode != "compiled")
@@ -423,23 +579,26 @@ int Main(int argc, char** argv) {
                  f.loss_csv.c_str(), std::strerror(errno));
     return 1;
   }
+  if (profiler) profiler->Stop();
+  if (!Lead()) return 0;
   if (profiler) {
-    profiler->Stop();
     std::fprintf(stderr, "%sprofile trace written to %s\n",
                  profiler->Summary(12).c_str(), flags::profile.c_str());
+    if (f.ddp) PrintCommTotals();
   }
   if (!f.json) {
     PrintSummary(rows);
+    if (f.ddp) PrintDdpSummary(rows, f);
   } else if (rows.size() > 2) {
-    for (const RunResult& r : rows) tools::PrintJsonLine(Json(r));
+    for (const RunResult& r : rows) tools::PrintJsonLine(Json(r, f));
   } else if (rows.size() == 2) {
     tools::PrintJsonLine(llvm::json::Object{
         {"mode", "both"},
-        {"eager", Json(rows[0])},
-        {"compiled", Json(rows[1])},
+        {"eager", Json(rows[0], f)},
+        {"compiled", Json(rows[1], f)},
         {"speedup", rows[0].ms_per_step / rows[1].ms_per_step}});
   } else {
-    tools::PrintJsonLine(Json(rows[0]));
+    tools::PrintJsonLine(Json(rows[0], f));
   }
   return 0;
 }
@@ -450,7 +609,13 @@ int main(int argc, char** argv) {
   try {
     return Main(argc, argv);
   } catch (const stepjit::Error& e) {
-    std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
+    // Under mpirun every rank's error reaches the same terminal.
+    const std::string rank =
+        stepjit::dist::world_size() > 1
+            ? absl::StrCat("rank ", stepjit::dist::rank(), ": ")
+            : "";
+    std::fprintf(stderr, "fashion_mnist: %serror: %s\n", rank.c_str(),
+                 e.what());
     return 1;
   }
 }

@@ -17,8 +17,8 @@
 // bucket's average over ranks starts (dist::all_reduce_async) as soon as its
 // last gradient has been accumulated, overlapping the rest of backward, and
 // backward returns once every bucket is reduced and copied back into the
-// .grad tensors. A traced step records these ops, and the ddp_buckets pass
-// (passes/ddp_buckets.h) records the bucket plan in the compiled graph.
+// .grad tensors. A traced step records these ops, and the bucket-plan pass
+// (passes/bucket_plan.h) records the bucket plan in the compiled graph.
 //
 // Everything that reads gradients after backward (clip_grad_norm_, the AMP
 // scaler's inf check, the optimizer) therefore sees the global average: the

@@ -183,5 +183,60 @@ TEST_F(DdpRanksTest, CompiledAdamW) {
   TrainAndCompare({OptKind::kAdamW, false, Mode::kCompiled});
 }
 
+// A branch used on rank 1 only: rank 0's trunk gradients are ready before
+// the side branch's bucket, which it never fills. Buckets must still launch
+// in plan order on every rank (the sizes differ, so another order would
+// mismatch), and each gradient must be the average of what the ranks hold
+// (zeros on rank 0 for the side branch): compared bit for bit with a plain
+// copy's local gradients averaged one tensor at a time.
+struct Branchy : nn::Module {
+  Branchy() {
+    trunk = register_module("trunk", nn::Linear(8, 12));
+    side = register_module("side", nn::Linear(12, 12, /*bias=*/false));
+    head = register_module("head", nn::Linear(12, 3));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = tanh(trunk(x));
+    if (use_side) h = h + tanh(side(h));
+    return head(h);
+  }
+  bool use_side = true;
+  nn::Linear trunk = nullptr, side = nullptr, head = nullptr;
+};
+
+TEST_F(DdpRanksTest, BranchUsedOnOneRankOnly) {
+  manual_seed(5);
+  auto wrapped = std::make_shared<Branchy>();
+  manual_seed(5);
+  Branchy plain;
+  wrapped->use_side = plain.use_side =
+      dist::rank() != 0 || dist::world_size() == 1;
+  // A cap below every gradient: one bucket per parameter.
+  nn::DistributedDataParallel ddp(wrapped, {.bucket_cap_mb = 1e-6});
+  ASSERT_EQ(ddp->buckets().size(), 5u);
+  Generator gen(40 + dist::rank());
+  const Tensor x = randn({16, 8}, {}, &gen);
+  const Tensor y = randint(0, 3, {16}, {.dtype = DType::kI64}, &gen);
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(::testing::Message()
+                 << "round " << round << " rank " << dist::rank());
+    ddp->zero_grad();
+    plain.zero_grad();
+    nn::functional::cross_entropy(ddp(x), y).backward();
+    nn::functional::cross_entropy(plain.forward(x), y).backward();
+    const auto a = wrapped->parameters(), b = plain.parameters();
+    for (size_t i = 0; i < a.size(); ++i) {
+      const Tensor local =
+          b[i].grad().defined() ? b[i].grad() : zeros_like(b[i]);
+      const Tensor want = dist::all_reduce(local, dist::ReduceOp::kAvg);
+      ASSERT_TRUE(a[i].grad().defined()) << "parameter " << i;
+      EXPECT_EQ(a[i].grad().contiguous().to_vector<float>(),
+                want.to_vector<float>())
+          << "parameter " << i;
+    }
+  }
+  EXPECT_EQ(ddp->num_syncs(), 10);
+}
+
 }  // namespace
 }  // namespace stepjit

@@ -31,6 +31,7 @@ struct Run {
   std::vector<std::vector<float>>
       values;  // losses, then each parameter and grad
   std::string ir;
+  std::string explain;
   CompileStats stats;
   int64_t buckets = 0;
 };
@@ -70,6 +71,7 @@ Run Train(Mode mode, Options opt_options, bool clip, int steps) {
   fast.dump_ir(ir);
   run.ir = ir.str();
   run.stats = fast.stats();
+  run.explain = fast.explain();
   run.buckets = static_cast<int64_t>(ddp->buckets().size());
   return run;
 }
@@ -89,6 +91,11 @@ void ExpectCompiledEqualsEager(Options options, bool clip) {
   EXPECT_EQ(compiled.stats.fallbacks, 0);
   EXPECT_GE(compiled.stats.verifications, 5);
   EXPECT_EQ(compiled.stats.verify_mismatches, 0);
+  // The re-traces were conclusive (an inconclusive one retraces; one that
+  // kept a shape-only tensor, such as a reducer holding on to its results,
+  // turns verification off).
+  EXPECT_EQ(compiled.explain.find("turned off"), std::string::npos)
+      << compiled.explain;
   // One asynchronous all_reduce per bucket, fed by a cat of the bucket's
   // gradients, read back into the .grad tensors by copy_.
   EXPECT_EQ(Count(compiled.ir, "= all_reduce "), 3) << compiled.ir;
