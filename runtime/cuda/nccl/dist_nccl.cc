@@ -125,20 +125,27 @@ NcclComm& DistNcclComm() {
   // A communicator of a replaced backend is only dropped: its device
   // context is gone with that backend.
   (void)s.comm.release();
-  Backend& b = BackendOrThrow();
-  const NcclLibrary& lib = *ValueOrThrow(LoadNccl());
+  // A rank that cannot join (no id in time, init timed out) leaves the
+  // others waiting: the world is failed, not retried with a new id.
   const int rank = dist::rank(), world = dist::world_size();
-  const double timeout_s = dist::timeout_seconds();
-  const nccl::UniqueId id = ExchangeId(lib, rank, world, timeout_s);
-  s.comm = ValueOrThrow(NcclComm::Create(
-      lib, b,
-      {.rank = rank,
-       .world = world,
-       .id = id,
-       .timeout_s = timeout_s,
-       .on_failure = [](const absl::Status& why) {
-         dist::internal::MarkFailed(std::string(why.message()));
-       }}));
+  try {
+    Backend& b = BackendOrThrow();
+    const NcclLibrary& lib = *ValueOrThrow(LoadNccl());
+    const double timeout_s = dist::timeout_seconds();
+    const nccl::UniqueId id = ExchangeId(lib, rank, world, timeout_s);
+    s.comm = ValueOrThrow(NcclComm::Create(
+        lib, b,
+        {.rank = rank,
+         .world = world,
+         .id = id,
+         .timeout_s = timeout_s,
+         .on_failure = [](const absl::Status& why) {
+           dist::internal::MarkFailed(std::string(why.message()));
+         }}));
+  } catch (const Error& e) {
+    dist::internal::MarkFailed(e.what());
+    throw;
+  }
   s.generation = BackendGeneration();
   // Every rank has read the file once the collective init returned: remove
   // it so that a later job on the same path waits for its own rank 0.

@@ -129,13 +129,9 @@ NcclComm::~NcclComm() {
   watchdog_.join();
   (void)Bind();
   for (const Watched& w : watched_) backend_.DestroyEvent(w.done);
-  // Destroy waits for queued work; after a failure only abort returns.
-  if (aborted_) return;
-  if (failure_.ok()) {
-    lib_.api.CommDestroy(comm_);
-  } else {
-    lib_.api.CommAbort(comm_);
-  }
+  // Destroy waits for queued work; a failed communicator was aborted
+  // already (FailLocked), and destroying it could wait forever.
+  if (!aborted_) lib_.api.CommDestroy(comm_);
 }
 
 absl::Status NcclComm::Bind() const { return backend_.BindThread(); }
