@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -95,7 +96,7 @@ TEST(NcclLibraryTest, MissingLibraryNamesThePathAndHowToInstall) {
   const std::string bogus = "/nonexistent/stepjit/libnccl.so.2";
   ScopedEnv env("STEPJIT_NCCL_LIBRARY", bogus);
   EXPECT_EQ(NcclCandidates(), std::vector<std::string>{bogus});
-  absl::StatusOr<const NcclLibrary*> lib = LoadNcclUncached();
+  absl::StatusOr<std::unique_ptr<const NcclLibrary>> lib = LoadNcclUncached();
   ASSERT_FALSE(lib.ok());
   EXPECT_TRUE(absl::IsNotFound(lib.status())) << lib.status();
   const std::string message(lib.status().message());
@@ -126,7 +127,7 @@ TEST(NcclLibraryTest, VersionStringDecodesBothEncodings) {
 // Runs where NCCL is installed (this needs no GPU): the library loads, is
 // new enough, and gives a unique id that passes through the file intact.
 TEST(NcclLibraryTest, RealUniqueIdThroughTheFile) {
-  absl::StatusOr<const NcclLibrary*> lib = LoadNcclUncached();
+  absl::StatusOr<std::unique_ptr<const NcclLibrary>> lib = LoadNcclUncached();
   if (!lib.ok()) GTEST_SKIP() << lib.status();
   std::printf("NCCL %s from %s\n", (*lib)->VersionString().c_str(),
               (*lib)->path.c_str());

@@ -209,9 +209,9 @@ absl::StatusOr<const NcclLibrary*> LoadNccl() {
   return **library;
 }
 
-absl::StatusOr<const NcclLibrary*> LoadNcclUncached() {
+absl::StatusOr<std::unique_ptr<const NcclLibrary>> LoadNcclUncached() {
   ASSIGN_OR_RETURN(NcclLibrary * lib, Open());
-  return lib;
+  return std::unique_ptr<const NcclLibrary>(lib);
 }
 
 absl::Status NcclStatus(const NcclLibrary& lib, nccl::Result result,

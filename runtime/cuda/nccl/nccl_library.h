@@ -6,6 +6,7 @@
 #ifndef STEPJIT_RUNTIME_CUDA_NCCL_NCCL_LIBRARY_H_
 #define STEPJIT_RUNTIME_CUDA_NCCL_NCCL_LIBRARY_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,8 +39,8 @@ std::vector<std::string> NcclCandidates();
 // FailedPrecondition for a library older than 2.10 or lacking a symbol.
 absl::StatusOr<const NcclLibrary*> LoadNccl();
 // The same search, not cached, for tests that change STEPJIT_NCCL_LIBRARY.
-// The library found stays open.
-absl::StatusOr<const NcclLibrary*> LoadNcclUncached();
+// The library found stays open (dlopen); the caller owns the entry points.
+absl::StatusOr<std::unique_ptr<const NcclLibrary>> LoadNcclUncached();
 
 // OK for ncclSuccess; otherwise "<call>: <ncclGetErrorString> (ncclResult
 // N)" as Internal, InvalidArgument (invalid argument or usage) or
