@@ -124,11 +124,14 @@ class Scheduler {
   int64_t moved_ = 0;
 };
 
-// The first node after `from` that reads `v` or a view of it.
-size_t FirstReader(const std::vector<ir::Node*>& order, size_t from,
-                   const ir::Value* v) {
+// Calls `on_reader(i)` for each node from position `from` on that reads `v`
+// or a view of it (the views themselves only widen what counts as `v`),
+// until it returns false.
+template <typename OnReader>
+void ForEachReader(const std::vector<ir::Node*>& order, size_t from,
+                   const ir::Value* v, OnReader on_reader) {
   absl::flat_hash_set<const ir::Value*> aliases = {v};
-  for (size_t i = from + 1; i < order.size(); ++i) {
+  for (size_t i = from; i < order.size(); ++i) {
     const ir::Node* m = order[i];
     const bool reads =
         std::any_of(m->inputs().begin(), m->inputs().end(),
@@ -138,27 +141,29 @@ size_t FirstReader(const std::vector<ir::Node*>& order, size_t from,
       aliases.insert(m->output());
       continue;
     }
-    return i;
+    if (!on_reader(i)) return;
   }
-  return order.size();
+}
+
+// The position of the first node after `from` that reads `v` or a view of it.
+size_t FirstReader(const std::vector<ir::Node*>& order, size_t from,
+                   const ir::Value* v) {
+  size_t first = order.size();
+  ForEachReader(order, from + 1, v, [&](size_t i) {
+    first = i;
+    return false;
+  });
+  return first;
 }
 
 // The non-view readers of `v` (through views of it).
 std::vector<ir::Node*> Readers(const std::vector<ir::Node*>& order,
                                const ir::Value* v) {
-  absl::flat_hash_set<const ir::Value*> aliases = {v};
   std::vector<ir::Node*> out;
-  for (ir::Node* m : order) {
-    const bool reads =
-        std::any_of(m->inputs().begin(), m->inputs().end(),
-                    [&](const ir::Value* x) { return aliases.contains(x); });
-    if (!reads) continue;
-    if (m->kind() == ir::NodeKind::kOp && ir::IsView(m->op())) {
-      aliases.insert(m->output());
-    } else {
-      out.push_back(m);
-    }
-  }
+  ForEachReader(order, 0, v, [&](size_t i) {
+    out.push_back(order[i]);
+    return true;
+  });
   return out;
 }
 

@@ -21,6 +21,7 @@
 #include "runtime/cuda/nccl/nccl_library.h"
 #include "runtime/dist/dist.h"
 #include "tests/cuda/cuda_test_backend.h"
+#include "tests/util/scoped_env.h"
 
 namespace stepjit {
 namespace {
@@ -32,28 +33,7 @@ using ::testing::HasSubstr;
 
 const Device kCuda = Device::cuda(0);
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value.has_value()) {
-      setenv(name, value->c_str(), 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_.has_value()) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using test::ScopedEnv;
 
 class CudaCollectiveTest : public test::CudaTest {
  protected:

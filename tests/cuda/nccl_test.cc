@@ -28,6 +28,7 @@
 #include "runtime/cuda/nccl/nccl_library.h"
 #include "runtime/cuda/nccl/unique_id_file.h"
 #include "tests/cuda/cuda_test_backend.h"
+#include "tests/util/scoped_env.h"
 
 namespace stepjit::runtime::cuda {
 namespace {
@@ -49,29 +50,7 @@ static_assert(nccl::kSum == 0 && nccl::kProd == 1 && nccl::kMax == 2 &&
               nccl::kMin == 3 && nccl::kAvg == 4);
 static_assert(nccl::kVersionWithAvg == 21000);
 
-// Sets (or, with nullopt, unsets) an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value.has_value()) {
-      setenv(name, value->c_str(), 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_.has_value()) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using test::ScopedEnv;
 
 // A fresh path under the test's temporary directory (not created).
 std::string TempPath(const std::string& name) {
