@@ -558,12 +558,18 @@ absl::StatusOr<TensorType> InferInplaceUpdate(OpId op,
   return in[0];
 }
 
+// barrier's result: a 0-d f32 token (a copy of one constant).
+const TensorType& BarrierToken() {
+  static const TensorType token{DType::kF32, {}};
+  return token;
+}
+
 // Collectives (runtime/dist/dist.h): all_reduce and broadcast keep the
 // operand's type; all_gather stacks `world_size` operands along dim 0.
 absl::StatusOr<TensorType> InferCollective(OpId op,
                                            absl::Span<const TensorType> in,
                                            const Attrs& attrs) {
-  if (op == OpId::kBarrier) return TensorType{DType::kF32, {}};
+  if (op == OpId::kBarrier) return BarrierToken();
   const TensorType& x = in[0];
   if (op == OpId::kAllReduce) {
     const std::string r = attrs.GetString(AttrKey::kReduceOp, "sum");

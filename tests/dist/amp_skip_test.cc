@@ -95,7 +95,9 @@ void RunAndCheck(Mode mode) {
     EXPECT_EQ(scaler.skipped_steps(), 1);
     EXPECT_EQ(scaler.get_scale(), 512.0);
   }
-  if (mode == Mode::kCompiled) EXPECT_GE(compiled.stats().replays, 3);
+  if (mode == Mode::kCompiled) {
+    EXPECT_GE(compiled.stats().replays, 3);
+  }
 }
 
 TEST(AmpSkip, EagerScalerSkipsOnEveryRank) { RunAndCheck(Mode::kEager); }
