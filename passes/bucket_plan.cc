@@ -28,10 +28,6 @@ bool Launches(const ir::Node* n) {
   return false;
 }
 
-bool Reads(const ir::Node* n, const ir::Value* v) {
-  return std::find(n->inputs().begin(), n->inputs().end(), v) !=
-         n->inputs().end();
-}
 
 class Scheduler {
  public:
