@@ -28,7 +28,6 @@ bool Launches(const ir::Node* n) {
   return false;
 }
 
-
 class Scheduler {
  public:
   explicit Scheduler(ir::Graph& graph) : graph_(graph) {
