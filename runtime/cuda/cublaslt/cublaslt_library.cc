@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "codegen/cuda/nvrtc.h"
 #include "runtime/cuda/cublaslt/cublaslt_api.h"
+#include "runtime/cuda/dl_library.h"
 
 // The mirrored constants are checked against cuBLASLt's header when the
 // toolkit has it (NVRTC from PyPI wheels comes without it).
@@ -54,12 +55,6 @@ static_assert(offsetof(LtHeuristicResult, state) ==
               offsetof(cublasLtMatmulHeuristicResult_t, state));
 #endif
 
-template <typename Fn>
-bool Resolve(void* lib, const char* name, Fn& fn) {
-  fn = reinterpret_cast<Fn>(dlsym(lib, name));
-  return fn != nullptr;
-}
-
 // Where to look, in order: the loader's path, then the toolkit and the
 // directory of the NVRTC loaded.
 std::vector<std::string> Candidates() {
@@ -77,60 +72,51 @@ std::vector<std::string> Candidates() {
 }
 
 absl::StatusOr<CublasLtLibrary*> OpenCublasLt() {
-  std::vector<std::string> failures;
-  void* lib = nullptr;
-  std::string path;
-  for (const std::string& candidate : Candidates()) {
-    dlerror();
-    lib = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib != nullptr) {
-      path = candidate;
-      break;
-    }
-    const char* err = dlerror();
-    failures.push_back(err != nullptr ? err : candidate);
-  }
+  const DlOpened opened = DlOpenFirst(Candidates());
+  void* lib = opened.handle;
+  const std::string& path = opened.path;
+  const std::vector<std::string>& failures = opened.failures;
   if (lib == nullptr) {
     return absl::NotFoundError(absl::StrCat("cuBLASLt not found: tried ",
                                             absl::StrJoin(failures, "; ")));
   }
   auto* api = new CublasLtLibrary::Api;
   const std::pair<const char*, bool> symbols[] = {
-      {"cublasLtCreate", Resolve(lib, "cublasLtCreate", api->Create)},
-      {"cublasLtDestroy", Resolve(lib, "cublasLtDestroy", api->Destroy)},
+      {"cublasLtCreate", DlResolve(lib, "cublasLtCreate", api->Create)},
+      {"cublasLtDestroy", DlResolve(lib, "cublasLtDestroy", api->Destroy)},
       {"cublasLtGetVersion",
-       Resolve(lib, "cublasLtGetVersion", api->GetVersion)},
+       DlResolve(lib, "cublasLtGetVersion", api->GetVersion)},
       {"cublasLtGetStatusName",
-       Resolve(lib, "cublasLtGetStatusName", api->GetStatusName)},
+       DlResolve(lib, "cublasLtGetStatusName", api->GetStatusName)},
       {"cublasLtGetStatusString",
-       Resolve(lib, "cublasLtGetStatusString", api->GetStatusString)},
+       DlResolve(lib, "cublasLtGetStatusString", api->GetStatusString)},
       {"cublasLtMatmulDescCreate",
-       Resolve(lib, "cublasLtMatmulDescCreate", api->MatmulDescCreate)},
+       DlResolve(lib, "cublasLtMatmulDescCreate", api->MatmulDescCreate)},
       {"cublasLtMatmulDescDestroy",
-       Resolve(lib, "cublasLtMatmulDescDestroy", api->MatmulDescDestroy)},
+       DlResolve(lib, "cublasLtMatmulDescDestroy", api->MatmulDescDestroy)},
       {"cublasLtMatmulDescSetAttribute",
-       Resolve(lib, "cublasLtMatmulDescSetAttribute",
-               api->MatmulDescSetAttribute)},
+       DlResolve(lib, "cublasLtMatmulDescSetAttribute",
+                 api->MatmulDescSetAttribute)},
       {"cublasLtMatrixLayoutCreate",
-       Resolve(lib, "cublasLtMatrixLayoutCreate", api->MatrixLayoutCreate)},
+       DlResolve(lib, "cublasLtMatrixLayoutCreate", api->MatrixLayoutCreate)},
       {"cublasLtMatrixLayoutDestroy",
-       Resolve(lib, "cublasLtMatrixLayoutDestroy", api->MatrixLayoutDestroy)},
+       DlResolve(lib, "cublasLtMatrixLayoutDestroy", api->MatrixLayoutDestroy)},
       {"cublasLtMatrixLayoutSetAttribute",
-       Resolve(lib, "cublasLtMatrixLayoutSetAttribute",
-               api->MatrixLayoutSetAttribute)},
+       DlResolve(lib, "cublasLtMatrixLayoutSetAttribute",
+                 api->MatrixLayoutSetAttribute)},
       {"cublasLtMatmulPreferenceCreate",
-       Resolve(lib, "cublasLtMatmulPreferenceCreate",
-               api->MatmulPreferenceCreate)},
+       DlResolve(lib, "cublasLtMatmulPreferenceCreate",
+                 api->MatmulPreferenceCreate)},
       {"cublasLtMatmulPreferenceDestroy",
-       Resolve(lib, "cublasLtMatmulPreferenceDestroy",
-               api->MatmulPreferenceDestroy)},
+       DlResolve(lib, "cublasLtMatmulPreferenceDestroy",
+                 api->MatmulPreferenceDestroy)},
       {"cublasLtMatmulPreferenceSetAttribute",
-       Resolve(lib, "cublasLtMatmulPreferenceSetAttribute",
-               api->MatmulPreferenceSetAttribute)},
+       DlResolve(lib, "cublasLtMatmulPreferenceSetAttribute",
+                 api->MatmulPreferenceSetAttribute)},
       {"cublasLtMatmulAlgoGetHeuristic",
-       Resolve(lib, "cublasLtMatmulAlgoGetHeuristic",
-               api->MatmulAlgoGetHeuristic)},
-      {"cublasLtMatmul", Resolve(lib, "cublasLtMatmul", api->Matmul)},
+       DlResolve(lib, "cublasLtMatmulAlgoGetHeuristic",
+                 api->MatmulAlgoGetHeuristic)},
+      {"cublasLtMatmul", DlResolve(lib, "cublasLtMatmul", api->Matmul)},
   };
   for (const auto& [name, found] : symbols) {
     if (!found) {

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "codegen/cuda/nvrtc.h"
 #include "ir/status.h"
+#include "runtime/cuda/dl_library.h"
 
 // The mirrored ABI is checked against NCCL's own header where the toolkit
 // has one (NVIDIA's CUDA 13 toolkit images and the nvidia-nccl wheels ship
@@ -60,12 +61,6 @@ constexpr char kInstallHint[] =
     "installation (NVIDIA's libnccl2 package), or point STEPJIT_NCCL_LIBRARY "
     "at libnccl.so.2";
 
-template <typename Fn>
-bool Resolve(void* lib, const char* name, Fn& fn) {
-  fn = reinterpret_cast<Fn>(dlsym(lib, name));
-  return fn != nullptr;
-}
-
 void AddGlob(const std::string& pattern, std::vector<std::string>& out) {
   glob_t g;
   if (glob(pattern.c_str(), 0, nullptr, &g) == 0) {
@@ -80,20 +75,10 @@ std::string WheelLibrary(const std::string& site_packages) {
 }
 
 absl::StatusOr<NcclLibrary*> Open() {
-  const std::vector<std::string> candidates = NcclCandidates();
-  std::vector<std::string> failures;
-  void* lib = nullptr;
-  std::string path;
-  for (const std::string& candidate : candidates) {
-    dlerror();
-    lib = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib != nullptr) {
-      path = candidate;
-      break;
-    }
-    const char* err = dlerror();
-    failures.push_back(err != nullptr ? err : candidate);
-  }
+  const DlOpened opened = DlOpenFirst(NcclCandidates());
+  void* lib = opened.handle;
+  const std::string& path = opened.path;
+  const std::vector<std::string>& failures = opened.failures;
   if (lib == nullptr) {
     const char* env = std::getenv("STEPJIT_NCCL_LIBRARY");
     return absl::NotFoundError(absl::StrCat(
@@ -106,20 +91,21 @@ absl::StatusOr<NcclLibrary*> Open() {
   auto* out = new NcclLibrary;
   nccl::Api& api = out->api;
   const std::pair<const char*, bool> symbols[] = {
-      {"ncclGetVersion", Resolve(lib, "ncclGetVersion", api.GetVersion)},
-      {"ncclGetUniqueId", Resolve(lib, "ncclGetUniqueId", api.GetUniqueId)},
-      {"ncclCommInitRank", Resolve(lib, "ncclCommInitRank", api.CommInitRank)},
-      {"ncclCommDestroy", Resolve(lib, "ncclCommDestroy", api.CommDestroy)},
-      {"ncclCommAbort", Resolve(lib, "ncclCommAbort", api.CommAbort)},
+      {"ncclGetVersion", DlResolve(lib, "ncclGetVersion", api.GetVersion)},
+      {"ncclGetUniqueId", DlResolve(lib, "ncclGetUniqueId", api.GetUniqueId)},
+      {"ncclCommInitRank",
+       DlResolve(lib, "ncclCommInitRank", api.CommInitRank)},
+      {"ncclCommDestroy", DlResolve(lib, "ncclCommDestroy", api.CommDestroy)},
+      {"ncclCommAbort", DlResolve(lib, "ncclCommAbort", api.CommAbort)},
       {"ncclCommGetAsyncError",
-       Resolve(lib, "ncclCommGetAsyncError", api.CommGetAsyncError)},
+       DlResolve(lib, "ncclCommGetAsyncError", api.CommGetAsyncError)},
       {"ncclGetErrorString",
-       Resolve(lib, "ncclGetErrorString", api.GetErrorString)},
-      {"ncclAllReduce", Resolve(lib, "ncclAllReduce", api.AllReduce)},
-      {"ncclBroadcast", Resolve(lib, "ncclBroadcast", api.Broadcast)},
-      {"ncclAllGather", Resolve(lib, "ncclAllGather", api.AllGather)},
-      {"ncclGroupStart", Resolve(lib, "ncclGroupStart", api.GroupStart)},
-      {"ncclGroupEnd", Resolve(lib, "ncclGroupEnd", api.GroupEnd)},
+       DlResolve(lib, "ncclGetErrorString", api.GetErrorString)},
+      {"ncclAllReduce", DlResolve(lib, "ncclAllReduce", api.AllReduce)},
+      {"ncclBroadcast", DlResolve(lib, "ncclBroadcast", api.Broadcast)},
+      {"ncclAllGather", DlResolve(lib, "ncclAllGather", api.AllGather)},
+      {"ncclGroupStart", DlResolve(lib, "ncclGroupStart", api.GroupStart)},
+      {"ncclGroupEnd", DlResolve(lib, "ncclGroupEnd", api.GroupEnd)},
   };
   for (const auto& [name, found] : symbols) {
     if (!found) {
