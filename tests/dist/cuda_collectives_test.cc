@@ -101,6 +101,37 @@ TEST_F(CudaCollectives, AllReduceBroadcastAllGather) {
   }
 }
 
+// Five steps of data-parallel training beside its single-process
+// reference: every rank draws the same full batch (per_rank rows per rank,
+// seed + step), runs `step` on the emulated device with its own rows, and
+// the CPU `reference` trains on the whole batch.
+struct ShardedBatches {
+  int64_t per_rank;
+  int64_t features;
+  int64_t classes;
+  uint64_t seed;
+};
+template <typename Step>
+void TrainShardsAndFullBatch(Step& step, nn::Sequential& reference,
+                             optim::Optimizer& ref_opt,
+                             const ShardedBatches& b) {
+  const int64_t rank = dist::rank(), world = dist::world_size();
+  for (int it = 0; it < 5; ++it) {
+    Generator gen(b.seed + it);
+    const Tensor xs = randn({b.per_rank * world, b.features}, {}, &gen);
+    const Tensor ys = randint(0, b.classes, {b.per_rank * world},
+                              {.dtype = DType::kI64}, &gen);
+    const Tensor x =
+        xs.slice(0, rank * b.per_rank, (rank + 1) * b.per_rank).contiguous();
+    const Tensor y =
+        ys.slice(0, rank * b.per_rank, (rank + 1) * b.per_rank).contiguous();
+    step(x.to(kCuda), y.to(kCuda));
+    ref_opt.zero_grad();
+    cross_entropy(reference(xs), ys).backward();
+    ref_opt.step();
+  }
+}
+
 // A data-parallel step compiled on the emulated device: each rank trains on
 // its own batch and averages gradients, so every rank's parameters stay
 // equal and match one eager CPU model trained on the ranks' mean gradient
@@ -128,21 +159,9 @@ TEST_F(CudaCollectives, CompiledDataParallelStepMatchesTheFullBatch) {
     return loss;
   };
   auto fast = compile(step);
-  const int64_t per_rank = 4;
-  for (int it = 0; it < 5; ++it) {
-    Generator gen(100 + it);  // the same draw on every rank: the full batch
-    const Tensor xs = randn({per_rank * world(), 6}, {}, &gen);
-    const Tensor ys =
-        randint(0, 3, {per_rank * world()}, {.dtype = DType::kI64}, &gen);
-    const Tensor x =
-        xs.slice(0, rank() * per_rank, (rank() + 1) * per_rank).contiguous();
-    const Tensor y =
-        ys.slice(0, rank() * per_rank, (rank() + 1) * per_rank).contiguous();
-    fast(x.to(kCuda), y.to(kCuda));
-    ref_opt.zero_grad();
-    cross_entropy(reference(xs), ys).backward();
-    ref_opt.step();
-  }
+  TrainShardsAndFullBatch(
+      fast, reference, ref_opt,
+      {.per_rank = 4, .features = 6, .classes = 3, .seed = 100});
   auto p = model.parameters(), q = reference.parameters();
   for (size_t i = 0; i < p.size(); ++i) {
     const std::vector<double> a = Values(p[i]), b = Values(q[i]);
@@ -185,21 +204,9 @@ TEST_F(CudaCollectives, DistributedDataParallelOnCudaMatchesTheFullBatch) {
     opt.step();
     return loss;
   });
-  const int64_t per_rank = 3;
-  for (int it = 0; it < 5; ++it) {
-    Generator gen(200 + it);
-    const Tensor xs = randn({per_rank * world(), 5}, {}, &gen);
-    const Tensor ys =
-        randint(0, 2, {per_rank * world()}, {.dtype = DType::kI64}, &gen);
-    const Tensor x =
-        xs.slice(0, rank() * per_rank, (rank() + 1) * per_rank).contiguous();
-    const Tensor y =
-        ys.slice(0, rank() * per_rank, (rank() + 1) * per_rank).contiguous();
-    fast(x.to(kCuda), y.to(kCuda));
-    ref_opt.zero_grad();
-    cross_entropy(reference(xs), ys).backward();
-    ref_opt.step();
-  }
+  TrainShardsAndFullBatch(
+      fast, reference, ref_opt,
+      {.per_rank = 3, .features = 5, .classes = 2, .seed = 200});
   auto p = local.parameters(), q = reference.parameters();
   for (size_t i = 0; i < p.size(); ++i) {
     ASSERT_TRUE(p[i].device().is_cuda());
