@@ -65,13 +65,13 @@ class Work : public runtime::PendingWork {
 
   void Run();
   void Wait() override;
-  // Tensors the work reads or writes, kept alive until it ends.
-  std::vector<Tensor> keep;
 
  private:
   friend struct World;
   std::string what_;
   int64_t seq_;
+  // The collective; it holds the tensors it reads and writes, so they stay
+  // alive until the work is destroyed.
   std::function<absl::Status()> fn_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -518,7 +518,6 @@ void RunHostCollective(const runtime::KernelArgs& k) {
           FromF32(p, out);
           return absl::OkStatus();
         });
-        work->keep = {staged, out};
       } else {
         const ir::DType dtype = src.dtype();
         work = Submit(what, [src, out, n, dtype, op, size]() -> absl::Status {
@@ -529,7 +528,6 @@ void RunHostCollective(const runtime::KernelArgs& k) {
           if (op == ReduceOp::kAvg) Scale(out.data_ptr(), n, dtype, 1.0 / size);
           return absl::OkStatus();
         });
-        work->keep = {src, out};
       }
       std::lock_guard<std::mutex> lock(w.stats_mu);
       w.stats.bytes += n * ir::DTypeSize(in.dtype());
@@ -544,7 +542,6 @@ void RunHostCollective(const runtime::KernelArgs& k) {
       work = Submit(what, [out, bytes, root] {
         return MpiBroadcast(out.data_ptr(), bytes, root);
       });
-      work->keep = {out};
       std::lock_guard<std::mutex> lock(w.stats_mu);
       w.stats.bytes += bytes;
       break;
@@ -559,7 +556,6 @@ void RunHostCollective(const runtime::KernelArgs& k) {
       work = Submit(what, [src, out, bytes] {
         return MpiAllGather(src.data_ptr(), out.data_ptr(), bytes);
       });
-      work->keep = {src, out};
       std::lock_guard<std::mutex> lock(w.stats_mu);
       w.stats.bytes += bytes * size;
       break;
