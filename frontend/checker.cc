@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/generator.h"
 #include "runtime/region_check.h"
 
 namespace stepjit::frontend {
@@ -106,9 +107,11 @@ Verdict Compare(const Trace& trace, const Results& got, const Results& want,
 // interpreted run from `before` disagrees with `eager`.
 std::string Bisect(const PassBisection& b, const Trace& trace,
                    size_t traced_state, DType amp,
-                   const std::vector<Tensor>& before, const Results& eager) {
+                   const std::vector<Tensor>& before, uint64_t offset_before,
+                   const Results& eager) {
   for (size_t k = 0; k <= b.pipeline.size(); ++k) {
     CopyInto(trace.state, before, 0, before.size());
+    default_generator().set_offset(offset_before);
     const std::string graph =
         k == 0 ? std::string("the traced graph (before any pass)")
                : absl::StrCat("the graph after pass ", k, " `",
@@ -150,6 +153,10 @@ CheckResult CheckCall(const std::string& label, const runtime::Program& program,
                       const PassBisection* bisection) {
   const std::vector<Tensor>& state = trace.state;
   const std::vector<Tensor> before = Clones(state);
+  // Both runs draw the same random numbers (dropout masks), and the call
+  // leaves the generator where an unchecked call would.
+  Generator& generator = default_generator();
+  const uint64_t offset_before = generator.offset();
   std::vector<Tensor> grads_before;
   for (const GradBinding& b : trace.grad_bindings)
     grads_before.push_back(b.leaf.grad());
@@ -166,6 +173,7 @@ CheckResult CheckCall(const std::string& label, const runtime::Program& program,
 
   // Back to the start, then the reference.
   CopyInto(state, before, 0, state.size());
+  generator.set_offset(offset_before);
   for (size_t i = 0; i < trace.grad_bindings.size(); ++i) {
     trace.grad_bindings[i].leaf.set_grad(grads_before[i]);
   }
@@ -225,9 +233,11 @@ CheckResult CheckCall(const std::string& label, const runtime::Program& program,
                                 Clones(reference.state),
                                 Clones(reference.grads)};
     const std::vector<Tensor> after = Clones(state);
+    const uint64_t offset_after = generator.offset();
     absl::StrAppend(&r, Bisect(*bisection, trace, traced_state, amp, before,
-                               eager_results));
+                               offset_before, eager_results));
     CopyInto(state, after, 0, state.size());
+    generator.set_offset(offset_after);
   }
   return result;
 }

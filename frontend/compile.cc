@@ -8,6 +8,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -133,9 +134,10 @@ struct StepCompiler::Impl {
   int check_replays = 0;
   int check_pending = 0;
   std::string check_report;
-  // Set when a shape-only re-trace could not stand for a call in a way that
-  // would repeat (the step keeps tensors it creates): no more re-traces.
-  std::string verify_off_reason;
+  // Set when a recording could not stand for a call in a way that would
+  // repeat (the step keeps tensors it creates, then stops early): the step
+  // then runs eagerly.
+  std::string stopped_reason;
 
   void Event(const std::string& cause, std::string what) {
     if (LogGuards())
@@ -143,7 +145,21 @@ struct StepCompiler::Impl {
     events.Add(cause, std::move(what));
   }
 
-  bool TraceLimitReached() const { return stats.traces >= options.max_traces; }
+  // max_traces counts specializations; replacing one (a state guard that
+  // failed for good) counts against a bound of its own, so that a step that
+  // rebinds a parameter every call stops retracing.
+  std::string TraceLimitText() const {
+    return static_cast<int>(specs.size()) >= options.max_traces
+               ? absl::StrCat(specs.size(),
+                              " specializations already made (max_traces)")
+               : absl::StrCat(stats.traces,
+                              " traces already made (2 x max_traces, when "
+                              "specializations were replaced)");
+  }
+  bool TraceLimitReached() const {
+    return static_cast<int>(specs.size()) >= options.max_traces ||
+           stats.traces >= 2 * static_cast<int64_t>(options.max_traces);
+  }
 
   // Runs the step eagerly under the tracer and compiles what it recorded.
   std::vector<Tensor> TraceCall(
@@ -240,8 +256,8 @@ struct StepCompiler::Impl {
     ++stats.eager_calls;
     if (TraceLimitReached()) {
       Event("trace limit",
-            absl::StrCat("running eagerly: ", what, "; ", options.max_traces,
-                         " traces already made (max_traces)"));
+            absl::StrCat("running eagerly: ", what, "; ",
+                         TraceLimitText()));
       ++stats.fallbacks;
       eager();
       return std::nullopt;
@@ -252,50 +268,103 @@ struct StepCompiler::Impl {
   }
 
   bool ShouldVerify(const Specialization& s) const {
-    if (options.verify == Verify::kOff || !verify_off_reason.empty())
-      return false;
-    if (options.verify == Verify::kAlways || !s.unguarded.empty()) return true;
-    if (s.replays < options.verify_first) return true;
-    return options.verify_every > 0 && s.replays % options.verify_every == 0;
+    if (!s.unguarded.empty()) return true;
+    switch (options.verify) {
+      case Verify::kAlways:
+        return true;
+      case Verify::kOffUnsafe:
+        return false;
+      case Verify::kSampledUnsafe:
+        return s.replays < options.verify_first ||
+               (options.verify_every > 0 &&
+                s.replays % options.verify_every == 0);
+    }
+    return true;
   }
 
-  // Re-traces the call shape-only; replays `s` when the step still records
-  // what `s` compiled, else compiles what it records now and replays that.
+  // Another specialization with `sig` whose guards hold and whose record is
+  // what the step did now (a path the step took before), or nullptr.
+  Specialization* Sibling(const Signature& sig, const TraceRecord& now,
+                          const Specialization* except) {
+    for (auto& t : specs) {
+      if (t.get() == except || t->eager_only || !(t->signature == sig))
+        continue;
+      if (!CheckFlagGuards(t->trace).empty() ||
+          !CheckStateGuards(t->trace, t->state_guards).empty())
+        continue;
+      if (DiffTraces(t->record, now).empty()) return t.get();
+    }
+    return nullptr;
+  }
+
+  // Runs the step's host code in recording mode (frontend/verify.h) and
+  // replays `s` when it recorded what `s` compiled; another specialization
+  // of the same signature when it recorded that one (a path taken before);
+  // else compiles what it recorded, as a new specialization beside `s`, and
+  // replays that. The host code runs once per call on every one of these
+  // paths.
   std::optional<std::vector<Tensor>> VerifiedReplay(
       Specialization& s, Signature sig, const std::vector<Tensor>& inputs,
       const std::function<std::vector<Tensor>()>& eager) {
     const auto start = std::chrono::steady_clock::now();
     runtime::ProfileSpan verify_span(runtime::kCatCompile);
     if (verify_span.active())
-      verify_span.set_name(absl::StrCat("shape-only re-trace ", options.name));
+      verify_span.set_name(absl::StrCat("recording check ", options.name));
     ShapeOnlyTrace now = TraceShapesOnly(options.name, inputs, eager);
     verify_span.End();
+    const bool complete = now.inconclusive.empty();
     std::string diff;
-    if (now.inconclusive.empty())
-      diff = DiffTraces(s.record, RecordTrace(now.trace));
+    std::optional<TraceRecord> record;
+    if (complete) {
+      record = RecordTrace(now.trace);
+      diff = DiffTraces(s.record, *record);
+    }
     ++stats.verifications;
     stats.verify_ms += std::chrono::duration<double, std::milli>(
                            std::chrono::steady_clock::now() - start)
                            .count();
-    if (now.inconclusive.empty() && diff.empty())
-      return Replay(s, inputs, eager);
-    if (!now.inconclusive.empty()) {
+    // The specialization that recorded what the step did now: `s`, or a
+    // sibling (a path the step took before).
+    Specialization* target = nullptr;
+    if (complete) {
+      target = diff.empty() ? &s : Sibling(sig, *record, &s);
+      if (!diff.empty()) ++stats.verify_mismatches;
+      if (!diff.empty() && target != nullptr) ++stats.sibling_hits;
+    }
+    if (!now.kept.empty()) {
+      if (target != nullptr) {
+        // What the step keeps is what it returns (a loss history): the
+        // replay's results give it.
+        if (std::optional<std::vector<int>> at = KeptReturns(now)) {
+          ++stats.kept_calls;
+          return Replay(*target, inputs, &now.kept, &*at);
+        }
+      }
+      if (complete) {
+        return RunKeptCall(s, std::move(sig), now, inputs, eager,
+                           target != nullptr ? "" : diff);
+      }
+      const absl::Status made =
+          MakeKeptReal(now, inputs, StepDevice(now.trace, inputs));
+      if (!made.ok()) return KeptTensorsLost(s, made.message(), eager);
+    }
+    if (!complete) {
       // The step itself still runs as written: eagerly, traced again.
-      if (now.kept_meta_tensor) verify_off_reason = now.inconclusive;
       return Retrace("inconclusive re-trace", now.inconclusive, std::move(sig),
                      inputs, eager, &s);
     }
-    ++stats.verify_mismatches;
+    if (target != nullptr) return Replay(*target, inputs, eager);
     const std::string what =
-        absl::StrCat("a shape-only re-trace found the step changed: ", diff);
-    std::cerr << "stepjit[" << options.name << "]: warning: " << what << "\n";
+        absl::StrCat("the recording check found the step changed: ", diff);
     if (TraceLimitReached())
       return Retrace("re-trace found a change", what, std::move(sig), inputs,
                      eager, &s);
-    Event("re-trace found a change", absl::StrCat("recompiling: ", what));
+    Event("re-trace found a change",
+          absl::StrCat("new specialization beside ", Index(s), ": ", what));
     const Device device = StepDevice(now.trace, inputs);
     Specialization* fresh =
-        Install(Build(std::move(sig), std::move(now.trace), device), &s, start);
+        Install(Build(std::move(sig), std::move(now.trace), device), nullptr,
+                start);
     if (fresh->eager_only) {
       // Nothing to replay, and the call has not run for real yet.
       ++stats.eager_calls;
@@ -303,6 +372,70 @@ struct StepCompiler::Impl {
       return std::nullopt;
     }
     return Replay(*fresh, inputs, eager);
+  }
+
+  // A recording call after which the step keeps shape-only tensors it made
+  // (GPT's positions rebuilt for a new length, lazily created optimizer
+  // state): the recorded call itself runs op by op on the real tensors, so
+  // that what the step keeps is real and holds what eager would have put
+  // there; the host code is not run again. A recording that changed
+  // (`diff`) is also compiled for the calls that follow.
+  std::optional<std::vector<Tensor>> RunKeptCall(
+      Specialization& s, Signature sig, ShapeOnlyTrace& now,
+      const std::vector<Tensor>& inputs,
+      const std::function<std::vector<Tensor>()>& eager,
+      const std::string& diff) {
+    const auto start = std::chrono::steady_clock::now();
+    const Device device = StepDevice(now.trace, inputs);
+    absl::StatusOr<std::vector<Tensor>> out = RunRecorded(now, inputs, device);
+    ++stats.eager_calls;
+    ++stats.kept_calls;
+    last = &s;
+    if (!out.ok()) {
+      --stats.eager_calls;
+      return KeptTensorsLost(s, out.status().message(), eager);
+    }
+    if (!diff.empty() && !TraceLimitReached()) {
+      Event("re-trace found a change",
+            absl::StrCat("new specialization beside ", Index(s),
+                         " (the step kept tensors it made; this call ran its "
+                         "recording op by op): ",
+                         diff));
+      Install(Build(std::move(sig), std::move(now.trace), device), nullptr,
+              start);
+    }
+    return *std::move(out);
+  }
+
+  // The step kept shape-only tensors whose values the recording cannot give
+  // (`why`): they stay shape-only, and the step runs eagerly from now on,
+  // where reading one throws a clear error instead of replaying anything.
+  std::optional<std::vector<Tensor>> KeptTensorsLost(
+      Specialization& s, absl::string_view why,
+      const std::function<std::vector<Tensor>()>& eager) {
+    stopped_reason = absl::StrCat(
+        "the step kept tensors it created during a recording call whose "
+        "values cannot be computed (",
+        why, ")");
+    std::cerr << "stepjit[" << options.name << "]: warning: "
+              << stopped_reason << "; the step runs eagerly from now on\n";
+    Event("recording check", stopped_reason);
+    for (auto& t : specs) {
+      t->eager_only = true;
+      t->reason = stopped_reason;
+    }
+    ++stats.eager_calls;
+    ++stats.fallbacks;
+    last = &s;
+    eager();
+    return std::nullopt;
+  }
+
+  size_t Index(const Specialization& s) const {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (specs[i].get() == &s) return i;
+    }
+    return specs.size();
   }
 
   // Replays `s`, or runs the call through the accuracy checker when one is due.
@@ -340,11 +473,34 @@ struct StepCompiler::Impl {
     return std::nullopt;
   }
 
-  std::optional<std::vector<Tensor>> Replay(Specialization& s,
-                                            const std::vector<Tensor>& inputs) {
+  // For each tensor the step kept, the graph return that holds its value,
+  // when every one is a return.
+  static std::optional<std::vector<int>> KeptReturns(const ShapeOnlyTrace& now) {
+    const std::vector<ir::Value*>& returns = now.trace.graph->returns();
+    std::vector<int> at;
+    for (const Tracer::Kept& k : now.kept) {
+      auto it = absl::c_find(returns, k.value);
+      if (k.value == nullptr || it == returns.end()) return std::nullopt;
+      at.push_back(static_cast<int>(it - returns.begin()));
+    }
+    return at;
+  }
+
+  // Replays `s`; each `kept` tensor (shape-only, kept by the step during its
+  // recording) becomes real with the value of return `kept_at[i]`.
+  std::optional<std::vector<Tensor>> Replay(
+      Specialization& s, const std::vector<Tensor>& inputs,
+      const std::vector<Tracer::Kept>* kept = nullptr,
+      const std::vector<int>* kept_at = nullptr) {
     RefreshStateCopies(s.state_copies, s.trace.state);
     std::vector<Tensor> outputs = s.program->Run(inputs, s.trace.state);
     MarkStateCopiesCurrent(s.state_copies, s.trace.state);
+    for (size_t i = 0; kept != nullptr && i < kept->size(); ++i) {
+      const Tensor& t = (*kept)[i].tensor;
+      if (t.storage()->is_meta()) t.storage()->Materialize();
+      NoGradGuard no_grad;
+      Tensor(t).copy_(outputs[(*kept_at)[i]]);
+    }
     for (const GradBinding& b : s.trace.grad_bindings) {
       b.leaf.set_grad(b.return_index >= 0 ? outputs[b.return_index] : Tensor());
     }
@@ -414,13 +570,25 @@ std::optional<std::vector<Tensor>> StepCompiler::Call(
     eager();
     return std::nullopt;
   }
+  if (!m.stopped_reason.empty()) {
+    ++m.stats.eager_calls;
+    ++m.stats.fallbacks;
+    eager();
+    return std::nullopt;
+  }
   Signature sig = MakeSignature(inputs);
   // The first specialization with this signature whose flags (module
   // training modes) hold; flags select among specializations, so that
   // alternating train() and eval() replays both.
   Specialization* match = nullptr;
   std::string flag_miss;
+  // The specialization the last call replayed comes first: a step that
+  // changed path keeps to its new one.
+  if (m.last != nullptr && !m.last->eager_only && m.last->signature == sig &&
+      CheckFlagGuards(m.last->trace).empty())
+    match = const_cast<Specialization*>(m.last);
   for (auto& s : m.specs) {
+    if (match != nullptr) break;
     if (!(s->signature == sig)) continue;
     if (std::string miss = CheckFlagGuards(s->trace); !miss.empty()) {
       if (flag_miss.empty()) flag_miss = std::move(miss);
@@ -556,16 +724,29 @@ std::string StepCompiler::explain() const {
     }
   }
   os << "verification: "
-     << (m.options.verify == Verify::kOff ? std::string("off")
-         : !m.verify_off_reason.empty()   ? "turned off: " + m.verify_off_reason
+     << (!m.stopped_reason.empty() ? "stopped: " + m.stopped_reason
          : m.options.verify == Verify::kAlways
-             ? std::string("a shape-only re-trace on every replay")
-             : absl::StrCat("a shape-only re-trace on the first ",
+             ? std::string("the step's host code is recorded and checked on "
+                           "every replay")
+         : m.options.verify == Verify::kOffUnsafe
+             ? std::string("UNSAFE: off (Verify::kOffUnsafe): a host value "
+                           "or flag changed after the trace is ignored")
+             : absl::StrCat("UNSAFE: sampled (Verify::kSampledUnsafe): the "
+                            "first ",
                             m.options.verify_first,
                             " replays of each specialization, then every ",
-                            m.options.verify_every, "th"))
-     << "; " << m.stats.verifications << " run (" << m.stats.verify_ms
-     << " ms), " << m.stats.verify_mismatches << " found the step changed\n";
+                            m.options.verify_every,
+                            "th; a change in between replays stale results"))
+     << "; " << m.stats.verifications << " recording checks ("
+     << absl::StrFormat("%.3f", m.stats.verify_ms) << " ms"
+     << (m.stats.verifications > 0
+             ? absl::StrFormat(", %.1f us per call",
+                               1000 * m.stats.verify_ms / m.stats.verifications)
+             : std::string())
+     << "), " << m.stats.verify_mismatches << " found the step changed ("
+     << m.stats.sibling_hits << " matched another specialization), "
+     << m.stats.kept_calls
+     << " kept tensors the step created (run op by op)\n";
   if (m.stats.checks > 0) {
     os << "accuracy checks: " << m.stats.checks << " run, "
        << m.stats.check_failures << " diverged; last: "

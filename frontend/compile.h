@@ -19,16 +19,21 @@ namespace stepjit {
 
 enum class Mode { kCompiled, kEager };
 
-// When a compiled step re-traces itself shape-only (frontend/verify.h) to
-// check that the graph it replays is still what the step does: host values
-// baked in as constants, captured tensors rebound, a different path.
+// When a compiled step runs its host code in recording mode (shape-only,
+// frontend/verify.h) to check that the graph it replays is still what the
+// step does: host values baked in as constants, captured tensors rebound,
+// parameters frozen, a different path. Only kAlways keeps the promise that
+// a replay never returns a stale result.
 enum class Verify {
-  // The first `verify_first` replays of each specialization, then every
-  // `verify_every`-th; every call while the trace reads a captured tensor no
-  // guard can see rebound (explain() lists them).
-  kPeriodic,
-  kAlways,  // every replay
-  kOff,
+  kAlways,  // every replay (the default)
+  // UNSAFE: the first `verify_first` replays of each specialization, then
+  // every `verify_every`-th (and every call while the trace reads a captured
+  // tensor no guard can see rebound). A change between two sampled calls
+  // replays stale results until the next one.
+  kSampledUnsafe,
+  // UNSAFE: never (except for captured tensors no guard sees): a host value
+  // or flag that changes after the trace is silently ignored.
+  kOffUnsafe,
 };
 
 struct CompileOptions {
@@ -40,7 +45,7 @@ struct CompileOptions {
   // flag, a failed state guard, a re-trace that found a changed constant)
   // before calls that would need another one run eagerly (explain() says why).
   int max_traces = 8;
-  Verify verify = Verify::kPeriodic;
+  Verify verify = Verify::kAlways;
   int verify_first = 3;
   int verify_every = 100;
   // The accuracy checker (also STEPJIT_CHECK=1, or =N for the first N
@@ -108,6 +113,13 @@ struct CompileStats {
   int64_t verifications = 0;
   double verify_ms = 0;
   int64_t verify_mismatches = 0;
+  // Of those mismatches, calls that matched another specialization of the
+  // same signature (a path the step took before) and replayed it.
+  int64_t sibling_hits = 0;
+  // Recording calls after which the step kept tensors it created (a module
+  // cache rebuilt, lazily created optimizer state): each ran its recording
+  // op by op to give them their values.
+  int64_t kept_calls = 0;
   // Accuracy-checker runs and how many found a divergence.
   int64_t checks = 0;
   int64_t check_failures = 0;

@@ -182,4 +182,19 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
   return trace;
 }
 
+std::pair<std::unique_ptr<ir::Graph>, std::vector<Tensor>> Tracer::TakePartial() {
+  return {std::move(graph_), state_};
+}
+
+std::vector<Tracer::Kept> Tracer::KeptMetaTensors() const {
+  std::vector<Kept> kept;
+  for (const auto& [impl, entry] : values_) {
+    std::shared_ptr<TensorImpl> alive = entry.impl.lock();
+    if (alive == nullptr || alive.get() != impl || !alive->storage->is_meta())
+      continue;
+    kept.push_back({Tensor(std::move(alive)), entry.stale ? nullptr : entry.value});
+  }
+  return kept;
+}
+
 }  // namespace stepjit::frontend

@@ -77,6 +77,19 @@ class Tracer : public runtime::DispatchObserver {
   void OnAlias(const Tensor& source, const Tensor& alias) override;
   void OnFlagRead(const std::shared_ptr<const bool>& flag, const char* what) override;
 
+  // After End: the shape-only (meta) tensors the step recorded that are
+  // still alive (the step kept them: a module's cache, lazily created
+  // optimizer state), each with the value of `graph` it holds, or nullptr
+  // when an in-place write through another view made that value unknown.
+  struct Kept {
+    Tensor tensor;
+    const ir::Value* value;
+  };
+  std::vector<Kept> KeptMetaTensors() const;
+  // After End on a step whose graph broke: the ops recorded before the break
+  // and the state tensors they read (End returns neither then).
+  std::pair<std::unique_ptr<ir::Graph>, std::vector<Tensor>> TakePartial();
+
  private:
   // The SSA value currently held by `t`; tensors first seen here were
   // created outside the step and become state params.

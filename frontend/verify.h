@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "frontend/tracer.h"
 
 namespace stepjit::frontend {
@@ -22,11 +23,13 @@ namespace stepjit::frontend {
 struct ShapeOnlyTrace {
   Trace trace;
   // Non-empty when the re-trace cannot stand for the call (the step threw,
-  // read a value to the host, or left a shape-only tensor behind): why.
+  // or read a value to the host): why.
   std::string inconclusive;
-  // The step kept a shape-only tensor: a re-trace would do so again, so the
-  // caller stops re-tracing this step.
-  bool kept_meta_tensor = false;
+  // Shape-only tensors the step kept (a module's cache such as GPT's
+  // positions, lazily created optimizer state, a user's memo), with the
+  // trace value each holds. They must become real before the step runs
+  // again (RunRecorded).
+  std::vector<Tracer::Kept> kept;
 };
 
 // Runs `step` on `inputs` once in shape-only mode under a tracer named
@@ -36,6 +39,23 @@ struct ShapeOnlyTrace {
 ShapeOnlyTrace TraceShapesOnly(
     const std::string& name, const std::vector<Tensor>& inputs,
     const std::function<std::vector<Tensor>()>& step);
+
+// Runs the call `recorded` stands for: its traced graph op by op on the real
+// `inputs` and state (the eager kernels, as eager would compute), binds the
+// .grads the step binds, and makes every kept shape-only tensor real with
+// the value the step gave it. Returns the step's outputs. Fails, changing
+// nothing, when the recording is incomplete or a kept tensor's value is
+// unknown.
+absl::StatusOr<std::vector<Tensor>> RunRecorded(
+    const ShapeOnlyTrace& recorded, const std::vector<Tensor>& inputs,
+    Device device);
+
+// Makes every kept shape-only tensor real with the value the step gave it,
+// from the ops recorded before it (also when the recording stopped early:
+// the step threw or read a value to the host), and nothing else: no state
+// is written and the generator is left where it was.
+absl::Status MakeKeptReal(const ShapeOnlyTrace& recorded,
+                          const std::vector<Tensor>& inputs, Device device);
 
 }  // namespace stepjit::frontend
 

@@ -39,6 +39,13 @@ Storage::Storage(MetaTag, int64_t nbytes, Device device)
   g_live_meta.fetch_add(1, std::memory_order_relaxed);
 }
 
+void Storage::Materialize() {
+  SJ_CHECK(meta_, "Materialize: the storage already has memory");
+  data_ = runtime::GetDeviceRuntime(device_.type).allocate(nbytes_, device_);
+  meta_ = false;
+  g_live_meta.fetch_sub(1, std::memory_order_relaxed);
+}
+
 Storage::~Storage() {
   if (meta_) {
     g_live_meta.fetch_sub(1, std::memory_order_relaxed);

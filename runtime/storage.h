@@ -32,6 +32,10 @@ class Storage {
   Device device() const { return device_; }
   bool pinned() const { return pinned_; }
   bool is_meta() const { return meta_; }
+  // Gives a meta storage memory of its own (uninitialized), in place, so
+  // that every tensor on it becomes a real one: a shape-only run of a step
+  // that kept a tensor it created hands the step a real tensor after all.
+  void Materialize();
 
   // Bumped by every in-place write; autograd checks it for saved tensors.
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }

@@ -143,7 +143,7 @@ TEST(CompileTest, PastTheTraceLimitRunsEagerlyAndExplains) {
   CompileStats s = fast.stats();
   EXPECT_EQ(s.specializations, 2);
   EXPECT_EQ(s.fallbacks, 2);
-  EXPECT_NE(fast.explain().find("2 traces already made (max_traces)"),
+  EXPECT_NE(fast.explain().find("2 specializations already made (max_traces)"),
             std::string::npos)
       << fast.explain();
 }
