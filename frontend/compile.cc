@@ -335,10 +335,15 @@ struct StepCompiler::Impl {
       if (target != nullptr) {
         // What the step keeps is what it returns (a loss history): the
         // replay's results give it.
-        if (std::optional<std::vector<int>> at = KeptReturns(now)) {
-          ++stats.kept_calls;
+        ++stats.kept_calls;
+        if (std::optional<std::vector<int>> at = KeptReturns(now))
           return Replay(*target, inputs, &now.kept, &*at);
-        }
+        // Else (a module's cache rebuilt, lazily made state) the ops that
+        // give the kept tensors their values run alone, then the replay.
+        const absl::Status made =
+            MakeKeptReal(now, inputs, StepDevice(now.trace, inputs));
+        if (!made.ok()) return KeptTensorsLost(s, made.message(), eager);
+        return Replay(*target, inputs, eager);
       }
       if (complete) {
         return RunKeptCall(s, std::move(sig), now, inputs, eager,

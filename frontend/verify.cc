@@ -10,6 +10,7 @@
 #include "ir/printer.h"
 #include "ir/status.h"
 #include "ir/verifier.h"
+#include "passes/pass_manager.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/dispatch.h"
 #include "runtime/executor.h"
@@ -84,8 +85,10 @@ absl::StatusOr<std::vector<Tensor>> RunWithKept(
   ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> copy,
                    ir::ParseGraph(text, "recorded call"));
   if (!effects) {
+    // Only what the kept values need: no write-back, no dead work.
     copy->EraseNodesIf(
         [](const ir::Node* n) { return n->kind() == ir::NodeKind::kAssign; });
+    RETURN_IF_ERROR(passes::RunPipeline(*copy, "dce", passes::PipelineOptions{}, nullptr));
   }
   RETURN_IF_ERROR(ir::Verify(*copy));
   runtime::ProgramOptions options;

@@ -1,0 +1,337 @@
+// Every call is checked: what a user changes late in a run (after the first
+// few replays, where a sampled check stops looking) reaches the compiled step
+// on the very next call. Host numbers, clipping thresholds, a host `if`,
+// freezing and unfreezing layers, a GPT whose sequence length changes every
+// call, and the accuracy checker with dropout.
+//
+// Each test trains a compiled model beside an eager twin that starts
+// identical and compares every call's loss and the final parameters exactly
+// (compiled f32 CPU steps are bit-identical to eager) unless a tolerance is
+// stated.
+#include <functional>
+#include <memory>
+
+#include "frontend/stepjit.h"
+#include "gtest/gtest.h"
+
+namespace stepjit {
+namespace {
+
+std::vector<float> Values(const Tensor& t) {
+  return t.contiguous().to(DType::kF32).to_vector<float>();
+}
+
+enum class Opt { kSgd, kNesterov, kAdamW };
+
+std::unique_ptr<optim::Optimizer> MakeOptimizer(Opt opt,
+                                                std::vector<Tensor> params) {
+  switch (opt) {
+    case Opt::kSgd:
+      return std::make_unique<optim::SGD>(params,
+                                          optim::SGDOptions{.lr = 0.05});
+    case Opt::kNesterov:
+      return std::make_unique<optim::SGD>(
+          params,
+          optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .nesterov = true});
+    case Opt::kAdamW:
+      return std::make_unique<optim::AdamW>(params,
+                                            optim::AdamWOptions{.lr = 1e-2});
+  }
+  return nullptr;
+}
+
+// A model, its optimizer and the host values a user changes between calls.
+struct Trainee {
+  explicit Trainee(Opt opt) {
+    manual_seed(21);
+    model = nn::Sequential(nn::Linear(6, 16), nn::ReLU(), nn::Linear(16, 16),
+                           nn::Tanh(), nn::Linear(16, 3));
+    optimizer = MakeOptimizer(opt, model.parameters());
+  }
+  nn::Sequential model{nullptr};
+  std::unique_ptr<optim::Optimizer> optimizer;
+  double loss_weight = 1.0;
+  double max_norm = 0.0;  // 0: no clipping
+  int every = 0;          // >0: an extra term on every `every`-th call
+  int calls = 0;
+
+  Tensor Step(const Tensor& x, const Tensor& y) {
+    optimizer->zero_grad();
+    Tensor loss = cross_entropy(model(x), y) * loss_weight;
+    if (every > 0 && calls % every == 0)
+      loss = loss + 0.1 * mean(model(x) * model(x));
+    ++calls;
+    loss.backward();
+    if (max_norm > 0) nn::utils::clip_grad_norm_(model.parameters(), max_norm);
+    optimizer->step();
+    return loss;
+  }
+};
+
+struct TwinRun {
+  Trainee compiled_twin, eager_twin;
+  std::function<Tensor(const Tensor&, const Tensor&)> fast;
+  CompileStats stats;
+  std::string explain;
+
+  TwinRun(Opt opt, CompileOptions options)
+      : compiled_twin(opt), eager_twin(opt) {
+    auto step = compile(
+        [this](const Tensor& x, const Tensor& y) {
+          return compiled_twin.Step(x, y);
+        },
+        options);
+    fast = [step, this](const Tensor& x, const Tensor& y) mutable {
+      Tensor loss = step(x, y);
+      stats = step.stats();
+      explain = step.explain();
+      return loss;
+    };
+  }
+
+  // Trains both for `calls` calls, calling `change(call, twin)` on each twin
+  // before each call; returns the first call whose loss differs, or -1.
+  int Train(int calls, const std::function<void(int, Trainee&)>& change) {
+    Generator data(4);
+    const Tensor x = randn({12, 6}, {}, &data);
+    const Tensor y = randint(0, 3, {12}, {.dtype = DType::kI64}, &data);
+    int first_diff = -1;
+    for (int i = 0; i < calls; ++i) {
+      change(i, compiled_twin);
+      change(i, eager_twin);
+      const std::vector<float> got = Values(fast(x, y));
+      const std::vector<float> want = Values(eager_twin.Step(x, y));
+      if (got != want && first_diff < 0) first_diff = i;
+    }
+    return first_diff;
+  }
+
+  void ExpectSameParameters() const {
+    const auto a = compiled_twin.model.parameters();
+    const auto b = eager_twin.model.parameters();
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_EQ(Values(a[i]), Values(b[i])) << "parameter " << i;
+  }
+};
+
+const char* Name(Opt o) {
+  return o == Opt::kSgd ? "SGD" : o == Opt::kNesterov ? "Nesterov" : "AdamW";
+}
+
+TEST(EveryCallTest, LossWeightChangedLateReachesTheNextCall) {
+  for (Opt opt : {Opt::kSgd, Opt::kNesterov, Opt::kAdamW}) {
+    SCOPED_TRACE(Name(opt));
+    TwinRun run(opt, {});
+    EXPECT_EQ(run.Train(260,
+                        [](int i, Trainee& t) {
+                          if (i == 150) t.loss_weight = 0.25;
+                          if (i == 230) t.loss_weight = 2.0;
+                        }),
+              -1)
+        << run.explain;
+    run.ExpectSameParameters();
+    EXPECT_GE(run.stats.replays, 250) << run.explain;
+    EXPECT_EQ(run.stats.verify_mismatches, 2) << run.explain;
+  }
+}
+
+// The same change under the sampled check: it is missed, which is what the
+// every-call default is for (and why kSampledUnsafe carries its name).
+TEST(EveryCallTest, SampledCheckMissesALateChange) {
+  TwinRun run(Opt::kSgd, {.verify = Verify::kSampledUnsafe});
+  EXPECT_EQ(run.Train(160,
+                      [](int i, Trainee& t) {
+                        if (i == 150) t.loss_weight = 0.25;
+                      }),
+            150);
+  EXPECT_NE(run.explain.find("UNSAFE: sampled"), std::string::npos)
+      << run.explain;
+}
+
+TEST(EveryCallTest, ClipThresholdLoweredLateIsUsed) {
+  for (Opt opt : {Opt::kNesterov, Opt::kAdamW}) {
+    SCOPED_TRACE(Name(opt));
+    TwinRun run(opt, {});
+    EXPECT_EQ(run.Train(220,
+                        [](int i, Trainee& t) {
+                          t.max_norm = i < 160 ? 5.0 : 0.05;
+                        }),
+              -1)
+        << run.explain;
+    run.ExpectSameParameters();
+    EXPECT_GE(run.stats.replays, 210) << run.explain;
+  }
+}
+
+// A host `if` that adds a term every 7th call: two paths, each compiled once
+// and both replayed (siblings), not retraced on every switch.
+TEST(EveryCallTest, AlternatingPathsReplayBothSpecializations) {
+  TwinRun run(Opt::kAdamW, {});
+  EXPECT_EQ(run.Train(210, [](int, Trainee& t) { t.every = 7; }), -1)
+      << run.explain;
+  run.ExpectSameParameters();
+  EXPECT_EQ(run.stats.specializations, 2) << run.explain;
+  EXPECT_EQ(run.stats.traces, 2) << run.explain;
+  EXPECT_GE(run.stats.replays, 205) << run.explain;
+  EXPECT_GE(run.stats.sibling_hits, 50) << run.explain;
+}
+
+TEST(EveryCallTest, FreezingAndUnfreezingALayerMidRun) {
+  for (Opt opt : {Opt::kSgd, Opt::kNesterov, Opt::kAdamW}) {
+    SCOPED_TRACE(Name(opt));
+    TwinRun run(opt, {});
+    auto set_frozen = [](Trainee& t, bool frozen) {
+      for (Tensor p : t.model->at<nn::LinearImpl>(0)->parameters())
+        p.set_requires_grad(!frozen);
+    };
+    std::vector<float> frozen_weight;
+    EXPECT_EQ(run.Train(330,
+                        [&](int i, Trainee& t) {
+                          if (i == 140) set_frozen(t, true);
+                          if (i == 260) set_frozen(t, false);
+                        }),
+              -1)
+        << run.explain;
+    run.ExpectSameParameters();
+    EXPECT_GE(run.stats.replays, 320) << run.explain;
+  }
+}
+
+// A layer frozen from the start and unfrozen late: AdamW creates its moments
+// for that layer lazily, during a recording call; they must be real tensors
+// holding eager's values afterwards.
+TEST(EveryCallTest, UnfreezingLateCreatesRealOptimizerStateInARecordingCall) {
+  for (Opt opt : {Opt::kNesterov, Opt::kAdamW}) {
+    SCOPED_TRACE(Name(opt));
+    TwinRun run(opt, {});
+    auto set_frozen = [](Trainee& t, bool frozen) {
+      for (Tensor p : t.model->at<nn::LinearImpl>(2)->parameters())
+        p.set_requires_grad(!frozen);
+    };
+    EXPECT_EQ(run.Train(200,
+                        [&](int i, Trainee& t) {
+                          if (i == 0) set_frozen(t, true);
+                          if (i == 150) set_frozen(t, false);
+                        }),
+              -1)
+        << run.explain;
+    run.ExpectSameParameters();
+    EXPECT_GE(run.stats.kept_calls, 1) << run.explain;
+    EXPECT_GE(run.stats.replays, 190) << run.explain;
+  }
+}
+
+// The frozen layer's weights do not move while frozen (eager's semantics,
+// checked directly rather than only against the twin).
+TEST(EveryCallTest, FrozenWeightsStayPutInTheCompiledStep) {
+  TwinRun run(Opt::kSgd, {});
+  std::vector<float> at_freeze;
+  run.Train(200, [&](int i, Trainee& t) {
+    if (i == 150 && &t == &run.compiled_twin) {
+      for (Tensor p : t.model->at<nn::LinearImpl>(0)->parameters())
+        p.set_requires_grad(false);
+      at_freeze = Values(t.model->at<nn::LinearImpl>(0)->weight);
+    }
+  });
+  EXPECT_EQ(Values(run.compiled_twin.model->at<nn::LinearImpl>(0)->weight),
+            at_freeze);
+}
+
+// GPT rebuilds its cached positions when the sequence length changes; the
+// recording call must leave a real tensor there, and the step must match
+// eager whatever the length.
+TEST(EveryCallTest, GptWithASequenceLengthThatChangesEveryCall) {
+  auto make = [] {
+    manual_seed(5);
+    return nn::GPT(nn::GPTOptions{
+        .vocab = 17, .context = 16, .d_model = 16, .heads = 2, .layers = 1});
+  };
+  nn::GPT a = make(), b = make();
+  optim::AdamW opt_a(a->parameters(), {.lr = 1e-2});
+  optim::AdamW opt_b(b->parameters(), {.lr = 1e-2});
+  auto step = [](nn::GPT& model, optim::AdamW& opt, const Tensor& tokens,
+                 const Tensor& targets) {
+    opt.zero_grad();
+    Tensor logits = model(tokens);
+    Tensor loss = cross_entropy(logits.reshape({-1, 17}), targets.reshape({-1}));
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  auto fast = compile([&](const Tensor& x, const Tensor& y) {
+    return step(a, opt_a, x, y);
+  });
+  Generator data(9);
+  const int lengths[] = {4, 7, 4, 16, 7, 4, 1, 4, 9, 7};
+  for (int i = 0; i < 60; ++i) {
+    const int64_t t = lengths[i % 10];
+    const Tensor x = randint(0, 17, {2, t}, {.dtype = DType::kI64}, &data);
+    const Tensor y = randint(0, 17, {2, t}, {.dtype = DType::kI64}, &data);
+    const std::vector<float> got = Values(fast(x, y));
+    const std::vector<float> want = Values(step(b, opt_b, x, y));
+    ASSERT_EQ(got, want) << "call " << i << " (T = " << t << ")\n"
+                         << fast.explain();
+  }
+  for (size_t i = 0; i < a->parameters().size(); ++i)
+    EXPECT_EQ(Values(a->parameters()[i]), Values(b->parameters()[i])) << i;
+  EXPECT_GT(fast.stats().replays, 20) << fast.explain();
+}
+
+// The accuracy checker runs compiled and eager from the same state: both
+// draw the same dropout masks, and a checked call leaves the generator, the
+// parameters and the loss where an unchecked one would.
+TEST(EveryCallTest, CheckerWithDropoutAgreesAndChangesNothing) {
+  for (bool amp : {false, true}) {
+    SCOPED_TRACE(amp ? "bf16" : "f32");
+    auto make = [] {
+      manual_seed(13);
+      return nn::Sequential(nn::Linear(6, 32), nn::ReLU(), nn::Dropout(0.5),
+                            nn::Linear(32, 3));
+    };
+    nn::Sequential checked_model = make(), plain_model = make();
+    optim::SGD checked_opt(checked_model.parameters(), {.lr = 0.1});
+    optim::SGD plain_opt(plain_model.parameters(), {.lr = 0.1});
+    auto step = [](nn::Sequential& m, optim::SGD& opt, const Tensor& x,
+                   const Tensor& y) {
+      opt.zero_grad();
+      Tensor loss = cross_entropy(m(x), y);
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+    CompileOptions options{.check = true, .check_replays = 5};
+    if (amp) options.amp = DType::kBF16;
+    auto checked = compile(
+        [&](const Tensor& x, const Tensor& y) {
+          return step(checked_model, checked_opt, x, y);
+        },
+        options);
+    options.check = false;
+    auto plain = compile(
+        [&](const Tensor& x, const Tensor& y) {
+          return step(plain_model, plain_opt, x, y);
+        },
+        options);
+    Generator data(2);
+    const Tensor x = randn({16, 6}, {}, &data);
+    const Tensor y = randint(0, 3, {16}, {.dtype = DType::kI64}, &data);
+    for (int i = 0; i < 10; ++i) {
+      manual_seed(1000 + i);
+      const float got = Values(checked(x, y))[0];
+      const uint64_t offset_checked = default_generator().offset();
+      manual_seed(1000 + i);
+      const float want = Values(plain(x, y))[0];
+      EXPECT_EQ(default_generator().offset(), offset_checked) << "call " << i;
+      // A checked call keeps the eager result; a replay equals eager
+      // bit for bit in f32, within bf16's rounding with autocast.
+      EXPECT_NEAR(got, want, amp ? 2e-2 : 0.0) << "call " << i;
+    }
+    EXPECT_EQ(checked.stats().checks, 5) << checked.explain();
+    EXPECT_EQ(checked.stats().check_failures, 0) << checked.check_report();
+    EXPECT_NE(checked.check_report().find("OK"), std::string::npos)
+        << checked.check_report();
+  }
+}
+
+}  // namespace
+}  // namespace stepjit
