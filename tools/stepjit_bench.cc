@@ -205,7 +205,11 @@ compiled, kernel launches per replay. compile cold and warm are measured in
 two fresh child processes sharing a new, empty kernel cache directory: cold
 is the first (every kernel compiled), warm the second (every kernel loaded
 from the disk cache). Each is stats().compile_ms: tracing the step (one
-eager step), the pass pipeline and code generation. peak is the tensor
+eager step), the pass pipeline and code generation. check us is, for compiled rows, the mean
+cost per call of the recording check (the step's host code run shape-only
+and compared with the compiled record, CompileOptions::verify, on every call
+by default), ns/op that per op the step dispatches, and check% its share of
+ms/step. peak is the tensor
 memory allocated above the steady state during one step (on CUDA: the
 caching allocator's allocated bytes, as torch.cuda.max_memory_allocated). A
 device that cannot be used (no CUDA runtime, driver or GPU) is an
@@ -291,7 +295,9 @@ const std::vector<std::string> kResultColumns = {
     "dtype",           "device",
     "ms_per_step",     "kernels_per_step",
     "compile_ms_cold", "compile_ms_warm",
-    "peak_bytes",      "background_load"};
+    "peak_bytes",      "background_load",
+    "check_us",        "check_ns_per_op",
+    "check_pct"};
 const std::vector<std::string> kRooflineColumns = {
     "gemm_ms",  "gemm_gflops",    "gemm_pct_peak",
     "fused_ms", "fused_gb_per_s", "fused_pct_triad",
@@ -318,6 +324,15 @@ struct Result {
   double compile_ms_warm = 0;
   int64_t peak_bytes = 0;
   int64_t ops_per_step = 0;  // compiled only: fills eager's kernels_per_step
+  // Compiled only: the per-call recording check (CompileOptions::verify),
+  // its mean cost per call and per recorded op, and its share of ms_per_step.
+  double check_us = 0;
+  double CheckNsPerOp() const {
+    return ops_per_step > 0 ? 1e3 * check_us / static_cast<double>(ops_per_step) : 0;
+  }
+  double CheckPct() const {
+    return ms_per_step > 0 ? 0.1 * check_us / ms_per_step : 0;
+  }
   // --roofline, compiled only: per step, from the profiled steps.
   bool roofline = false;
   double gemm_ms = 0, gemm_flops = 0, fused_ms = 0, fused_bytes = 0,
@@ -462,6 +477,8 @@ Result Run(const Workload& w, const Flags& f, bool compiled, DType amp, const ch
     const CompileStats s = run.stats();
     r.kernels_per_step = s.kernels_per_step;
     r.ops_per_step = s.ops_per_step;
+    if (s.verifications > 0)
+      r.check_us = 1e3 * s.verify_ms / static_cast<double>(s.verifications);
     if (amp == DType::kF32) {
       std::tie(r.compile_ms_cold, r.compile_ms_warm) = ColdWarmCompileMs(w, f, self);
     }
@@ -511,7 +528,10 @@ llvm::json::Value Json(const Result& r) {
                        {"compile_ms_cold", r.compile_ms_cold},
                        {"compile_ms_warm", r.compile_ms_warm},
                        {"peak_bytes", r.peak_bytes},
-                       {"background_load", g_background_load}};
+                       {"background_load", g_background_load},
+                       {"check_us", r.check_us},
+                       {"check_ns_per_op", r.CheckNsPerOp()},
+                       {"check_pct", r.CheckPct()}};
   if (r.roofline) {
     o["gemm_ms"] = r.gemm_ms;
     o["gemm_gflops"] = r.GemmGflops();
@@ -628,16 +648,20 @@ std::string CheckDevice(Device device) {
 }
 
 void PrintHeader() {
-  std::printf("%-26s %-9s %-5s %9s %8s %13s %12s %12s %9s\n", "workload",
-              "mode", "dtype", "ms/step", "speedup", "kernels/step",
-              "compile cold", "compile warm", "peak MB");
+  std::printf("%-26s %-9s %-5s %9s %8s %13s %12s %12s %9s %9s %8s %7s\n",
+              "workload", "mode", "dtype", "ms/step", "speedup",
+              "kernels/step", "compile cold", "compile warm", "peak MB",
+              "check us", "ns/op", "check%");
 }
 
 void PrintRow(const Result& r, double eager_ms) {
-  std::printf("%-26s %-9s %-5s %9.3f %7.2fx %13d %10.1fms %10.1fms %9.2f\n",
-              r.workload.c_str(), r.mode.c_str(), r.dtype.c_str(), r.ms_per_step,
-              eager_ms / r.ms_per_step, static_cast<int>(r.kernels_per_step),
-              r.compile_ms_cold, r.compile_ms_warm, r.peak_bytes / 1048576.0);
+  std::printf(
+      "%-26s %-9s %-5s %9.3f %7.2fx %13d %10.1fms %10.1fms %9.2f %9.1f %8.0f "
+      "%6.2f%%\n",
+      r.workload.c_str(), r.mode.c_str(), r.dtype.c_str(), r.ms_per_step,
+      eager_ms / r.ms_per_step, static_cast<int>(r.kernels_per_step),
+      r.compile_ms_cold, r.compile_ms_warm, r.peak_bytes / 1048576.0,
+      r.check_us, r.CheckNsPerOp(), r.CheckPct());
 }
 
 int Main(int argc, char** argv) {
