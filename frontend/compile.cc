@@ -310,15 +310,12 @@ struct StepCompiler::Impl {
     runtime::ProfileSpan verify_span(runtime::kCatCompile);
     if (verify_span.active())
       verify_span.set_name(absl::StrCat("recording check ", options.name));
-    ShapeOnlyTrace now = TraceShapesOnly(options.name, inputs, eager);
+    ShapeOnlyTrace now = TraceShapesOnly(options.name, inputs, eager, &s.record);
     verify_span.End();
     const bool complete = now.inconclusive.empty();
     std::string diff;
-    std::optional<TraceRecord> record;
-    if (complete) {
-      record = RecordTrace(now.trace);
-      diff = DiffTraces(s.record, *record);
-    }
+    if (complete && !now.trace.matched)
+      diff = DiffTraces(s.record, FullRecord(now));
     ++stats.verifications;
     stats.verify_ms += std::chrono::duration<double, std::milli>(
                            std::chrono::steady_clock::now() - start)
@@ -327,7 +324,7 @@ struct StepCompiler::Impl {
     // sibling (a path the step took before).
     Specialization* target = nullptr;
     if (complete) {
-      target = diff.empty() ? &s : Sibling(sig, *record, &s);
+      target = diff.empty() ? &s : Sibling(sig, FullRecord(now), &s);
       if (!diff.empty()) ++stats.verify_mismatches;
       if (!diff.empty() && target != nullptr) ++stats.sibling_hits;
     }
@@ -481,11 +478,11 @@ struct StepCompiler::Impl {
   // For each tensor the step kept, the graph return that holds its value,
   // when every one is a return.
   static std::optional<std::vector<int>> KeptReturns(const ShapeOnlyTrace& now) {
-    const std::vector<ir::Value*>& returns = now.trace.graph->returns();
+    const std::vector<int>& returns = now.trace.record.returns;
     std::vector<int> at;
     for (const Tracer::Kept& k : now.kept) {
       auto it = absl::c_find(returns, k.value);
-      if (k.value == nullptr || it == returns.end()) return std::nullopt;
+      if (it == returns.end()) return std::nullopt;
       at.push_back(static_cast<int>(it - returns.begin()));
     }
     return at;

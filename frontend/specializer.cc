@@ -134,7 +134,10 @@ std::unique_ptr<Specialization> Specializer::Build(Signature signature,
     spec->reason = "graph break: " + spec->trace.break_reason;
     return spec;
   }
-  spec->record = RecordTrace(spec->trace);
+  // A recording call's trace comes without its graph.
+  if (spec->trace.graph == nullptr)
+    spec->trace.graph = BuildGraph(spec->trace.record, options_.name);
+  spec->record = std::move(spec->trace.record);
   spec->unguarded = UnguardedState(spec->trace);
   spec->traced_state = spec->trace.state.size();
   spec->device = device;

@@ -1,8 +1,7 @@
-// Trace records: canonical operand numbering, random-op normalization and
-// user-facing diffs.
+// Trace records: node comparison that ignores random seeds and offsets,
+// user-facing diffs, and the graph a record describes.
 #include "frontend/trace_record.h"
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "ir/printer.h"
 
@@ -11,27 +10,25 @@ namespace {
 
 using ir::AttrKey;
 
-// Seeds and absolute offsets of random ops vary from call to call; the
-// offsets' pattern (which draws share a slice) is what the graph means.
-ir::Attrs Normalized(const ir::Node& node,
-                     absl::flat_hash_map<int64_t, int64_t>& offsets) {
-  if (node.kind() != ir::NodeKind::kOp ||
-      ir::GetOpInfo(node.op()).kind != ir::OpKind::kRandom) {
-    return node.attrs();
+bool IsDrawKey(AttrKey key) {
+  return key == AttrKey::kSeed || key == AttrKey::kOffset;
+}
+
+// Attributes equal, leaving out a random op's seed and offset (its draw is
+// compared separately).
+bool SameAttrs(const ir::Attrs& a, const ir::Attrs& b, bool random) {
+  if (!random) return a == b;
+  const auto& x = a.items();
+  const auto& y = b.items();
+  size_t i = 0, j = 0;
+  while (true) {
+    while (i < x.size() && IsDrawKey(x[i].first)) ++i;
+    while (j < y.size() && IsDrawKey(y[j].first)) ++j;
+    if (i == x.size() || j == y.size()) return i == x.size() && j == y.size();
+    if (!(x[i] == y[j])) return false;
+    ++i;
+    ++j;
   }
-  ir::Attrs out;
-  for (const auto& [key, value] : node.attrs().items()) {
-    if (key == AttrKey::kSeed) continue;
-    if (key == AttrKey::kOffset) {
-      const int64_t rank = static_cast<int64_t>(offsets.size());
-      out.Set(key,
-              offsets.try_emplace(node.attrs().GetInt(AttrKey::kOffset), rank)
-                  .first->second);
-      continue;
-    }
-    out.Set(key, value);
-  }
-  return out;
 }
 
 std::string NodeName(const TraceRecord::Node& n, size_t index) {
@@ -49,8 +46,9 @@ std::string AttrText(const ir::Attrs& attrs, AttrKey key) {
 }
 
 // The first attribute whose value differs between `a` and `b`.
-std::string DiffAttrs(const ir::Attrs& a, const ir::Attrs& b) {
+std::string DiffAttrs(const ir::Attrs& a, const ir::Attrs& b, bool random) {
   for (const auto& [key, value] : a.items()) {
+    if (random && IsDrawKey(key)) continue;
     const ir::AttrValue* other = b.Find(key);
     if (other == nullptr || !(*other == value)) {
       return absl::StrCat(AttrText(b, key), " now, traced with ",
@@ -58,44 +56,29 @@ std::string DiffAttrs(const ir::Attrs& a, const ir::Attrs& b) {
     }
   }
   for (const auto& [key, value] : b.items()) {
+    if (random && IsDrawKey(key)) continue;
     if (!a.Has(key))
       return absl::StrCat(AttrText(b, key), " now, traced without it");
   }
   return "";
 }
 
+std::string ParamText(const TraceRecord::Param& p) {
+  return absl::StrCat(ir::PrintType(p.type),
+                      p.kind == ir::ParamKind::kState ? " state" : " input");
+}
+
 }  // namespace
 
-TraceRecord RecordTrace(const Trace& trace) {
-  TraceRecord r;
-  const ir::Graph& g = *trace.graph;
-  absl::flat_hash_map<const ir::Value*, int> index;
-  size_t state_index = 0;
-  for (const ir::Value* p : g.params()) {
-    const ir::ParamKind kind = g.param_kind(p);
-    const TensorImpl* impl = nullptr;
-    if (kind == ir::ParamKind::kState && state_index < trace.state.size()) {
-      impl = trace.state[state_index++].impl();
-    }
-    index[p] = static_cast<int>(r.params.size());
-    r.params.push_back({kind, p->type(), impl});
-  }
-  int next = static_cast<int>(r.params.size());
-  absl::flat_hash_map<int64_t, int64_t> offsets;
-  for (const auto& node : g.nodes()) {
-    TraceRecord::Node n{
-        node->kind(), node->op(), {}, Normalized(*node, offsets), {}};
-    for (const ir::Value* v : node->inputs()) n.inputs.push_back(index.at(v));
-    if (node->output() != nullptr) n.type = node->output()->type();
-    for (const ir::Value* v : node->outputs()) index[v] = next++;
-    r.nodes.push_back(std::move(n));
-  }
-  for (const ir::Value* v : g.returns()) r.returns.push_back(index.at(v));
-  r.num_outputs = trace.num_outputs;
-  for (const GradBinding& b : trace.grad_bindings) {
-    r.grad_bindings.push_back({b.leaf.impl(), b.return_index});
-  }
-  return r;
+bool SameNode(const TraceRecord::Node& a, ir::NodeKind kind, ir::OpId op,
+              absl::Span<const int> inputs, const ir::Attrs& attrs,
+              const ir::TensorType& type, int random_draw) {
+  if (a.kind != kind || a.random_draw != random_draw ||
+      absl::MakeConstSpan(a.inputs) != inputs)
+    return false;
+  if (kind == ir::NodeKind::kAssign) return true;
+  return a.op == op && a.type == type &&
+         SameAttrs(a.attrs, attrs, random_draw >= 0);
 }
 
 std::string DiffTraces(const TraceRecord& traced, const TraceRecord& now) {
@@ -104,10 +87,8 @@ std::string DiffTraces(const TraceRecord& traced, const TraceRecord& now) {
     const TraceRecord::Param& a = traced.params[i];
     const TraceRecord::Param& b = now.params[i];
     if (a.kind != b.kind || !(a.type == b.type)) {
-      return absl::StrCat("graph parameter ", i, " is ", ir::PrintType(b.type),
-                          b.kind == ir::ParamKind::kState ? " state" : " input",
-                          " now, traced as ", ir::PrintType(a.type),
-                          a.kind == ir::ParamKind::kState ? " state" : " input",
+      return absl::StrCat("graph parameter ", i, " is ", ParamText(b),
+                          " now, traced as ", ParamText(a),
                           ": the step reads different tensors from outside");
     }
     if (a.state != b.state) {
@@ -123,6 +104,8 @@ std::string DiffTraces(const TraceRecord& traced, const TraceRecord& now) {
   for (size_t i = 0; i < nodes; ++i) {
     const TraceRecord::Node& a = traced.nodes[i];
     const TraceRecord::Node& b = now.nodes[i];
+    if (SameNode(a, b.kind, b.op, b.inputs, b.attrs, b.type, b.random_draw))
+      continue;
     if (a.kind != b.kind || a.op != b.op) {
       return absl::StrCat(
           NodeName(b, i), " is where the traced step had ", NodeName(a, i),
@@ -133,9 +116,10 @@ std::string DiffTraces(const TraceRecord& traced, const TraceRecord& now) {
       return absl::StrCat(NodeName(b, i),
                           " reads different operands than when traced");
     }
-    if (!(a.attrs == b.attrs)) {
+    if (const std::string attrs = DiffAttrs(a.attrs, b.attrs, a.random_draw >= 0);
+        !attrs.empty()) {
       return absl::StrCat(
-          NodeName(b, i), " has ", DiffAttrs(a.attrs, b.attrs),
+          NodeName(b, i), " has ", attrs,
           ": a host number entered the graph as a constant (a captured double, "
           "or a setter such as opt.set_lr() called inside the step); make it a "
           "0-d tensor updated outside the step (fill_) so that a change needs "
@@ -145,6 +129,9 @@ std::string DiffTraces(const TraceRecord& traced, const TraceRecord& now) {
       return absl::StrCat(NodeName(b, i), " gives ", ir::PrintType(b.type),
                           " now, traced as ", ir::PrintType(a.type));
     }
+    return absl::StrCat(NodeName(b, i),
+                        " shares a random draw with a different op than when "
+                        "traced");
   }
   if (traced.params.size() != now.params.size()) {
     return absl::StrCat("the step reads ", now.params.size(),
@@ -164,6 +151,42 @@ std::string DiffTraces(const TraceRecord& traced, const TraceRecord& now) {
     return "the step leaves different .grad bindings than when traced";
   }
   return "";
+}
+
+std::unique_ptr<ir::Graph> BuildGraph(const TraceRecord& record,
+                                      const std::string& name,
+                                      absl::Span<const int> extra_returns,
+                                      bool write_back) {
+  auto graph = std::make_unique<ir::Graph>(name);
+  std::vector<ir::Value*> params;
+  params.reserve(record.params.size());
+  int inputs = 0, states = 0;
+  for (const TraceRecord::Param& p : record.params) {
+    const bool state = p.kind == ir::ParamKind::kState;
+    params.push_back(graph->AddParam(
+        absl::StrCat(state ? "s" : "x", state ? states++ : inputs++), p.type,
+        p.kind));
+  }
+  std::vector<ir::Value*> results(record.nodes.size(), nullptr);
+  auto value = [&](int id) {
+    return id < 0 ? params[-id - 1] : results[static_cast<size_t>(id)];
+  };
+  for (size_t i = 0; i < record.nodes.size(); ++i) {
+    const TraceRecord::Node& n = record.nodes[i];
+    if (n.kind == ir::NodeKind::kAssign) {
+      if (write_back) graph->AddAssign(value(n.inputs[0]), value(n.inputs[1]));
+      continue;
+    }
+    std::vector<ir::Value*> in;
+    in.reserve(n.inputs.size());
+    for (int id : n.inputs) in.push_back(value(id));
+    results[i] = graph->AddOp(n.op, std::move(in), n.attrs, n.type)->output();
+  }
+  std::vector<ir::Value*> returns;
+  for (int id : record.returns) returns.push_back(value(id));
+  for (int id : extra_returns) returns.push_back(value(id));
+  graph->SetReturns(std::move(returns));
+  return graph;
 }
 
 }  // namespace stepjit::frontend

@@ -1,38 +1,50 @@
-// TraceRecord: what a trace recorded, in a form two traces of one step compare
-// in.
+// TraceRecord: what a step did in one call, as the tracer records it: the form
+// two calls of one step compare in, and the source of a traced graph.
 //
-// A compiled step keeps the record of its trace (taken before any pass ran)
-// and compares it with a shape-only re-trace of a later call: ops,
-// operands, attributes (the constants host values became), result types,
-// which tensors were bound as state (by identity), what was returned and
-// which .grad bindings were made. Random ops compare without their seed
-// and absolute offset: replays draw fresh numbers from the live generator,
-// so only which draws are shared matters.
+// The tracer records ops as they dispatch (operands as numbers, attributes
+// and result types as given), the tensors read from outside (state, by
+// identity), the write-backs, what was returned and which .grad bindings
+// were made. A compiled step keeps the record of its trace and compares each
+// later call's record with it (frontend/verify.h); the graph the passes
+// optimize is built from it (BuildGraph). Random ops compare without their
+// seed and absolute offset: replays draw fresh numbers from the live
+// generator, so only which draws share a slice matters.
 #ifndef STEPJIT_FRONTEND_TRACE_RECORD_H_
 #define STEPJIT_FRONTEND_TRACE_RECORD_H_
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "frontend/tracer.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/types/span.h"
 #include "ir/attrs.h"
 #include "ir/graph.h"
+
+namespace stepjit {
+struct TensorImpl;
+}
 
 namespace stepjit::frontend {
 
 struct TraceRecord {
+  // An operand: param p is -(p + 1), the result of node n is n.
+  static int ParamId(size_t p) { return -static_cast<int>(p) - 1; }
   struct Param {
     ir::ParamKind kind;
     ir::TensorType type;
     const TensorImpl* state = nullptr;  // identity of a state param's tensor
+    bool operator==(const Param&) const = default;
   };
   struct Node {
-    ir::NodeKind kind;
-    ir::OpId op;
-    std::vector<int> inputs;  // params first, then node results, in order
-    ir::Attrs attrs;
-    ir::TensorType type;
+    ir::NodeKind kind;  // kOp, or kAssign (inputs: the state param, its value)
+    ir::OpId op = ir::OpId{};
+    absl::InlinedVector<int, 4> inputs;
+    ir::Attrs attrs;      // as dispatched (random ops: this call's draw)
+    ir::TensorType type;  // kOp only
+    // Random ops: which of the call's distinct draws (offsets) this is.
+    int random_draw = -1;
   };
   std::vector<Param> params;
   std::vector<Node> nodes;
@@ -41,13 +53,25 @@ struct TraceRecord {
   std::vector<std::pair<const TensorImpl*, int>> grad_bindings;
 };
 
-// The record of `trace`, whose graph no pass has changed yet.
-TraceRecord RecordTrace(const Trace& trace);
+// Whether two recorded nodes are the same op on the same operands with the
+// same attributes (random ops: the same draw, whatever its seed and offset)
+// and result type.
+bool SameNode(const TraceRecord::Node& a, ir::NodeKind kind, ir::OpId op,
+              absl::Span<const int> inputs, const ir::Attrs& attrs,
+              const ir::TensorType& type, int random_draw);
 
 // "" when `now` records the same step as `traced`, else the first difference,
 // worded for a user: which op, which constant or which tensor changed, and
 // what to do about it.
 std::string DiffTraces(const TraceRecord& traced, const TraceRecord& now);
+
+// The graph `record` describes, named `name`: inputs %x<i>, state %s<j>.
+// `extra_returns` (operands) are returned after the record's own returns;
+// without `write_back` the assigns are left out.
+std::unique_ptr<ir::Graph> BuildGraph(const TraceRecord& record,
+                                      const std::string& name,
+                                      absl::Span<const int> extra_returns = {},
+                                      bool write_back = true);
 
 }  // namespace stepjit::frontend
 

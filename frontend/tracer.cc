@@ -1,4 +1,5 @@
-// Tracer: maps tensors to SSA values as ops dispatch; state, write-back and grad bindings.
+// Tracer: maps tensors to record operands as ops dispatch; state, write-back,
+// grad bindings, and the check against an expected record.
 #include "frontend/tracer.h"
 
 #include "absl/strings/str_cat.h"
@@ -13,53 +14,116 @@ namespace {
 ir::TensorType TypeOf(const Tensor& t) { return {t.dtype(), t.shape()}; }
 }  // namespace
 
-Tracer::Tracer(std::string graph_name, bool remember_grads)
-    : name_(std::move(graph_name)), remember_grads_(remember_grads) {}
+void FillRecord(Trace& trace, const TraceRecord& expected) {
+  if (trace.unfilled == 0) return;
+  std::vector<TraceRecord::Node> nodes(expected.nodes.begin(),
+                                       expected.nodes.begin() + trace.unfilled);
+  for (auto& [index, attrs] : trace.unfilled_draws)
+    nodes[index].attrs = std::move(attrs);
+  std::move(trace.record.nodes.begin(), trace.record.nodes.end(),
+            std::back_inserter(nodes));
+  trace.record.nodes = std::move(nodes);
+  trace.unfilled = 0;
+  trace.unfilled_draws.clear();
+}
+
+Tracer::Tracer(std::string graph_name, bool remember_grads,
+               const TraceRecord* expected)
+    : name_(std::move(graph_name)),
+      remember_grads_(remember_grads),
+      expected_(expected),
+      matching_(expected != nullptr) {}
 
 Tracer::~Tracer() {
   if (active_) runtime::SetDispatchObserver(previous_);
 }
 
 void Tracer::Begin(absl::Span<const Tensor> inputs) {
-  graph_ = std::make_unique<ir::Graph>(name_);
+  if (expected_ != nullptr) {
+    values_.reserve(2 * expected_->nodes.size());
+    by_storage_.reserve(2 * expected_->nodes.size());
+  }
   for (size_t i = 0; i < inputs.size(); ++i) {
     SJ_REQUIRE(inputs[i].defined(), "compile: step argument ", i, " is an undefined tensor");
-    ir::Value* v = graph_->AddParam(absl::StrCat("x", i), TypeOf(inputs[i]),
-                                    ir::ParamKind::kInput);
+    const int v = AddParam(ir::ParamKind::kInput, inputs[i]);
     // An argument passed twice keeps its first binding.
-    if (Lookup(inputs[i]) == nullptr) Bind(inputs[i], v);
+    if (Lookup(inputs[i]) == kNone) Bind(inputs[i], v);
   }
   previous_ = runtime::SetDispatchObserver(this);
   active_ = true;
 }
 
-ir::Value* Tracer::Lookup(const Tensor& t) {
+int Tracer::AddParam(ir::ParamKind kind, const Tensor& t) {
+  const size_t p = record_.params.size();
+  record_.params.push_back({kind, TypeOf(t),
+                            kind == ir::ParamKind::kState ? t.impl() : nullptr});
+  if (matching_ && (p >= expected_->params.size() ||
+                    !(expected_->params[p] == record_.params.back())))
+    Diverge();
+  return TraceRecord::ParamId(p);
+}
+
+int Tracer::AddNode(ir::NodeKind kind, ir::OpId op, absl::Span<const int> inputs,
+                    const ir::Attrs& attrs, const ir::TensorType& type) {
+  const size_t index = next_node_++;
+  int draw = -1;
+  if (kind == ir::NodeKind::kOp && ir::GetOpInfo(op).kind == ir::OpKind::kRandom) {
+    draw = draw_of_offset_
+               .try_emplace(attrs.GetInt(AttrKey::kOffset),
+                            static_cast<int>(draw_of_offset_.size()))
+               .first->second;
+  }
+  if (matching_) {
+    if (index < expected_->nodes.size() &&
+        SameNode(expected_->nodes[index], kind, op, inputs, attrs, type, draw)) {
+      if (draw >= 0) draws_.push_back({index, attrs});
+      return static_cast<int>(index);
+    }
+    --next_node_;
+    Diverge();
+    ++next_node_;
+  }
+  record_.nodes.push_back(
+      {kind, op, {inputs.begin(), inputs.end()}, attrs, type, draw});
+  return static_cast<int>(index);
+}
+
+void Tracer::Diverge() {
+  if (!matching_) return;
+  matching_ = false;
+  Trace partial;
+  partial.unfilled = next_node_;
+  partial.unfilled_draws = std::move(draws_);
+  FillRecord(partial, *expected_);
+  record_.nodes = std::move(partial.record.nodes);
+}
+
+int Tracer::Lookup(const Tensor& t) {
   auto it = values_.find(t.impl());
-  if (it == values_.end()) return nullptr;
+  if (it == values_.end()) return kNone;
   if (it->second.impl.lock().get() != t.impl()) {  // address reused
     values_.erase(it);
-    return nullptr;
+    return kNone;
   }
   if (it->second.stale) {
     Break(absl::StrCat("a ", ir::DTypeName(t.dtype()), ir::ShapeToString(t.shape()),
                        " tensor is read after an in-place op wrote its storage through "
-                       "another view (op #", num_ops_, " ", last_op_,
+                       "another view (op #", num_ops_, " ", ir::OpName(last_op_),
                        "); the tracer does not model aliasing writes"));
   }
   return it->second.value;
 }
 
-void Tracer::Bind(const Tensor& t, ir::Value* value) {
-  values_[t.impl()] = Entry{t.impl_ptr(), value};
+void Tracer::Bind(const Tensor& t, int value) {
+  values_.insert_or_assign(t.impl(), Entry{t.impl_ptr(), value});
   by_storage_[t.storage().get()].push_back(t.impl());
 }
 
-ir::Value* Tracer::ValueOf(const Tensor& t) {
-  if (ir::Value* v = Lookup(t)) return v;
-  ir::Value* v = graph_->AddParam(absl::StrCat("s", state_.size()), TypeOf(t),
-                                  ir::ParamKind::kState);
+int Tracer::ValueOf(const Tensor& t) {
+  if (const int v = Lookup(t); v != kNone) return v;
+  const int v = AddParam(ir::ParamKind::kState, t);
   Bind(t, v);
-  state_params_[t.impl()] = v;
+  state_params_.push_back(v);
   state_.push_back(t);  // state is bound by identity: keep it
   return v;
 }
@@ -77,10 +141,9 @@ void Tracer::OnOp(ir::OpId op, absl::Span<const Tensor> inputs, const ir::Attrs&
                        "one; replays can only advance the default generator"));
     return;
   }
-  std::vector<ir::Value*> in;
-  in.reserve(inputs.size());
+  absl::InlinedVector<int, 4> in;
   for (const Tensor& t : inputs) in.push_back(ValueOf(t));
-  ir::Node* node = graph_->AddOp(op, std::move(in), attrs, TypeOf(output));
+  const int node = AddNode(ir::NodeKind::kOp, op, in, attrs, TypeOf(output));
   // In-place ops return their target: the target's tensor now holds the
   // node's new value, and every other tensor on that storage is stale.
   if (ir::IsInplace(op)) {
@@ -89,23 +152,23 @@ void Tracer::OnOp(ir::OpId op, absl::Span<const Tensor> inputs, const ir::Attrs&
       if (other != output.impl() && it != values_.end()) it->second.stale = true;
     }
   }
-  Bind(output, node->output());
-  last_op_ = std::string(ir::OpName(op));
+  Bind(output, node);
+  last_op_ = op;
   ++num_ops_;
 }
 
 void Tracer::OnHostRead(const Tensor& tensor, const char* what) {
   Break(absl::StrCat(what, " reads ", ir::DTypeName(tensor.dtype()),
                      ir::ShapeToString(tensor.shape()), " to the host after op #", num_ops_,
-                     last_op_.empty() ? "" : absl::StrCat(" (", last_op_, ")"),
+                     num_ops_ == 0 ? "" : absl::StrCat(" (", ir::OpName(last_op_), ")"),
                      "; a host read inside the step is a graph break"));
 }
 
 void Tracer::OnAlias(const Tensor& source, const Tensor& alias) {
   // An alias of a tensor the step has not seen yet stays unmapped: if the
   // step reads it, it becomes state like any outside tensor.
-  ir::Value* v = Lookup(source);
-  if (v == nullptr) {
+  const int v = Lookup(source);
+  if (v == kNone) {
     values_.erase(alias.impl());
     return;
   }
@@ -150,40 +213,52 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
   trace.break_reason = break_reason_;
   trace.flag_guards = flag_guards_;
   trace.grad_before = grad_before_;
-  if (!break_reason_.empty()) return trace;
-  std::vector<ir::Value*> returns;
-  for (const Tensor& t : outputs) returns.push_back(ValueOf(t));
-  trace.num_outputs = static_cast<int>(returns.size());
-  // Final .grad bindings (read them before emitting assigns: a binding to a
-  // tensor never seen by an op makes it state).
-  for (const Tensor& leaf : grad_touched_) {
-    // A .grad that was only read (and maybe updated in place) keeps its
-    // tensor; its contents come back through the state write-back.
-    if (!grad_set_.contains(leaf.impl())) continue;
-    Tensor g;
-    if (leaf.impl()->autograd && leaf.impl()->autograd->grad) g = *leaf.impl()->autograd->grad;
-    int index = -1;
-    if (g.defined()) {
-      index = static_cast<int>(returns.size());
-      returns.push_back(ValueOf(g));
+  if (break_reason_.empty()) {
+    for (const Tensor& t : outputs) record_.returns.push_back(ValueOf(t));
+    record_.num_outputs = static_cast<int>(record_.returns.size());
+    // Final .grad bindings (read them before emitting assigns: a binding to
+    // a tensor never seen by an op makes it state).
+    for (const Tensor& leaf : grad_touched_) {
+      // A .grad that was only read (and maybe updated in place) keeps its
+      // tensor; its contents come back through the state write-back.
+      if (!grad_set_.contains(leaf.impl())) continue;
+      Tensor g;
+      if (leaf.impl()->autograd && leaf.impl()->autograd->grad)
+        g = *leaf.impl()->autograd->grad;
+      int index = -1;
+      if (g.defined()) {
+        index = static_cast<int>(record_.returns.size());
+        record_.returns.push_back(ValueOf(g));
+      }
+      record_.grad_bindings.push_back({leaf.impl(), index});
+      trace.grad_bindings.push_back({leaf, index});
     }
-    trace.grad_bindings.push_back({leaf, index});
+    // Write-back: state whose tensor now holds a newer value.
+    for (size_t i = 0; i < state_.size(); ++i) {
+      const int latest = Lookup(state_[i]);
+      if (latest != state_params_[i]) {
+        const int in[] = {state_params_[i], latest};
+        AddNode(ir::NodeKind::kAssign, ir::OpId{}, in, {}, {});
+      }
+    }
+    if (matching_ &&
+        (next_node_ != expected_->nodes.size() ||
+         record_.params.size() != expected_->params.size() ||
+         record_.returns != expected_->returns ||
+         record_.num_outputs != expected_->num_outputs ||
+         record_.grad_bindings != expected_->grad_bindings))
+      Diverge();
   }
-  // Write-back: state whose tensor now holds a newer value.
-  for (const Tensor& s : state_) {
-    ir::Value* param = state_params_.at(s.impl());
-    ir::Value* latest = Lookup(s);
-    if (latest != param) graph_->AddAssign(param, latest);
-  }
-  graph_->SetReturns(std::move(returns));
-  trace.graph = std::move(graph_);
+  trace.matched = matching_ && break_reason_.empty();
+  trace.unfilled = matching_ ? next_node_ : 0;
+  trace.unfilled_draws = std::move(draws_);
+  trace.num_outputs = record_.num_outputs;
+  trace.record = std::move(record_);
   trace.state = state_;
   trace.grad_guards = grad_guards_;
+  if (expected_ == nullptr && break_reason_.empty())
+    trace.graph = BuildGraph(trace.record, name_);
   return trace;
-}
-
-std::pair<std::unique_ptr<ir::Graph>, std::vector<Tensor>> Tracer::TakePartial() {
-  return {std::move(graph_), state_};
 }
 
 std::vector<Tracer::Kept> Tracer::KeptMetaTensors() const {
@@ -192,7 +267,7 @@ std::vector<Tracer::Kept> Tracer::KeptMetaTensors() const {
     std::shared_ptr<TensorImpl> alive = entry.impl.lock();
     if (alive == nullptr || alive.get() != impl || !alive->storage->is_meta())
       continue;
-    kept.push_back({Tensor(std::move(alive)), entry.stale ? nullptr : entry.value});
+    kept.push_back({Tensor(std::move(alive)), entry.stale ? kUnknown : entry.value});
   }
   return kept;
 }

@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "frontend/trace_record.h"
 #include "ir/graph.h"
 #include "runtime/dispatch.h"
 #include "runtime/tensor.h"
@@ -45,6 +46,16 @@ struct GradBefore {
 };
 
 struct Trace {
+  // What the step did, as recorded. With an expected record (a recording
+  // call checked against a specialization), the leading `unfilled` nodes
+  // matched it and are not copied: FillRecord puts them in.
+  TraceRecord record;
+  size_t unfilled = 0;
+  // This call's attributes of the random nodes among the unfilled ones.
+  std::vector<std::pair<size_t, ir::Attrs>> unfilled_draws;
+  // Built from the record by End, except for a recording call checked
+  // against an expected record (BuildGraph makes it when needed), or when
+  // the graph broke.
   std::unique_ptr<ir::Graph> graph;
   std::vector<Tensor> state;  // bound to the graph's state params, in order
   int num_outputs = 0;        // the step's own results: the first returns
@@ -55,13 +66,23 @@ struct Trace {
   // Non-empty when the step cannot be replayed (a graph break): the reason.
   std::string break_reason;
   int num_ops = 0;
+  // With an expected record: whether this call recorded exactly it.
+  bool matched = false;
 };
+
+// Puts into `trace.record` the nodes it left out because they matched
+// `expected`, with this call's random draws.
+void FillRecord(Trace& trace, const TraceRecord& expected);
 
 class Tracer : public runtime::DispatchObserver {
  public:
   // `remember_grads`: fill Trace::grad_before (a shape-only re-trace needs
   // it; a real trace does not, and holding old .grads would keep them alive).
-  explicit Tracer(std::string graph_name, bool remember_grads = false);
+  // `expected`: compare each op with this record as it arrives, storing
+  // nothing while it matches (a recording call's check; End then builds no
+  // graph).
+  explicit Tracer(std::string graph_name, bool remember_grads = false,
+                  const TraceRecord* expected = nullptr);
   ~Tracer() override;
 
   // Starts recording on this thread; the step's tensor arguments become inputs.
@@ -79,26 +100,41 @@ class Tracer : public runtime::DispatchObserver {
 
   // After End: the shape-only (meta) tensors the step recorded that are
   // still alive (the step kept them: a module's cache, lazily created
-  // optimizer state), each with the value of `graph` it holds, or nullptr
-  // when an in-place write through another view made that value unknown.
+  // optimizer state), each with the record operand it holds, or no operand
+  // (-0x7fffffff, kUnknown) when an in-place write through another view
+  // made its value unknown.
+  static constexpr int kUnknown = -0x7fffffff;
   struct Kept {
     Tensor tensor;
-    const ir::Value* value;
+    int value;
   };
   std::vector<Kept> KeptMetaTensors() const;
-  // After End on a step whose graph broke: the ops recorded before the break
-  // and the state tensors they read (End returns neither then).
-  std::pair<std::unique_ptr<ir::Graph>, std::vector<Tensor>> TakePartial();
 
  private:
-  // The SSA value currently held by `t`; tensors first seen here were
-  // created outside the step and become state params.
-  ir::Value* ValueOf(const Tensor& t);
+  static constexpr int kNone = 0x7fffffff;
+  // The operand currently held by `t` (kNone when unseen); tensors first
+  // seen here were created outside the step and become state params.
+  int ValueOf(const Tensor& t);
+  int Lookup(const Tensor& t);
+  void Bind(const Tensor& t, int value);
+  int AddParam(ir::ParamKind kind, const Tensor& t);
+  // Appends a node (or, while matching the expected record, only checks
+  // it); returns its index.
+  int AddNode(ir::NodeKind kind, ir::OpId op, absl::Span<const int> inputs,
+              const ir::Attrs& attrs, const ir::TensorType& type);
+  // The call stopped matching before node `next_node_`: copy the matched
+  // prefix from the expected record.
+  void Diverge();
   void Break(std::string reason);
 
   std::string name_;
   bool remember_grads_;
-  std::unique_ptr<ir::Graph> graph_;
+  const TraceRecord* expected_;
+  bool matching_;
+  TraceRecord record_;
+  size_t next_node_ = 0;
+  std::vector<std::pair<size_t, ir::Attrs>> draws_;  // see Trace::unfilled_draws
+  absl::flat_hash_map<int64_t, int> draw_of_offset_;
   runtime::DispatchObserver* previous_ = nullptr;
   bool active_ = false;
   // Keyed by impl address. Entries hold a weak reference instead of pinning
@@ -107,17 +143,16 @@ class Tracer : public runtime::DispatchObserver {
   // means the address now belongs to a different tensor.
   struct Entry {
     std::weak_ptr<TensorImpl> impl;
-    ir::Value* value;
+    int value;
     // Set when an in-place op wrote this tensor's storage through another
     // tensor (a view or alias): reading it afterwards has no SSA meaning.
     bool stale = false;
   };
-  ir::Value* Lookup(const Tensor& t);
-  void Bind(const Tensor& t, ir::Value* value);
   absl::flat_hash_map<const TensorImpl*, Entry> values_;
-  absl::flat_hash_map<const Storage*, std::vector<const TensorImpl*>> by_storage_;
+  absl::flat_hash_map<const Storage*, absl::InlinedVector<const TensorImpl*, 2>>
+      by_storage_;
   std::vector<Tensor> state_;
-  absl::flat_hash_map<const TensorImpl*, ir::Value*> state_params_;
+  std::vector<int> state_params_;  // state_[i]'s param operand
   std::vector<Tensor> grad_touched_;  // leaves whose .grad was read or set
   absl::flat_hash_set<const TensorImpl*> grad_seen_;
   absl::flat_hash_set<const TensorImpl*> grad_set_;  // rebound during the step
@@ -125,7 +160,7 @@ class Tracer : public runtime::DispatchObserver {
   std::vector<FlagGuard> flag_guards_;
   std::vector<GradBefore> grad_before_;
   std::string break_reason_;
-  std::string last_op_;
+  ir::OpId last_op_{};
   int num_ops_ = 0;
 };
 

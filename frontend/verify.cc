@@ -3,11 +3,8 @@
 #include "frontend/verify.h"
 
 #include <exception>
-#include <tuple>
 
 #include "absl/strings/str_cat.h"
-#include "ir/parser.h"
-#include "ir/printer.h"
 #include "ir/status.h"
 #include "ir/verifier.h"
 #include "passes/pass_manager.h"
@@ -20,12 +17,14 @@ namespace stepjit::frontend {
 
 ShapeOnlyTrace TraceShapesOnly(
     const std::string& name, const std::vector<Tensor>& inputs,
-    const std::function<std::vector<Tensor>()>& step) {
+    const std::function<std::vector<Tensor>()>& step,
+    const TraceRecord* expected) {
   ShapeOnlyTrace out;
+  out.expected = expected;
   Generator& generator = default_generator();
   const uint64_t offset = generator.offset();
   {
-    Tracer tracer(name, /*remember_grads=*/true);
+    Tracer tracer(name, /*remember_grads=*/true, expected);
     std::vector<Tensor> outputs;
     {
       runtime::MetaModeGuard meta;
@@ -38,8 +37,6 @@ ShapeOnlyTrace TraceShapesOnly(
       }
       out.trace = tracer.End(outputs);
     }
-    if (out.trace.graph == nullptr)
-      std::tie(out.trace.graph, out.trace.state) = tracer.TakePartial();
     // Autograd bound shape-only gradients to leaves: put the real ones back.
     for (const GradBefore& g : out.trace.grad_before) g.leaf.set_grad(g.grad);
     out.trace.grad_before.clear();
@@ -51,56 +48,61 @@ ShapeOnlyTrace TraceShapesOnly(
     out.inconclusive = absl::StrCat(
         "the shape-only re-trace hit a graph break: ", out.trace.break_reason);
   }
+  if (!out.inconclusive.empty()) out.trace.matched = false;
   return out;
+}
+
+const TraceRecord& FullRecord(ShapeOnlyTrace& recorded) {
+  if (recorded.trace.unfilled > 0) {
+    SJ_CHECK(recorded.expected != nullptr,
+             "FullRecord: a partial record without its expected record");
+    FillRecord(recorded.trace, *recorded.expected);
+  }
+  return recorded.trace.record;
 }
 
 namespace {
 
-// Runs a copy of `trace`'s graph op by op whose returns are the graph's own
-// (with `effects`; else none, and no write-back) followed by the kept
-// values, and makes each kept tensor real with its value. Returns the
-// graph's own returns.
+// Runs the recorded call's graph op by op, returning the record's own
+// returns (with `effects`; else none, and no write-back) followed by the
+// kept values, and makes each kept tensor real with its value. Returns the
+// record's own returns.
 absl::StatusOr<std::vector<Tensor>> RunWithKept(
-    const Trace& trace, const std::vector<Tracer::Kept>& kept,
-    const std::vector<Tensor>& inputs, Device device, bool effects) {
-  if (trace.graph == nullptr)
-    return absl::FailedPreconditionError("nothing was recorded");
-  ir::Graph& graph = *trace.graph;
-  const std::vector<ir::Value*> returns = graph.returns();
-  std::vector<ir::Value*> with_kept;
-  if (effects) with_kept = returns;
-  const size_t first_kept = with_kept.size();
+    ShapeOnlyTrace& recorded, const std::vector<Tensor>& inputs,
+    Device device, bool effects) {
+  const TraceRecord& record = FullRecord(recorded);
+  const std::vector<Tracer::Kept>& kept = recorded.kept;
+  std::vector<int> kept_values;
   for (const Tracer::Kept& k : kept) {
-    if (k.value == nullptr) {
+    if (k.value == Tracer::kUnknown) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the step kept a ", ir::DTypeName(k.tensor.dtype()),
           ir::ShapeToString(k.tensor.shape()),
           " tensor it created and wrote through another view"));
     }
-    with_kept.push_back(const_cast<ir::Value*>(k.value));
+    kept_values.push_back(k.value);
   }
-  graph.SetReturns(with_kept);
-  const std::string text = ir::Print(graph);
-  graph.SetReturns(returns);
-  ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> copy,
-                   ir::ParseGraph(text, "recorded call"));
+  TraceRecord own = record;
+  if (!effects) own.returns.clear();
+  const size_t first_kept = own.returns.size();
+  std::unique_ptr<ir::Graph> graph =
+      BuildGraph(own, "recorded_call", kept_values, effects);
   if (!effects) {
-    // Only what the kept values need: no write-back, no dead work.
-    copy->EraseNodesIf(
-        [](const ir::Node* n) { return n->kind() == ir::NodeKind::kAssign; });
-    RETURN_IF_ERROR(passes::RunPipeline(*copy, "dce", passes::PipelineOptions{}, nullptr));
+    // Only what the kept values need: no dead work.
+    RETURN_IF_ERROR(passes::RunPipeline(*graph, "dce",
+                                        passes::PipelineOptions{}, nullptr));
   }
-  RETURN_IF_ERROR(ir::Verify(*copy));
+  RETURN_IF_ERROR(ir::Verify(*graph));
   runtime::ProgramOptions options;
   options.codegen = false;
   options.use_cache = false;
   options.cuda_graphs = false;
   options.device = device;
   ASSIGN_OR_RETURN(runtime::Program program,
-                   runtime::Program::Build(*copy, options));
+                   runtime::Program::Build(*graph, options));
   Generator& generator = default_generator();
   const uint64_t offset = generator.offset();
-  std::vector<Tensor> out = program.Run(inputs, trace.state);
+  std::vector<Tensor> out = program.Run(inputs, recorded.trace.state);
   if (!effects) generator.set_offset(offset);
   NoGradGuard no_grad;
   for (size_t i = 0; i < kept.size(); ++i) {
@@ -115,26 +117,22 @@ absl::StatusOr<std::vector<Tensor>> RunWithKept(
 }  // namespace
 
 absl::StatusOr<std::vector<Tensor>> RunRecorded(
-    const ShapeOnlyTrace& recorded, const std::vector<Tensor>& inputs,
+    ShapeOnlyTrace& recorded, const std::vector<Tensor>& inputs,
     Device device) {
   if (!recorded.inconclusive.empty())
     return absl::FailedPreconditionError(recorded.inconclusive);
-  const Trace& trace = recorded.trace;
-  ASSIGN_OR_RETURN(
-      std::vector<Tensor> out,
-      RunWithKept(trace, recorded.kept, inputs, device, /*effects=*/true));
-  for (const GradBinding& b : trace.grad_bindings) {
+  ASSIGN_OR_RETURN(std::vector<Tensor> out,
+                   RunWithKept(recorded, inputs, device, /*effects=*/true));
+  for (const GradBinding& b : recorded.trace.grad_bindings) {
     b.leaf.set_grad(b.return_index >= 0 ? out[b.return_index] : Tensor());
   }
-  out.resize(trace.num_outputs);
+  out.resize(recorded.trace.num_outputs);
   return out;
 }
 
-absl::Status MakeKeptReal(const ShapeOnlyTrace& recorded,
+absl::Status MakeKeptReal(ShapeOnlyTrace& recorded,
                           const std::vector<Tensor>& inputs, Device device) {
-  return RunWithKept(recorded.trace, recorded.kept, inputs, device,
-                     /*effects=*/false)
-      .status();
+  return RunWithKept(recorded, inputs, device, /*effects=*/false).status();
 }
 
 }  // namespace stepjit::frontend

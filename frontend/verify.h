@@ -23,22 +23,31 @@ namespace stepjit::frontend {
 struct ShapeOnlyTrace {
   Trace trace;
   // Non-empty when the re-trace cannot stand for the call (the step threw,
-  // or read a value to the host): why.
+  // or read a value to the host): why. `trace` then holds what was recorded
+  // before that.
   std::string inconclusive;
   // Shape-only tensors the step kept (a module's cache such as GPT's
   // positions, lazily created optimizer state, a user's memo), with the
   // trace value each holds. They must become real before the step runs
   // again (RunRecorded).
   std::vector<Tracer::Kept> kept;
+  const TraceRecord* expected = nullptr;
 };
 
 // Runs `step` on `inputs` once in shape-only mode under a tracer named
 // `name`. Leaves every tensor, every .grad binding and the default
 // generator's offset as they were. The step's own host-side effects (a
 // counter it increments) do happen: it really is called.
+// With `expected` (which must outlive the result), each op is compared
+// with it as it arrives and nothing is stored while it matches
+// (trace.matched; FullRecord gives the whole record).
 ShapeOnlyTrace TraceShapesOnly(
     const std::string& name, const std::vector<Tensor>& inputs,
-    const std::function<std::vector<Tensor>()>& step);
+    const std::function<std::vector<Tensor>()>& step,
+    const TraceRecord* expected = nullptr);
+
+// The whole record of the call (the matched part copied from `expected`).
+const TraceRecord& FullRecord(ShapeOnlyTrace& recorded);
 
 // Runs the call `recorded` stands for: its traced graph op by op on the real
 // `inputs` and state (the eager kernels, as eager would compute), binds the
@@ -47,14 +56,14 @@ ShapeOnlyTrace TraceShapesOnly(
 // nothing, when the recording is incomplete or a kept tensor's value is
 // unknown.
 absl::StatusOr<std::vector<Tensor>> RunRecorded(
-    const ShapeOnlyTrace& recorded, const std::vector<Tensor>& inputs,
+    ShapeOnlyTrace& recorded, const std::vector<Tensor>& inputs,
     Device device);
 
 // Makes every kept shape-only tensor real with the value the step gave it,
 // from the ops recorded before it (also when the recording stopped early:
 // the step threw or read a value to the host), and nothing else: no state
 // is written and the generator is left where it was.
-absl::Status MakeKeptReal(const ShapeOnlyTrace& recorded,
+absl::Status MakeKeptReal(ShapeOnlyTrace& recorded,
                           const std::vector<Tensor>& inputs, Device device);
 
 }  // namespace stepjit::frontend
