@@ -2,6 +2,8 @@
 // grad bindings, and the check against an expected record.
 #include "frontend/tracer.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
 #include "runtime/generator.h"
@@ -12,6 +14,7 @@ using ir::AttrKey;
 
 namespace {
 ir::TensorType TypeOf(const Tensor& t) { return {t.dtype(), t.shape()}; }
+std::atomic<uint64_t> g_next_epoch{1};
 }  // namespace
 
 void FillRecord(Trace& trace, const TraceRecord& expected) {
@@ -32,17 +35,15 @@ Tracer::Tracer(std::string graph_name, bool remember_grads,
     : name_(std::move(graph_name)),
       remember_grads_(remember_grads),
       expected_(expected),
-      matching_(expected != nullptr) {}
+      matching_(expected != nullptr),
+      epoch_(g_next_epoch.fetch_add(1, std::memory_order_relaxed)) {}
 
 Tracer::~Tracer() {
   if (active_) runtime::SetDispatchObserver(previous_);
 }
 
 void Tracer::Begin(absl::Span<const Tensor> inputs) {
-  if (expected_ != nullptr) {
-    values_.reserve(2 * expected_->nodes.size());
-    by_storage_.reserve(2 * expected_->nodes.size());
-  }
+  if (expected_ != nullptr) made_.reserve(expected_->nodes.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     SJ_REQUIRE(inputs[i].defined(), "compile: step argument ", i, " is an undefined tensor");
     const int v = AddParam(ir::ParamKind::kInput, inputs[i]);
@@ -99,24 +100,22 @@ void Tracer::Diverge() {
 }
 
 int Tracer::Lookup(const Tensor& t) {
-  auto it = values_.find(t.impl());
-  if (it == values_.end()) return kNone;
-  if (it->second.impl.lock().get() != t.impl()) {  // address reused
-    values_.erase(it);
-    return kNone;
-  }
-  if (it->second.stale) {
+  const ObserverSlot& slot = t.impl()->observer;
+  if (slot.epoch != epoch_) return kNone;
+  const ObserverSlot& storage = t.storage()->observer;
+  if (storage.epoch == epoch_ && storage.writes != slot.writes) {
     Break(absl::StrCat("a ", ir::DTypeName(t.dtype()), ir::ShapeToString(t.shape()),
                        " tensor is read after an in-place op wrote its storage through "
                        "another view (op #", num_ops_, " ", ir::OpName(last_op_),
                        "); the tracer does not model aliasing writes"));
   }
-  return it->second.value;
+  return slot.value;
 }
 
 void Tracer::Bind(const Tensor& t, int value) {
-  values_.insert_or_assign(t.impl(), Entry{t.impl_ptr(), value});
-  by_storage_[t.storage().get()].push_back(t.impl());
+  ObserverSlot& storage = t.storage()->observer;
+  if (storage.epoch != epoch_) storage = {epoch_, 0, 0};
+  t.impl()->observer = {epoch_, value, storage.writes};
 }
 
 int Tracer::ValueOf(const Tensor& t) {
@@ -147,12 +146,12 @@ void Tracer::OnOp(ir::OpId op, absl::Span<const Tensor> inputs, const ir::Attrs&
   // In-place ops return their target: the target's tensor now holds the
   // node's new value, and every other tensor on that storage is stale.
   if (ir::IsInplace(op)) {
-    for (const TensorImpl* other : by_storage_[output.storage().get()]) {
-      auto it = values_.find(other);
-      if (other != output.impl() && it != values_.end()) it->second.stale = true;
-    }
+    ObserverSlot& storage = output.storage()->observer;
+    if (storage.epoch != epoch_) storage = {epoch_, 0, 0};
+    ++storage.writes;
   }
   Bind(output, node);
+  if (output.storage()->is_meta()) made_.push_back(output.impl_ptr());
   last_op_ = op;
   ++num_ops_;
 }
@@ -169,10 +168,11 @@ void Tracer::OnAlias(const Tensor& source, const Tensor& alias) {
   // step reads it, it becomes state like any outside tensor.
   const int v = Lookup(source);
   if (v == kNone) {
-    values_.erase(alias.impl());
+    alias.impl()->observer.epoch = 0;
     return;
   }
   Bind(alias, v);
+  if (alias.storage()->is_meta()) made_.push_back(alias.impl_ptr());
 }
 
 void Tracer::OnGradRead(const Tensor& leaf, const Tensor& grad) {
@@ -263,11 +263,17 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
 
 std::vector<Tracer::Kept> Tracer::KeptMetaTensors() const {
   std::vector<Kept> kept;
-  for (const auto& [impl, entry] : values_) {
-    std::shared_ptr<TensorImpl> alive = entry.impl.lock();
-    if (alive == nullptr || alive.get() != impl || !alive->storage->is_meta())
+  absl::flat_hash_set<const TensorImpl*> seen;
+  for (const std::weak_ptr<TensorImpl>& weak : made_) {
+    std::shared_ptr<TensorImpl> alive = weak.lock();
+    if (alive == nullptr || !alive->storage->is_meta() ||
+        !seen.insert(alive.get()).second)
       continue;
-    kept.push_back({Tensor(std::move(alive)), entry.stale ? kUnknown : entry.value});
+    const ObserverSlot& slot = alive->observer;
+    const ObserverSlot& storage = alive->storage->observer;
+    const bool known = slot.epoch == epoch_ &&
+                       !(storage.epoch == epoch_ && storage.writes != slot.writes);
+    kept.push_back({Tensor(std::move(alive)), known ? slot.value : kUnknown});
   }
   return kept;
 }

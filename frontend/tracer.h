@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/container/flat_hash_set.h"
 #include "frontend/trace_record.h"
 #include "ir/graph.h"
@@ -137,20 +138,13 @@ class Tracer : public runtime::DispatchObserver {
   absl::flat_hash_map<int64_t, int> draw_of_offset_;
   runtime::DispatchObserver* previous_ = nullptr;
   bool active_ = false;
-  // Keyed by impl address. Entries hold a weak reference instead of pinning
-  // the tensor (pinning would change what the step does: autograd steals
-  // gradient buffers only when nothing else holds them); an expired entry
-  // means the address now belongs to a different tensor.
-  struct Entry {
-    std::weak_ptr<TensorImpl> impl;
-    int value;
-    // Set when an in-place op wrote this tensor's storage through another
-    // tensor (a view or alias): reading it afterwards has no SSA meaning.
-    bool stale = false;
-  };
-  absl::flat_hash_map<const TensorImpl*, Entry> values_;
-  absl::flat_hash_map<const Storage*, absl::InlinedVector<const TensorImpl*, 2>>
-      by_storage_;
+  // What the tracer knows of a tensor lives in its ObserverSlot under this
+  // recording's epoch (runtime/storage.h). Tensors the step made, weakly
+  // held (pinning them would change what the step does: autograd steals
+  // gradient buffers only when nothing else holds them), to find the ones
+  // it keeps.
+  uint64_t epoch_;
+  std::vector<std::weak_ptr<TensorImpl>> made_;
   std::vector<Tensor> state_;
   std::vector<int> state_params_;  // state_[i]'s param operand
   std::vector<Tensor> grad_touched_;  // leaves whose .grad was read or set

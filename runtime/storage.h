@@ -12,6 +12,19 @@
 
 namespace stepjit {
 
+// Where the dispatch observer that records a step (the tracer) keeps what it
+// knows of a tensor or storage, so that looking a tensor up costs no hash
+// and no lock: valid only while `epoch` is that recording's (each takes a
+// new one), and used only by the thread that records. On a tensor: the
+// record operand it holds and its storage's `writes` when it got it; on a
+// storage: the in-place writes seen so far (a tensor bound before the last
+// one holds a stale value).
+struct ObserverSlot {
+  uint64_t epoch = 0;
+  int value = 0;
+  uint32_t writes = 0;
+};
+
 class Storage {
  public:
   // Allocates `nbytes` (uninitialized) on `device`. `pinned` asks for
@@ -40,6 +53,8 @@ class Storage {
   // Bumped by every in-place write; autograd checks it for saved tensors.
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   void BumpVersion() { version_.fetch_add(1, std::memory_order_relaxed); }
+
+  mutable ObserverSlot observer;
 
  private:
   void* data_ = nullptr;

@@ -62,6 +62,7 @@ struct TensorImpl {
   // bind it by identity. Other tensors a step captures could be rebound by
   // the user without any guard seeing it (frontend/guards.h).
   bool owned_state = false;
+  mutable ObserverSlot observer;  // the tracer's (runtime/storage.h)
 };
 
 class Tensor {
