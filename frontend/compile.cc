@@ -60,6 +60,18 @@ bool LogGuards() {
   static const bool on = LogHas("guards");
   return on;
 }
+// Writes a lifted number into its 0-d argument tensor.
+void SetScalar(Tensor& t, double value) {
+  if (t.device().is_cpu() && t.dtype() == DType::kF32) {
+    *static_cast<float*>(t.data_ptr()) = static_cast<float>(value);
+  } else if (t.device().is_cpu() && t.dtype() == DType::kF64) {
+    *static_cast<double*>(t.data_ptr()) = value;
+  } else {
+    NoGradGuard no_grad;
+    t.fill_(value);
+  }
+}
+
 bool LogCompile() {
   static const bool on = LogHas("compile");
   return on;
@@ -297,6 +309,72 @@ struct StepCompiler::Impl {
     return nullptr;
   }
 
+  // This call's values of `t`'s lifted numbers, from the recording.
+  static void SetLifted(Specialization& t, ShapeOnlyTrace& now) {
+    if (t.lifted.empty()) return;
+    std::vector<double> values;
+    values.reserve(t.lifted.size());
+    if (now.trace.matched && now.expected == &t.record) {
+      for (const auto& [index, attrs] : now.trace.unfilled_live) {
+        if (t.record.nodes[index].lifted)
+          values.push_back(attrs.GetDouble(ir::AttrKey::kValue));
+      }
+    } else {
+      const TraceRecord& r = FullRecord(now);
+      for (size_t index : t.lifted)
+        values.push_back(r.nodes[index].attrs.GetDouble(ir::AttrKey::kValue));
+    }
+    SJ_CHECK(values.size() == t.lifted_inputs.size(), "lifted values: ",
+             values.size(), " for ", t.lifted_inputs.size(), " arguments");
+    for (size_t i = 0; i < values.size(); ++i)
+      SetScalar(t.lifted_inputs[i], values[i]);
+  }
+
+  // The call recorded what `s` (or another specialization of `sig`)
+  // compiled except for the values of some host numbers: rebuilds it with
+  // those (and the ones it lifted before) as arguments, in its place.
+  Specialization* Lift(Specialization& s, const Signature& sig,
+                       ShapeOnlyTrace& now, const std::vector<Tensor>& inputs,
+                       std::chrono::steady_clock::time_point start) {
+    if (TraceLimitReached()) return nullptr;
+    TraceRecord& record = now.trace.record;
+    FullRecord(now);
+    Specialization* from = nullptr;
+    std::vector<size_t> changed = ScalarOnlyDiff(s.record, record);
+    if (!changed.empty()) from = &s;
+    for (size_t i = 0; from == nullptr && i < specs.size(); ++i) {
+      Specialization* c = specs[i].get();
+      if (c == &s || c->eager_only || !(c->signature == sig) ||
+          !CheckFlagGuards(c->trace).empty() ||
+          !CheckStateGuards(c->trace, c->state_guards).empty())
+        continue;
+      changed = ScalarOnlyDiff(c->record, record);
+      if (!changed.empty()) from = c;
+    }
+    if (from == nullptr) return nullptr;
+    std::string what;
+    for (size_t i : changed) {
+      record.nodes[i].lifted = true;
+      absl::StrAppend(
+          &what, what.empty() ? "" : ", ", "op #", i, " (",
+          ir::OpName(record.nodes[i].op), " -> ",
+          ir::PrintType(record.nodes[i].type), ") ",
+          from->record.nodes[i].attrs.GetDouble(ir::AttrKey::kValue), " -> ",
+          record.nodes[i].attrs.GetDouble(ir::AttrKey::kValue));
+    }
+    for (size_t i : from->lifted) record.nodes[i].lifted = true;
+    const size_t index = Index(*from);
+    Event("lifted host numbers",
+          absl::StrCat("specialization ", index,
+                       " takes host numbers that changed as arguments "
+                       "(rebuilt once): ",
+                       what));
+    const Device device = StepDevice(now.trace, inputs);
+    Specialization* fresh =
+        Install(Build(sig, std::move(now.trace), device), from, start);
+    return fresh->eager_only ? nullptr : fresh;
+  }
+
   // Runs the step's host code in recording mode (frontend/verify.h) and
   // replays `s` when it recorded what `s` compiled; another specialization
   // of the same signature when it recorded that one (a path taken before);
@@ -327,6 +405,12 @@ struct StepCompiler::Impl {
       target = diff.empty() ? &s : Sibling(sig, FullRecord(now), &s);
       if (!diff.empty()) ++stats.verify_mismatches;
       if (!diff.empty() && target != nullptr) ++stats.sibling_hits;
+      if (target != nullptr) SetLifted(*target, now);
+      // Only host numbers changed: they become arguments (one rebuild).
+      if (target == nullptr && now.kept.empty()) {
+        if (Specialization* lifted = Lift(s, sig, now, inputs, start))
+          return Replay(*lifted, inputs, eager);
+      }
     }
     if (!now.kept.empty()) {
       if (target != nullptr) {
@@ -453,14 +537,16 @@ struct StepCompiler::Impl {
     ++stats.checks;
     ++stats.eager_calls;
     last = &s;
-    const PassBisection bisection = specializer->BisectionFor(s, inputs);
+    const std::vector<Tensor>& program_inputs = ProgramInputs(s, inputs);
+    const PassBisection bisection =
+        specializer->BisectionFor(s, program_inputs);
     // The checked run starts from copies that match the state; the state
     // it leaves was written outside a replay.
     RefreshStateCopies(s.state_copies, s.trace.state);
     for (StateCopy& c : s.state_copies) c.current = false;
     CheckResult r = CheckCall(
         absl::StrCat(options.name, ", call ", stats.calls), *s.program, s.trace,
-        s.traced_state, options.amp, inputs, eager, &bisection);
+        s.traced_state, options.amp, program_inputs, eager, &bisection);
     check_report = std::move(r.report);
     if (r.diverged) {
       ++stats.check_failures;
@@ -473,6 +559,16 @@ struct StepCompiler::Impl {
       Event("accuracy check", s.reason);
     }
     return std::nullopt;
+  }
+
+  // The program's inputs: the step's, then the lifted numbers'.
+  static const std::vector<Tensor>& ProgramInputs(
+      Specialization& s, const std::vector<Tensor>& inputs) {
+    if (s.lifted_inputs.empty()) return inputs;
+    s.program_inputs.assign(inputs.begin(), inputs.end());
+    s.program_inputs.insert(s.program_inputs.end(), s.lifted_inputs.begin(),
+                            s.lifted_inputs.end());
+    return s.program_inputs;
   }
 
   // For each tensor the step kept, the graph return that holds its value,
@@ -495,7 +591,8 @@ struct StepCompiler::Impl {
       const std::vector<Tracer::Kept>* kept = nullptr,
       const std::vector<int>* kept_at = nullptr) {
     RefreshStateCopies(s.state_copies, s.trace.state);
-    std::vector<Tensor> outputs = s.program->Run(inputs, s.trace.state);
+    std::vector<Tensor> outputs =
+        s.program->Run(ProgramInputs(s, inputs), s.trace.state);
     MarkStateCopiesCurrent(s.state_copies, s.trace.state);
     for (size_t i = 0; kept != nullptr && i < kept->size(); ++i) {
       const Tensor& t = (*kept)[i].tensor;
@@ -715,6 +812,18 @@ std::string StepCompiler::explain() const {
     if (!s.trace.flag_guards.empty()) {
       os << "  specialization " << i << " is guarded on "
          << s.trace.flag_guards.size() << " module training flag(s)\n";
+    }
+    if (!s.lifted.empty()) {
+      os << "  specialization " << i << " takes " << s.lifted.size()
+         << " lifted host number" << (s.lifted.size() == 1 ? "" : "s")
+         << " as arguments (%c0..):";
+      for (size_t k = 0; k < s.lifted.size(); ++k) {
+        const TraceRecord::Node& n = s.record.nodes[s.lifted[k]];
+        os << (k == 0 ? " " : ", ") << "op #" << s.lifted[k] << " ("
+           << ir::OpName(n.op) << " -> " << ir::PrintType(n.type)
+           << ") = " << s.lifted_inputs[k].to(Device::cpu()).item();
+      }
+      os << "\n";
     }
     if (!s.unguarded.empty()) {
       os << "  specialization " << i << " reads " << s.unguarded.size()

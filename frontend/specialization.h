@@ -58,6 +58,12 @@ struct Specialization {
   // Of trace.state, the step's own tensors (the rest are the compiler's).
   size_t traced_state = 0;
   std::vector<StateCopy> state_copies;
+  // Lifted host numbers (trace_record.h): the record's node indices, the
+  // 0-d tensors the program reads them from (filled per call), and the
+  // program's inputs: the step's, then those.
+  std::vector<size_t> lifted;
+  std::vector<Tensor> lifted_inputs;
+  std::vector<Tensor> program_inputs;
   // Replays still to run through the accuracy checker.
   int check_left = 0;
   // A state guard failed and one call ran eagerly since: the next miss

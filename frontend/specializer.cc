@@ -138,6 +138,14 @@ std::unique_ptr<Specialization> Specializer::Build(Signature signature,
   if (spec->trace.graph == nullptr)
     spec->trace.graph = BuildGraph(spec->trace.record, options_.name);
   spec->record = std::move(spec->trace.record);
+  for (size_t i = 0; i < spec->record.nodes.size(); ++i) {
+    const TraceRecord::Node& n = spec->record.nodes[i];
+    if (!n.lifted) continue;
+    spec->lifted.push_back(i);
+    spec->lifted_inputs.push_back(scalar_tensor(
+        n.attrs.GetDouble(ir::AttrKey::kValue),
+        {.dtype = n.type.dtype, .device = device}));
+  }
   spec->unguarded = UnguardedState(spec->trace);
   spec->traced_state = spec->trace.state.size();
   spec->device = device;

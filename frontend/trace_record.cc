@@ -10,20 +10,29 @@ namespace {
 
 using ir::AttrKey;
 
-bool IsDrawKey(AttrKey key) {
-  return key == AttrKey::kSeed || key == AttrKey::kOffset;
+// What a node's comparison leaves out of its attributes: a random op's
+// seed and offset (its draw is compared separately), a lifted number's
+// value.
+enum class Skip { kNone, kDraw, kValue };
+bool Skipped(AttrKey key, Skip skip) {
+  return (skip == Skip::kDraw &&
+          (key == AttrKey::kSeed || key == AttrKey::kOffset)) ||
+         (skip == Skip::kValue && key == AttrKey::kValue);
+}
+Skip SkipOf(const TraceRecord::Node& n) {
+  return n.random_draw >= 0 ? Skip::kDraw
+         : n.lifted         ? Skip::kValue
+                            : Skip::kNone;
 }
 
-// Attributes equal, leaving out a random op's seed and offset (its draw is
-// compared separately).
-bool SameAttrs(const ir::Attrs& a, const ir::Attrs& b, bool random) {
-  if (!random) return a == b;
+bool SameAttrs(const ir::Attrs& a, const ir::Attrs& b, Skip skip) {
+  if (skip == Skip::kNone) return a == b;
   const auto& x = a.items();
   const auto& y = b.items();
   size_t i = 0, j = 0;
   while (true) {
-    while (i < x.size() && IsDrawKey(x[i].first)) ++i;
-    while (j < y.size() && IsDrawKey(y[j].first)) ++j;
+    while (i < x.size() && Skipped(x[i].first, skip)) ++i;
+    while (j < y.size() && Skipped(y[j].first, skip)) ++j;
     if (i == x.size() || j == y.size()) return i == x.size() && j == y.size();
     if (!(x[i] == y[j])) return false;
     ++i;
@@ -46,9 +55,9 @@ std::string AttrText(const ir::Attrs& attrs, AttrKey key) {
 }
 
 // The first attribute whose value differs between `a` and `b`.
-std::string DiffAttrs(const ir::Attrs& a, const ir::Attrs& b, bool random) {
+std::string DiffAttrs(const ir::Attrs& a, const ir::Attrs& b, Skip skip) {
   for (const auto& [key, value] : a.items()) {
-    if (random && IsDrawKey(key)) continue;
+    if (Skipped(key, skip)) continue;
     const ir::AttrValue* other = b.Find(key);
     if (other == nullptr || !(*other == value)) {
       return absl::StrCat(AttrText(b, key), " now, traced with ",
@@ -56,7 +65,7 @@ std::string DiffAttrs(const ir::Attrs& a, const ir::Attrs& b, bool random) {
     }
   }
   for (const auto& [key, value] : b.items()) {
-    if (random && IsDrawKey(key)) continue;
+    if (Skipped(key, skip)) continue;
     if (!a.Has(key))
       return absl::StrCat(AttrText(b, key), " now, traced without it");
   }
@@ -70,6 +79,31 @@ std::string ParamText(const TraceRecord::Param& p) {
 
 }  // namespace
 
+bool IsLiftable(const TraceRecord::Node& n) {
+  return n.kind == ir::NodeKind::kOp && n.op == ir::OpId::kFull &&
+         n.type.shape.empty() && ir::IsFloating(n.type.dtype);
+}
+
+std::vector<size_t> ScalarOnlyDiff(const TraceRecord& traced,
+                                   const TraceRecord& now) {
+  if (traced.params != now.params || traced.nodes.size() != now.nodes.size() ||
+      traced.returns != now.returns || traced.num_outputs != now.num_outputs ||
+      traced.grad_bindings != now.grad_bindings)
+    return {};
+  std::vector<size_t> changed;
+  for (size_t i = 0; i < now.nodes.size(); ++i) {
+    const TraceRecord::Node& a = traced.nodes[i];
+    const TraceRecord::Node& b = now.nodes[i];
+    if (SameNode(a, b.kind, b.op, b.inputs, b.attrs, b.type, b.random_draw))
+      continue;
+    if (!IsLiftable(a) || a.lifted || b.kind != a.kind || b.op != a.op ||
+        !(b.type == a.type) || !SameAttrs(a.attrs, b.attrs, Skip::kValue))
+      return {};
+    changed.push_back(i);
+  }
+  return changed;
+}
+
 bool SameNode(const TraceRecord::Node& a, ir::NodeKind kind, ir::OpId op,
               absl::Span<const int> inputs, const ir::Attrs& attrs,
               const ir::TensorType& type, int random_draw) {
@@ -77,8 +111,7 @@ bool SameNode(const TraceRecord::Node& a, ir::NodeKind kind, ir::OpId op,
       absl::MakeConstSpan(a.inputs) != inputs)
     return false;
   if (kind == ir::NodeKind::kAssign) return true;
-  return a.op == op && a.type == type &&
-         SameAttrs(a.attrs, attrs, random_draw >= 0);
+  return a.op == op && a.type == type && SameAttrs(a.attrs, attrs, SkipOf(a));
 }
 
 std::string DiffTraces(const TraceRecord& traced, const TraceRecord& now) {
@@ -116,7 +149,7 @@ std::string DiffTraces(const TraceRecord& traced, const TraceRecord& now) {
       return absl::StrCat(NodeName(b, i),
                           " reads different operands than when traced");
     }
-    if (const std::string attrs = DiffAttrs(a.attrs, b.attrs, a.random_draw >= 0);
+    if (const std::string attrs = DiffAttrs(a.attrs, b.attrs, SkipOf(a));
         !attrs.empty()) {
       return absl::StrCat(
           NodeName(b, i), " has ", attrs,
@@ -156,7 +189,7 @@ std::string DiffTraces(const TraceRecord& traced, const TraceRecord& now) {
 std::unique_ptr<ir::Graph> BuildGraph(const TraceRecord& record,
                                       const std::string& name,
                                       absl::Span<const int> extra_returns,
-                                      bool write_back) {
+                                      GraphOptions options) {
   auto graph = std::make_unique<ir::Graph>(name);
   std::vector<ir::Value*> params;
   params.reserve(record.params.size());
@@ -168,15 +201,27 @@ std::unique_ptr<ir::Graph> BuildGraph(const TraceRecord& record,
         p.kind));
   }
   std::vector<ir::Value*> results(record.nodes.size(), nullptr);
+  int lifted = 0;
+  if (options.lift) {
+    for (size_t i = 0; i < record.nodes.size(); ++i) {
+      const TraceRecord::Node& n = record.nodes[i];
+      if (n.lifted) {
+        results[i] = graph->AddParam(absl::StrCat("c", lifted++), n.type,
+                                     ir::ParamKind::kInput);
+      }
+    }
+  }
   auto value = [&](int id) {
     return id < 0 ? params[-id - 1] : results[static_cast<size_t>(id)];
   };
   for (size_t i = 0; i < record.nodes.size(); ++i) {
     const TraceRecord::Node& n = record.nodes[i];
     if (n.kind == ir::NodeKind::kAssign) {
-      if (write_back) graph->AddAssign(value(n.inputs[0]), value(n.inputs[1]));
+      if (options.write_back)
+        graph->AddAssign(value(n.inputs[0]), value(n.inputs[1]));
       continue;
     }
+    if (results[i] != nullptr) continue;  // lifted
     std::vector<ir::Value*> in;
     in.reserve(n.inputs.size());
     for (int id : n.inputs) in.push_back(value(id));

@@ -45,6 +45,9 @@ struct TraceRecord {
     ir::TensorType type;  // kOp only
     // Random ops: which of the call's distinct draws (offsets) this is.
     int random_draw = -1;
+    // A lifted host number (IsLiftable): its value is an argument of the
+    // compiled program, given per call, not part of what must match.
+    bool lifted = false;
   };
   std::vector<Param> params;
   std::vector<Node> nodes;
@@ -52,6 +55,16 @@ struct TraceRecord {
   int num_outputs = 0;
   std::vector<std::pair<const TensorImpl*, int>> grad_bindings;
 };
+
+// Whether `n` is a host number entering the graph (a 0-d floating-point
+// `full`: a captured double, a loss weight, clip_grad_norm_'s max_norm),
+// which a specialization may take as an argument instead of a constant.
+bool IsLiftable(const TraceRecord::Node& n);
+
+// When `now` differs from `traced` only in the values of liftable numbers
+// (and is otherwise the same step), their node indices; else empty.
+std::vector<size_t> ScalarOnlyDiff(const TraceRecord& traced,
+                                   const TraceRecord& now);
 
 // Whether two recorded nodes are the same op on the same operands with the
 // same attributes (random ops: the same draw, whatever its seed and offset)
@@ -65,13 +78,19 @@ bool SameNode(const TraceRecord::Node& a, ir::NodeKind kind, ir::OpId op,
 // what to do about it.
 std::string DiffTraces(const TraceRecord& traced, const TraceRecord& now);
 
-// The graph `record` describes, named `name`: inputs %x<i>, state %s<j>.
-// `extra_returns` (operands) are returned after the record's own returns;
-// without `write_back` the assigns are left out.
+// The graph `record` describes, named `name`: inputs %x<i>, state %s<j>,
+// and with `lift`, each lifted number as one more input %c<k> after the
+// step's own (else a constant with its recorded value). `extra_returns`
+// (operands) are returned after the record's own returns; without
+// `write_back` the assigns are left out.
+struct GraphOptions {
+  bool lift = true;
+  bool write_back = true;
+};
 std::unique_ptr<ir::Graph> BuildGraph(const TraceRecord& record,
                                       const std::string& name,
                                       absl::Span<const int> extra_returns = {},
-                                      bool write_back = true);
+                                      GraphOptions options = {});
 
 }  // namespace stepjit::frontend
 

@@ -21,13 +21,13 @@ void FillRecord(Trace& trace, const TraceRecord& expected) {
   if (trace.unfilled == 0) return;
   std::vector<TraceRecord::Node> nodes(expected.nodes.begin(),
                                        expected.nodes.begin() + trace.unfilled);
-  for (auto& [index, attrs] : trace.unfilled_draws)
+  for (auto& [index, attrs] : trace.unfilled_live)
     nodes[index].attrs = std::move(attrs);
   std::move(trace.record.nodes.begin(), trace.record.nodes.end(),
             std::back_inserter(nodes));
   trace.record.nodes = std::move(nodes);
   trace.unfilled = 0;
-  trace.unfilled_draws.clear();
+  trace.unfilled_live.clear();
 }
 
 Tracer::Tracer(std::string graph_name, bool remember_grads,
@@ -77,7 +77,8 @@ int Tracer::AddNode(ir::NodeKind kind, ir::OpId op, absl::Span<const int> inputs
   if (matching_) {
     if (index < expected_->nodes.size() &&
         SameNode(expected_->nodes[index], kind, op, inputs, attrs, type, draw)) {
-      if (draw >= 0) draws_.push_back({index, attrs});
+      if (draw >= 0 || expected_->nodes[index].lifted)
+        live_.push_back({index, attrs});
       return static_cast<int>(index);
     }
     --next_node_;
@@ -94,7 +95,7 @@ void Tracer::Diverge() {
   matching_ = false;
   Trace partial;
   partial.unfilled = next_node_;
-  partial.unfilled_draws = std::move(draws_);
+  partial.unfilled_live = std::move(live_);
   FillRecord(partial, *expected_);
   record_.nodes = std::move(partial.record.nodes);
 }
@@ -251,7 +252,7 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
   }
   trace.matched = matching_ && break_reason_.empty();
   trace.unfilled = matching_ ? next_node_ : 0;
-  trace.unfilled_draws = std::move(draws_);
+  trace.unfilled_live = std::move(live_);
   trace.num_outputs = record_.num_outputs;
   trace.record = std::move(record_);
   trace.state = state_;

@@ -52,8 +52,9 @@ struct Trace {
   // matched it and are not copied: FillRecord puts them in.
   TraceRecord record;
   size_t unfilled = 0;
-  // This call's attributes of the random nodes among the unfilled ones.
-  std::vector<std::pair<size_t, ir::Attrs>> unfilled_draws;
+  // This call's attributes of the random and lifted nodes among the
+  // unfilled ones (the rest are the expected record's).
+  std::vector<std::pair<size_t, ir::Attrs>> unfilled_live;
   // Built from the record by End, except for a recording call checked
   // against an expected record (BuildGraph makes it when needed), or when
   // the graph broke.
@@ -134,7 +135,7 @@ class Tracer : public runtime::DispatchObserver {
   bool matching_;
   TraceRecord record_;
   size_t next_node_ = 0;
-  std::vector<std::pair<size_t, ir::Attrs>> draws_;  // see Trace::unfilled_draws
+  std::vector<std::pair<size_t, ir::Attrs>> live_;  // Trace::unfilled_live
   absl::flat_hash_map<int64_t, int> draw_of_offset_;
   runtime::DispatchObserver* previous_ = nullptr;
   bool active_ = false;

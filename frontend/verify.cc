@@ -86,7 +86,8 @@ absl::StatusOr<std::vector<Tensor>> RunWithKept(
   if (!effects) own.returns.clear();
   const size_t first_kept = own.returns.size();
   std::unique_ptr<ir::Graph> graph =
-      BuildGraph(own, "recorded_call", kept_values, effects);
+      BuildGraph(own, "recorded_call", kept_values,
+                 {.lift = false, .write_back = effects});
   if (!effects) {
     // Only what the kept values need: no dead work.
     RETURN_IF_ERROR(passes::RunPipeline(*graph, "dce",

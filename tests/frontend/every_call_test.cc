@@ -10,6 +10,7 @@
 // stated.
 #include <functional>
 #include <memory>
+#include <sstream>
 
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
@@ -131,8 +132,58 @@ TEST(EveryCallTest, LossWeightChangedLateReachesTheNextCall) {
         << run.explain;
     run.ExpectSameParameters();
     EXPECT_GE(run.stats.replays, 250) << run.explain;
-    EXPECT_EQ(run.stats.verify_mismatches, 2) << run.explain;
+    // The first change lifts the weight into an argument; the second needs
+    // nothing.
+    EXPECT_EQ(run.stats.verify_mismatches, 1) << run.explain;
+    EXPECT_EQ(run.stats.traces, 2) << run.explain;
+    EXPECT_EQ(run.stats.specializations, 1) << run.explain;
   }
+}
+
+// A host number that changes on every call (a schedule computed in the
+// step): one rebuild lifts it, then every call replays with its own value.
+TEST(EveryCallTest, AHostNumberChangingEveryCallIsLiftedIntoAnArgument) {
+  for (Opt opt : {Opt::kSgd, Opt::kAdamW}) {
+    SCOPED_TRACE(Name(opt));
+    TwinRun run(opt, {});
+    EXPECT_EQ(run.Train(120,
+                        [](int i, Trainee& t) {
+                          t.loss_weight = 1.0 / (1.0 + 0.05 * i);
+                          t.max_norm = 0.5 + 0.01 * i;
+                        }),
+              -1)
+        << run.explain;
+    run.ExpectSameParameters();
+    EXPECT_EQ(run.stats.traces, 2) << run.explain;
+    EXPECT_GE(run.stats.replays, 117) << run.explain;
+    EXPECT_NE(run.explain.find("takes host numbers that changed as arguments"),
+              std::string::npos)
+        << run.explain;
+    EXPECT_NE(run.explain.find("2 lifted host numbers"), std::string::npos)
+        << run.explain;
+  }
+}
+
+// The lifted numbers are inputs of the compiled graph (%c<k>), never folded
+// into its code.
+TEST(EveryCallTest, LiftedNumbersAreGraphInputs) {
+  double k = 3.0;
+  auto fast = compile(
+      [&](const Tensor& x) { return sum(relu(x * k + 1.0)); },
+      {.warmup_steps = 0});
+  const Tensor x = arange(-2, 3, 1, {.dtype = DType::kF32});
+  for (int i = 0; i < 6; ++i) {
+    k = 1.0 + i;
+    EXPECT_EQ(fast(x).item(), sum(relu(x * k + 1.0)).item()) << "call " << i;
+  }
+  std::ostringstream ir;
+  fast.dump_ir(ir);
+  EXPECT_NE(ir.str().find("%c0: f32[] input"), std::string::npos) << ir.str();
+  EXPECT_EQ(ir.str().find("value = 6"), std::string::npos) << ir.str();
+  EXPECT_NE(ir.str().find("value = 1"), std::string::npos)
+      << "the unchanged 1.0 stays a constant\n"
+      << ir.str();
+  EXPECT_EQ(fast.stats().traces, 2) << fast.explain();
 }
 
 // The same change under the sampled check: it is missed, which is what the
