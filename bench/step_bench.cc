@@ -26,7 +26,8 @@ enum class Extra { kNone, kVerifyAlways, kCheckAlways };
 void BM_Step(benchmark::State& state, const Workload* w, bool compiled,
              Extra extra = Extra::kNone) {
   CompileOptions options{.mode = compiled ? Mode::kCompiled : Mode::kEager};
-  options.verify = extra == Extra::kVerifyAlways ? Verify::kAlways : Verify::kOffUnsafe;
+  options.verify =
+      extra == Extra::kVerifyAlways ? Verify::kAlways : Verify::kOffUnsafe;
   if (extra == Extra::kCheckAlways) {
     options.check = true;
     options.check_replays = 1 << 30;

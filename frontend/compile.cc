@@ -268,8 +268,7 @@ struct StepCompiler::Impl {
     ++stats.eager_calls;
     if (TraceLimitReached()) {
       Event("trace limit",
-            absl::StrCat("running eagerly: ", what, "; ",
-                         TraceLimitText()));
+            absl::StrCat("running eagerly: ", what, "; ", TraceLimitText()));
       ++stats.fallbacks;
       eager();
       return std::nullopt;
@@ -324,8 +323,9 @@ struct StepCompiler::Impl {
       for (size_t index : t.lifted)
         values.push_back(r.nodes[index].attrs.GetDouble(ir::AttrKey::kValue));
     }
-    SJ_CHECK(values.size() == t.lifted_inputs.size(), "lifted values: ",
-             values.size(), " for ", t.lifted_inputs.size(), " arguments");
+    SJ_CHECK(values.size() == t.lifted_inputs.size(),
+             "lifted values: ", values.size(), " for ", t.lifted_inputs.size(),
+             " arguments");
     for (size_t i = 0; i < values.size(); ++i)
       SetScalar(t.lifted_inputs[i], values[i]);
   }
@@ -388,7 +388,8 @@ struct StepCompiler::Impl {
     runtime::ProfileSpan verify_span(runtime::kCatCompile);
     if (verify_span.active())
       verify_span.set_name(absl::StrCat("recording check ", options.name));
-    ShapeOnlyTrace now = TraceShapesOnly(options.name, inputs, eager, &s.record);
+    ShapeOnlyTrace now =
+        TraceShapesOnly(options.name, inputs, eager, &s.record);
     verify_span.End();
     const bool complete = now.inconclusive.empty();
     std::string diff;
@@ -448,9 +449,8 @@ struct StepCompiler::Impl {
     Event("re-trace found a change",
           absl::StrCat("new specialization beside ", Index(s), ": ", what));
     const Device device = StepDevice(now.trace, inputs);
-    Specialization* fresh =
-        Install(Build(std::move(sig), std::move(now.trace), device), nullptr,
-                start);
+    Specialization* fresh = Install(
+        Build(std::move(sig), std::move(now.trace), device), nullptr, start);
     if (fresh->eager_only) {
       // Nothing to replay, and the call has not run for real yet.
       ++stats.eager_calls;
@@ -503,8 +503,8 @@ struct StepCompiler::Impl {
         "the step kept tensors it created during a recording call whose "
         "values cannot be computed (",
         why, ")");
-    std::cerr << "stepjit[" << options.name << "]: warning: "
-              << stopped_reason << "; the step runs eagerly from now on\n";
+    std::cerr << "stepjit[" << options.name << "]: warning: " << stopped_reason
+              << "; the step runs eagerly from now on\n";
     Event("recording check", stopped_reason);
     for (auto& t : specs) {
       t->eager_only = true;
@@ -573,7 +573,8 @@ struct StepCompiler::Impl {
 
   // For each tensor the step kept, the graph return that holds its value,
   // when every one is a return.
-  static std::optional<std::vector<int>> KeptReturns(const ShapeOnlyTrace& now) {
+  static std::optional<std::vector<int>> KeptReturns(
+      const ShapeOnlyTrace& now) {
     const std::vector<int>& returns = now.trace.record.returns;
     std::vector<int> at;
     for (const Tracer::Kept& k : now.kept) {
@@ -775,9 +776,15 @@ std::string StepCompiler::explain() const {
   }
   for (size_t i = 0; i < m.specs.size(); ++i) {
     const Specialization& s = *m.specs[i];
+    // Specializations of one signature are the paths the step took (the
+    // tree's branches): the first of them heads the group.
+    size_t first = 0;
+    while (!(m.specs[first]->signature == s.signature)) ++first;
     os << "specialization " << i << ": " << DescribeSignature(s.signature)
        << ": " << (s.eager_only ? "eager-only (" + s.reason + ")" : "compiled")
-       << "\n";
+       << (first < i ? absl::StrCat(", another path of specialization ", first)
+                     : "")
+       << ", " << s.replays << " replays\n";
     if (s.program && s.program->device().is_cuda()) {
       os << "  on " << s.program->device().str() << ": "
          << (s.program->uses_cuda_graph()
@@ -856,8 +863,7 @@ std::string StepCompiler::explain() const {
              : std::string())
      << "), " << m.stats.verify_mismatches << " found the step changed ("
      << m.stats.sibling_hits << " matched another specialization), "
-     << m.stats.kept_calls
-     << " kept tensors the step created (run op by op)\n";
+     << m.stats.kept_calls << " kept tensors the step created (run op by op)\n";
   if (m.stats.checks > 0) {
     os << "accuracy checks: " << m.stats.checks << " run, "
        << m.stats.check_failures << " diverged; last: "

@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "runtime/amp/autocast.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/dist/dist.h"
 
 namespace stepjit::frontend {
 namespace {
@@ -35,6 +36,7 @@ Signature MakeSignature(const std::vector<Tensor>& inputs) {
   s.grad_mode = GradMode::is_enabled();
   s.autocast = amp::IsAutocastEnabled();
   if (s.autocast) s.autocast_dtype = amp::AutocastDType();
+  s.world_size = dist::world_size();
   return s;
 }
 
@@ -80,6 +82,11 @@ std::string DescribeSignatureDiff(const Signature& cached, const Signature& now)
                         : std::string("no autocast");
     };
     return absl::StrCat("called under ", state(now), ", traced under ", state(cached));
+  }
+  if (cached.world_size != now.world_size) {
+    return absl::StrCat("the world has ", now.world_size,
+                        " ranks now (dist::init), traced with ",
+                        cached.world_size);
   }
   return "identical";
 }

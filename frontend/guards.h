@@ -30,6 +30,9 @@ struct Signature {
   // amp::Autocast around the call: the traced casts depend on it.
   bool autocast = false;
   DType autocast_dtype = DType::kBF16;
+  // dist::world_size() at the call: the grad-scaler pass all-reduces its
+  // inf check across ranks only when traced in a world of more than one.
+  int world_size = 1;
   bool operator==(const Signature&) const = default;
 };
 

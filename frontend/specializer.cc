@@ -85,23 +85,11 @@ Device StepDevice(const Trace& trace, const std::vector<Tensor>& inputs) {
 Specializer::Specializer(const CompileOptions& options)
     : options_(options),
       loss_scaling_(options.loss_scaling.value_or(options.amp == DType::kF16)) {
-  std::string prefix;
-  if (options.amp != DType::kF32) {
-    prefix = options.amp == DType::kBF16 ? "autocast-bf16," : "autocast-f16,";
-  }
+  // Same checks and messages as amp::GradScaler.
   if (loss_scaling_) {
-    const amp::GradScaler validated(
-        options.scaler);  // same checks and messages
-    const passes::GradScalerPassConfig scaler{
-        .init_scale = options.scaler.init_scale,
-        .growth_factor = options.scaler.growth_factor,
-        .backoff_factor = options.scaler.backoff_factor,
-        .growth_interval = options.scaler.growth_interval,
-        .world_size = dist::world_size()};
-    prefix += scaler.PipelineEntry() + ",";
+    const amp::GradScaler validated(options.scaler);
   }
-  if (options.amp != DType::kF32) prefix += "amp-weight-copies,";
-  pipeline_ = prefix + options.pipeline;
+  const std::string pipeline_ = Pipeline(1);
   // The state the passes declare, created once and shared by every trace.
   // A pipeline that does not parse adds none; Optimize reports its error.
   if (absl::StatusOr<passes::Pipeline> parsed =
@@ -113,6 +101,24 @@ Specializer::Specializer(const CompileOptions& options)
       compiler_state_.emplace_back(p.name, std::move(t));
     }
   }
+}
+
+std::string Specializer::Pipeline(int world_size) const {
+  std::string prefix;
+  if (options_.amp != DType::kF32) {
+    prefix = options_.amp == DType::kBF16 ? "autocast-bf16," : "autocast-f16,";
+  }
+  if (loss_scaling_) {
+    const passes::GradScalerPassConfig scaler{
+        .init_scale = options_.scaler.init_scale,
+        .growth_factor = options_.scaler.growth_factor,
+        .backoff_factor = options_.scaler.backoff_factor,
+        .growth_interval = options_.scaler.growth_interval,
+        .world_size = world_size};
+    prefix += scaler.PipelineEntry() + ",";
+  }
+  if (options_.amp != DType::kF32) prefix += "amp-weight-copies,";
+  return prefix + options_.pipeline;
 }
 
 const Tensor* Specializer::CompilerState(absl::string_view name) const {
@@ -142,9 +148,9 @@ std::unique_ptr<Specialization> Specializer::Build(Signature signature,
     const TraceRecord::Node& n = spec->record.nodes[i];
     if (!n.lifted) continue;
     spec->lifted.push_back(i);
-    spec->lifted_inputs.push_back(scalar_tensor(
-        n.attrs.GetDouble(ir::AttrKey::kValue),
-        {.dtype = n.type.dtype, .device = device}));
+    spec->lifted_inputs.push_back(
+        scalar_tensor(n.attrs.GetDouble(ir::AttrKey::kValue),
+                      {.dtype = n.type.dtype, .device = device}));
   }
   spec->unguarded = UnguardedState(spec->trace);
   spec->traced_state = spec->trace.state.size();
@@ -169,6 +175,7 @@ std::unique_ptr<Specialization> Specializer::Build(Signature signature,
     runtime::ProgramOptions popts =
         runtime::ProgramOptions::WithDumps(DumpDir(index));
     popts.device = device;
+    popts.random_layout = spec->trace.random;
     popts.cuda_graphs = options_.cuda_graphs;
     popts.cuda_multi_region = options_.cuda_multi_region;
     const auto start = std::chrono::steady_clock::now();
@@ -202,8 +209,10 @@ absl::Status Specializer::Optimize(ir::Graph& graph, size_t index,
   passes::PipelineStats pstats;
   const auto start = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(passes::RunPipeline(
-      graph, passes::PipelineForTarget(pipeline_, TargetOf(device)), popts,
-      &pstats));
+      graph,
+      passes::PipelineForTarget(Pipeline(spec.signature.world_size),
+                                TargetOf(device)),
+      popts, &pstats));
   spec.passes_ms = std::chrono::duration<double, std::milli>(
                        std::chrono::steady_clock::now() - start)
                        .count();
@@ -305,8 +314,9 @@ PassBisection Specializer::BisectionFor(
   PassBisection b;
   const passes::PipelineOptions env = passes::FromEnvironment();
   // A compiled step's pipeline parses; one that does not bisects nothing.
-  const absl::StatusOr<passes::Pipeline> pipeline = passes::ParsePipelineText(
-      passes::PipelineForTarget(pipeline_, TargetOf(s.device)));
+  const absl::StatusOr<passes::Pipeline> pipeline =
+      passes::ParsePipelineText(passes::PipelineForTarget(
+          Pipeline(s.signature.world_size), TargetOf(s.device)));
   std::vector<std::string> entries;  // with their options, to run
   if (pipeline.ok()) {
     for (const passes::PipelineEntry& e : pipeline->entries) {
@@ -330,6 +340,7 @@ PassBisection Specializer::BisectionFor(
     popts.codegen = false;
     popts.use_cache = false;
     popts.device = s.device;
+    popts.random_layout = s.trace.random;
     popts.cuda_graphs = false;
     ASSIGN_OR_RETURN(runtime::Program program,
                      runtime::Program::Build(*graph, popts));

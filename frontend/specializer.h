@@ -61,9 +61,12 @@ class Specializer {
   // trace, recorded in spec.state_copies.
   absl::Status BindCompilerState(Specialization& spec, Device device);
 
+  // options.pipeline behind the amp passes, for a world of `world_size`
+  // ranks (the grad-scaler pass all-reduces its inf check across them).
+  std::string Pipeline(int world_size) const;
+
   CompileOptions options_;
   bool loss_scaling_;
-  std::string pipeline_;  // options.pipeline behind the amp passes
   std::vector<std::pair<std::string, Tensor>> compiler_state_;
 };
 

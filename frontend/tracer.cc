@@ -50,25 +50,28 @@ void Tracer::Begin(absl::Span<const Tensor> inputs) {
     // An argument passed twice keeps its first binding.
     if (Lookup(inputs[i]) == kNone) Bind(inputs[i], v);
   }
+  generator_offset_ = default_generator().offset();
   previous_ = runtime::SetDispatchObserver(this);
   active_ = true;
 }
 
 int Tracer::AddParam(ir::ParamKind kind, const Tensor& t) {
   const size_t p = record_.params.size();
-  record_.params.push_back({kind, TypeOf(t),
-                            kind == ir::ParamKind::kState ? t.impl() : nullptr});
+  record_.params.push_back(
+      {kind, TypeOf(t), kind == ir::ParamKind::kState ? t.impl() : nullptr});
   if (matching_ && (p >= expected_->params.size() ||
                     !(expected_->params[p] == record_.params.back())))
     Diverge();
   return TraceRecord::ParamId(p);
 }
 
-int Tracer::AddNode(ir::NodeKind kind, ir::OpId op, absl::Span<const int> inputs,
-                    const ir::Attrs& attrs, const ir::TensorType& type) {
+int Tracer::AddNode(ir::NodeKind kind, ir::OpId op,
+                    absl::Span<const int> inputs, const ir::Attrs& attrs,
+                    const ir::TensorType& type) {
   const size_t index = next_node_++;
   int draw = -1;
-  if (kind == ir::NodeKind::kOp && ir::GetOpInfo(op).kind == ir::OpKind::kRandom) {
+  if (kind == ir::NodeKind::kOp &&
+      ir::GetOpInfo(op).kind == ir::OpKind::kRandom) {
     draw = draw_of_offset_
                .try_emplace(attrs.GetInt(AttrKey::kOffset),
                             static_cast<int>(draw_of_offset_.size()))
@@ -76,7 +79,8 @@ int Tracer::AddNode(ir::NodeKind kind, ir::OpId op, absl::Span<const int> inputs
   }
   if (matching_) {
     if (index < expected_->nodes.size() &&
-        SameNode(expected_->nodes[index], kind, op, inputs, attrs, type, draw)) {
+        SameNode(expected_->nodes[index], kind, op, inputs, attrs, type,
+                 draw)) {
       if (draw >= 0 || expected_->nodes[index].lifted)
         live_.push_back({index, attrs});
       return static_cast<int>(index);
@@ -105,10 +109,12 @@ int Tracer::Lookup(const Tensor& t) {
   if (slot.epoch != epoch_) return kNone;
   const ObserverSlot& storage = t.storage()->observer;
   if (storage.epoch == epoch_ && storage.writes != slot.writes) {
-    Break(absl::StrCat("a ", ir::DTypeName(t.dtype()), ir::ShapeToString(t.shape()),
-                       " tensor is read after an in-place op wrote its storage through "
-                       "another view (op #", num_ops_, " ", ir::OpName(last_op_),
-                       "); the tracer does not model aliasing writes"));
+    Break(absl::StrCat(
+        "a ", ir::DTypeName(t.dtype()), ir::ShapeToString(t.shape()),
+        " tensor is read after an in-place op wrote its storage through "
+        "another view (op #",
+        num_ops_, " ", ir::OpName(last_op_),
+        "); the tracer does not model aliasing writes"));
   }
   return slot.value;
 }
@@ -158,10 +164,11 @@ void Tracer::OnOp(ir::OpId op, absl::Span<const Tensor> inputs, const ir::Attrs&
 }
 
 void Tracer::OnHostRead(const Tensor& tensor, const char* what) {
-  Break(absl::StrCat(what, " reads ", ir::DTypeName(tensor.dtype()),
-                     ir::ShapeToString(tensor.shape()), " to the host after op #", num_ops_,
-                     num_ops_ == 0 ? "" : absl::StrCat(" (", ir::OpName(last_op_), ")"),
-                     "; a host read inside the step is a graph break"));
+  Break(absl::StrCat(
+      what, " reads ", ir::DTypeName(tensor.dtype()),
+      ir::ShapeToString(tensor.shape()), " to the host after op #", num_ops_,
+      num_ops_ == 0 ? "" : absl::StrCat(" (", ir::OpName(last_op_), ")"),
+      "; a host read inside the step is a graph break"));
 }
 
 void Tracer::OnAlias(const Tensor& source, const Tensor& alias) {
@@ -210,6 +217,11 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
   runtime::SetDispatchObserver(previous_);
   active_ = false;
   Trace trace;
+  const uint64_t generator_end = default_generator().offset();
+  if (generator_end > generator_offset_) {
+    trace.random = {static_cast<int64_t>(generator_offset_),
+                    static_cast<int64_t>(generator_end - generator_offset_)};
+  }
   trace.num_ops = num_ops_;
   trace.break_reason = break_reason_;
   trace.flag_guards = flag_guards_;
@@ -242,12 +254,11 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
         AddNode(ir::NodeKind::kAssign, ir::OpId{}, in, {}, {});
       }
     }
-    if (matching_ &&
-        (next_node_ != expected_->nodes.size() ||
-         record_.params.size() != expected_->params.size() ||
-         record_.returns != expected_->returns ||
-         record_.num_outputs != expected_->num_outputs ||
-         record_.grad_bindings != expected_->grad_bindings))
+    if (matching_ && (next_node_ != expected_->nodes.size() ||
+                      record_.params.size() != expected_->params.size() ||
+                      record_.returns != expected_->returns ||
+                      record_.num_outputs != expected_->num_outputs ||
+                      record_.grad_bindings != expected_->grad_bindings))
       Diverge();
   }
   trace.matched = matching_ && break_reason_.empty();
@@ -272,8 +283,8 @@ std::vector<Tracer::Kept> Tracer::KeptMetaTensors() const {
       continue;
     const ObserverSlot& slot = alive->observer;
     const ObserverSlot& storage = alive->storage->observer;
-    const bool known = slot.epoch == epoch_ &&
-                       !(storage.epoch == epoch_ && storage.writes != slot.writes);
+    const bool known = slot.epoch == epoch_ && !(storage.epoch == epoch_ &&
+                                                 storage.writes != slot.writes);
     kept.push_back({Tensor(std::move(alive)), known ? slot.value : kUnknown});
   }
   return kept;

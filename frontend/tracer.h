@@ -7,11 +7,12 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/inlined_vector.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "frontend/trace_record.h"
 #include "ir/graph.h"
 #include "runtime/dispatch.h"
+#include "runtime/program/random_remap.h"
 #include "runtime/tensor.h"
 
 namespace stepjit::frontend {
@@ -70,6 +71,8 @@ struct Trace {
   int num_ops = 0;
   // With an expected record: whether this call recorded exactly it.
   bool matched = false;
+  // The default generator's offsets the step's draws spanned.
+  runtime::RandomLayout random;
 };
 
 // Puts into `trace.record` the nodes it left out because they matched
@@ -147,7 +150,7 @@ class Tracer : public runtime::DispatchObserver {
   uint64_t epoch_;
   std::vector<std::weak_ptr<TensorImpl>> made_;
   std::vector<Tensor> state_;
-  std::vector<int> state_params_;  // state_[i]'s param operand
+  std::vector<int> state_params_;     // state_[i]'s param operand
   std::vector<Tensor> grad_touched_;  // leaves whose .grad was read or set
   absl::flat_hash_set<const TensorImpl*> grad_seen_;
   absl::flat_hash_set<const TensorImpl*> grad_set_;  // rebound during the step
@@ -155,6 +158,7 @@ class Tracer : public runtime::DispatchObserver {
   std::vector<FlagGuard> flag_guards_;
   std::vector<GradBefore> grad_before_;
   std::string break_reason_;
+  uint64_t generator_offset_ = 0;  // at Begin
   ir::OpId last_op_{};
   int num_ops_ = 0;
 };

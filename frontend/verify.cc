@@ -15,10 +15,10 @@
 
 namespace stepjit::frontend {
 
-ShapeOnlyTrace TraceShapesOnly(
-    const std::string& name, const std::vector<Tensor>& inputs,
-    const std::function<std::vector<Tensor>()>& step,
-    const TraceRecord* expected) {
+ShapeOnlyTrace TraceShapesOnly(const std::string& name,
+                               const std::vector<Tensor>& inputs,
+                               const std::function<std::vector<Tensor>()>& step,
+                               const TraceRecord* expected) {
   ShapeOnlyTrace out;
   out.expected = expected;
   Generator& generator = default_generator();
@@ -68,17 +68,17 @@ namespace {
 // kept values, and makes each kept tensor real with its value. Returns the
 // record's own returns.
 absl::StatusOr<std::vector<Tensor>> RunWithKept(
-    ShapeOnlyTrace& recorded, const std::vector<Tensor>& inputs,
-    Device device, bool effects) {
+    ShapeOnlyTrace& recorded, const std::vector<Tensor>& inputs, Device device,
+    bool effects) {
   const TraceRecord& record = FullRecord(recorded);
   const std::vector<Tracer::Kept>& kept = recorded.kept;
   std::vector<int> kept_values;
   for (const Tracer::Kept& k : kept) {
     if (k.value == Tracer::kUnknown) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the step kept a ", ir::DTypeName(k.tensor.dtype()),
-          ir::ShapeToString(k.tensor.shape()),
-          " tensor it created and wrote through another view"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("the step kept a ", ir::DTypeName(k.tensor.dtype()),
+                       ir::ShapeToString(k.tensor.shape()),
+                       " tensor it created and wrote through another view"));
     }
     kept_values.push_back(k.value);
   }
@@ -90,8 +90,8 @@ absl::StatusOr<std::vector<Tensor>> RunWithKept(
                  {.lift = false, .write_back = effects});
   if (!effects) {
     // Only what the kept values need: no dead work.
-    RETURN_IF_ERROR(passes::RunPipeline(*graph, "dce",
-                                        passes::PipelineOptions{}, nullptr));
+    RETURN_IF_ERROR(
+        passes::RunPipeline(*graph, "dce", passes::PipelineOptions{}, nullptr));
   }
   RETURN_IF_ERROR(ir::Verify(*graph));
   runtime::ProgramOptions options;

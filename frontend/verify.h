@@ -41,10 +41,10 @@ struct ShapeOnlyTrace {
 // With `expected` (which must outlive the result), each op is compared
 // with it as it arrives and nothing is stored while it matches
 // (trace.matched; FullRecord gives the whole record).
-ShapeOnlyTrace TraceShapesOnly(
-    const std::string& name, const std::vector<Tensor>& inputs,
-    const std::function<std::vector<Tensor>()>& step,
-    const TraceRecord* expected = nullptr);
+ShapeOnlyTrace TraceShapesOnly(const std::string& name,
+                               const std::vector<Tensor>& inputs,
+                               const std::function<std::vector<Tensor>()>& step,
+                               const TraceRecord* expected = nullptr);
 
 // The whole record of the call (the matched part copied from `expected`).
 const TraceRecord& FullRecord(ShapeOnlyTrace& recorded);
@@ -56,8 +56,7 @@ const TraceRecord& FullRecord(ShapeOnlyTrace& recorded);
 // nothing, when the recording is incomplete or a kept tensor's value is
 // unknown.
 absl::StatusOr<std::vector<Tensor>> RunRecorded(
-    ShapeOnlyTrace& recorded, const std::vector<Tensor>& inputs,
-    Device device);
+    ShapeOnlyTrace& recorded, const std::vector<Tensor>& inputs, Device device);
 
 // Makes every kept shape-only tensor real with the value the step gave it,
 // from the ops recorded before it (also when the recording stopped early:

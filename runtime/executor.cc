@@ -23,6 +23,8 @@ absl::StatusOr<Program> Program::Build(const ir::Graph& graph,
   p.options_ = options;
   DumpRegionSources(graph, options);
   p.last_uses_ = CollectLastUses(graph);
+  p.random_layout_ =
+      options.random_layout.span > 0 ? options.random_layout : LayoutOf(graph);
   ASSIGN_OR_RETURN(p.backend_, MakeRegionBackend(graph, options));
   std::vector<const ir::Node*> fusions;
   for (const auto& n : graph.nodes()) {
@@ -95,7 +97,8 @@ ReplayPlan Program::Plan() const {
           .last_uses = &last_uses_,
           .regions = &regions_,
           .backend = backend_.get(),
-          .device = options_.device};
+          .device = options_.device,
+          .random_layout = random_layout_};
 }
 
 std::vector<Tensor> Program::Run(absl::Span<const Tensor> inputs,

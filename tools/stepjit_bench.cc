@@ -328,7 +328,8 @@ struct Result {
   // its mean cost per call and per recorded op, and its share of ms_per_step.
   double check_us = 0;
   double CheckNsPerOp() const {
-    return ops_per_step > 0 ? 1e3 * check_us / static_cast<double>(ops_per_step) : 0;
+    return ops_per_step > 0 ? 1e3 * check_us / static_cast<double>(ops_per_step)
+                            : 0;
   }
   double CheckPct() const {
     return ms_per_step > 0 ? 0.1 * check_us / ms_per_step : 0;
@@ -649,9 +650,9 @@ std::string CheckDevice(Device device) {
 
 void PrintHeader() {
   std::printf("%-26s %-9s %-5s %9s %8s %13s %12s %12s %9s %9s %8s %7s\n",
-              "workload", "mode", "dtype", "ms/step", "speedup",
-              "kernels/step", "compile cold", "compile warm", "peak MB",
-              "check us", "ns/op", "check%");
+              "workload", "mode", "dtype", "ms/step", "speedup", "kernels/step",
+              "compile cold", "compile warm", "peak MB", "check us", "ns/op",
+              "check%");
 }
 
 void PrintRow(const Result& r, double eager_ms) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/device.h"
+#include "runtime/program/random_remap.h"
 
 namespace stepjit::runtime {
 
@@ -46,6 +47,12 @@ struct ProgramOptions {
   // multi-region kernel per phase instead of one set of kernels per region
   // (runtime/cuda/program/region_groups.h, codegen/cuda/multi_region.h).
   bool cuda_multi_region = true;
+  // Where the traced step's random draws lay in the generator's stream
+  // (its offsets before and after the step): replays reserve that span and
+  // draw at the traced places in it, as the eager step would, even where
+  // passes removed a draw. Unset (span 0): taken from the graph's own
+  // random nodes.
+  RandomLayout random_layout;
 
   // The defaults with `dump_dir` and STEPJIT_DUMP_CUDA=cu|ptx[:sm_XX]
   // applied (dump_cuda, and cuda_ptx_arch for ptx: sm_90 unless named).

@@ -344,6 +344,7 @@ std::vector<Tensor> RunReplay(const ReplayPlan& plan,
            inputs.size(), " inputs and ", state.size(),
            " state tensors to a graph with ", next_input, " and ", next_state);
   RunContext ctx;
+  ctx.random = RandomRemap(plan.random_layout);
   ctx.plan = &plan;
   ctx.hooks = &hooks;
   ctx.checker = checker;

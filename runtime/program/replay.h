@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
 #include "ir/graph.h"
+#include "runtime/program/random_remap.h"
 #include "runtime/program/region_backend.h"
 #include "runtime/region_check.h"
 #include "runtime/tensor.h"
@@ -38,6 +39,7 @@ struct ReplayPlan {
   RegionBackend* backend = nullptr;
   // Where the program runs (the profiler asks the device's timer).
   Device device = Device::cpu();
+  RandomLayout random_layout;  // the graph's draws (LayoutOf)
 };
 
 // Binds `inputs` and `state` to the graph's input and state params (each in

@@ -40,8 +40,11 @@ std::pair<Tensor, Tensor> Batch(int step) {
 
 enum class Mode { kEager, kCompiled, kCompilerScaler };
 
-void RunAndCheck(Mode mode) {
-  dist::init();
+// `init_after_compile`: the steps are compiled before dist::init(), as a
+// program that builds its model and step before it learns its rank might;
+// the grad-scaler pass must still all-reduce its inf check.
+void RunAndCheck(Mode mode, bool init_after_compile = false) {
+  if (!init_after_compile) dist::init();
   nn::Linear model(8, 4);
   optim::SGD opt(model.parameters(), {.lr = 0.05, .momentum = 0.9});
   amp::GradScaler scaler({.init_scale = 1024.0});
@@ -63,6 +66,7 @@ void RunAndCheck(Mode mode) {
   auto compiled = compile(scaled_step);
   auto compiled_plain = compile(
       plain_step, {.loss_scaling = true, .scaler = {.init_scale = 1024.0}});
+  if (init_after_compile) dist::init();
   for (int step = 0; step < kSteps; ++step) {
     auto [x, y] = Batch(step);
     const std::vector<float> before = Flat(model.parameters());
@@ -104,6 +108,11 @@ TEST(AmpSkip, EagerScalerSkipsOnEveryRank) { RunAndCheck(Mode::kEager); }
 TEST(AmpSkip, CompiledScalerSkipsOnEveryRank) { RunAndCheck(Mode::kCompiled); }
 TEST(AmpSkip, CompilerInsertedScalerSkipsOnEveryRank) {
   RunAndCheck(Mode::kCompilerScaler);
+}
+// Its own ctest entry (dist.compile_before_init) runs it first in a fresh
+// process, so that dist::init() really comes after compile().
+TEST(AmpSkipCompiledBeforeInit, CompilerInsertedScalerSkipsOnEveryRank) {
+  RunAndCheck(Mode::kCompilerScaler, /*init_after_compile=*/true);
 }
 
 }  // namespace

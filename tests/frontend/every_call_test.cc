@@ -77,11 +77,10 @@ struct TwinRun {
 
   TwinRun(Opt opt, CompileOptions options)
       : compiled_twin(opt), eager_twin(opt) {
-    auto step = compile(
-        [this](const Tensor& x, const Tensor& y) {
-          return compiled_twin.Step(x, y);
-        },
-        options);
+    auto step =
+        compile([this](const Tensor& x,
+                       const Tensor& y) { return compiled_twin.Step(x, y); },
+                options);
     fast = [step, this](const Tensor& x, const Tensor& y) mutable {
       Tensor loss = step(x, y);
       stats = step.stats();
@@ -168,9 +167,8 @@ TEST(EveryCallTest, AHostNumberChangingEveryCallIsLiftedIntoAnArgument) {
 // into its code.
 TEST(EveryCallTest, LiftedNumbersAreGraphInputs) {
   double k = 3.0;
-  auto fast = compile(
-      [&](const Tensor& x) { return sum(relu(x * k + 1.0)); },
-      {.warmup_steps = 0});
+  auto fast = compile([&](const Tensor& x) { return sum(relu(x * k + 1.0)); },
+                      {.warmup_steps = 0});
   const Tensor x = arange(-2, 3, 1, {.dtype = DType::kF32});
   for (int i = 0; i < 6; ++i) {
     k = 1.0 + i;
@@ -203,11 +201,10 @@ TEST(EveryCallTest, ClipThresholdLoweredLateIsUsed) {
   for (Opt opt : {Opt::kNesterov, Opt::kAdamW}) {
     SCOPED_TRACE(Name(opt));
     TwinRun run(opt, {});
-    EXPECT_EQ(run.Train(220,
-                        [](int i, Trainee& t) {
-                          t.max_norm = i < 160 ? 5.0 : 0.05;
-                        }),
-              -1)
+    EXPECT_EQ(
+        run.Train(220,
+                  [](int i, Trainee& t) { t.max_norm = i < 160 ? 5.0 : 0.05; }),
+        -1)
         << run.explain;
     run.ExpectSameParameters();
     EXPECT_GE(run.stats.replays, 210) << run.explain;
@@ -304,14 +301,14 @@ TEST(EveryCallTest, GptWithASequenceLengthThatChangesEveryCall) {
                  const Tensor& targets) {
     opt.zero_grad();
     Tensor logits = model(tokens);
-    Tensor loss = cross_entropy(logits.reshape({-1, 17}), targets.reshape({-1}));
+    Tensor loss =
+        cross_entropy(logits.reshape({-1, 17}), targets.reshape({-1}));
     loss.backward();
     opt.step();
     return loss;
   };
-  auto fast = compile([&](const Tensor& x, const Tensor& y) {
-    return step(a, opt_a, x, y);
-  });
+  auto fast = compile(
+      [&](const Tensor& x, const Tensor& y) { return step(a, opt_a, x, y); });
   Generator data(9);
   const int lengths[] = {4, 7, 4, 16, 7, 4, 1, 4, 9, 7};
   for (int i = 0; i < 60; ++i) {
@@ -382,6 +379,86 @@ TEST(EveryCallTest, CheckerWithDropoutAgreesAndChangesNothing) {
     EXPECT_NE(checked.check_report().find("OK"), std::string::npos)
         << checked.check_report();
   }
+}
+
+// The checker on a GPT with dropout in attention and the MLPs: the checked
+// run draws the masks the unchecked one does. SGD with momentum: AdamW
+// would turn the key bias's gradient, which is rounding noise around 0
+// (softmax does not change when a constant is added to every key), into
+// full-size steps whose sign differs between any two summation orders.
+TEST(EveryCallTest, CheckerWithDropoutInAGptAgrees) {
+  for (bool amp : {false, true}) {
+    SCOPED_TRACE(amp ? "bf16" : "f32");
+    auto make = [] {
+      manual_seed(3);
+      return nn::GPT(nn::GPTOptions{.vocab = 11,
+                                    .context = 8,
+                                    .d_model = 16,
+                                    .heads = 2,
+                                    .layers = 1,
+                                    .dropout = 0.2});
+    };
+    nn::GPT checked_model = make(), plain_model = make();
+    optim::SGD checked_opt(checked_model->parameters(),
+                           {.lr = 0.1, .momentum = 0.9});
+    optim::SGD plain_opt(plain_model->parameters(),
+                         {.lr = 0.1, .momentum = 0.9});
+    auto step = [](nn::GPT& m, optim::SGD& opt, const Tensor& x,
+                   const Tensor& y) {
+      opt.zero_grad();
+      Tensor loss = cross_entropy(m(x).reshape({-1, 11}), y.reshape({-1}));
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+    CompileOptions options{.check = true, .check_replays = 4};
+    if (amp) options.amp = DType::kBF16;
+    auto checked = compile(
+        [&](const Tensor& x, const Tensor& y) {
+          return step(checked_model, checked_opt, x, y);
+        },
+        options);
+    options.check = false;
+    auto plain = compile(
+        [&](const Tensor& x, const Tensor& y) {
+          return step(plain_model, plain_opt, x, y);
+        },
+        options);
+    Generator data(6);
+    const Tensor x = randint(0, 11, {3, 8}, {.dtype = DType::kI64}, &data);
+    const Tensor y = randint(0, 11, {3, 8}, {.dtype = DType::kI64}, &data);
+    for (int i = 0; i < 8; ++i) {
+      manual_seed(50 + i);
+      const float got = Values(checked(x, y))[0];
+      manual_seed(50 + i);
+      const float want = Values(plain(x, y))[0];
+      EXPECT_NEAR(got, want, amp ? 3e-2 : 1e-5) << "call " << i;
+    }
+    EXPECT_EQ(checked.stats().checks, 4) << checked.explain();
+    EXPECT_EQ(checked.stats().check_failures, 0) << checked.check_report();
+  }
+}
+
+// A replay draws what the eager step draws from the same generator state,
+// and leaves the generator where eager does, even when the compiled graph
+// drops a draw whose result is unused (eager still reserved it).
+TEST(EveryCallTest, ReplaysDrawWhatEagerDrawsAndAdvanceTheGeneratorAsEager) {
+  auto step = [](const Tensor& x) {
+    Tensor unused = dropout(x, 0.5);
+    return dropout(x * 2.0, 0.3) + dropout(x, 0.7);
+  };
+  auto fast = compile(step, {.warmup_steps = 0});
+  const Tensor x = ones({64});
+  for (int i = 0; i < 5; ++i) {
+    manual_seed(70 + i);
+    const std::vector<float> got = Values(fast(x));
+    const uint64_t offset_compiled = default_generator().offset();
+    manual_seed(70 + i);
+    const std::vector<float> want = Values(step(x));
+    EXPECT_EQ(got, want) << "call " << i;
+    EXPECT_EQ(offset_compiled, default_generator().offset()) << "call " << i;
+  }
+  EXPECT_EQ(fast.stats().replays, 4) << fast.explain();
 }
 
 }  // namespace

@@ -97,7 +97,8 @@ class CudaRegionBackend final : public RegionBackend {
                                 ? NotCapturable(graph_, compiled_)
                                 : "turned off (cuda_graphs = false)";
     stats_.replays_captured_run = stats_.capture_reason.empty();
-    philox_ = std::make_unique<PhiloxSlots>(graph_, compiled_);
+    philox_ = std::make_unique<PhiloxSlots>(graph_, compiled_,
+                                            options_.random_layout);
   }
 
   std::vector<Tensor> Run(absl::Span<const Tensor> inputs,

@@ -63,8 +63,10 @@ void CollectRandomNodes(const ir::Graph& g, const CudaRegions& compiled,
 
 }  // namespace
 
-PhiloxSlots::PhiloxSlots(const ir::Graph& g, const CudaRegions& compiled) {
+PhiloxSlots::PhiloxSlots(const ir::Graph& g, const CudaRegions& compiled,
+                         RandomLayout traced) {
   CollectRandomNodes(g, compiled, random_nodes);
+  layout = traced.span > 0 ? traced : LayoutOf(random_nodes);
   for (const ir::Node* n : random_nodes) {
     slots.emplace(n->attrs().GetInt(ir::AttrKey::kOffset),
                   static_cast<int>(slots.size()));
@@ -218,7 +220,7 @@ void CudaGraphReplay::RefreshPhiloxSlots(Backend& b, Stream stream,
     philox_copied_ = ValueOrThrow(b.CreateEvent());
   }
   uint64_t* host = static_cast<uint64_t*>(philox_host_.data_ptr());
-  RandomRemap remap;
+  RandomRemap remap(philox.layout);
   for (const ir::Node* n : philox.random_nodes) {
     const int64_t traced = n->attrs().GetInt(ir::AttrKey::kOffset);
     const auto [seed, offset] = remap.Draw(traced, RandomWords(*n));

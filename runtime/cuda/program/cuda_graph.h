@@ -15,6 +15,7 @@
 #include "runtime/cuda/backend.h"
 #include "runtime/cuda/profile_timer.h"
 #include "runtime/cuda/program/cuda_region.h"
+#include "runtime/program/random_remap.h"
 #include "runtime/program/region_backend.h"
 #include "runtime/tensor.h"
 
@@ -30,8 +31,10 @@ std::string NotCapturable(const ir::Graph& g, const CudaRegions& compiled);
 // the emitter does not lower random ops), and each distinct traced offset's
 // slot.
 struct PhiloxSlots {
-  PhiloxSlots(const ir::Graph& g, const CudaRegions& compiled);
+  PhiloxSlots(const ir::Graph& g, const CudaRegions& compiled,
+              RandomLayout layout);
   std::vector<const ir::Node*> random_nodes;
+  RandomLayout layout;  // ProgramOptions::random_layout, else the nodes'
   absl::flat_hash_map<int64_t, int> slots;
 };
 
