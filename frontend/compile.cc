@@ -547,6 +547,7 @@ struct StepCompiler::Impl {
     CheckResult r = CheckCall(
         absl::StrCat(options.name, ", call ", stats.calls), *s.program, s.trace,
         s.traced_state, options.amp, program_inputs, eager, &bisection);
+    s.program_inputs.clear();
     check_report = std::move(r.report);
     if (r.diverged) {
       ++stats.check_failures;
@@ -594,6 +595,7 @@ struct StepCompiler::Impl {
     RefreshStateCopies(s.state_copies, s.trace.state);
     std::vector<Tensor> outputs =
         s.program->Run(ProgramInputs(s, inputs), s.trace.state);
+    s.program_inputs.clear();  // holds the call's arguments
     MarkStateCopiesCurrent(s.state_copies, s.trace.state);
     for (size_t i = 0; kept != nullptr && i < kept->size(); ++i) {
       const Tensor& t = (*kept)[i].tensor;
