@@ -325,117 +325,100 @@ TEST(EveryCallTest, GptWithASequenceLengthThatChangesEveryCall) {
   EXPECT_GT(fast.stats().replays, 20) << fast.explain();
 }
 
-// The accuracy checker runs compiled and eager from the same state: both
-// draw the same dropout masks, and a checked call leaves the generator, the
-// parameters and the loss where an unchecked one would.
+// Trains two copies of a model (from `make`) with SGD, one compiled with
+// the accuracy checker on its first `checks` replays and one without, from
+// the same generator seed before each call: a checked call must draw the
+// same dropout masks in both of its runs, leave the generator where an
+// unchecked call does, and keep a loss within `tolerance` of the unchecked
+// replay's (checked calls keep the eager result).
+template <typename Model, typename Loss>
+void ExpectCheckedRunsLikeUnchecked(const std::function<Model()>& make,
+                                    const Loss& loss_of, const Tensor& x,
+                                    const Tensor& y, DType amp, int checks,
+                                    double tolerance) {
+  Model checked_model = make(), plain_model = make();
+  optim::SGD checked_opt(checked_model->parameters(),
+                         {.lr = 0.1, .momentum = 0.9});
+  optim::SGD plain_opt(plain_model->parameters(), {.lr = 0.1, .momentum = 0.9});
+  auto step = [&](Model& m, optim::SGD& opt, const Tensor& a, const Tensor& b) {
+    opt.zero_grad();
+    Tensor loss = loss_of(m, a, b);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  CompileOptions options{.check = true, .check_replays = checks, .amp = amp};
+  auto checked = compile(
+      [&](const Tensor& a, const Tensor& b) {
+        return step(checked_model, checked_opt, a, b);
+      },
+      options);
+  options.check = false;
+  auto plain = compile(
+      [&](const Tensor& a, const Tensor& b) {
+        return step(plain_model, plain_opt, a, b);
+      },
+      options);
+  for (int i = 0; i < checks + 4; ++i) {
+    manual_seed(1000 + i);
+    const float got = Values(checked(x, y))[0];
+    const uint64_t offset_checked = default_generator().offset();
+    manual_seed(1000 + i);
+    const float want = Values(plain(x, y))[0];
+    EXPECT_EQ(default_generator().offset(), offset_checked) << "call " << i;
+    EXPECT_NEAR(got, want, tolerance) << "call " << i;
+  }
+  EXPECT_EQ(checked.stats().checks, checks) << checked.explain();
+  EXPECT_EQ(checked.stats().check_failures, 0) << checked.check_report();
+  EXPECT_NE(checked.check_report().find("OK"), std::string::npos)
+      << checked.check_report();
+}
+
+// An MLP with dropout: a replay equals eager bit for bit in f32, and within
+// bf16's rounding with autocast.
 TEST(EveryCallTest, CheckerWithDropoutAgreesAndChangesNothing) {
-  for (bool amp : {false, true}) {
-    SCOPED_TRACE(amp ? "bf16" : "f32");
-    auto make = [] {
-      manual_seed(13);
-      return nn::Sequential(nn::Linear(6, 32), nn::ReLU(), nn::Dropout(0.5),
-                            nn::Linear(32, 3));
-    };
-    nn::Sequential checked_model = make(), plain_model = make();
-    optim::SGD checked_opt(checked_model.parameters(), {.lr = 0.1});
-    optim::SGD plain_opt(plain_model.parameters(), {.lr = 0.1});
-    auto step = [](nn::Sequential& m, optim::SGD& opt, const Tensor& x,
-                   const Tensor& y) {
-      opt.zero_grad();
-      Tensor loss = cross_entropy(m(x), y);
-      loss.backward();
-      opt.step();
-      return loss;
-    };
-    CompileOptions options{.check = true, .check_replays = 5};
-    if (amp) options.amp = DType::kBF16;
-    auto checked = compile(
-        [&](const Tensor& x, const Tensor& y) {
-          return step(checked_model, checked_opt, x, y);
+  Generator data(2);
+  const Tensor x = randn({16, 6}, {}, &data);
+  const Tensor y = randint(0, 3, {16}, {.dtype = DType::kI64}, &data);
+  for (DType amp : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(ir::DTypeName(amp));
+    ExpectCheckedRunsLikeUnchecked<nn::Sequential>(
+        [] {
+          manual_seed(13);
+          return nn::Sequential(nn::Linear(6, 32), nn::ReLU(),
+                                nn::Dropout(0.5), nn::Linear(32, 3));
         },
-        options);
-    options.check = false;
-    auto plain = compile(
-        [&](const Tensor& x, const Tensor& y) {
-          return step(plain_model, plain_opt, x, y);
+        [](nn::Sequential& m, const Tensor& a, const Tensor& b) {
+          return cross_entropy(m(a), b);
         },
-        options);
-    Generator data(2);
-    const Tensor x = randn({16, 6}, {}, &data);
-    const Tensor y = randint(0, 3, {16}, {.dtype = DType::kI64}, &data);
-    for (int i = 0; i < 10; ++i) {
-      manual_seed(1000 + i);
-      const float got = Values(checked(x, y))[0];
-      const uint64_t offset_checked = default_generator().offset();
-      manual_seed(1000 + i);
-      const float want = Values(plain(x, y))[0];
-      EXPECT_EQ(default_generator().offset(), offset_checked) << "call " << i;
-      // A checked call keeps the eager result; a replay equals eager
-      // bit for bit in f32, within bf16's rounding with autocast.
-      EXPECT_NEAR(got, want, amp ? 2e-2 : 0.0) << "call " << i;
-    }
-    EXPECT_EQ(checked.stats().checks, 5) << checked.explain();
-    EXPECT_EQ(checked.stats().check_failures, 0) << checked.check_report();
-    EXPECT_NE(checked.check_report().find("OK"), std::string::npos)
-        << checked.check_report();
+        x, y, amp, 5, amp == DType::kF32 ? 0.0 : 2e-2);
   }
 }
 
-// The checker on a GPT with dropout in attention and the MLPs: the checked
-// run draws the masks the unchecked one does. SGD with momentum: AdamW
+// A GPT with dropout in attention and the MLPs. SGD with momentum: AdamW
 // would turn the key bias's gradient, which is rounding noise around 0
 // (softmax does not change when a constant is added to every key), into
 // full-size steps whose sign differs between any two summation orders.
 TEST(EveryCallTest, CheckerWithDropoutInAGptAgrees) {
-  for (bool amp : {false, true}) {
-    SCOPED_TRACE(amp ? "bf16" : "f32");
-    auto make = [] {
-      manual_seed(3);
-      return nn::GPT(nn::GPTOptions{.vocab = 11,
-                                    .context = 8,
-                                    .d_model = 16,
-                                    .heads = 2,
-                                    .layers = 1,
-                                    .dropout = 0.2});
-    };
-    nn::GPT checked_model = make(), plain_model = make();
-    optim::SGD checked_opt(checked_model->parameters(),
-                           {.lr = 0.1, .momentum = 0.9});
-    optim::SGD plain_opt(plain_model->parameters(),
-                         {.lr = 0.1, .momentum = 0.9});
-    auto step = [](nn::GPT& m, optim::SGD& opt, const Tensor& x,
-                   const Tensor& y) {
-      opt.zero_grad();
-      Tensor loss = cross_entropy(m(x).reshape({-1, 11}), y.reshape({-1}));
-      loss.backward();
-      opt.step();
-      return loss;
-    };
-    CompileOptions options{.check = true, .check_replays = 4};
-    if (amp) options.amp = DType::kBF16;
-    auto checked = compile(
-        [&](const Tensor& x, const Tensor& y) {
-          return step(checked_model, checked_opt, x, y);
+  Generator data(6);
+  const Tensor x = randint(0, 11, {3, 8}, {.dtype = DType::kI64}, &data);
+  const Tensor y = randint(0, 11, {3, 8}, {.dtype = DType::kI64}, &data);
+  for (DType amp : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(ir::DTypeName(amp));
+    ExpectCheckedRunsLikeUnchecked<nn::GPT>(
+        [] {
+          manual_seed(3);
+          return nn::GPT(nn::GPTOptions{.vocab = 11,
+                                        .context = 8,
+                                        .d_model = 16,
+                                        .heads = 2,
+                                        .layers = 1,
+                                        .dropout = 0.2});
         },
-        options);
-    options.check = false;
-    auto plain = compile(
-        [&](const Tensor& x, const Tensor& y) {
-          return step(plain_model, plain_opt, x, y);
+        [](nn::GPT& m, const Tensor& a, const Tensor& b) {
+          return cross_entropy(m(a).reshape({-1, 11}), b.reshape({-1}));
         },
-        options);
-    Generator data(6);
-    const Tensor x = randint(0, 11, {3, 8}, {.dtype = DType::kI64}, &data);
-    const Tensor y = randint(0, 11, {3, 8}, {.dtype = DType::kI64}, &data);
-    for (int i = 0; i < 8; ++i) {
-      manual_seed(50 + i);
-      const float got = Values(checked(x, y))[0];
-      manual_seed(50 + i);
-      const float want = Values(plain(x, y))[0];
-      EXPECT_NEAR(got, want, amp ? 3e-2 : 1e-5) << "call " << i;
-    }
-    EXPECT_EQ(checked.stats().checks, 4) << checked.explain();
-    EXPECT_EQ(checked.stats().check_failures, 0) << checked.check_report();
+        x, y, amp, 4, amp == DType::kF32 ? 1e-5 : 3e-2);
   }
 }
 
