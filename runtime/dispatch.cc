@@ -27,38 +27,6 @@ thread_local DispatchObserver* t_observer = nullptr;
 thread_local Device t_factory_device = Device::cpu();
 thread_local bool t_meta = false;
 
-// Strides of a reshape that can alias the input (PyTorch's computeStride),
-// or an empty result when the layout forbids a view.
-std::optional<Shape> ViewStrides(ShapeRef old_shape, ShapeRef old_strides,
-                                 ShapeRef new_shape) {
-  if (ir::NumElements(old_shape) == 0) return ir::ContiguousStrides(new_shape);
-  // A 0-d tensor has one element: any all-ones shape views it.
-  if (old_shape.empty()) return Shape(new_shape.size(), 1);
-  Shape out(new_shape.size());
-  int64_t view_d = static_cast<int64_t>(new_shape.size()) - 1;
-  int64_t chunk_base_stride = old_strides.empty() ? 1 : old_strides.back();
-  int64_t tensor_numel = 1, view_numel = 1;
-  for (int64_t d = static_cast<int64_t>(old_shape.size()) - 1; d >= 0; --d) {
-    tensor_numel *= old_shape[d];
-    if (d == 0 || (old_shape[d - 1] != 1 &&
-                   old_strides[d - 1] != tensor_numel * chunk_base_stride)) {
-      while (view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d] == 1)) {
-        out[view_d] = view_numel * chunk_base_stride;
-        view_numel *= new_shape[view_d];
-        --view_d;
-      }
-      if (view_numel != tensor_numel) return std::nullopt;
-      if (d > 0) {
-        chunk_base_stride = old_strides[d - 1];
-        tensor_numel = 1;
-        view_numel = 1;
-      }
-    }
-  }
-  if (view_d != -1) return std::nullopt;
-  return out;
-}
-
 Tensor MakeView(OpId op, const Tensor& x, const ir::Attrs& attrs,
                 const ir::TensorType& type) {
   const int64_t rank = x.dim();
@@ -208,6 +176,37 @@ class OpProfile {
 };
 
 }  // namespace
+
+std::optional<Shape> ViewStrides(ShapeRef old_shape, ShapeRef old_strides,
+                                 ShapeRef new_shape) {
+  if (ir::NumElements(old_shape) == 0) return ir::ContiguousStrides(new_shape);
+  // A 0-d tensor has one element: any all-ones shape views it.
+  if (old_shape.empty()) return Shape(new_shape.size(), 1);
+  Shape out(new_shape.size());
+  int64_t view_d = static_cast<int64_t>(new_shape.size()) - 1;
+  int64_t chunk_base_stride = old_strides.empty() ? 1 : old_strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t d = static_cast<int64_t>(old_shape.size()) - 1; d >= 0; --d) {
+    tensor_numel *= old_shape[d];
+    if (d == 0 || (old_shape[d - 1] != 1 &&
+                   old_strides[d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 &&
+             (view_numel < tensor_numel || new_shape[view_d] == 1)) {
+        out[view_d] = view_numel * chunk_base_stride;
+        view_numel *= new_shape[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (d > 0) {
+        chunk_base_stride = old_strides[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
+}
 
 CpuKernel GetCpuKernel(OpId op) {
   return cpu::Runtime().kernels[static_cast<int>(op)];

@@ -2,6 +2,7 @@
 #ifndef STEPJIT_RUNTIME_DISPATCH_H_
 #define STEPJIT_RUNTIME_DISPATCH_H_
 
+#include <optional>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -25,6 +26,12 @@ Tensor Dispatch(ir::OpId op, absl::Span<const Tensor> inputs,
 // must already have the op's compute dtypes.
 std::vector<Tensor> DispatchResults(ir::OpId op, absl::Span<const Tensor> inputs,
                                     const ir::Attrs& attrs, int num_results);
+
+// Strides of a reshape of a tensor of `old_shape` and `old_strides` to
+// `new_shape` (no -1) that aliases it (PyTorch's computeStride), or nullopt
+// when the layout forbids a view.
+std::optional<Shape> ViewStrides(ShapeRef old_shape, ShapeRef old_strides,
+                                 ShapeRef new_shape);
 
 // Sees every op after it ran (the tracer attaches here; runtime never
 // includes frontend). Host reads are reported so a tracer can break the graph.

@@ -69,11 +69,25 @@ Tensor Tensor::view(ShapeRef shape) const {
   return Dispatch(OpId::kReshape, {*this}, {{AttrKey::kShape, Vec(shape)}});
 }
 Tensor Tensor::reshape(ShapeRef shape) const {
-  try {
-    return view(shape);
-  } catch (const Error&) {
-    return contiguous().view(shape);
+  // A view where the layout allows one, else a copy, decided without an
+  // exception (reshape runs on every call of a compiled step's recording).
+  // A bad shape goes to view(), whose error names it.
+  Shape resolved(shape.begin(), shape.end());
+  int inferred = -1;
+  for (size_t i = 0; i < resolved.size(); ++i) {
+    if (resolved[i] >= 0) continue;
+    if (resolved[i] != -1 || inferred >= 0) return view(shape);
+    inferred = static_cast<int>(i);
+    resolved[i] = 1;
   }
+  const absl::StatusOr<int64_t> known = ir::CheckedNumElements(resolved);
+  if (!known.ok() || (inferred >= 0 && (*known == 0 || numel() % *known != 0)))
+    return view(shape);
+  if (inferred >= 0) resolved[inferred] = numel() / *known;
+  if (ir::CheckedNumElements(resolved).value_or(-1) != numel() ||
+      runtime::ViewStrides(this->shape(), strides(), resolved).has_value())
+    return view(shape);
+  return contiguous().view(shape);
 }
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   int64_t s = ir::WrapDim(start_dim, dim()), e = ir::WrapDim(end_dim, dim());
