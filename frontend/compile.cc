@@ -332,7 +332,9 @@ struct StepCompiler::Impl {
 
   // The call recorded what `s` (or another specialization of `sig`)
   // compiled except for the values of some host numbers: rebuilds it with
-  // those (and the ones it lifted before) as arguments, in its place.
+  // those (and the ones it lifted before) as arguments, in its place, from
+  // the recording (which it takes). Null when there is no such
+  // specialization or no trace left to make.
   Specialization* Lift(Specialization& s, const Signature& sig,
                        ShapeOnlyTrace& now, const std::vector<Tensor>& inputs,
                        std::chrono::steady_clock::time_point start) {
@@ -370,9 +372,7 @@ struct StepCompiler::Impl {
                        "(rebuilt once): ",
                        what));
     const Device device = StepDevice(now.trace, inputs);
-    Specialization* fresh =
-        Install(Build(sig, std::move(now.trace), device), from, start);
-    return fresh->eager_only ? nullptr : fresh;
+    return Install(Build(sig, std::move(now.trace), device), from, start);
   }
 
   // Runs the step's host code in recording mode (frontend/verify.h) and
@@ -409,8 +409,13 @@ struct StepCompiler::Impl {
       if (target != nullptr) SetLifted(*target, now);
       // Only host numbers changed: they become arguments (one rebuild).
       if (target == nullptr && now.kept.empty()) {
-        if (Specialization* lifted = Lift(s, sig, now, inputs, start))
-          return Replay(*lifted, inputs, eager);
+        if (Specialization* lifted = Lift(s, sig, now, inputs, start)) {
+          if (!lifted->eager_only) return Replay(*lifted, inputs, eager);
+          // Nothing to replay, and the call has not run for real yet.
+          ++stats.eager_calls;
+          eager();
+          return std::nullopt;
+        }
       }
     }
     if (!now.kept.empty()) {
