@@ -1,12 +1,13 @@
-// Shape-only re-trace: run a step once with meta dispatch to see what it would
-// record now.
+// The recording check: run a step's host code with meta dispatch to see what
+// it does now, and run or make real what that recording stands for.
 //
 // C++ cannot inspect what a step's lambda captures, so guards cannot see a
 // captured double that changed, a setter such as opt.set_lr(x) called inside
-// the step, or a captured tensor variable assigned a new tensor. Running the
-// step again under runtime::MetaModeGuard records the graph it would run now
-// (ops, constants, the tensors it reads) while computing nothing and writing
-// no tensor; the compiler compares that with the graph it compiled
+// the step, a frozen layer, or a captured tensor variable assigned a new
+// tensor. Running the step under runtime::MetaModeGuard records what it
+// would run now (ops, constants, the tensors it reads) while computing
+// nothing and writing no tensor; a compiled step does this on every call
+// and compares the record with the one it compiled, op by op as they arrive
 // (frontend/trace_record.h).
 #ifndef STEPJIT_FRONTEND_VERIFY_H_
 #define STEPJIT_FRONTEND_VERIFY_H_
