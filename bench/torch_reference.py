@@ -62,6 +62,16 @@ WORKLOADS = {
     "gpt_d128_l4_t128_b32": dict(gpt=dict(vocab=114, d_model=128, heads=4, context=128,
                                           layers=4),
                                  batch=32, opt="adamw", lr=1e-3),
+    # Shapes that change every call (bench/workloads.cc's `sizes`): each
+    # batch of the pool has its own sequence length or batch size.
+    "gpt_d128_l2_tvar_b16": dict(gpt=dict(vocab=65, d_model=128, heads=4, context=128,
+                                          layers=2),
+                                 batch=16, opt="adamw", lr=1e-3,
+                                 sizes=[72, 8, 128, 40, 96, 16, 112, 56, 24, 88, 64, 120, 32,
+                                        104, 48, 80]),
+    "mlp784_adamw_bvar": dict(widths=[784, 512, 512, 10], batch=256, opt="adamw", lr=1e-3,
+                              sizes=[37, 201, 1, 129, 84, 256, 13, 170, 58, 243, 112, 7, 190,
+                                     65, 146, 29]),
 }
 ALL_MODES = ["torch_eager", "torch_compile", "jax_jit"]
 POOL = 16
@@ -182,17 +192,19 @@ def torch_setup(w, device="cpu", bf16=None):
         opt = torch.optim.AdamW(model.parameters(), lr=w["lr"], betas=BETAS, eps=EPS,
                                 weight_decay=WEIGHT_DECAY)
     gen = torch.Generator().manual_seed(DATA_SEED)
+    sizes = w.get("sizes")
     if "gpt" in w:
         # Random tokens; the targets are the inputs shifted by one position.
-        t = w["gpt"]["context"]
+        lengths = sizes or [w["gpt"]["context"]] * POOL
         seqs = [torch.randint(0, w["gpt"]["vocab"], (w["batch"], t + 1), generator=gen)
-                for _ in range(POOL)]
-        pool = [(s[:, :t].contiguous().to(device), s[:, 1:].contiguous().to(device))
+                for t in lengths]
+        pool = [(s[:, :-1].contiguous().to(device), s[:, 1:].contiguous().to(device))
                 for s in seqs]
     else:
-        pool = [(torch.randn(w["batch"], w["widths"][0], generator=gen).to(device),
-                 torch.randint(0, w["widths"][-1], (w["batch"],), generator=gen).to(device))
-                for _ in range(POOL)]
+        batches = sizes or [w["batch"]] * POOL
+        pool = [(torch.randn(b, w["widths"][0], generator=gen).to(device),
+                 torch.randint(0, w["widths"][-1], (b,), generator=gen).to(device))
+                for b in batches]
 
     def step(x, y):
         opt.zero_grad()
@@ -333,6 +345,9 @@ def jax_gpt(w):
 
 
 def run_jax_jit(name, w, args):
+    if w.get("sizes"):
+        return skip("jax_jit", f"{name}: shapes that change every call are not set up "
+                    "for jax.jit here")
     import jax
     import optax
 
@@ -447,6 +462,8 @@ def run_all_modes(args):
                 r = runners[mode](name, w, args)
             except Exception as e:  # a peer failing must not hide the others
                 skip(mode, f"{name} failed: {type(e).__name__}: {e}")
+                continue
+            if r is None:  # the runner printed why it skipped
                 continue
             r["background_load"] = args.background_load
             print(json.dumps(r), flush=True)

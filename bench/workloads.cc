@@ -97,6 +97,32 @@ const std::vector<Workload>& Workloads() {
                        .heads = 4,
                        .context = 128,
                        .layers = 4}},
+      // Shapes that change on every call: each batch of the pool has its
+      // own sequence length (the 16 multiples of 8 up to 128, shuffled) or
+      // batch size (16 drawn once from 1..256).
+      {.name = "gpt_d128_l2_tvar_b16",
+       .description = "GPT: vocab 65, width 128, 4 heads, 2 layers, batch 16, "
+                      "AdamW; the sequence length changes every call (16 "
+                      "lengths, 8..128)",
+       .batch = 16,
+       .opt = OptKind::kAdamW,
+       .lr = 1e-3,
+       .gpt = GptShape{.vocab = 65,
+                       .d_model = 128,
+                       .heads = 4,
+                       .context = 128,
+                       .layers = 2},
+       .sizes = {72, 8, 128, 40, 96, 16, 112, 56, 24, 88, 64, 120, 32, 104, 48,
+                 80}},
+      {.name = "mlp784_adamw_bvar",
+       .description = "784-512-512-10, AdamW lr 1e-3; the batch size changes "
+                      "every call (16 sizes, 1..256)",
+       .widths = {784, 512, 512, 10},
+       .batch = 256,
+       .opt = OptKind::kAdamW,
+       .lr = 1e-3,
+       .sizes = {37, 201, 1, 129, 84, 256, 13, 170, 58, 243, 112, 7, 190, 65,
+                 146, 29}},
   };
   return kAll;
 }
@@ -203,17 +229,19 @@ WorkloadRun::WorkloadRun(const Workload& w, CompileOptions options,
   s.stats = [fast] { return fast->stats(); };
   Generator gen(kDataSeed);
   for (int i = 0; i < kPoolSize; ++i) {
+    const int64_t size = w.sizes.empty() ? 0 : w.sizes[static_cast<size_t>(i)];
     if (w.gpt) {
       // Random tokens; the targets are the inputs shifted by one position.
-      const int64_t t = w.gpt->context;
+      const int64_t t = size > 0 ? size : w.gpt->context;
       const Tensor seq = randint(0, w.gpt->vocab, {w.batch, t + 1},
                                  {.dtype = DType::kI64}, &gen);
       s.pool.emplace_back(seq.slice(1, 0, t).contiguous().to(device),
                           seq.slice(1, 1, t + 1).contiguous().to(device));
     } else {
+      const int64_t b = size > 0 ? size : w.batch;
       s.pool.emplace_back(
-          randn({w.batch, w.widths.front()}, {}, &gen).to(device),
-          randint(0, w.widths.back(), {w.batch}, {.dtype = DType::kI64}, &gen)
+          randn({b, w.widths.front()}, {}, &gen).to(device),
+          randint(0, w.widths.back(), {b}, {.dtype = DType::kI64}, &gen)
               .to(device));
     }
   }

@@ -42,13 +42,19 @@ struct Workload {
   DType amp = DType::kF32;
   // Set: the workload trains this language model instead of an MLP.
   std::optional<GptShape> gpt = std::nullopt;
+  // Non-empty: one per batch of the pool, the size that varies from call to
+  // call (the GPT's sequence length, the MLP's batch size); the pool is
+  // stepped through in this order.
+  std::vector<int64_t> sizes = {};
 };
 
 // (a) mlp784_adamw_b128, (b) mlp784_sgd_b128, (c) tiny_mlp_adamw_b32,
 // (d) mlp1024x3_adamw_b512, (e) gpt_d64_l1_t32_b16, (f) gpt_d128_l2_t64_b16
 // and (g) gpt_d128_l4_t128_b32 (the language model, (g) at examples/char_lm's
 // size; softmax, layer_norm and cross-entropy rows are a large part of their
-// steps): sized for the CPU.
+// steps): sized for the CPU. Then two whose shapes change every call:
+// gpt_d128_l2_tvar_b16 (sequence lengths 8..128) and mlp784_adamw_bvar
+// (batch sizes 1..256), 16 of each.
 const std::vector<Workload>& Workloads();
 // Sized for a GPU, far too slow on a CPU: mlp4096x4_adamw_b4096_bf16 and
 // gpt_d512_l8_t256_b32_bf16.

@@ -205,7 +205,10 @@ compiled, kernel launches per replay. compile cold and warm are measured in
 two fresh child processes sharing a new, empty kernel cache directory: cold
 is the first (every kernel compiled), warm the second (every kernel loaded
 from the disk cache). Each is stats().compile_ms: tracing the step (one
-eager step), the pass pipeline and code generation. check us is, for compiled rows, the mean
+eager step), the pass pipeline and code generation. replayed is, for compiled rows, the share of
+all calls (warmup included) that replayed compiled code and traces the
+traces made (more than one where shapes or paths vary). check us is, for
+compiled rows, the mean
 cost per call of the recording check (the step's host code run shape-only
 and compared with the compiled record, CompileOptions::verify, on every call
 by default), ns/op that per op the step dispatches, and check% its share of
@@ -297,7 +300,8 @@ const std::vector<std::string> kResultColumns = {
     "compile_ms_cold", "compile_ms_warm",
     "peak_bytes",      "background_load",
     "check_us",        "check_ns_per_op",
-    "check_pct"};
+    "check_pct",       "replay_pct",
+    "traces"};
 const std::vector<std::string> kRooflineColumns = {
     "gemm_ms",  "gemm_gflops",    "gemm_pct_peak",
     "fused_ms", "fused_gb_per_s", "fused_pct_triad",
@@ -327,6 +331,10 @@ struct Result {
   // Compiled only: the per-call recording check (CompileOptions::verify),
   // its mean cost per call and per recorded op, and its share of ms_per_step.
   double check_us = 0;
+  // Compiled only: the share of all calls (warmup included) that replayed,
+  // and the traces made.
+  double replay_pct = 0;
+  int64_t traces = 0;
   double CheckNsPerOp() const {
     return ops_per_step > 0 ? 1e3 * check_us / static_cast<double>(ops_per_step)
                             : 0;
@@ -480,6 +488,9 @@ Result Run(const Workload& w, const Flags& f, bool compiled, DType amp, const ch
     r.ops_per_step = s.ops_per_step;
     if (s.verifications > 0)
       r.check_us = 1e3 * s.verify_ms / static_cast<double>(s.verifications);
+    if (s.calls > 0)
+      r.replay_pct = 100.0 * static_cast<double>(s.replays) / s.calls;
+    r.traces = s.traces;
     if (amp == DType::kF32) {
       std::tie(r.compile_ms_cold, r.compile_ms_warm) = ColdWarmCompileMs(w, f, self);
     }
@@ -532,7 +543,9 @@ llvm::json::Value Json(const Result& r) {
                        {"background_load", g_background_load},
                        {"check_us", r.check_us},
                        {"check_ns_per_op", r.CheckNsPerOp()},
-                       {"check_pct", r.CheckPct()}};
+                       {"check_pct", r.CheckPct()},
+                       {"replay_pct", r.replay_pct},
+                       {"traces", r.traces}};
   if (r.roofline) {
     o["gemm_ms"] = r.gemm_ms;
     o["gemm_gflops"] = r.GemmGflops();
@@ -658,11 +671,12 @@ void PrintHeader() {
 void PrintRow(const Result& r, double eager_ms) {
   std::printf(
       "%-26s %-9s %-5s %9.3f %7.2fx %13d %10.1fms %10.1fms %9.2f %9.1f %8.0f "
-      "%6.2f%%\n",
+      "%6.2f%% %8.1f%% %7d\n",
       r.workload.c_str(), r.mode.c_str(), r.dtype.c_str(), r.ms_per_step,
       eager_ms / r.ms_per_step, static_cast<int>(r.kernels_per_step),
       r.compile_ms_cold, r.compile_ms_warm, r.peak_bytes / 1048576.0,
-      r.check_us, r.CheckNsPerOp(), r.CheckPct());
+      r.check_us, r.CheckNsPerOp(), r.CheckPct(), r.replay_pct,
+      static_cast<int>(r.traces));
 }
 
 int Main(int argc, char** argv) {

@@ -36,7 +36,8 @@ TEST_P(WorkloadTest, CompiledFollowsEagerWithNoRegionInterpreted) {
     EXPECT_NEAR(got, want, 1e-4 * std::abs(want) + 1e-5) << "step " << i;
   }
   const CompileStats stats = compiled.stats();
-  EXPECT_EQ(stats.replays, 3);
+  // A workload whose shapes change every call replays none of these calls.
+  EXPECT_EQ(stats.replays, w->sizes.empty() ? 3 : 0);
   EXPECT_GT(stats.native_regions, 0);
   EXPECT_EQ(stats.interpreted_regions, 0) << stats;
 }
