@@ -293,41 +293,48 @@ struct StepCompiler::Impl {
     return true;
   }
 
+  // Whether `t` (not `except`) is compiled for `sig` and its flag and state
+  // guards hold now: one the call could replay if its record fits.
+  static bool Replayable(const Specialization& t, const Signature& sig,
+                         const Specialization* except) {
+    return &t != except && !t.eager_only && t.signature == sig &&
+           CheckFlagGuards(t.trace).empty() &&
+           CheckStateGuards(t.trace, t.state_guards).empty();
+  }
+
   // Another specialization with `sig` whose guards hold and whose record is
   // what the step did now (a path the step took before), or nullptr.
   Specialization* Sibling(const Signature& sig, const TraceRecord& now,
                           const Specialization* except) {
     for (auto& t : specs) {
-      if (t.get() == except || t->eager_only || !(t->signature == sig))
-        continue;
-      if (!CheckFlagGuards(t->trace).empty() ||
-          !CheckStateGuards(t->trace, t->state_guards).empty())
-        continue;
-      if (DiffTraces(t->record, now).empty()) return t.get();
+      if (Replayable(*t, sig, except) && DiffTraces(t->record, now).empty())
+        return t.get();
     }
     return nullptr;
   }
 
-  // This call's values of `t`'s lifted numbers, from the recording.
+  // Writes this call's values of `t`'s lifted numbers, from the recording,
+  // into the tensors its program reads them from.
   static void SetLifted(Specialization& t, ShapeOnlyTrace& now) {
     if (t.lifted.empty()) return;
-    std::vector<double> values;
-    values.reserve(t.lifted.size());
+    size_t k = 0;
+    auto set = [&](const ir::Attrs& attrs) {
+      SJ_CHECK(k < t.lifted_inputs.size(), "more lifted values than the ",
+               t.lifted_inputs.size(), " arguments");
+      SetScalar(t.lifted_inputs[k++], attrs.GetDouble(ir::AttrKey::kValue));
+    };
     if (now.trace.matched && now.expected == &t.record) {
+      // Matched: the values are among the attributes kept for the nodes
+      // the record left out.
       for (const auto& [index, attrs] : now.trace.unfilled_live) {
-        if (t.record.nodes[index].lifted)
-          values.push_back(attrs.GetDouble(ir::AttrKey::kValue));
+        if (t.record.nodes[index].lifted) set(attrs);
       }
     } else {
       const TraceRecord& r = FullRecord(now);
-      for (size_t index : t.lifted)
-        values.push_back(r.nodes[index].attrs.GetDouble(ir::AttrKey::kValue));
+      for (size_t index : t.lifted) set(r.nodes[index].attrs);
     }
-    SJ_CHECK(values.size() == t.lifted_inputs.size(),
-             "lifted values: ", values.size(), " for ", t.lifted_inputs.size(),
-             " arguments");
-    for (size_t i = 0; i < values.size(); ++i)
-      SetScalar(t.lifted_inputs[i], values[i]);
+    SJ_CHECK(k == t.lifted_inputs.size(), "lifted values: ", k, " for ",
+             t.lifted_inputs.size(), " arguments");
   }
 
   // The call recorded what `s` (or another specialization of `sig`)
@@ -346,10 +353,7 @@ struct StepCompiler::Impl {
     if (!changed.empty()) from = &s;
     for (size_t i = 0; from == nullptr && i < specs.size(); ++i) {
       Specialization* c = specs[i].get();
-      if (c == &s || c->eager_only || !(c->signature == sig) ||
-          !CheckFlagGuards(c->trace).empty() ||
-          !CheckStateGuards(c->trace, c->state_guards).empty())
-        continue;
+      if (!Replayable(*c, sig, &s)) continue;
       changed = ScalarOnlyDiff(c->record, record);
       if (!changed.empty()) from = c;
     }

@@ -511,8 +511,8 @@ class BackgroundLoad {
       if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent) _exit(0);  // the parent is gone already
-        for (volatile uint64_t spin = 0;; spin = spin + 1) {
-        }
+        volatile uint64_t spin = 0;
+        while (true) spin = spin + 1;
       }
       pids_.push_back(pid);
     }
