@@ -228,7 +228,9 @@ std::unique_ptr<ir::Graph> BuildGraph(const TraceRecord& record,
     results[i] = graph->AddOp(n.op, std::move(in), n.attrs, n.type)->output();
   }
   std::vector<ir::Value*> returns;
-  for (int id : record.returns) returns.push_back(value(id));
+  if (options.returns) {
+    for (int id : record.returns) returns.push_back(value(id));
+  }
   for (int id : extra_returns) returns.push_back(value(id));
   graph->SetReturns(std::move(returns));
   return graph;

@@ -81,11 +81,12 @@ std::string DiffTraces(const TraceRecord& traced, const TraceRecord& now);
 // The graph `record` describes, named `name`: inputs %x<i>, state %s<j>,
 // and with `lift`, each lifted number as one more input %c<k> after the
 // step's own (else a constant with its recorded value). `extra_returns`
-// (operands) are returned after the record's own returns; without
-// `write_back` the assigns are left out.
+// (operands) are returned after the record's own returns (without
+// `returns`, alone); without `write_back` the assigns are left out.
 struct GraphOptions {
   bool lift = true;
   bool write_back = true;
+  bool returns = true;
 };
 std::unique_ptr<ir::Graph> BuildGraph(const TraceRecord& record,
                                       const std::string& name,

@@ -63,10 +63,10 @@ const TraceRecord& FullRecord(ShapeOnlyTrace& recorded) {
 
 namespace {
 
-// Runs the recorded call's graph op by op, returning the record's own
-// returns (with `effects`; else none, and no write-back) followed by the
-// kept values, and makes each kept tensor real with its value. Returns the
-// record's own returns.
+// Runs the recorded call's graph op by op and makes each kept tensor real
+// with its value. With `effects` the run is the call (write-back included)
+// and returns the record's returns; without, it computes only the kept
+// values, writes nothing and returns nothing.
 absl::StatusOr<std::vector<Tensor>> RunWithKept(
     ShapeOnlyTrace& recorded, const std::vector<Tensor>& inputs, Device device,
     bool effects) {
@@ -82,12 +82,10 @@ absl::StatusOr<std::vector<Tensor>> RunWithKept(
     }
     kept_values.push_back(k.value);
   }
-  TraceRecord own = record;
-  if (!effects) own.returns.clear();
-  const size_t first_kept = own.returns.size();
+  const size_t first_kept = effects ? record.returns.size() : 0;
   std::unique_ptr<ir::Graph> graph =
-      BuildGraph(own, "recorded_call", kept_values,
-                 {.lift = false, .write_back = effects});
+      BuildGraph(record, "recorded_call", kept_values,
+                 {.lift = false, .write_back = effects, .returns = effects});
   if (!effects) {
     // Only what the kept values need: no dead work.
     RETURN_IF_ERROR(
