@@ -35,6 +35,13 @@ std::shared_ptr<nn::Module> MakeModel(const Workload& w) {
   }
   return MakeMlp(w);
 }
+
+// The width-128, 2-layer, 4-head GPT over the 65-character vocabulary, with
+// a context of `context` tokens.
+GptShape GptD128L2(int64_t context) {
+  return GptShape{
+      .vocab = 65, .d_model = 128, .heads = 4, .context = context, .layers = 2};
+}
 }  // namespace
 
 const std::vector<Workload>& Workloads() {
@@ -81,11 +88,7 @@ const std::vector<Workload>& Workloads() {
        .batch = 16,
        .opt = OptKind::kAdamW,
        .lr = 1e-3,
-       .gpt = GptShape{.vocab = 65,
-                       .d_model = 128,
-                       .heads = 4,
-                       .context = 64,
-                       .layers = 2}},
+       .gpt = GptD128L2(64)},
       {.name = "gpt_d128_l4_t128_b32",
        .description = "GPT: vocab 114, width 128, 4 heads, 4 layers, context "
                       "128, batch 32, AdamW (examples/char_lm's model)",
@@ -107,11 +110,7 @@ const std::vector<Workload>& Workloads() {
        .batch = 16,
        .opt = OptKind::kAdamW,
        .lr = 1e-3,
-       .gpt = GptShape{.vocab = 65,
-                       .d_model = 128,
-                       .heads = 4,
-                       .context = 128,
-                       .layers = 2},
+       .gpt = GptD128L2(128),
        .sizes = {72, 8, 128, 40, 96, 16, 112, 56, 24, 88, 64, 120, 32, 104, 48,
                  80}},
       {.name = "mlp784_adamw_bvar",
