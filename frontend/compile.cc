@@ -6,9 +6,11 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "absl/algorithm/container.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -35,11 +37,15 @@ std::ostream& operator<<(std::ostream& os, const CompileStats& s) {
   os << "calls " << s.calls << ", replays " << s.replays << ", eager calls "
      << s.eager_calls << " (fallbacks " << s.fallbacks << "), traces "
      << s.traces << " (recompiles " << s.recompiles << "), specializations "
-     << s.specializations << ", compile " << s.compile_ms << " ms, ops/step "
-     << s.ops_per_step << ", kernels/step " << s.kernels_per_step << " ("
-     << s.native_regions << " regions as native code, " << s.interpreted_regions
-     << " interpreted, " << s.cached_regions
-     << " from the kernel cache, codegen " << s.codegen_ms
+     << s.specializations;
+  if (s.shape_builds > 0) {
+    os << " (" << s.shape_builds << " built for new sizes from a recording, "
+       << s.shapes_evicted << " dropped)";
+  }
+  os << ", compile " << s.compile_ms << " ms, ops/step " << s.ops_per_step
+     << ", kernels/step " << s.kernels_per_step << " (" << s.native_regions
+     << " regions as native code, " << s.interpreted_regions << " interpreted, "
+     << s.cached_regions << " from the kernel cache, codegen " << s.codegen_ms
      << " ms), planned peak " << s.planned_peak_bytes << " B";
   if (s.replay_threads > 0) {
     os << ", replays on " << s.replay_threads << " thread"
@@ -150,6 +156,8 @@ struct StepCompiler::Impl {
   // repeat (the step keeps tensors it creates, then stops early): the step
   // then runs eagerly.
   std::string stopped_reason;
+  int next_family = 0;
+  bool dims_checked = false;  // options.dynamic_dims against the first call
 
   void Event(const std::string& cause, std::string what) {
     if (LogGuards())
@@ -160,16 +168,21 @@ struct StepCompiler::Impl {
   // max_traces counts specializations; replacing one (a state guard that
   // failed for good) counts against a bound of its own, so that a step that
   // rebinds a parameter every call stops retracing.
+  int Families() const {
+    absl::flat_hash_set<int> seen;
+    for (const auto& s : specs) seen.insert(s->family);
+    return static_cast<int>(seen.size());
+  }
   std::string TraceLimitText() const {
-    return static_cast<int>(specs.size()) >= options.max_traces
-               ? absl::StrCat(specs.size(),
+    return Families() >= options.max_traces
+               ? absl::StrCat(Families(),
                               " specializations already made (max_traces)")
                : absl::StrCat(stats.traces,
                               " traces already made (2 x max_traces, when "
                               "specializations were replaced)");
   }
   bool TraceLimitReached() const {
-    return static_cast<int>(specs.size()) >= options.max_traces ||
+    return Families() >= options.max_traces ||
            stats.traces >= 2 * static_cast<int64_t>(options.max_traces);
   }
 
@@ -214,15 +227,29 @@ struct StepCompiler::Impl {
   }
 
   // Adds `spec` (in place of `replace` when set) and accounts for the trace.
+  // `family` >= 0: a new concrete shape of that family (built from a
+  // recording, not traced); the family's least recently used shape beyond
+  // max_shapes is dropped (never `keep`). Else the spec heads a family of
+  // its own, or takes the one of the spec it replaces.
   Specialization* Install(std::unique_ptr<Specialization> spec,
                           Specialization* replace,
-                          std::chrono::steady_clock::time_point start) {
+                          std::chrono::steady_clock::time_point start,
+                          int family = -1,
+                          const Specialization* keep = nullptr) {
     const double this_ms = std::chrono::duration<double, std::milli>(
                                std::chrono::steady_clock::now() - start)
                                .count();
     stats.compile_ms += this_ms;
-    ++stats.traces;
-    if (stats.traces > 1) ++stats.recompiles;
+    if (family >= 0) {
+      spec->family = family;
+      // (In place of `replace`: a shape rebuilt, not a new one.)
+      if (replace == nullptr) ++stats.shape_builds;
+    } else {
+      spec->family = replace != nullptr ? replace->family : next_family++;
+      ++stats.traces;
+      if (stats.traces > 1) ++stats.recompiles;
+    }
+    spec->last_used = stats.calls;
     stats.ops_per_step = spec->trace.num_ops;
     if (!spec->pass_stats.empty()) {
       stats.passes = spec->pass_stats;
@@ -253,9 +280,173 @@ struct StepCompiler::Impl {
       index = specs.size();
       specs.push_back(std::move(spec));
     }
-    last = specs[index].get();
+    Specialization* installed = specs[index].get();
+    last = installed;
+    if (family >= 0) EvictShapes(family, installed, keep);
     stats.specializations = static_cast<int>(specs.size());
-    return specs[index].get();
+    return installed;
+  }
+
+  // Drops the least recently used concrete shapes of `family` beyond
+  // max_shapes, except `a` and `b`.
+  void EvictShapes(int family, const Specialization* a,
+                   const Specialization* b) {
+    for (;;) {
+      int count = 0;
+      size_t oldest = specs.size();
+      for (size_t i = 0; i < specs.size(); ++i) {
+        const Specialization& t = *specs[i];
+        if (t.family != family) continue;
+        ++count;
+        if (&t != a && &t != b &&
+            (oldest == specs.size() || t.last_used < specs[oldest]->last_used))
+          oldest = i;
+      }
+      if (count <= options.max_shapes || oldest == specs.size()) return;
+      if (last == specs[oldest].get()) last = nullptr;
+      specs.erase(specs.begin() + static_cast<std::ptrdiff_t>(oldest));
+      ++stats.shapes_evicted;
+    }
+  }
+
+  // The family a build from the recording `now` joins: `s`'s when the call
+  // (`sig`) differs from `s` only in input sizes that may be symbolic and
+  // recorded the same step at other sizes; else -1 (a new specialization).
+  bool IsShapeOf(const Specialization& t, const Signature& sig,
+                 const TraceRecord& now) const {
+    return options.shapes == Shapes::kDynamic && !t.eager_only &&
+           !(t.signature == sig) &&
+           !DimsOnlyDiff(t.signature, sig, options.dynamic_dims).empty() &&
+           SameUpToSizes(t.record, now);
+  }
+  // The specialization whose family a build from `now` joins: `s`, else
+  // another one the call is a new shape of; null when none.
+  Specialization* ShapeSource(Specialization& s, const Signature& sig,
+                              const TraceRecord& now) {
+    if (IsShapeOf(s, sig, now)) return &s;
+    if (options.shapes != Shapes::kDynamic || s.signature == sig)
+      return nullptr;
+    for (auto& t : specs) {
+      if (t.get() != &s && CheckFlagGuards(t->trace).empty() &&
+          IsShapeOf(*t, sig, now))
+        return t.get();
+    }
+    return nullptr;
+  }
+
+  // A new concrete shape of `s`'s family from the recording `now` (which it
+  // takes): the host numbers `s` lifted stay arguments.
+  Specialization* BuildShape(const Specialization& s, Signature sig,
+                             ShapeOnlyTrace& now,
+                             const std::vector<Tensor>& inputs,
+                             std::chrono::steady_clock::time_point start) {
+    TraceRecord& record = now.trace.record;
+    // The numbers the family takes as arguments, and those whose value
+    // differs from `s`'s (a number changing with the shape).
+    for (size_t i : FamilyLifted(s.family)) {
+      if (IsLiftable(record.nodes[i])) record.nodes[i].lifted = true;
+    }
+    for (size_t i = 0; i < record.nodes.size(); ++i) {
+      TraceRecord::Node& n = record.nodes[i];
+      const TraceRecord::Node& was = s.record.nodes[i];
+      if (!n.lifted && IsLiftable(n) && IsLiftable(was) &&
+          n.attrs.GetDouble(ir::AttrKey::kValue) !=
+              was.attrs.GetDouble(ir::AttrKey::kValue))
+        n.lifted = true;
+    }
+    Event("new shape",
+          absl::StrCat("a concrete shape of specialization ", Head(s.family),
+                       " compiled for ", DescribeSignature(sig),
+                       " from the call's recording (symbolic dims: ",
+                       DescribeDims(DimsOnlyDiff(s.signature, sig,
+                                                 options.dynamic_dims)),
+                       ")"));
+    const Device device = StepDevice(now.trace, inputs);
+    return Install(Build(std::move(sig), std::move(now.trace), device), nullptr,
+                   start, s.family, &s);
+  }
+
+  // The record nodes any specialization of `family` takes as arguments.
+  std::vector<size_t> FamilyLifted(int family) const {
+    std::vector<size_t> all;
+    for (const auto& t : specs) {
+      if (t->family != family) continue;
+      for (size_t i : t->lifted) {
+        if (!absl::c_linear_search(all, i)) all.push_back(i);
+      }
+    }
+    absl::c_sort(all);
+    return all;
+  }
+
+  // Why a call with other sizes than `s` was not a new shape of it.
+  std::string ShapeTextFor(const Specialization& s,
+                           const Signature& sig) const {
+    if (DimsOnlyDiff(s.signature, sig, {}).empty()) return "";
+    if (options.shapes == Shapes::kStatic)
+      return " (Shapes::kStatic: each input shape is a specialization)";
+    if (DimsOnlyDiff(s.signature, sig, options.dynamic_dims).empty())
+      return " (a dim outside CompileOptions::dynamic_dims changed)";
+    return " (at these sizes the step records other ops: a host branch on "
+           "a size, so a specialization of its own)";
+  }
+
+  // A compiled specialization the call differs from only in sizes that may
+  // be symbolic (the last one replayed first), whose flags hold: the call
+  // may be a new concrete shape of it. Null when none.
+  Specialization* ShapeCandidate(const Signature& sig) {
+    if (options.shapes != Shapes::kDynamic) return nullptr;
+    auto fits = [&](const Specialization& t) {
+      return !t.eager_only &&
+             !DimsOnlyDiff(t.signature, sig, options.dynamic_dims).empty() &&
+             CheckFlagGuards(t.trace).empty();
+    };
+    if (last != nullptr && fits(*last))
+      return const_cast<Specialization*>(last);
+    for (auto& t : specs) {
+      if (fits(*t)) return t.get();
+    }
+    return nullptr;
+  }
+
+  // For the head of a family with more than one concrete shape, a line
+  // naming its symbolic dims, the sizes seen and the shapes kept.
+  std::string SymbolicDimsText(size_t head) const {
+    const Specialization& h = *specs[head];
+    std::map<std::pair<int, int>, std::pair<int64_t, int64_t>> range;
+    int shapes = 0;
+    for (const auto& t : specs) {
+      if (t->family != h.family) continue;
+      ++shapes;
+      for (const auto& at : DimsOnlyDiff(h.signature, t->signature, {})) {
+        const int64_t a = h.signature.inputs[at.first].shape[at.second];
+        const int64_t b = t->signature.inputs[at.first].shape[at.second];
+        auto [it, fresh] =
+            range.try_emplace(at, std::min(a, b), std::max(a, b));
+        if (!fresh) {
+          it->second.first = std::min(it->second.first, b);
+          it->second.second = std::max(it->second.second, b);
+        }
+      }
+    }
+    if (range.empty()) return "";
+    std::vector<std::string> dims;
+    for (const auto& [at, r] : range) {
+      dims.push_back(absl::StrCat("x", at.first, " dim ", at.second, " (",
+                                  r.first, "..", r.second, ")"));
+    }
+    return absl::StrCat(
+        "  symbolic dims: ", absl::StrJoin(dims, ", "), "; ", shapes,
+        " concrete shapes compiled (kernels per concrete shape, from each "
+        "shape's first recording; at most ",
+        options.max_shapes, " kept, least recently used dropped)\n");
+  }
+
+  static std::string DescribeDims(const std::vector<std::pair<int, int>>& d) {
+    std::vector<std::string> parts;
+    for (const auto& [arg, dim] : d)
+      parts.push_back(absl::StrCat("x", arg, " dim ", dim));
+    return absl::StrJoin(parts, ", ");
   }
 
   // A call that needs a new trace (`cause`, `what`): traces it, or runs it
@@ -345,7 +536,6 @@ struct StepCompiler::Impl {
   Specialization* Lift(Specialization& s, const Signature& sig,
                        ShapeOnlyTrace& now, const std::vector<Tensor>& inputs,
                        std::chrono::steady_clock::time_point start) {
-    if (TraceLimitReached()) return nullptr;
     TraceRecord& record = now.trace.record;
     FullRecord(now);
     Specialization* from = nullptr;
@@ -358,6 +548,10 @@ struct StepCompiler::Impl {
       if (!changed.empty()) from = c;
     }
     if (from == nullptr) return nullptr;
+    // The first lift in a family rebuilds as a trace; later ones (another
+    // concrete shape meeting the change) as new shapes of the family.
+    const bool family_lifted = !FamilyLifted(from->family).empty();
+    if (!family_lifted && TraceLimitReached()) return nullptr;
     std::string what;
     for (size_t i : changed) {
       record.nodes[i].lifted = true;
@@ -368,7 +562,9 @@ struct StepCompiler::Impl {
           from->record.nodes[i].attrs.GetDouble(ir::AttrKey::kValue), " -> ",
           record.nodes[i].attrs.GetDouble(ir::AttrKey::kValue));
     }
-    for (size_t i : from->lifted) record.nodes[i].lifted = true;
+    for (size_t i : FamilyLifted(from->family)) {
+      if (IsLiftable(record.nodes[i])) record.nodes[i].lifted = true;
+    }
     const size_t index = Index(*from);
     Event("lifted host numbers",
           absl::StrCat("specialization ", index,
@@ -376,7 +572,8 @@ struct StepCompiler::Impl {
                        "(rebuilt once): ",
                        what));
     const Device device = StepDevice(now.trace, inputs);
-    return Install(Build(sig, std::move(now.trace), device), from, start);
+    return Install(Build(sig, std::move(now.trace), device), from, start,
+                   family_lifted ? from->family : -1);
   }
 
   // Runs the step's host code in recording mode (frontend/verify.h) and
@@ -422,6 +619,29 @@ struct StepCompiler::Impl {
         }
       }
     }
+    Specialization* source = target == nullptr && complete
+                                 ? ShapeSource(s, sig, now.trace.record)
+                                 : nullptr;
+    if (source != nullptr) {
+      // New sizes of `s`'s step: compiled for them from this recording and
+      // replayed. What the step kept becomes real first (the build takes
+      // the recording).
+      if (!now.kept.empty()) {
+        ++stats.kept_calls;
+        const absl::Status made =
+            MakeKeptReal(now, inputs, StepDevice(now.trace, inputs));
+        if (!made.ok()) return KeptTensorsLost(*source, made.message(), eager);
+      }
+      Specialization* fresh =
+          BuildShape(*source, std::move(sig), now, inputs, start);
+      if (fresh->eager_only) {
+        // Nothing to replay, and the call has not run for real yet.
+        ++stats.eager_calls;
+        eager();
+        return std::nullopt;
+      }
+      return Replay(*fresh, inputs, eager);
+    }
     if (!now.kept.empty()) {
       if (target != nullptr) {
         // What the step keeps is what it returns (a loss history): the
@@ -444,22 +664,33 @@ struct StepCompiler::Impl {
           MakeKeptReal(now, inputs, StepDevice(now.trace, inputs));
       if (!made.ok()) return KeptTensorsLost(s, made.message(), eager);
     }
+    // A call with other input sizes retraces beside `s`, not in its place.
+    Specialization* replace = s.signature == sig ? &s : nullptr;
     if (!complete) {
       // The step itself still runs as written: eagerly, traced again.
       return Retrace("inconclusive re-trace", now.inconclusive, std::move(sig),
-                     inputs, eager, &s);
+                     inputs, eager, replace);
     }
     if (target != nullptr) return Replay(*target, inputs, eager);
-    const std::string what =
-        absl::StrCat("the recording check found the step changed: ", diff);
-    if (TraceLimitReached())
-      return Retrace("re-trace found a change", what, std::move(sig), inputs,
-                     eager, &s);
-    Event("re-trace found a change",
-          absl::StrCat("new specialization beside ", Index(s), ": ", what));
-    const Device device = StepDevice(now.trace, inputs);
-    Specialization* fresh = Install(
-        Build(std::move(sig), std::move(now.trace), device), nullptr, start);
+    Specialization* fresh = nullptr;
+    {
+      const std::string what =
+          s.signature == sig
+              ? absl::StrCat("the recording check found the step changed: ",
+                             diff)
+              : absl::StrCat(
+                    "no specialization matches ", DescribeSignature(sig),
+                    "; closest: ", DescribeSignatureDiff(s.signature, sig),
+                    ShapeTextFor(s, sig));
+      if (TraceLimitReached())
+        return Retrace("re-trace found a change", what, std::move(sig), inputs,
+                       eager, replace);
+      Event("re-trace found a change",
+            absl::StrCat("new specialization beside ", Index(s), ": ", what));
+      const Device device = StepDevice(now.trace, inputs);
+      fresh = Install(Build(std::move(sig), std::move(now.trace), device),
+                      nullptr, start);
+    }
     if (fresh->eager_only) {
       // Nothing to replay, and the call has not run for real yet.
       ++stats.eager_calls;
@@ -524,6 +755,13 @@ struct StepCompiler::Impl {
     last = &s;
     eager();
     return std::nullopt;
+  }
+
+  // The first specialization of `family`.
+  size_t Head(int family) const {
+    size_t i = 0;
+    while (i < specs.size() && specs[i]->family != family) ++i;
+    return i;
   }
 
   size_t Index(const Specialization& s) const {
@@ -618,6 +856,7 @@ struct StepCompiler::Impl {
     outputs.resize(s.trace.num_outputs);
     ++stats.replays;
     ++s.replays;
+    s.last_used = stats.calls;
     last = &s;
     return outputs;
   }
@@ -635,6 +874,14 @@ StepCompiler::StepCompiler(CompileOptions options)
              "compile: verify_every must be >= 0 (0: never "
              "periodically), got ",
              options.verify_every);
+  SJ_REQUIRE(options.max_shapes >= 1, "compile: max_shapes must be >= 1, got ",
+             options.max_shapes);
+  for (const auto& [arg, dim] : options.dynamic_dims) {
+    SJ_REQUIRE(arg >= 0 && dim >= 0,
+               "compile: dynamic_dims holds {argument, dim} pairs, both >= 0; "
+               "got {",
+               arg, ", ", dim, "}");
+  }
   SJ_REQUIRE(options.check_replays >= 0,
              "compile: check_replays must be >= 0, got ",
              options.check_replays);
@@ -672,6 +919,22 @@ std::optional<std::vector<Tensor>> StepCompiler::Call(
     const std::vector<Tensor>& inputs,
     const std::function<std::vector<Tensor>()>& eager) {
   Impl& m = *impl_;
+  if (!m.dims_checked) {
+    // Declared dynamic dims must name dims the step's arguments have.
+    for (const auto& [arg, dim] : m.options.dynamic_dims) {
+      SJ_REQUIRE(arg < static_cast<int>(inputs.size()),
+                 "compile: dynamic_dims names argument ", arg,
+                 ", but the step "
+                 "takes ",
+                 inputs.size(), " tensor argument",
+                 inputs.size() == 1 ? "" : "s");
+      SJ_REQUIRE(dim < static_cast<int>(inputs[arg].dim()),
+                 "compile: dynamic_dims names dim ", dim, " of argument ", arg,
+                 ", which has ", inputs[arg].dim(), " dims (shape ",
+                 ir::ShapeToString(inputs[arg].shape()), ")");
+    }
+    m.dims_checked = true;
+  }
   std::optional<StepProfile> profile;
   if (runtime::ProfilingEnabled()) profile.emplace(m.options.name, m.stats);
   ++m.stats.calls;
@@ -708,6 +971,11 @@ std::optional<std::vector<Tensor>> StepCompiler::Call(
     match = s.get();
     break;
   }
+  if (match == nullptr && flag_miss.empty()) {
+    // New sizes of a compiled step: its recording, compiled for them.
+    if (Specialization* like = m.ShapeCandidate(sig))
+      return m.VerifiedReplay(*like, std::move(sig), inputs, eager);
+  }
   if (match == nullptr) {
     std::string what;
     if (!flag_miss.empty()) {
@@ -715,7 +983,8 @@ std::optional<std::vector<Tensor>> StepCompiler::Call(
     } else if (!m.specs.empty()) {
       what = absl::StrCat(
           "no specialization matches ", DescribeSignature(sig),
-          "; closest: ", DescribeSignatureDiff(m.specs.back()->signature, sig));
+          "; closest: ", DescribeSignatureDiff(m.specs.back()->signature, sig),
+          m.ShapeTextFor(*m.specs.back(), sig));
     }
     return m.Retrace(flag_miss.empty() ? "new signature" : "module flag", what,
                      std::move(sig), inputs, eager, nullptr);
@@ -791,11 +1060,19 @@ std::string StepCompiler::explain() const {
     // tree's branches): the first of them heads the group.
     size_t first = 0;
     while (!(m.specs[first]->signature == s.signature)) ++first;
+    // Specializations of one family are one step at other sizes: the first
+    // of them heads it.
+    size_t head = 0;
+    while (m.specs[head]->family != s.family) ++head;
     os << "specialization " << i << ": " << DescribeSignature(s.signature)
        << ": " << (s.eager_only ? "eager-only (" + s.reason + ")" : "compiled")
        << (first < i ? absl::StrCat(", another path of specialization ", first)
                      : "")
+       << (head < i && first == i
+               ? absl::StrCat(", a concrete shape of specialization ", head)
+               : "")
        << ", " << s.replays << " replays\n";
+    if (head == i) os << m.SymbolicDimsText(i);
     if (s.program && s.program->device().is_cuda()) {
       os << "  on " << s.program->device().str() << ": "
          << (s.program->uses_cuda_graph()

@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "runtime/amp/grad_scaler.h"
@@ -36,6 +37,21 @@ enum class Verify {
   kOffUnsafe,
 };
 
+// How a call with new input sizes is compiled.
+enum class Shapes {
+  // A call whose arguments differ from a compiled specialization's only in
+  // some dims (none of them 0 or 1 on either side) and whose recording
+  // (taken on every call) is the same step at other sizes becomes a new
+  // concrete shape of that specialization: those dims are symbolic, and
+  // the call's recording is compiled for its sizes with no eager trace.
+  // Such shapes do not count against max_traces; each specialization keeps
+  // up to max_shapes of them compiled.
+  kDynamic,
+  // Every new input shape is a new specialization, traced eagerly, and
+  // counts against max_traces.
+  kStatic,
+};
+
 struct CompileOptions {
   // kEager turns compilation off: every call runs the step as written.
   Mode mode = Mode::kCompiled;
@@ -45,6 +61,16 @@ struct CompileOptions {
   // flag, a failed state guard, a re-trace that found a changed constant)
   // before calls that would need another one run eagerly (explain() says why).
   int max_traces = 8;
+  Shapes shapes = Shapes::kDynamic;
+  // With Shapes::kDynamic, the only dims that may be symbolic, each as
+  // {argument index, dim} (a dim declared dynamic up front); empty: any
+  // dim of any argument. A call whose other dims change is a new
+  // specialization.
+  std::vector<std::pair<int, int>> dynamic_dims = {};
+  // Concrete shapes a specialization with symbolic dims keeps compiled; the
+  // least recently used beyond this is dropped (and compiled again from the
+  // call's recording if it comes back).
+  int max_shapes = 64;
   Verify verify = Verify::kAlways;
   int verify_first = 3;
   int verify_every = 100;
@@ -88,7 +114,12 @@ struct CompileStats {
   int64_t traces = 0;
   int64_t recompiles = 0;       // traces after the first
   int64_t fallbacks = 0;        // calls that ran eagerly after warmup, untraced
-  int specializations = 0;
+  int specializations = 0;      // compiled forms, one per concrete shape
+  // Concrete shapes compiled from a call's recording for a specialization
+  // with symbolic dims (Shapes::kDynamic; not traces), and those dropped
+  // beyond max_shapes.
+  int64_t shape_builds = 0;
+  int64_t shapes_evicted = 0;
   double compile_ms = 0;        // total time spent tracing and building
   // The last trace's compile_ms in parts: the eager step under the tracer,
   // the pass pipeline, and code generation (wall time; regions compile on

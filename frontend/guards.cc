@@ -1,6 +1,7 @@
 // Guard construction, checks and human-readable descriptions of misses.
 #include "frontend/guards.h"
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/amp/autocast.h"
@@ -89,6 +90,34 @@ std::string DescribeSignatureDiff(const Signature& cached, const Signature& now)
                         cached.world_size);
   }
   return "identical";
+}
+
+std::vector<std::pair<int, int>> DimsOnlyDiff(
+    const Signature& cached, const Signature& now,
+    const std::vector<std::pair<int, int>>& allowed) {
+  std::vector<std::pair<int, int>> dims;
+  if (cached.inputs.size() != now.inputs.size() ||
+      cached.storage_of != now.storage_of ||
+      cached.grad_mode != now.grad_mode || cached.autocast != now.autocast ||
+      cached.autocast_dtype != now.autocast_dtype ||
+      cached.world_size != now.world_size)
+    return dims;
+  for (size_t i = 0; i < now.inputs.size(); ++i) {
+    const TensorSpec& a = cached.inputs[i];
+    const TensorSpec& b = now.inputs[i];
+    if (a.dtype != b.dtype || a.device != b.device ||
+        a.requires_grad != b.requires_grad || a.shape.size() != b.shape.size())
+      return {};
+    for (size_t d = 0; d < a.shape.size(); ++d) {
+      if (a.shape[d] == b.shape[d]) continue;
+      const std::pair<int, int> at(static_cast<int>(i), static_cast<int>(d));
+      if (a.shape[d] <= 1 || b.shape[d] <= 1 ||
+          (!allowed.empty() && !absl::c_linear_search(allowed, at)))
+        return {};
+      dims.push_back(at);
+    }
+  }
+  return dims;
 }
 
 StateGuards MakeStateGuards(const Trace& trace) {

@@ -3,6 +3,7 @@
 #define STEPJIT_FRONTEND_GUARDS_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "frontend/tracer.h"
@@ -40,6 +41,16 @@ Signature MakeSignature(const std::vector<Tensor>& inputs);
 std::string DescribeSignature(const Signature& s);
 // The first difference between a cached signature and a new one.
 std::string DescribeSignatureDiff(const Signature& cached, const Signature& now);
+
+// The input dims in which `now` differs from `cached` when that is the only
+// difference (argument dtypes, devices, ranks, requires_grad, aliasing and
+// modes all equal), each as {argument, dim}; empty otherwise. A dim counts
+// only when it is neither 0 nor 1 on either side (those stay specialized:
+// they change broadcasting and emptiness) and, when `allowed` is not empty,
+// it is one of `allowed`.
+std::vector<std::pair<int, int>> DimsOnlyDiff(
+    const Signature& cached, const Signature& now,
+    const std::vector<std::pair<int, int>>& allowed);
 
 // Layout of each state tensor when traced, plus the parameter epoch.
 struct StateGuards {

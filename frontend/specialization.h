@@ -35,6 +35,12 @@ void MarkStateCopiesCurrent(std::vector<StateCopy>& copies,
 
 struct Specialization {
   Signature signature;
+  // Specializations that are one step at different input sizes (symbolic
+  // dims, Shapes::kDynamic) share a family; max_traces counts families.
+  int family = 0;
+  // The call count at this specialization's last replay: the least recently
+  // used concrete shape of a family is the one dropped beyond max_shapes.
+  int64_t last_used = 0;
   Trace trace;  // empty graph when eager_only
   // The trace as recorded, before any pass changed its graph: what a
   // shape-only re-trace is compared with.

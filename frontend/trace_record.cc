@@ -104,6 +104,32 @@ std::vector<size_t> ScalarOnlyDiff(const TraceRecord& traced,
   return changed;
 }
 
+bool SameUpToSizes(const TraceRecord& traced, const TraceRecord& now) {
+  if (traced.params.size() != now.params.size() ||
+      traced.nodes.size() != now.nodes.size() ||
+      traced.returns != now.returns || traced.num_outputs != now.num_outputs ||
+      traced.grad_bindings != now.grad_bindings)
+    return false;
+  auto same_kind = [](const ir::TensorType& a, const ir::TensorType& b) {
+    return a.dtype == b.dtype && a.shape.size() == b.shape.size();
+  };
+  for (size_t i = 0; i < now.params.size(); ++i) {
+    const TraceRecord::Param& a = traced.params[i];
+    const TraceRecord::Param& b = now.params[i];
+    if (a.kind != b.kind || a.state != b.state || !same_kind(a.type, b.type))
+      return false;
+  }
+  for (size_t i = 0; i < now.nodes.size(); ++i) {
+    const TraceRecord::Node& a = traced.nodes[i];
+    const TraceRecord::Node& b = now.nodes[i];
+    if (a.kind != b.kind || a.op != b.op || a.inputs != b.inputs ||
+        a.random_draw != b.random_draw ||
+        (a.kind == ir::NodeKind::kOp && !same_kind(a.type, b.type)))
+      return false;
+  }
+  return true;
+}
+
 bool SameNode(const TraceRecord::Node& a, ir::NodeKind kind, ir::OpId op,
               absl::Span<const int> inputs, const ir::Attrs& attrs,
               const ir::TensorType& type, int random_draw) {

@@ -66,6 +66,14 @@ bool IsLiftable(const TraceRecord::Node& n);
 std::vector<size_t> ScalarOnlyDiff(const TraceRecord& traced,
                                    const TraceRecord& now);
 
+// Whether `now` records the same step as `traced` except for tensor sizes
+// (and the attributes that carry them: view and expand shapes): the same
+// params (kinds, dtypes, ranks, state identities), ops, operands, random
+// draws, result dtypes and ranks, write-backs, returns and .grad bindings.
+// A call with new input sizes that records this runs the same step at other
+// sizes: a new concrete shape of the same specialization.
+bool SameUpToSizes(const TraceRecord& traced, const TraceRecord& now);
+
 // Whether two recorded nodes are the same op on the same operands with the
 // same attributes (random ops: the same draw, whatever its seed and offset)
 // and result type.

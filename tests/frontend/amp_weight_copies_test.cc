@@ -124,12 +124,14 @@ TEST_P(AmpWeightCopiesTest, KeptCopiesGiveTheBitsOfCastingEveryStep) {
   const ClassificationTask task = testing_task::OverlappingClasses();
   Trainee kept = Make(c.opt, c.freeze_first),
           each = Make(c.opt, c.freeze_first);
-  const CompileOptions options{.max_traces = 2, .amp = c.low};
+  const CompileOptions options{
+      .max_traces = 2, .shapes = Shapes::kStatic, .amp = c.low};
   auto fast_kept = compile(PlainStep(kept, c.clip), options);
   auto fast_each = compile(PlainStep(each, c.clip), options);
   for (int step = 0; step < 16; ++step) {
-    // Step 12 has another batch size: a second trace; step 14 a third,
-    // past max_traces: it runs eagerly and writes every weight.
+    // Step 12 has another batch size: a second trace (static shapes);
+    // step 14 a third, past max_traces: it runs eagerly and writes every
+    // weight.
     const int64_t batch = step == 12 ? 48 : step == 14 ? 40 : 64;
     const int64_t at = (step * 64) % (ClassificationTask::kTrain - batch);
     Tensor x = task.x_train.slice(0, at, at + batch).contiguous();

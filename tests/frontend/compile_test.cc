@@ -100,12 +100,35 @@ struct Fixture {
   };
 };
 
-TEST(CompileTest, NewBatchSizeRetracesAndStaysCorrect) {
+TEST(CompileTest, NewBatchSizeIsANewShapeAndStaysCorrect) {
   Fixture a, b;
   auto fast = compile(a.step);
   for (int64_t batch : {16, 16, 16, 8, 8, 16}) {
     Batch in = MakeBatches(1, batch, batch)[0];
     EXPECT_EQ(Values(fast(in.x, in.y)), Values(b.step(in.x, in.y))) << "batch " << batch;
+  }
+  for (size_t i = 0; i < a.model.parameters().size(); ++i) {
+    EXPECT_EQ(Values(a.model.parameters()[i]), Values(b.model.parameters()[i]));
+  }
+  CompileStats s = fast.stats();
+  EXPECT_EQ(s.traces, 1);
+  EXPECT_EQ(s.shape_builds, 1);
+  EXPECT_EQ(s.specializations, 2);
+  EXPECT_EQ(s.replays, 4);
+  EXPECT_NE(fast.explain().find(
+                "a concrete shape of specialization 0 compiled for (x0: "
+                "f32[8, 20], x1: i64[8])"),
+            std::string::npos)
+      << fast.explain();
+}
+
+TEST(CompileTest, NewBatchSizeRetracesWithStaticShapes) {
+  Fixture a, b;
+  auto fast = compile(a.step, {.shapes = Shapes::kStatic});
+  for (int64_t batch : {16, 16, 16, 8, 8, 16}) {
+    Batch in = MakeBatches(1, batch, batch)[0];
+    EXPECT_EQ(Values(fast(in.x, in.y)), Values(b.step(in.x, in.y)))
+        << "batch " << batch;
   }
   for (size_t i = 0; i < a.model.parameters().size(); ++i) {
     EXPECT_EQ(Values(a.model.parameters()[i]), Values(b.model.parameters()[i]));
@@ -134,8 +157,9 @@ TEST(CompileTest, NewDtypeRetraces) {
 }
 
 TEST(CompileTest, PastTheTraceLimitRunsEagerlyAndExplains) {
-  auto fast = compile([](const Tensor& x) { return x * 2.0; },
-                      {.warmup_steps = 0, .max_traces = 2});
+  auto fast =
+      compile([](const Tensor& x) { return x * 2.0; },
+              {.warmup_steps = 0, .max_traces = 2, .shapes = Shapes::kStatic});
   for (int64_t n : {1, 2, 3, 3}) {
     Tensor x = arange(0, static_cast<double>(n), 1, {.dtype = DType::kF32});
     EXPECT_EQ(Values(fast(x)), Values(x * 2.0));
