@@ -93,8 +93,16 @@ def result(name, mode, ms, cold=0.0, warm=0.0):
                 compile_ms_warm=round(warm, 3), peak_bytes=None)
 
 
-def time_steps(call, pool, warmup, steps, sync=lambda out: None):
-    """Warms up, then returns the median ms of `steps` individually timed calls."""
+def time_steps(call, pool, warmup, steps, sync=lambda out: None, varies=False):
+    """Warms up, then returns the median ms of `steps` individually timed calls.
+
+    With `varies` (a workload whose sizes change every call), as
+    stepjit-bench: one more turn of the pool in the warmup, so that every
+    size is compiled first, whole turns timed (`steps` rounded up to POOL)
+    and their mean returned."""
+    if varies:
+        warmup += POOL
+        steps = -(-steps // POOL) * POOL
     i = 0
     for _ in range(warmup):
         sync(call(*pool[i % POOL]))
@@ -106,7 +114,7 @@ def time_steps(call, pool, warmup, steps, sync=lambda out: None):
         t0 = time.perf_counter()
         sync(call(x, y))
         ms.append(1e3 * (time.perf_counter() - t0))
-    return statistics.median(ms)
+    return statistics.mean(ms) if varies else statistics.median(ms)
 
 
 def torch_gpt(g):
@@ -222,7 +230,8 @@ def torch_setup(w, device="cpu", bf16=None):
 
 def run_torch_eager(name, w, args):
     step, pool = torch_setup(w)
-    return result(name, "torch_eager", time_steps(step, pool, args.warmup, args.steps))
+    return result(name, "torch_eager", time_steps(step, pool, args.warmup, args.steps,
+                                                  varies=bool(w.get("sizes"))))
 
 
 def run_torch_compile(name, w, args):
@@ -233,7 +242,7 @@ def run_torch_compile(name, w, args):
     t0 = time.perf_counter()
     fast(*pool[0])
     cold = 1e3 * (time.perf_counter() - t0)
-    ms = time_steps(fast, pool, args.warmup, args.steps)
+    ms = time_steps(fast, pool, args.warmup, args.steps, varies=bool(w.get("sizes")))
     torch._dynamo.reset()
     again = torch.compile(step)
     t0 = time.perf_counter()

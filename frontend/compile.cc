@@ -1072,7 +1072,6 @@ std::string StepCompiler::explain() const {
                ? absl::StrCat(", a concrete shape of specialization ", head)
                : "")
        << ", " << s.replays << " replays\n";
-    if (head == i) os << m.SymbolicDimsText(i);
     if (s.program && s.program->device().is_cuda()) {
       os << "  on " << s.program->device().str() << ": "
          << (s.program->uses_cuda_graph()
@@ -1101,6 +1100,7 @@ std::string StepCompiler::explain() const {
         os << "  region " << r.region << " runs interpreted: " << r.reason
            << "\n";
     }
+    if (head == i) os << m.SymbolicDimsText(i);
   }
   for (size_t i = 0; i < m.specs.size(); ++i) {
     const Specialization& s = *m.specs[i];

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -199,7 +200,11 @@ Flags take their value as "--flag V" or "--flag=V".
 Columns: speedup is against the workload's first eager row (f32 unless
 --amp or the workload says otherwise); ms/step is the
 median over the timed steps; batches rotate through a
-pool of 16 random batches drawn with a fixed seed. kernels/step is, for eager,
+pool of 16 random batches drawn with a fixed seed. Workloads whose sizes
+vary (*_tvar_*, *_bvar) time whole turns of the pool (--steps rounded up to
+16) and report the mean, after a warmup turn that compiles every size; their
+compiled_static row compiles each size on its own (Shapes::kStatic), the
+reference the one compilation for all sizes is measured against. kernels/step is, for eager,
 the ops the step dispatches (the compiled trace's ops_per_step) and, for
 compiled, kernel launches per replay. compile cold and warm are measured in
 two fresh child processes sharing a new, empty kernel cache directory: cold
@@ -443,28 +448,51 @@ std::pair<double, double> ColdWarmCompileMs(const Workload& w, const Flags& f,
   return {cold, warm};
 }
 
-Result Run(const Workload& w, const Flags& f, bool compiled, DType amp, const char* self) {
-  const CompileOptions copts{.mode = compiled ? Mode::kCompiled : Mode::kEager,
-                             .amp = amp,
-                             .cuda_graphs = f.cuda_graphs,
-                             .cuda_multi_region = f.multi_region};
+// `static_shapes` (workloads whose sizes vary): compiled with
+// Shapes::kStatic, each size its own eagerly traced specialization.
+Result Run(const Workload& w, const Flags& f, bool compiled, DType amp,
+           const char* self, bool static_shapes = false) {
+  const bool varies = !w.sizes.empty();
+  const CompileOptions copts{
+      .mode = compiled ? Mode::kCompiled : Mode::kEager,
+      .max_traces = static_shapes ? 2 * WorkloadRun::kPoolSize : 8,
+      .shapes = static_shapes ? Shapes::kStatic : Shapes::kDynamic,
+      .amp = amp,
+      .cuda_graphs = f.cuda_graphs,
+      .cuda_multi_region = f.multi_region};
   WorkloadRun run(w, copts, f.device);
-  // Compiled: warmup_steps eager calls, then one traced call, then a replay.
-  const int64_t warmup = compiled ? std::max<int64_t>(f.warmup, run.StepsToWarm()) : f.warmup;
+  // Compiled: warmup_steps eager calls, then one traced call, then a replay;
+  // where sizes vary, a whole turn of the pool besides, so that every size
+  // is compiled before the timing.
+  int64_t warmup =
+      compiled ? std::max<int64_t>(f.warmup, run.StepsToWarm()) : f.warmup;
+  if (compiled && varies) warmup += WorkloadRun::kPoolSize;
   for (int64_t i = 0; i < warmup; ++i) run.Step();
   bench::Synchronize(f.device);
 
-  Result r{.workload = w.name, .mode = compiled ? "compiled" : "eager",
-           .dtype = std::string(ir::DTypeName(amp)), .device = DeviceFlag(f.device)};
+  Result r{.workload = w.name,
+           .mode = static_shapes ? "compiled_static"
+                   : compiled    ? "compiled"
+                                 : "eager",
+           .dtype = std::string(ir::DTypeName(amp)),
+           .device = DeviceFlag(f.device)};
+  // Where sizes vary, whole turns of the pool and their mean: the median of
+  // steps of different sizes would be one size's time.
+  int64_t steps = f.steps;
+  if (varies)
+    steps = (steps + WorkloadRun::kPoolSize - 1) / WorkloadRun::kPoolSize *
+            WorkloadRun::kPoolSize;
   std::vector<double> ms;
-  ms.reserve(f.steps);
-  for (int64_t i = 0; i < f.steps; ++i) {
+  ms.reserve(steps);
+  for (int64_t i = 0; i < steps; ++i) {
     const auto t0 = Clock::now();
     Tensor loss = run.Step();
     bench::Synchronize(f.device);
     ms.push_back(Ms(Clock::now() - t0));
   }
-  r.ms_per_step = Median(ms);
+  r.ms_per_step = varies ? std::accumulate(ms.begin(), ms.end(), 0.0) /
+                               static_cast<double>(ms.size())
+                         : Median(ms);
 
   // Everything the step returns is dropped first, so the peak measures only
   // the transient buffers of one step above the parameters and state.
@@ -491,7 +519,7 @@ Result Run(const Workload& w, const Flags& f, bool compiled, DType amp, const ch
     if (s.calls > 0)
       r.replay_pct = 100.0 * static_cast<double>(s.replays) / s.calls;
     r.traces = s.traces;
-    if (amp == DType::kF32) {
+    if (amp == DType::kF32 && !static_shapes) {
       std::tie(r.compile_ms_cold, r.compile_ms_warm) = ColdWarmCompileMs(w, f, self);
     }
   }
@@ -758,7 +786,14 @@ int Main(int argc, char** argv) {
       Result compiled = Run(w, f, true, amp, self.c_str());
       eager.kernels_per_step = compiled.ops_per_step;
       if (f32_eager_ms == 0) f32_eager_ms = eager.ms_per_step;
-      for (const Result* r : {&eager, &compiled}) {
+      std::vector<const Result*> rows = {&eager, &compiled};
+      // Sizes that vary: the same sizes, each compiled on its own, beside.
+      std::optional<Result> fixed;
+      if (!w.sizes.empty()) {
+        fixed = Run(w, f, true, amp, self.c_str(), /*static_shapes=*/true);
+        rows.push_back(&*fixed);
+      }
+      for (const Result* r : rows) {
         if (f.json) {
           PrintJsonLine(Json(*r));
         } else if (f.csv) {
