@@ -690,15 +690,15 @@ std::string CheckDevice(Device device) {
 }
 
 void PrintHeader() {
-  std::printf("%-26s %-9s %-5s %9s %8s %13s %12s %12s %9s %9s %8s %7s\n",
+  std::printf("%-26s %-15s %-5s %9s %8s %13s %12s %12s %9s %9s %8s %7s %9s %7s\n",
               "workload", "mode", "dtype", "ms/step", "speedup", "kernels/step",
               "compile cold", "compile warm", "peak MB", "check us", "ns/op",
-              "check%");
+              "check%", "replayed", "traces");
 }
 
 void PrintRow(const Result& r, double eager_ms) {
   std::printf(
-      "%-26s %-9s %-5s %9.3f %7.2fx %13d %10.1fms %10.1fms %9.2f %9.1f %8.0f "
+      "%-26s %-15s %-5s %9.3f %7.2fx %13d %10.1fms %10.1fms %9.2f %9.1f %8.0f "
       "%6.2f%% %8.1f%% %7d\n",
       r.workload.c_str(), r.mode.c_str(), r.dtype.c_str(), r.ms_per_step,
       eager_ms / r.ms_per_step, static_cast<int>(r.kernels_per_step),
