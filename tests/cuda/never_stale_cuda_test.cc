@@ -3,6 +3,7 @@
 // the program with its regions checked and the step eagerly on the device).
 // Runs on the host emulator unless STEPJIT_TEST_CUDA_BACKEND=driver.
 #include <cmath>
+#include <iterator>
 #include <string>
 
 #include "frontend/stepjit.h"
@@ -61,6 +62,38 @@ TEST_F(CudaTest, ChangedHostDoubleOnCudaIsCaughtByTheReTrace) {
             std::string::npos)
       << fast.explain();
   EXPECT_NE(fast.explain().find(") 1 -> 0.5"), std::string::npos)
+      << fast.explain();
+}
+
+// Batch sizes that change every call, odd ones among them: one trace, each
+// new size compiled from its recording as a concrete shape (its own
+// kernels, memory plan and CUDA graph) and replayed, matching eager on the
+// device call by call.
+TEST_F(CudaTest, RandomBatchSizesOnCudaAreShapesOfOneTrace) {
+  Net a, b;
+  auto fast = compile(
+      [&](const Tensor& x, const Tensor& y) { return a.Step(x, y, 1.0); });
+  Generator g(5);
+  const int64_t sizes[] = {8, 8, 7, 127, 2, 7, 33, 127, 2, 8};
+  for (size_t i = 0; i < std::size(sizes); ++i) {
+    const int64_t n = sizes[i];
+    const Tensor x = randn({n, 12}, {}, &g).to(kCuda);
+    const Tensor y = randint(0, 4, {n}, {.dtype = DType::kI64}, &g).to(kCuda);
+    const double want = b.Step(x, y, 1.0).item();
+    EXPECT_NEAR(fast(x, y).item(), want, 1e-5 * std::abs(want) + 1e-6)
+        << "call " << i << " (batch " << n << ")";
+  }
+  const auto pa = a.model.parameters(), pb = b.model.parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    const Tensor d = amax(abs(pa[i] - pb[i])).to(Device::cpu());
+    EXPECT_LE(d.item(), 1e-5) << "parameter " << i;
+  }
+  const CompileStats s = fast.stats();
+  EXPECT_EQ(s.traces, 1) << fast.explain();
+  EXPECT_EQ(s.shape_builds, 4) << fast.explain();
+  EXPECT_EQ(s.replays, 8) << fast.explain();
+  EXPECT_NE(fast.explain().find("symbolic dims: x0 dim 0 (2..127)"),
+            std::string::npos)
       << fast.explain();
 }
 
