@@ -34,6 +34,17 @@ for path in sorted((root / "tests" / "ir").glob("*.ir")):
         if body.startswith("graph"):
             write("ir", f"{path.stem}_{i}.ir", (body + "\n").encode())
 
+# Empty shapes whose other dims overflow strides (a 0 dim among 2^62 ones),
+# in params, results and view attributes.
+write("ir", "empty_huge_param.ir",
+      b"graph @g(%x: f32[4, 4611686018427387904, 0] input) {\n"
+      b"  %y = neg %x : f32[4, 4611686018427387904, 0]\n  return %y\n}\n")
+write("ir", "empty_huge_reshape.ir",
+      b"graph @g(%x: f32[0, 4] input) {\n"
+      b"  %y = reshape %x {shape = [0, 4611686018427387904, 4]} : "
+      b"f32[0, 4611686018427387904, 4]\n"
+      b"  return %y\n}\n")
+
 
 def idx(type_code, dims, payload):
     return bytes([0, 0, type_code, len(dims)]) + b"".join(

@@ -30,16 +30,26 @@ absl::StatusOr<int64_t> CheckedNumElements(ShapeRef shape) {
           "shape ", ShapeToString(shape), " has a negative size ", d));
     }
   }
+  // The non-zero dims must multiply to at most 2^56 even when another dim
+  // is 0: strides, views and reshapes of an empty tensor use them.
+  bool empty = false;
   for (int64_t d : shape) {
-    if (d == 0) return 0;
-    if (!CheckedMul(n, d, &n) || n > kMaxNumElements) too_many = true;
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (!too_many && (!CheckedMul(n, d, &n) || n > kMaxNumElements))
+      too_many = true;
   }
   if (too_many) {
     return absl::InvalidArgumentError(absl::StrCat(
         "shape ", ShapeToString(shape),
-        " has more than 2^56 elements (the most a tensor may have)"));
+        empty ? " has a 0 dim, but its other dims multiply to more than 2^56 "
+                "(the most elements a tensor may have; strides of an empty "
+                "tensor are sized by them too)"
+              : " has more than 2^56 elements (the most a tensor may have)"));
   }
-  return n;
+  return empty ? 0 : n;
 }
 
 absl::Status ValidateShape(ShapeRef shape) {

@@ -333,8 +333,11 @@ namespace {
 Tensor Random(OpId op, ShapeRef shape, TensorOptions options, Generator* gen,
               ir::Attrs attrs) {
   Generator& g = gen ? *gen : default_generator();
+  const absl::StatusOr<int64_t> numel = ir::CheckedNumElements(shape);
+  SJ_REQUIRE(numel.ok(), ir::OpName(op), ": ", numel.status().message());
   // randn uses two uniforms per value.
-  const uint64_t n = static_cast<uint64_t>(ir::NumElements(shape)) * (op == OpId::kRandn ? 2 : 1);
+  const uint64_t n =
+      static_cast<uint64_t>(*numel) * (op == OpId::kRandn ? 2 : 1);
   attrs.Set(AttrKey::kShape, std::vector<int64_t>(shape.begin(), shape.end()));
   attrs.Set(AttrKey::kDTypeAttr, options.dtype);
   attrs.Set(AttrKey::kSeed, static_cast<int64_t>(g.seed()));

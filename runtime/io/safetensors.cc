@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ir/shape.h"
 #include "ir/status.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/JSON.h"
@@ -167,6 +168,11 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& name,
       overflow = true;
     }
     if (!overflow) bytes *= dim;
+  }
+  // A tensor's shape rules (ir::ValidateShape) hold for every entry, also
+  // an empty one whose other dims would overflow its strides.
+  if (absl::Status valid = ir::ValidateShape(entry.shape); !valid.ok()) {
+    return Invalid(absl::StrCat(where, ": ", valid.message()));
   }
   const json::Array* offsets = obj->getArray("data_offsets");
   if (offsets == nullptr || offsets->size() != 2) {

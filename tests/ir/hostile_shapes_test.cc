@@ -23,7 +23,16 @@ constexpr int64_t k2p62 = int64_t{1} << 62;
 
 TEST(CheckedShapeTest, CountsAndRefusesWithTheShapeNamed) {
   EXPECT_EQ(*CheckedNumElements({}), 1);
-  EXPECT_EQ(*CheckedNumElements({3, 0, k2p62}), 0);  // empty, whatever follows
+  EXPECT_EQ(*CheckedNumElements({3, 0, 5}), 0);
+  // Empty, but its other dims would overflow strides and views.
+  const auto empty_huge = CheckedNumElements({3, 0, k2p62});
+  ASSERT_FALSE(empty_huge.ok());
+  EXPECT_EQ(empty_huge.status().message(),
+            absl::StrCat("shape [3, 0, ", k2p62,
+                         "] has a 0 dim, but its other dims multiply to more "
+                         "than 2^56 (the most elements a tensor may have; "
+                         "strides of an empty tensor are sized by them too)"));
+  EXPECT_EQ(*CheckedNumElements({0, int64_t{1} << 28, int64_t{1} << 28}), 0);
   EXPECT_EQ(*CheckedNumElements({int64_t{1} << 28, int64_t{1} << 28}),
             kMaxNumElements);
   const auto over = CheckedNumElements({k2p62, 4});
@@ -45,6 +54,18 @@ TEST(CheckedShapeTest, CountsAndRefusesWithTheShapeNamed) {
   EXPECT_EQ(r, 7);
   EXPECT_TRUE(CheckedMul(-3, 4, &r));
   EXPECT_EQ(r, -12);
+}
+
+TEST(CheckedShapeTest, TheParserRefusesAnEmptyTypeWithHugeDims) {
+  const auto g = ParseGraph(
+      absl::StrCat("graph @g(%x: f32[4, ", k2p62, ", 0] input) {\n",
+                   "  %y = neg %x : f32[4, ", k2p62, ", 0]\n  return %y\n}\n"),
+      "empty.ir");
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find(absl::StrCat(
+                "empty.ir:1:14: error: shape [4, ", k2p62, ", 0] has a 0 dim")),
+            std::string::npos)
+      << g.status().message();
 }
 
 TEST(CheckedShapeTest, TheParserRefusesATypeTooLargeForMemory) {

@@ -2,7 +2,9 @@
 // stepjit::Error naming the shape or the bytes, never a wrapped size, a
 // heap overflow or a bare std::bad_alloc.
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
@@ -47,6 +49,77 @@ TEST(HostileSizesTest, OverflowingShapesAreRefusedByName) {
   });
   EXPECT_NE(expand_error.find("has more than 2^56 elements"), std::string::npos)
       << expand_error;
+}
+
+// A 0-element shape whose other dims multiply past 2^56: no elements, but
+// its strides and views would overflow. Every factory and layer refuses it
+// with the shape named, and nothing aborts.
+TEST(HostileSizesTest, EmptyShapesWithHugeDimsAreRefusedEverywhere) {
+  const int64_t k2p62 = int64_t{1} << 62;
+  const std::string kWhy = "its other dims multiply to more than 2^56";
+  struct Case {
+    const char* what;
+    std::function<void()> fn;
+    const char* expect;
+  };
+  const std::vector<Case> cases = {
+      {"empty",
+       [&] {
+         empty({0, k2p62, 4});
+       },
+       nullptr},
+      {"zeros",
+       [&] {
+         zeros({4, k2p62, 0});
+       },
+       nullptr},
+      {"full",
+       [&] {
+         full({0, k2p62, 4}, 1.0);
+       },
+       nullptr},
+      {"randn",
+       [&] {
+         randn({3, k2p62});
+       },
+       "has more than 2^56 elements"},
+      {"randn empty",
+       [&] {
+         randn({0, k2p62, 4});
+       },
+       nullptr},
+      {"rand empty",
+       [&] {
+         rand({k2p62, 0, 4});
+       },
+       nullptr},
+      {"randint empty",
+       [&] {
+         randint(0, 3, {0, k2p62, 4}, {.dtype = DType::kI64});
+       },
+       nullptr},
+      {"reshape",
+       [&] {
+         zeros({0}).reshape({0, k2p62, 4});
+       },
+       nullptr},
+      {"expand",
+       [&] {
+         zeros({0, 1, 1}).expand({0, k2p62, 4});
+       },
+       nullptr},
+      {"Embedding", [&] { nn::Embedding(39, k2p62); },
+       "has more than 2^56 elements"},
+      {"Linear", [&] { nn::Linear(k2p62, 3); }, "has more than 2^56 elements"},
+  };
+  for (const Case& c : cases) {
+    const std::string error = ErrorOf(c.fn);
+    EXPECT_NE(error.find(c.expect != nullptr ? c.expect : kWhy),
+              std::string::npos)
+        << c.what << ": " << error;
+  }
+  // At the limit it is fine: 2^56 elements' worth of non-zero dims.
+  EXPECT_EQ(empty({0, int64_t{1} << 28, int64_t{1} << 28}).numel(), 0);
 }
 
 TEST(HostileSizesTest, ATensorLargerThanMemoryIsAnErrorWithItsSize) {

@@ -160,7 +160,17 @@ TEST(SafetensorsTest, HugeShapeOverflowsWithoutAllocating) {
       ErrorOf(File(
           R"({"w":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}})",
           std::string(8, '\0'))),
-      HasSubstr("needs more than 2^63 bytes"));
+      HasSubstr("tensor 'w': shape [4294967296, 4294967296] has more than "
+                "2^56 elements"));
+}
+
+TEST(SafetensorsTest, EmptyShapeWithHugeDimsIsRefused) {
+  EXPECT_THAT(
+      ErrorOf(File(
+          R"({"w":{"dtype":"F32","shape":[0,4611686018427387904,4],"data_offsets":[0,0]}})",
+          "")),
+      HasSubstr("tensor 'w': shape [0, 4611686018427387904, 4] has a 0 dim, "
+                "but its other dims multiply to more than 2^56"));
 }
 
 TEST(SafetensorsTest, BadShapesAndOffsets) {
