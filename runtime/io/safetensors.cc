@@ -48,30 +48,55 @@ constexpr std::array<SafetensorsDType, 15> kDTypes = {{
     {"U64", 8, std::nullopt},
 }};
 
-// llvm::json's parser recurses once per nesting level; a hostile header of
-// a million '[' would overflow the stack. A valid header nests 3 deep.
-constexpr int kMaxJsonDepth = 64;
-
 absl::Status Invalid(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("safetensors: ", what));
 }
 
-// One pass over the header text before llvm::json sees it: nesting depth,
-// and the top-level names (llvm::json keeps the last of duplicate keys).
+// Where a character of JSON text lies: outside strings (where brackets,
+// commas and colons count), inside one, or the quote closing one.
+enum class JsonPlace { kOutside, kOpening, kInside, kClosing };
+
+class JsonStrings {
+ public:
+  JsonPlace Feed(char c) {
+    if (!in_string_) {
+      if (c != '"') return JsonPlace::kOutside;
+      in_string_ = true;
+      return JsonPlace::kOpening;
+    }
+    if (escaped_) {
+      escaped_ = false;
+    } else if (c == '\\') {
+      escaped_ = true;
+    } else if (c == '"') {
+      in_string_ = false;
+      return JsonPlace::kClosing;
+    }
+    return JsonPlace::kInside;
+  }
+
+ private:
+  bool in_string_ = false, escaped_ = false;
+};
+
+// One pass over the header text before llvm::json sees it: the top-level
+// names (llvm::json keeps the last of duplicate keys). CheckJsonDepth has
+// bounded its nesting.
 absl::Status ScanHeader(absl::string_view text) {
   int depth = 0;
-  bool in_string = false, escaped = false, expect_key = false;
+  bool expect_key = false;
   size_t key_start = 0;
   absl::flat_hash_set<std::string> names;
+  JsonStrings strings;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
+    switch (strings.Feed(c)) {
+      case JsonPlace::kInside:
+        continue;
+      case JsonPlace::kOpening:
+        key_start = i;
+        continue;
+      case JsonPlace::kClosing:
         if (depth == 1 && expect_key) {
           expect_key = false;
           // Decoded, so that "a" and "\u0061" are the same name.
@@ -86,18 +111,12 @@ absl::Status ScanHeader(absl::string_view text) {
             return Invalid(absl::StrCat("the header names '", name, "' twice"));
           }
         }
-      }
-      continue;
+        continue;
+      case JsonPlace::kOutside:
+        break;
     }
-    if (c == '"') {
-      in_string = true;
-      key_start = i;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kMaxJsonDepth) {
-        return Invalid(absl::StrCat("header JSON nests deeper than ",
-                                    kMaxJsonDepth, " levels"));
-      }
-      expect_key = depth == 1;
+    if (c == '{' || c == '[') {
+      expect_key = ++depth == 1;
     } else if (c == '}' || c == ']') {
       --depth;
     } else if (c == ',' && depth == 1) {
@@ -106,6 +125,27 @@ absl::Status ScanHeader(absl::string_view text) {
   }
   return absl::OkStatus();
 }
+
+}  // namespace
+
+absl::Status CheckJsonDepth(absl::string_view text, absl::string_view what) {
+  int depth = 0;
+  JsonStrings strings;
+  for (const char c : text) {
+    if (strings.Feed(c) != JsonPlace::kOutside) continue;
+    if (c == '{' || c == '[') {
+      if (++depth > kMaxJsonDepth) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, " nests deeper than ", kMaxJsonDepth, " levels"));
+      }
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
 
 // A non-negative integer JSON value (`what` names it in errors).
 absl::StatusOr<int64_t> NonNegative(const json::Value& v,
@@ -289,6 +329,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes) {
   if (header.empty() || header[0] != '{') {
     return Invalid("the header does not start with '{'");
   }
+  if (absl::Status deep = CheckJsonDepth(header, "header JSON"); !deep.ok())
+    return Invalid(deep.message());
   RETURN_IF_ERROR(ScanHeader(header));
   llvm::Expected<json::Value> parsed =
       json::parse(llvm::StringRef(header.data(), header.size()));

@@ -86,6 +86,14 @@ class SafetensorsFile {
 // Reads and validates the file at `path`; errors name the path.
 absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path);
 
+// JSON text from a file (a header, a metadata value such as an optimizer's
+// param_groups) nests at most kMaxJsonDepth arrays and objects deep:
+// llvm::json's parser recurses once per level, so deeper text would
+// overflow the stack. Brackets inside strings do not count. Else
+// InvalidArgument naming `what`.
+inline constexpr int kMaxJsonDepth = 64;
+absl::Status CheckJsonDepth(absl::string_view text, absl::string_view what);
+
 // One tensor to write: `data` holds its little-endian, row-major bytes.
 struct SafetensorsTensorView {
   std::string name;

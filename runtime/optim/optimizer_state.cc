@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "ir/status.h"
 #include "llvm/Support/JSON.h"
+#include "runtime/io/safetensors.h"
 #include "runtime/optim/optimizer.h"
 
 namespace stepjit::optim {
@@ -108,6 +109,10 @@ absl::Status Optimizer::PlanParamGroups(const StateDict& state,
   if (groups_it == state.metadata.end()) {
     return error("metadata 'param_groups' is missing");
   }
+  if (absl::Status deep =
+          io::CheckJsonDepth(groups_it->second, "metadata 'param_groups'");
+      !deep.ok())
+    return error(deep.message());
   llvm::Expected<json::Value> parsed = json::parse(groups_it->second);
   if (!parsed) {
     return error("metadata 'param_groups' is not JSON: ",

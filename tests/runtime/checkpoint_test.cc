@@ -19,6 +19,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::vector<float> Values(const Tensor& t) {
   return t.contiguous().to(DType::kF32).to_vector<float>();
@@ -327,6 +328,17 @@ TEST(CheckpointTest, OptimizerLoadErrorsChangeNothing) {
   EXPECT_THAT(
       std::string(opt2.load_state_dict(bad).message()),
       HasSubstr("expected 'param_groups' as a list of 1 groups, found []"));
+  // Nested 100,000 deep inside a metadata string: refused before the
+  // (recursive) JSON parser sees it, not a stack overflow.
+  bad = saved;
+  bad.metadata["param_groups"] =
+      std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_THAT(std::string(opt2.load_state_dict(bad).message()),
+              HasSubstr("metadata 'param_groups' nests deeper than 64 levels"));
+  bad = saved;
+  bad.metadata["param_groups"] = "[\"" + std::string(100000, '[') + "\"]";
+  EXPECT_THAT(std::string(opt2.load_state_dict(bad).message()),
+              Not(HasSubstr("nests deeper")));
   bad = saved;
   bad.metadata["type"] = "SGD";
   EXPECT_THAT(
