@@ -1,6 +1,8 @@
 // safetensors: header validation, the file reader and the writer.
 #include "runtime/io/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -462,27 +464,79 @@ absl::StatusOr<std::string> SerializeSafetensors(
   return out;
 }
 
+namespace {
+
+// What kind of file `st` describes, for messages.
+const char* FileKind(const struct stat& st) {
+  if (S_ISDIR(st.st_mode)) return "a directory";
+  if (S_ISCHR(st.st_mode)) return "a character device";
+  if (S_ISBLK(st.st_mode)) return "a block device";
+  if (S_ISFIFO(st.st_mode)) return "a FIFO";
+  if (S_ISSOCK(st.st_mode)) return "a socket";
+  return "not a regular file";
+}
+
+}  // namespace
+
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view bytes) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("cannot write '", tmp, "': ", std::strerror(errno)));
+  // A symlink is followed on purpose: its target is replaced and the link
+  // stays. Whatever the path names must be a regular file or nothing:
+  // renaming over a device (/dev/null, /dev/full), a FIFO or a directory
+  // would replace it.
+  std::string target = path;
+  std::error_code ec;
+  if (std::filesystem::is_symlink(std::filesystem::symlink_status(path, ec))) {
+    const std::filesystem::path resolved =
+        std::filesystem::weakly_canonical(path, ec);
+    if (ec) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot resolve the symlink '", path, "': ", ec.message()));
     }
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return absl::DataLossError(absl::StrCat("writing '", tmp, "' failed"));
-    }
+    target = resolved.string();
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string err = std::strerror(errno);
-    std::remove(tmp.c_str());
+  struct stat st;
+  if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to write '", path, "'",
+        target == path ? "" : absl::StrCat(" (a symlink to '", target, "')"),
+        ": it is ", FileKind(st),
+        ", not a regular file (a checkpoint replaces the file at its path)"));
+  }
+  const std::string tmp = absl::StrCat(target, ".tmp.", ::getpid());
+  // O_EXCL | O_NOFOLLOW: never write through something already at the
+  // temporary name.
+  ::unlink(tmp.c_str());
+  const int fd = ::open(
+      tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
     return absl::PermissionDeniedError(
-        absl::StrCat("cannot rename '", tmp, "' to '", path, "': ", err));
+        absl::StrCat("cannot write '", tmp, "': ", std::strerror(errno)));
+  }
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string err = std::strerror(errno);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return absl::DataLossError(
+          absl::StrCat("writing '", tmp, "' failed: ", err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    const std::string err = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return absl::DataLossError(
+        absl::StrCat("writing '", tmp, "' failed: ", err));
+  }
+  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
+    const std::string err = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot rename '", tmp, "' to '", target, "': ", err));
   }
   return absl::OkStatus();
 }

@@ -112,6 +112,10 @@ absl::StatusOr<std::string> SerializeSafetensors(
 
 // Writes `bytes` to `path` through a temporary file renamed into place, so
 // that a failed write never leaves a truncated checkpoint under `path`.
+// A symlink at `path` is followed (its target is replaced, the link stays);
+// a path that names anything but a regular file (a device such as
+// /dev/null, a FIFO, a directory) is refused with FailedPrecondition and
+// left as it was.
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view bytes);
 

@@ -2,9 +2,13 @@
 // safetensors files, resumed training equal to uninterrupted training, and
 // loads that fail with a message and change nothing. Also from_blob and
 // item<T>.
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -217,6 +221,52 @@ TEST(SafetensorsFileTest, UnsupportedDTypeAndBadBoolAreErrors) {
   EXPECT_THAT(std::string(LoadSafetensors(path).status().message()),
               HasSubstr("(BOOL) holds byte 97 at element 0; expected 0 or 1"));
   std::remove(path.c_str());
+}
+
+// The atomic write replaces a regular file and follows a symlink to one;
+// anything else at the path (a FIFO here, as /dev/null or /dev/full would
+// be) is refused and left as it was.
+TEST(SafetensorsFileTest, WritesReplaceOnlyRegularFiles) {
+  const std::string dir = TempPath("atomic_write_dir");
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(std::filesystem::create_directory(dir));
+  const std::string file = dir + "/a.bin", fifo = dir + "/fifo",
+                    link = dir + "/link", fifo_link = dir + "/fifo_link";
+  ASSERT_TRUE(io::WriteFileAtomically(file, "one").ok());
+  ASSERT_TRUE(io::WriteFileAtomically(file, "two").ok());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::filesystem::create_symlink(file, link);
+  std::filesystem::create_symlink(fifo, fifo_link);
+
+  const absl::Status to_fifo = io::WriteFileAtomically(fifo, "x");
+  EXPECT_EQ(to_fifo.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(to_fifo.message()),
+              HasSubstr("refusing to write '" + fifo +
+                        "': it is a FIFO, not a regular file"));
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  const absl::Status to_dir = io::WriteFileAtomically(dir, "x");
+  EXPECT_THAT(std::string(to_dir.message()), HasSubstr("it is a directory"));
+  EXPECT_TRUE(std::filesystem::is_directory(dir));
+  const absl::Status via_link = io::WriteFileAtomically(fifo_link, "x");
+  EXPECT_THAT(std::string(via_link.message()),
+              HasSubstr("(a symlink to '" + fifo + "'): it is a FIFO"));
+  EXPECT_TRUE(std::filesystem::is_symlink(fifo_link));
+
+  // Through a symlink to a regular file: the target changes, the link stays.
+  ASSERT_TRUE(io::WriteFileAtomically(link, "three").ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  std::ifstream in(file, std::ios::binary);
+  const std::string got((std::istreambuf_iterator<char>(in)),
+                        std::istreambuf_iterator<char>());
+  EXPECT_EQ(got, "three");
+  // No temporary file is left behind by the refusals or the writes.
+  int entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    (void)e;
+    ++entries;
+  }
+  EXPECT_EQ(entries, 4);
+  std::filesystem::remove_all(dir);
 }
 
 // Training 3 steps, saving, loading into fresh objects and training 3 more
