@@ -3,7 +3,9 @@
 #include "runtime/checkpoint.h"
 
 #include <bit>
+#include <cmath>
 #include <cstring>
+#include <iostream>
 #include <utility>
 #include <vector>
 
@@ -100,6 +102,42 @@ absl::Status SaveCheckpoint(const std::string& path,
   return SaveSafetensors(path, CheckpointStateDict(state));
 }
 
+namespace {
+
+// Values PyTorch loads without a word but that training cannot recover
+// from: NaN or inf in floating-point tensors, and a negative second moment
+// (sqrt of it is NaN). Loaded as PyTorch does, with one warning per tensor.
+void WarnOfSuspectValues(const std::string& path, const StateDict& sd) {
+  for (const auto& [name, t] : sd.tensors) {
+    if (!ir::IsFloating(t.dtype()) || t.numel() == 0) continue;
+    const std::vector<double> v =
+        t.to(Device::cpu()).to(DType::kF64).contiguous().to_vector<double>();
+    int64_t bad = 0, negative = 0;
+    for (const double e : v) {
+      bad += std::isfinite(e) ? 0 : 1;
+      negative += e < 0 ? 1 : 0;
+    }
+    if (bad > 0) {
+      std::cerr << "stepjit: warning: " << path << ": tensor '" << name
+                << "' holds " << bad << " NaN or inf value"
+                << (bad == 1 ? "" : "s")
+                << " (loaded, as PyTorch does; training from it will "
+                   "produce NaN)\n";
+    }
+    if (absl::EndsWith(name, ".exp_avg_sq")) {
+      if (negative > 0) {
+        std::cerr << "stepjit: warning: " << path << ": tensor '" << name
+                  << "' holds " << negative << " negative value"
+                  << (negative == 1 ? "" : "s")
+                  << " (a second moment is never negative; its square root "
+                     "will be NaN)\n";
+      }
+    }
+  }
+}
+
+}  // namespace
+
 absl::Status LoadCheckpoint(const std::string& path,
                             const TrainingState& state) {
   ASSIGN_OR_RETURN(const StateDict sd, LoadSafetensors(path));
@@ -151,6 +189,7 @@ absl::Status LoadCheckpoint(const std::string& path,
     plan.Append(*std::move(p));
   }
   plan.Apply();
+  WarnOfSuspectValues(path, sd);
   return absl::OkStatus();
 }
 

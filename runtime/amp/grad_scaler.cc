@@ -3,6 +3,7 @@
 #include "runtime/amp/grad_scaler.h"
 
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -79,8 +80,10 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   for (const Tensor& p : opt.parameters()) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    found = maximum(found, NonFinite(g));
     g.mul_(g.dtype() == DType::kF32 ? inv : inv.to(g.dtype()));
+    // After unscaling: an inf or NaN grad stays one, and an unscaling that
+    // itself overflows (a tiny scale) is caught too.
+    found = maximum(found, NonFinite(g));
   }
   // Data-parallel ranks skip the same steps: an inf on any rank counts.
   if (dist::world_size() > 1)
@@ -207,11 +210,22 @@ absl::StatusOr<LoadPlan> GradScaler::PlanLoad(const StateDict& state) const {
                    ir::ShapeToString(src->shape()));
     }
     const double v = src->item();
-    if (name == "scale" ? !(v > 0 && std::isfinite(v))
-                        : !(v >= 0 && v == std::floor(v))) {
-      return error("'", name, "' is ", v,
-                   name == "scale" ? ", not a positive finite scale"
-                                   : ", not a count of steps");
+    if (name == "scale") {
+      // Used as f32, with 1/scale unscaling every gradient: both must be
+      // finite f32 numbers (1.4e-45 is a valid f32, its inverse is inf).
+      const float f = static_cast<float>(v);
+      if (!(v > 0) || !std::isfinite(f) || !std::isfinite(1.0f / f)) {
+        return error("'scale' is ", v,
+                     ", not a positive scale whose value and inverse are "
+                     "finite in f32 (",
+                     1.0 / std::numeric_limits<float>::max(), " to ",
+                     std::numeric_limits<float>::max(), ")");
+      }
+    } else if (!(v >= 0 && v == std::floor(v) &&
+                 v <= std::numeric_limits<int32_t>::max())) {
+      // PyTorch keeps the tracker as i32.
+      return error("'", name, "' is ", v, ", not a count of steps (0 to ",
+                   std::numeric_limits<int32_t>::max(), ")");
     }
     plan.Then([dst, v] { Tensor(dst).fill_(v); });
   }

@@ -2,6 +2,7 @@
 // as safetensors entries (tensors "state.<i>.<slot>", metadata "type" and
 // "param_groups").
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "absl/algorithm/container.h"
@@ -19,6 +20,36 @@ namespace stepjit::optim {
 namespace {
 
 namespace json = llvm::json;
+
+// Whether `v` stays finite when rounded to `dtype`.
+bool FiniteAs(double v, DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return std::abs(v) <= std::numeric_limits<float>::max();
+    case DType::kF16:
+      return std::abs(v) <= 65504.0;
+    case DType::kBF16:
+      return std::abs(v) <= 3.3895313892515355e38;
+    default:
+      return std::isfinite(v);
+  }
+}
+
+// The largest whole number up to which `dtype` holds every integer.
+double MaxExactCount(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return 16777216.0;  // 2^24
+    case DType::kF16:
+      return 2048.0;
+    case DType::kBF16:
+      return 256.0;
+    case DType::kF64:
+      return 9007199254740992.0;  // 2^53
+    default:
+      return 9.2233720368547758e18;
+  }
+}
 
 std::string JsonText(const json::Value& v) {
   std::string out;
@@ -139,8 +170,15 @@ absl::Status Optimizer::PlanParamGroups(const StateDict& state,
                    params == nullptr ? "none" : JsonText(*params));
     }
     const auto lr = group->getNumber("lr");  // llvm::Optional
-    if (!lr || !(*lr >= 0.0) || !std::isfinite(*lr)) {
-      return error("param group ", g, ": expected a learning rate 'lr' >= 0");
+    // Validated in the dtype the optimizer computes with: 1e300 is a
+    // finite double but inf as f32.
+    const DType lr_dtype = groups_[g].lr.dtype();
+    if (!lr || !(*lr >= 0.0) || !std::isfinite(*lr) ||
+        !FiniteAs(*lr, lr_dtype)) {
+      return error("param group ", g,
+                   ": expected a learning rate 'lr' >= 0 and finite as ",
+                   ir::DTypeName(lr_dtype), ", found ",
+                   lr ? absl::StrCat(*lr) : std::string("none"));
     }
     std::vector<std::pair<std::string, std::string>> expected =
         HyperParameters(g);
@@ -225,8 +263,14 @@ absl::Status Optimizer::PlanParameterState(const StateDict& state,
                      ir::ShapeToString(it->second.shape()));
       }
       const double value = it->second.item();
-      if (!(value >= 0.0) || value != std::floor(value)) {
-        return error("'state.", i, ".step' is ", value, ", not a step count");
+      // The count is kept as step_'s dtype and advanced by 1 each step: it
+      // must be a whole number that dtype still counts up from exactly.
+      const double most = MaxExactCount(step_.dtype());
+      if (!(value >= 0.0) || value != std::floor(value) || value > most) {
+        return error("'state.", i, ".step' is ", value,
+                     ", not a step count (a whole number from 0 to ", most,
+                     ", the most ", ir::DTypeName(step_.dtype()),
+                     " counts exactly)");
       }
       // stepjit keeps one step count: PyTorch's differ only when some
       // parameters skipped steps (had no grad).

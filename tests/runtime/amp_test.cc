@@ -154,6 +154,25 @@ TEST(GradScalerTest, AnInfGradientSkipsTheStepAndHalvesTheScale) {
   EXPECT_EQ(s.opt->step_count().item(), 2.0) << "the skipped step did not count";
 }
 
+// A scale so small that unscaling itself overflows (the grads are finite,
+// grad / scale is not): the step is skipped, no weight is written with inf.
+TEST(GradScalerTest, AnUnscalingThatOverflowsSkipsTheStep) {
+  TinyMlp s = MakeSetup(10);
+  amp::GradScaler scaler;
+  s.opt->zero_grad();
+  (cross_entropy(s.model(s.x), s.y) * 1e3).backward();  // finite grads
+  Tensor(scaler.scale_tensor()).fill_(1e-37);           // 1 / scale = 1e37
+  const std::vector<Tensor> before = Snapshot(s);
+  scaler.step(*s.opt);
+  scaler.update();
+  const std::vector<Tensor> after = Snapshot(s);
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_TRUE(SameBits(before[i], after[i])) << "tensor " << i;
+  }
+  EXPECT_EQ(scaler.skipped_steps(), 1);
+  EXPECT_EQ(scaler.last_found_inf().item(), 1.0);
+}
+
 TEST(GradScalerTest, CleanStepsGrowTheScaleEveryGrowthInterval) {
   TinyMlp s = MakeSetup(20);
   amp::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 3});

@@ -4,6 +4,7 @@
 // item<T>.
 #include <sys/stat.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -444,6 +445,99 @@ TEST(CheckpointTest, ScalerStateRoundTripsAndChecksOptions) {
       HasSubstr(
           "growth_interval is '3' in the state dict but 2000 in this scaler"));
   EXPECT_EQ(other.get_scale(), 65536.0);
+  std::remove(path.c_str());
+}
+
+// Values that pass as doubles but poison training in the dtype they are
+// used in: each refused with the value and the range named, nothing loaded.
+TEST(CheckpointTest, ValuesAreCheckedInTheDTypeTheyAreUsedIn) {
+  nn::Sequential model = Mlp(1);
+  optim::AdamW opt(model.parameters(), {.lr = 1e-2});
+  Tensor x = randn({4, 6});
+  opt.zero_grad();
+  sum(model(x)).backward();
+  opt.step();
+  const StateDict saved = opt.state_dict();
+  auto with_lr = [&](const std::string& lr) {
+    StateDict bad = saved;
+    std::string& groups = bad.metadata.at("param_groups");
+    const size_t at = groups.find("\"lr\":");
+    const size_t end = groups.find_first_of(",}", at);
+    groups.replace(at, end - at, "\"lr\":" + lr);
+    return std::string(opt.load_state_dict(bad).message());
+  };
+  EXPECT_THAT(with_lr("1e300"),
+              HasSubstr("expected a learning rate 'lr' >= 0 and finite as "
+                        "f32, found 1e+300"));
+  EXPECT_THAT(with_lr("0.5"), Not(HasSubstr("learning rate")));
+  auto with_step = [&](double v) {
+    StateDict bad = saved;
+    for (auto& [name, t] : bad.tensors) {
+      if (name.size() > 5 && name.substr(name.size() - 5) == ".step")
+        t = scalar_tensor(v);
+    }
+    return std::string(opt.load_state_dict(bad).message());
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_THAT(with_step(inf),
+              HasSubstr("is inf, not a step count (a whole number from 0 to "
+                        "1.67772e+07, the most f32 counts exactly)"));
+  EXPECT_THAT(with_step(1e30), HasSubstr("is 1e+30, not a step count"));
+  EXPECT_EQ(with_step(7), "");
+  EXPECT_EQ(opt.step_count().item(), 7.0);
+
+  amp::GradScaler scaler;
+  auto scaler_with = [&](const char* name, double v) {
+    amp::GradScaler source;
+    StateDict sd = source.state_dict();
+    for (auto& [n, t] : sd.tensors) {
+      // f64, as a hostile file may store it: the check is in f32.
+      if (n == name) t = scalar_tensor(v, {.dtype = DType::kF64});
+    }
+    return std::string(scaler.load_state_dict(sd).message());
+  };
+  EXPECT_THAT(scaler_with("scale", 1.4e-45),
+              HasSubstr("'scale' is 1.4e-45, not a positive scale whose value "
+                        "and inverse are finite in f32"));
+  EXPECT_THAT(scaler_with("scale", 1e39), HasSubstr("'scale' is 1e+39"));
+  EXPECT_THAT(scaler_with("_growth_tracker", inf),
+              HasSubstr("'_growth_tracker' is inf, not a count of steps (0 to "
+                        "2147483647)"));
+  EXPECT_EQ(scaler.get_scale(), 65536.0);
+  EXPECT_EQ(scaler_with("scale", 1e-30), "");
+  EXPECT_EQ(scaler.get_scale(), static_cast<float>(1e-30));
+}
+
+// NaN/inf weights and a negative second moment load (as PyTorch does) with
+// a warning naming each tensor.
+TEST(CheckpointTest, SuspectValuesLoadWithAWarningNamingTheTensor) {
+  nn::Sequential model = Mlp(1);
+  optim::AdamW opt(model.parameters(), {.lr = 1e-2});
+  opt.zero_grad();
+  sum(model(randn({4, 6}))).backward();
+  opt.step();
+  NoGradGuard no_grad;
+  Tensor w = model.parameters()[0];
+  Tensor(w).fill_(std::numeric_limits<double>::quiet_NaN());
+  const StateDict sd = opt.state_dict();
+  Tensor(sd.find("state.1.exp_avg_sq") ? *sd.find("state.1.exp_avg_sq")
+                                       : Tensor())
+      .fill_(-1.0);
+  const std::string path = TempPath("suspect.safetensors");
+  ASSERT_TRUE(
+      SaveCheckpoint(path, {.model = model.ptr(), .optimizer = &opt}).ok());
+  nn::Sequential other = Mlp(2);
+  optim::AdamW other_opt(other.parameters(), {.lr = 1e-2});
+  ::testing::internal::CaptureStderr();
+  const absl::Status s =
+      LoadCheckpoint(path, {.model = other.ptr(), .optimizer = &other_opt});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_THAT(err, HasSubstr("tensor 'model.0.weight' holds " +
+                             std::to_string(w.numel()) + " NaN or inf values"));
+  EXPECT_THAT(err, HasSubstr("tensor 'optimizer.state.1.exp_avg_sq' holds"));
+  EXPECT_THAT(err, HasSubstr("negative value"));
+  EXPECT_TRUE(std::isnan(other.parameters()[0].to_vector<float>()[0]));
   std::remove(path.c_str());
 }
 
