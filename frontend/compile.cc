@@ -309,23 +309,25 @@ struct StepCompiler::Impl {
     }
   }
 
-  // The family a build from the recording `now` joins: `s`'s when the call
-  // (`sig`) differs from `s` only in input sizes that may be symbolic and
-  // recorded the same step at other sizes; else -1 (a new specialization).
+  // Whether a call with `sig` may be a new concrete shape of `t`: shapes
+  // are dynamic, `t` replays, and the call differs from it only in input
+  // sizes that may be symbolic.
+  bool SizesOnlyDiffer(const Specialization& t, const Signature& sig) const {
+    return options.shapes == Shapes::kDynamic && !t.eager_only &&
+           !DimsOnlyDiff(t.signature, sig, options.dynamic_dims).empty();
+  }
+  // ... and its recording `now` is `t`'s step at other sizes.
   bool IsShapeOf(const Specialization& t, const Signature& sig,
                  const TraceRecord& now) const {
-    return options.shapes == Shapes::kDynamic && !t.eager_only &&
-           !(t.signature == sig) &&
-           !DimsOnlyDiff(t.signature, sig, options.dynamic_dims).empty() &&
-           SameUpToSizes(t.record, now);
+    return SizesOnlyDiffer(t, sig) && SameUpToSizes(t.record, now);
   }
   // The specialization whose family a build from `now` joins: `s`, else
-  // another one the call is a new shape of; null when none.
+  // another one the call is a new shape of; null when none (a call with
+  // `s`'s own signature that recorded something new is a new path).
   Specialization* ShapeSource(Specialization& s, const Signature& sig,
                               const TraceRecord& now) {
     if (IsShapeOf(s, sig, now)) return &s;
-    if (options.shapes != Shapes::kDynamic || s.signature == sig)
-      return nullptr;
+    if (s.signature == sig) return nullptr;
     for (auto& t : specs) {
       if (t.get() != &s && CheckFlagGuards(t->trace).empty() &&
           IsShapeOf(*t, sig, now))
@@ -395,11 +397,8 @@ struct StepCompiler::Impl {
   // be symbolic (the last one replayed first), whose flags hold: the call
   // may be a new concrete shape of it. Null when none.
   Specialization* ShapeCandidate(const Signature& sig) {
-    if (options.shapes != Shapes::kDynamic) return nullptr;
     auto fits = [&](const Specialization& t) {
-      return !t.eager_only &&
-             !DimsOnlyDiff(t.signature, sig, options.dynamic_dims).empty() &&
-             CheckFlagGuards(t.trace).empty();
+      return SizesOnlyDiffer(t, sig) && CheckFlagGuards(t.trace).empty();
     };
     if (last != nullptr && fits(*last))
       return const_cast<Specialization*>(last);

@@ -117,21 +117,17 @@ void WarnOfSuspectValues(const std::string& path, const StateDict& sd) {
       bad += std::isfinite(e) ? 0 : 1;
       negative += e < 0 ? 1 : 0;
     }
-    if (bad > 0) {
+    auto warn = [&](int64_t count, const char* what, const char* why) {
+      if (count == 0) return;
       std::cerr << "stepjit: warning: " << path << ": tensor '" << name
-                << "' holds " << bad << " NaN or inf value"
-                << (bad == 1 ? "" : "s")
-                << " (loaded, as PyTorch does; training from it will "
-                   "produce NaN)\n";
-    }
+                << "' holds " << count << " " << what << (count == 1 ? "" : "s")
+                << " (" << why << ")\n";
+    };
+    warn(bad, "NaN or inf value",
+         "loaded, as PyTorch does; training from it will produce NaN");
     if (absl::EndsWith(name, ".exp_avg_sq")) {
-      if (negative > 0) {
-        std::cerr << "stepjit: warning: " << path << ": tensor '" << name
-                  << "' holds " << negative << " negative value"
-                  << (negative == 1 ? "" : "s")
-                  << " (a second moment is never negative; its square root "
-                     "will be NaN)\n";
-      }
+      warn(negative, "negative value",
+           "a second moment is never negative; its square root will be NaN");
     }
   }
 }
