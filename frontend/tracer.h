@@ -2,6 +2,7 @@
 #ifndef STEPJIT_FRONTEND_TRACER_H_
 #define STEPJIT_FRONTEND_TRACER_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -98,6 +99,8 @@ class Tracer : public runtime::DispatchObserver {
   void OnOp(ir::OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs,
             const Tensor& output) override;
   void OnHostRead(const Tensor& tensor, const char* what) override;
+  const ir::TensorType* ExpectedType(ir::OpId op, absl::Span<const Tensor> inputs,
+                                     const ir::Attrs& attrs) override;
   void OnGradRead(const Tensor& leaf, const Tensor& grad) override;
   void OnGradSet(const Tensor& leaf, const Tensor& grad) override;
   void OnAlias(const Tensor& source, const Tensor& alias) override;
@@ -125,8 +128,11 @@ class Tracer : public runtime::DispatchObserver {
   int AddParam(ir::ParamKind kind, const Tensor& t);
   // Appends a node (or, while matching the expected record, only checks
   // it); returns its index.
+  // `attrs_checked`: ExpectedType already found op and attributes equal to
+  // the expected node's.
   int AddNode(ir::NodeKind kind, ir::OpId op, absl::Span<const int> inputs,
-              const ir::Attrs& attrs, const ir::TensorType& type);
+              const ir::Attrs& attrs, const ir::TensorType& type,
+              bool attrs_checked = false);
   // The call stopped matching before node `next_node_`: copy the matched
   // prefix from the expected record.
   void Diverge();
@@ -138,6 +144,16 @@ class Tracer : public runtime::DispatchObserver {
   bool matching_;
   TraceRecord record_;
   size_t next_node_ = 0;
+  // The dispatch ExpectedType matched with expected node `node` (its op
+  // and attributes), so that OnOp for the same dispatch compares them once.
+  struct Confirmed {
+    size_t node = SIZE_MAX;
+    ir::OpId op{};
+    const ir::Attrs* attrs = nullptr;
+    const Tensor* inputs = nullptr;
+    size_t num_inputs = 0;
+  };
+  Confirmed confirmed_;
   std::vector<std::pair<size_t, ir::Attrs>> live_;  // Trace::unfilled_live
   absl::flat_hash_map<int64_t, int> draw_of_offset_;
   runtime::DispatchObserver* previous_ = nullptr;

@@ -9,6 +9,7 @@
 #include "ir/status.h"
 #include "runtime/amp/autocast.h"
 #include "runtime/autograd/engine.h"
+#include "runtime/object_pool.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/cpu/device_runtime.h"
 #include "runtime/device_runtime.h"
@@ -249,13 +250,18 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
     }
     if (!cast.empty()) return Dispatch(op, cast, attrs);
   }
-  absl::InlinedVector<ir::TensorType, 4> types;
-  for (size_t i = 0; i < inputs.size(); ++i) {
+  for (size_t i = 0; i < inputs.size(); ++i)
     SJ_REQUIRE(inputs[i].defined(), ir::OpName(op), ": input ", i, " is an undefined tensor");
-    types.push_back({inputs[i].dtype(), inputs[i].shape()});
-  }
   const Device device = CommonDevice(op, inputs);
-  ir::TensorType out_type = ValueOrThrow(ir::InferType(op, types, attrs));
+  // A recording call that matches its record knows the result type.
+  const ir::TensorType* expected =
+      t_meta && t_observer != nullptr ? t_observer->ExpectedType(op, inputs, attrs) : nullptr;
+  absl::InlinedVector<ir::TensorType, 4> types;
+  if (expected == nullptr) {
+    for (const Tensor& t : inputs) types.push_back({t.dtype(), t.shape()});
+  }
+  const ir::TensorType out_type =
+      expected != nullptr ? *expected : ValueOrThrow(ir::InferType(op, types, attrs));
   const ir::OpInfo& info = ir::GetOpInfo(op);
   const bool grad_on = GradMode::is_enabled();
   SJ_REQUIRE(!(ir::IsInplace(op) && grad_on && inputs[0].requires_grad()),
@@ -274,8 +280,8 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
     if (ir::IsInplace(op)) {
       out = inputs[0];
     } else {
-      auto storage = std::make_shared<Storage>(
-          Storage::MetaTag{}, ir::NumElements(out_type.shape) * ir::DTypeSize(out_type.dtype),
+      auto storage = std::allocate_shared<Storage>(
+          PoolAllocator<Storage>{}, Storage::MetaTag{}, ir::NumElements(out_type.shape) * ir::DTypeSize(out_type.dtype),
           device);
       out = MakeTensor(std::move(storage), out_type.shape, ir::ContiguousStrides(out_type.shape),
                        0, out_type.dtype);

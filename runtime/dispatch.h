@@ -7,6 +7,7 @@
 
 #include "absl/types/span.h"
 #include "ir/attrs.h"
+#include "ir/infer.h"
 #include "ir/op.h"
 #include "runtime/tensor.h"
 
@@ -41,6 +42,14 @@ class DispatchObserver {
   virtual void OnOp(ir::OpId op, absl::Span<const Tensor> inputs,
                     const ir::Attrs& attrs, const Tensor& output) = 0;
   virtual void OnHostRead(const Tensor& tensor, const char* what) {}
+  // Meta mode only, before the op runs: the result type the observer already
+  // knows this op has (a recording call matching its record: the same op,
+  // attributes and operands as a recorded op, so the same type), letting
+  // dispatch skip type inference; nullptr when it does not know.
+  virtual const ir::TensorType* ExpectedType(ir::OpId op, absl::Span<const Tensor> inputs,
+                                             const ir::Attrs& attrs) {
+    return nullptr;
+  }
   // A leaf's .grad binding was read or replaced (no op runs for these, yet a
   // traced step must reproduce them).
   virtual void OnGradRead(const Tensor& leaf, const Tensor& grad) {}

@@ -1,9 +1,11 @@
 #include "runtime/cpu/device_runtime.h"
 
+#include <array>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <new>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
@@ -91,9 +93,67 @@ BlockCache& Cache() {
   return *cache;
 }
 
+// Blocks of up to kMaxBytes (0-d tensors: the scalars an optimizer or a
+// loss wraps, many per step), kept per thread by size class (64, 128, 192,
+// 256 bytes) so that they cost neither a lock nor aligned_alloc. A block
+// freed on another thread joins that thread's lists; each list holds at
+// most kPerClass blocks, the rest go back to malloc.
+class SmallBlocks {
+ public:
+#if defined(__SANITIZE_ADDRESS__)
+  static constexpr int64_t kMaxBytes = 0;  // every block back to malloc
+#else
+  static constexpr int64_t kMaxBytes = 4 * kAlignment;
+#endif
+  static constexpr size_t kPerClass = 256;
+
+  ~SmallBlocks() {
+    gone_ = true;  // a later release on this thread (static tensors) frees
+    for (auto& list : free_) {
+      for (void* p : list) std::free(p);
+      list.clear();
+    }
+  }
+  void* Take(int64_t bytes) {
+    if (gone_) return nullptr;
+    std::vector<void*>& list = free_[Class(bytes)];
+    if (list.empty()) return nullptr;
+    void* p = list.back();
+    list.pop_back();
+    return p;
+  }
+  bool Put(void* p, int64_t bytes) {
+    if (gone_) return false;
+    std::vector<void*>& list = free_[Class(bytes)];
+    if (list.size() >= kPerClass) return false;
+    list.push_back(p);
+    return true;
+  }
+
+ private:
+  static size_t Class(int64_t bytes) { return static_cast<size_t>(bytes / kAlignment - 1); }
+  std::array<std::vector<void*>, 4> free_;
+  // Trivially destructible, so still readable after the destructor ran.
+  static thread_local bool gone_;
+};
+thread_local bool SmallBlocks::gone_ = false;
+
+SmallBlocks& Small() {
+  thread_local SmallBlocks blocks;
+  return blocks;
+}
+
 void* Allocate(int64_t nbytes, Device) {
   const int64_t bytes = BlockCache::SizeClass(Rounded(nbytes));
-  void* p = Cache().Take(bytes);
+  if (bytes <= SmallBlocks::kMaxBytes) {
+    void* p = Small().Take(bytes);
+    if (p == nullptr) p = std::aligned_alloc(kAlignment, static_cast<size_t>(bytes));
+    if (p == nullptr) throw Error(absl::StrCat("out of host memory: cannot allocate ", nbytes,
+                                               " bytes for a tensor"));
+    CountHostBytes(nbytes);
+    return p;
+  }
+  void* p = bytes < BlockCache::kMinBytes ? nullptr : Cache().Take(bytes);
   if (p == nullptr)
     p = std::aligned_alloc(kAlignment, static_cast<size_t>(bytes));
   if (p == nullptr) {
@@ -110,8 +170,10 @@ void* Allocate(int64_t nbytes, Device) {
 }
 
 void Release(void* data, int64_t nbytes, Device) {
-  if (!Cache().Put(data, BlockCache::SizeClass(Rounded(nbytes))))
-    std::free(data);
+  const int64_t bytes = BlockCache::SizeClass(Rounded(nbytes));
+  const bool kept = bytes <= SmallBlocks::kMaxBytes ? Small().Put(data, bytes)
+                                                    : Cache().Put(data, bytes);
+  if (!kept) std::free(data);
   CountHostBytes(-nbytes);
 }
 
