@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "codegen/cache_eviction.h"
 #include "codegen/sha256.h"
+#include "ir/parse_number.h"
 
 namespace stepjit::codegen {
 namespace {
@@ -164,6 +165,20 @@ std::optional<std::string> ReadEntryFile(const std::string& path,
     close(fd);
     return std::nullopt;
   }
+  // Only this user's own code runs: an entry someone else owns or could
+  // have rewritten (a forged kernel with a recomputed hash) is not read.
+  if (st.st_uid != geteuid()) {
+    *refused =
+        absl::StrCat("owned by uid ", st.st_uid, ", not by uid ", geteuid());
+    close(fd);
+    return std::nullopt;
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    *refused = absl::StrFormat("writable by group or others (mode %04o)",
+                               st.st_mode & 07777);
+    close(fd);
+    return std::nullopt;
+  }
   if (st.st_size > kMaxEntryBytes) {
     *refused = absl::StrCat(st.st_size, " bytes, more than an entry may have (",
                             kMaxEntryBytes, ")");
@@ -215,9 +230,9 @@ std::string DiskDirFromEnvironment() {
 int64_t MaxDiskBytesFromEnvironment() {
   const std::string text = Env("STEPJIT_CACHE_MAX_MB");
   if (text.empty()) return kDefaultMaxDiskMiB << 20;
-  int64_t mib = 0;
-  if (!absl::SimpleAtoi(text, &mib) || mib <= 0 ||
-      mib > (std::numeric_limits<int64_t>::max() >> 20)) {
+  const absl::StatusOr<int64_t> mib =
+      ir::ParseInteger("", text, 1, std::numeric_limits<int64_t>::max() >> 20);
+  if (!mib.ok()) {
     Warn(absl::StrCat("STEPJIT_CACHE_MAX_MB='", text,
                       "' is not a positive whole number of MiB; using the "
                       "default of ",
@@ -225,7 +240,7 @@ int64_t MaxDiskBytesFromEnvironment() {
                       " MiB (STEPJIT_CACHE_DIR=off disables the disk cache)"));
     return kDefaultMaxDiskMiB << 20;
   }
-  return mib << 20;
+  return *mib << 20;
 }
 
 }  // namespace
@@ -309,8 +324,12 @@ CacheStats KernelCache::stats() const {
 
 std::optional<std::string> KernelCache::LoadEntry(const std::string& digest) {
   std::string path = absl::StrCat(disk_dir_, "/", digest, ".bin");
-  std::string refused;
-  std::optional<std::string> bytes = ReadEntryFile(path, &refused);
+  // The directory was safe when this cache opened it; a directory opened to
+  // others since then (chmod, or replaced) is not trusted either.
+  std::string refused = UnsafeDirectoryReason(disk_dir_);
+  if (!refused.empty()) refused = absl::StrCat("its directory is ", refused);
+  std::optional<std::string> bytes;
+  if (refused.empty()) bytes = ReadEntryFile(path, &refused);
   if (!refused.empty()) {
     Warn(absl::StrCat("ignoring entry ", path, ": ", refused));
     std::lock_guard<std::mutex> lock(mu_);

@@ -76,8 +76,11 @@ class KernelCache {
   // read, warns once on stderr and keeps the cache in memory only. A
   // directory it may read but not write is read only (stores stay in
   // memory). Entries are opened without following symbolic links or
-  // blocking; one that is not a regular file, or larger than 256 MiB, is
-  // ignored with a warning.
+  // blocking; one that is not a regular file, is larger than 256 MiB, is
+  // owned by another user or writable by group or others, or lies in a
+  // directory that has become so since, is ignored with a warning (its
+  // kernel is compiled again): only code this user alone could have
+  // written runs.
   explicit KernelCache(CacheOptions options);
 
   KernelCache(const KernelCache&) = delete;

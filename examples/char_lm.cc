@@ -5,10 +5,13 @@
 //
 //   char_lm --mode both --max-steps 300 --sample 400
 //   mpirun -np 2 char_lm --ddp --max-steps 300   (docs/distributed.md)
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "examples/progress.h"
 #include "frontend/stepjit.h"
+#include "ir/status.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/JSON.h"
 #include "runtime/data/char_corpus.h"
@@ -44,41 +48,44 @@ enum class DeviceFlag : uint8_t { kCpu, kCuda };
 
 cl::OptionCategory kFlags("char_lm options");
 
+// The largest learning rate the optimizer's f32 copy keeps finite.
+constexpr double kMaxF32 = std::numeric_limits<float>::max();
+
 namespace flags {
 cl::opt<std::string> data_dir(
     "data-dir",
     cl::desc("fortune databases (default /usr/share/games/fortunes)"),
     cl::value_desc("DIR"), cl::init(data::kFortunesDir), cl::cat(kFlags));
-cl::opt<long long, false, tools::IntParser<1>> layers(
+cl::opt<long long, false, tools::IntParser<1, 1024>> layers(
     "layers", cl::desc("transformer blocks (default 4)"), cl::init(4),
     cl::cat(kFlags));
-cl::opt<long long, false, tools::IntParser<1>> heads(
+cl::opt<long long, false, tools::IntParser<1, 4096>> heads(
     "heads", cl::desc("attention heads (default 4)"), cl::init(4),
     cl::cat(kFlags));
-cl::opt<long long, false, tools::IntParser<1>> width(
+cl::opt<long long, false, tools::IntParser<1, 1 << 16>> width(
     "width", cl::desc("model width, a multiple of --heads (default 128)"),
     cl::init(128), cl::cat(kFlags));
-cl::opt<long long, false, tools::IntParser<1>> context(
+cl::opt<long long, false, tools::IntParser<1, 1 << 16>> context(
     "context", cl::desc("characters per sequence (default 128)"), cl::init(128),
     cl::cat(kFlags));
-cl::opt<long long, false, tools::IntParser<1>> batch_size(
+cl::opt<long long, false, tools::IntParser<1, 1 << 20>> batch_size(
     "batch-size",
     cl::desc("sequences per step (default 32); under --ddp the global\n"
              "batch, split evenly over the ranks"),
     cl::init(32), cl::cat(kFlags));
-cl::opt<long long, false, tools::IntParser<1>> epochs(
+cl::opt<long long, false, tools::IntParser<1, 1000000>> epochs(
     "epochs", cl::desc("epochs of --steps-per-epoch steps (default 3)"),
     cl::init(3), cl::cat(kFlags));
-cl::opt<long long, false, tools::IntParser<1>> steps_per_epoch(
+cl::opt<long long, false, tools::IntParser<1, 1000000000>> steps_per_epoch(
     "steps-per-epoch", cl::desc("steps between validations (default 200)"),
     cl::init(200), cl::cat(kFlags));
 cl::opt<long long, false, tools::IntParser<1>> max_steps(
     "max-steps", cl::desc("stop after N steps in total (default: no limit)"),
     cl::init(-1), cl::cat(kFlags));
-cl::opt<long long, false, tools::IntParser<1>> val_batches(
+cl::opt<long long, false, tools::IntParser<1, 1000000>> val_batches(
     "val-batches", cl::desc("validation batches per evaluation (default 8)"),
     cl::init(8), cl::cat(kFlags));
-cl::opt<double, false, tools::PositiveNumberParser> lr(
+cl::opt<double, false, tools::PositiveNumberParser<kMaxF32>> lr(
     "lr", cl::desc("peak AdamW learning rate (default 3e-3)"), cl::init(3e-3),
     cl::cat(kFlags));
 cl::opt<double> dropout("dropout",
@@ -104,13 +111,13 @@ cl::opt<DeviceFlag, false, tools::WordParser<DeviceFlag>> device(
     cl::values(clEnumValN(DeviceFlag::kCpu, "cpu", "the CPU (default)"),
                clEnumValN(DeviceFlag::kCuda, "cuda", "CUDA device 0")),
     cl::init(DeviceFlag::kCpu), cl::cat(kFlags));
-cl::opt<long long, false, tools::IntParser<0>> sample(
+cl::opt<long long, false, tools::IntParser<0, 100000000>> sample(
     "sample", cl::desc("characters to generate after training (default 0)"),
     cl::init(0), cl::cat(kFlags));
-cl::opt<double, false, tools::PositiveNumberParser> temperature(
+cl::opt<double, false, tools::PositiveNumberParser<1e6>> temperature(
     "temperature", cl::desc("sampling temperature (default 0.8)"),
     cl::init(0.8), cl::cat(kFlags));
-cl::opt<long long, false, tools::IntParser<0>> top_k(
+cl::opt<long long, false, tools::IntParser<0, 1 << 20>> top_k(
     "top-k",
     cl::desc("sample among the k likeliest characters, 0 = all (default 20)"),
     cl::init(20), cl::cat(kFlags));
@@ -125,7 +132,7 @@ cl::opt<bool> ddp(
              "wrapped in nn::DistributedDataParallel, each rank trains on\n"
              "its share of every batch, rank 0 prints"),
     cl::cat(kFlags));
-cl::opt<double, false, tools::PositiveNumberParser> bucket_mb(
+cl::opt<double, false, tools::PositiveNumberParser<1048576.0>> bucket_mb(
     "bucket-mb",
     cl::desc("--ddp: MiB of gradients per all_reduce bucket (default 25)"),
     cl::init(25.0), cl::cat(kFlags));
@@ -260,6 +267,35 @@ struct RunResult {
   int64_t buckets = 0;
 };
 
+// Bytes a training run of `c` needs at least, in doubles (no overflow):
+// f32 parameters with their gradients and AdamW's two moments (16 bytes per
+// parameter), and the activations one step keeps for backward (about 16
+// values of the width and the attention matrix per token and layer, and
+// the logits three times). An empty result when it fits in this machine's
+// memory, else a message.
+std::string TooBigForMemory(const Config& c, int64_t vocab) {
+  const double w = static_cast<double>(c.width),
+               l = static_cast<double>(c.layers);
+  const double v = static_cast<double>(vocab),
+               t = static_cast<double>(c.context);
+  const double params =
+      l * (12 * w * w + 13 * w) + (v + t) * w + (c.tie ? 0 : v * w) + 2 * w;
+  const double tokens = static_cast<double>(c.rank_batch) * t;
+  const double activations =
+      tokens * (l * (16 * w + 3 * static_cast<double>(c.heads) * t) + 3 * v);
+  const double need = 16 * params + 4 * activations;
+  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                      static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (have <= 0 || need <= have) return "";
+  return absl::StrFormat(
+      "--layers %d --width %d --context %d --batch-size %d: the model (%.3g "
+      "parameters) and "
+      "one step's activations need about %.3g GiB to train; this machine has "
+      "%.3g GiB",
+      c.layers, c.width, c.context, c.batch, params, need / (1 << 30),
+      have / (1 << 30));
+}
+
 RunResult Run(const Config& c, const data::CharCorpus& corpus, bool compiled) {
   manual_seed(c.seed);
   auto model =
@@ -280,7 +316,10 @@ RunResult Run(const Config& c, const data::CharCorpus& corpus, bool compiled) {
   }
   optim::AdamW opt(optim::DecayGroups(*model, 0.1),
                    {.lr = c.lr, .beta2 = 0.99});
-  int64_t total = c.epochs * c.steps_per_epoch;
+  int64_t total = 0;
+  SJ_REQUIRE(!__builtin_mul_overflow(c.epochs, c.steps_per_epoch, &total),
+             "--epochs ", c.epochs, " x --steps-per-epoch ", c.steps_per_epoch,
+             " overflows");
   if (c.max_steps > 0) total = std::min(total, c.max_steps);
   optim::lr_scheduler::WarmupCosineLR sched(
       opt, {.warmup_steps = std::min<int64_t>(100, total / 10),
@@ -459,6 +498,13 @@ int Main(int argc, char** argv) {
                  "--batch-size %d\n",
                  static_cast<int>(c.context), static_cast<int>(c.batch));
     return 1;
+  }
+  // The size flags multiply: check what training them takes against this
+  // machine's memory before building anything.
+  if (const std::string why = TooBigForMemory(c, corpus->vocab_size());
+      !why.empty()) {
+    if (Lead()) std::fprintf(stderr, "char_lm: %s\n", why.c_str());
+    return 2;
   }
   if (!c.quiet && Lead()) {
     std::fprintf(c.json ? stderr : stdout,

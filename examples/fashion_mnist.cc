@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,31 +61,34 @@ enum class DeviceFlag : uint8_t { kCpu, kCuda };
 
 cl::OptionCategory kFlags("fashion_mnist options");
 
+// The largest learning rate the optimizer's f32 copy keeps finite.
+constexpr double kMaxF32 = std::numeric_limits<float>::max();
+
 namespace flags {
 cl::opt<std::string> data_dir(
     "data-dir",
     cl::desc("IDX files (default /usr/share/datasets/fashion-mnist,\n"
              "from the Debian package dataset-fashion-mnist)"),
     cl::value_desc("DIR"), cl::init(data::kFashionMnistDir), cl::cat(kFlags));
-cl::opt<long long, false, tools::IntParser<1>> epochs(
+cl::opt<long long, false, tools::IntParser<1, 1000000>> epochs(
     "epochs", cl::desc("training epochs (default 2)"), cl::init(2),
     cl::cat(kFlags));
 cl::opt<long long, false, tools::IntParser<1>> max_steps(
     "max-steps",
     cl::desc("stop after N optimizer steps in total (default: no limit)"),
     cl::init(-1), cl::cat(kFlags));
-cl::opt<long long, false, tools::IntParser<1>> batch_size(
+cl::opt<long long, false, tools::IntParser<1, 1 << 20>> batch_size(
     "batch-size",
     cl::desc("samples per step (default 128); under --ddp the global\n"
              "batch, split evenly over the ranks"),
     cl::init(128), cl::cat(kFlags));
-cl::opt<double, false, tools::PositiveNumberParser> lr(
+cl::opt<double, false, tools::PositiveNumberParser<kMaxF32>> lr(
     "lr", cl::desc("AdamW learning rate (default 1e-3)"), cl::init(1e-3),
     cl::cat(kFlags));
 cl::opt<unsigned long long, false, tools::Uint64Parser> seed(
     "seed", cl::desc("seeds parameter init and the shuffle (default 0)"),
     cl::init(0), cl::cat(kFlags));
-cl::opt<long long, false, tools::IntParser<0>> workers(
+cl::opt<long long, false, tools::IntParser<0, 256>> workers(
     "workers",
     cl::desc("DataLoader worker threads, 0 = main thread (default 1)"),
     cl::init(1), cl::cat(kFlags));
@@ -162,7 +166,7 @@ cl::opt<bool> ddp(
              "wrapped in nn::DistributedDataParallel, each rank trains on\n"
              "its shard of the training set, rank 0 prints and saves"),
     cl::cat(kFlags));
-cl::opt<double, false, tools::PositiveNumberParser> bucket_mb(
+cl::opt<double, false, tools::PositiveNumberParser<1048576.0>> bucket_mb(
     "bucket-mb",
     cl::desc("--ddp: MiB of gradients per all_reduce bucket (default 25)"),
     cl::init(25.0), cl::cat(kFlags));
@@ -325,7 +329,10 @@ RunResult Run(const Flags& f, const data::Dataset& train,
                                   .pin_memory = f.device.is_cuda(),
                                   .device = f.device,
                                   .sampler = sampler});
-  int64_t total = f.epochs * loader.num_batches();
+  int64_t total = 0;
+  SJ_REQUIRE(!__builtin_mul_overflow(f.epochs, loader.num_batches(), &total),
+             "--epochs ", f.epochs, " x ", loader.num_batches(),
+             " steps per epoch overflows");
   if (f.max_steps > 0) total = std::min(total, f.max_steps);
   // Epoch lines go to stderr under --json so stdout holds one JSON line.
   std::FILE* log = f.json ? stderr : stdout;
@@ -357,7 +364,18 @@ RunResult Run(const Flags& f, const data::Dataset& train,
   // load with and without --ddp and in tools/torch_eval_fashion_mnist.py.
   const TrainingState checkpoint{
       .model = model.ptr(), .optimizer = &opt, .scaler = &scaler};
-  if (!f.load.empty()) ThrowIfError(LoadCheckpoint(f.load, checkpoint));
+  if (!f.load.empty()) {
+    ThrowIfError(LoadCheckpoint(f.load, checkpoint));
+    // The checkpoint carries the optimizer's lr; a --lr given with --load
+    // replaces it (said, not silent).
+    if (flags::lr.getNumOccurrences() > 0) {
+      if (Lead() && !f.quiet) {
+        std::fprintf(log, "--lr %g replaces the learning rate %g from %s\n",
+                     f.lr, opt.lr(), f.load.c_str());
+      }
+      opt.set_lr(f.lr);
+    }
+  }
   if (f.ddp)
     ddp.emplace(model, nn::DistributedDataParallelOptions{.bucket_cap_mb =
                                                               f.bucket_mb});
@@ -372,7 +390,7 @@ RunResult Run(const Flags& f, const data::Dataset& train,
               .amp = amp_name};
   Progress progress(total, !f.quiet && Lead());
   std::vector<double> step_ms;
-  step_ms.reserve(total);
+  step_ms.reserve(std::min<int64_t>(total, 1 << 16));  // grows past that
   double train_s = 0;
   int64_t samples = 0;  // this rank's
   for (int64_t epoch = 0; epoch < f.epochs && r.steps < total; ++epoch) {
@@ -550,6 +568,20 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
+  // A batch larger than this rank's shard of the training set would make
+  // an epoch of no steps: nothing trained, and nothing said.
+  const int64_t shard = train->size() / f.world_size;
+  if (f.rank_batch > shard) {
+    std::fprintf(stderr,
+                 "fashion_mnist: --batch-size: expected at most %lld (the %lld "
+                 "training images%s), "
+                 "got %lld\n",
+                 static_cast<long long>(shard * f.world_size),
+                 static_cast<long long>(train->size()),
+                 f.world_size > 1 ? " split over the ranks" : "",
+                 static_cast<long long>(f.batch_size));
+    return 2;
+  }
   std::vector<DType> precisions = {f.amp};
   if (f.compare_amp) {
     precisions = {DType::kF32, f.amp == DType::kF32 ? DType::kBF16 : f.amp};
@@ -589,9 +621,10 @@ int Main(int argc, char** argv) {
   if (!f.json) {
     PrintSummary(rows);
     if (f.ddp) PrintDdpSummary(rows, f);
-  } else if (rows.size() > 2) {
+  } else if (rows.size() > 2 || f.compare_amp) {
+    // --compare-amp: one line per run, each naming its mode and precision.
     for (const RunResult& r : rows) tools::PrintJsonLine(Json(r, f));
-  } else if (rows.size() == 2) {
+  } else if (rows.size() == 2 && !f.compare_amp) {
     tools::PrintJsonLine(llvm::json::Object{
         {"mode", "both"},
         {"eager", Json(rows[0], f)},

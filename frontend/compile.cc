@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -23,6 +24,7 @@
 #include "frontend/trace_record.h"
 #include "frontend/tracer.h"
 #include "frontend/verify.h"
+#include "ir/parse_number.h"
 #include "ir/printer.h"
 #include "passes/grad_scaler.h"
 #include "passes/pass_manager.h"
@@ -899,12 +901,13 @@ StepCompiler::StepCompiler(CompileOptions options)
   m.check_replays = options.check ? options.check_replays : 0;
   if (const char* env = std::getenv("STEPJIT_CHECK");
       env != nullptr && *env != '\0') {
-    int n = 0;
-    SJ_REQUIRE(absl::SimpleAtoi(env, &n) && n >= 0,
-               "STEPJIT_CHECK: expected 0 (off), 1 (check the first ",
-               options.check_replays,
-               " replays of each specialization) or N (the first N), got '",
-               env, "'");
+    const absl::StatusOr<int64_t> parsed =
+        ir::ParseInteger("", env, 0, std::numeric_limits<int>::max());
+    SJ_REQUIRE(
+        parsed.ok(), "STEPJIT_CHECK: expected 0 (off), 1 (check the first ",
+        options.check_replays,
+        " replays of each specialization) or N (the first N), got '", env, "'");
+    const int n = static_cast<int>(*parsed);
     m.check_replays = n == 0   ? 0
                       : n == 1 ? std::max(options.check_replays, 1)
                                : n;

@@ -80,11 +80,12 @@ int Tracer::AddNode(ir::NodeKind kind, ir::OpId op,
   if (matching_) {
     const bool same =
         index < expected_->nodes.size() &&
-        (attrs_checked
-             ? expected_->nodes[index].random_draw == draw &&
-                   absl::MakeConstSpan(expected_->nodes[index].inputs) == inputs &&
-                   expected_->nodes[index].type == type
-             : SameNode(expected_->nodes[index], kind, op, inputs, attrs, type, draw));
+        (attrs_checked ? expected_->nodes[index].random_draw == draw &&
+                             absl::MakeConstSpan(
+                                 expected_->nodes[index].inputs) == inputs &&
+                             expected_->nodes[index].type == type
+                       : SameNode(expected_->nodes[index], kind, op, inputs,
+                                  attrs, type, draw));
     if (same) {
       if (draw >= 0 || expected_->nodes[index].lifted)
         live_.push_back({index, attrs});
@@ -152,13 +153,15 @@ void Tracer::OnOp(ir::OpId op, absl::Span<const Tensor> inputs, const ir::Attrs&
                        "one; replays can only advance the default generator"));
     return;
   }
-  const bool attrs_checked = confirmed_.node == next_node_ && confirmed_.op == op &&
-                             confirmed_.attrs == &attrs && confirmed_.inputs == inputs.data() &&
-                             confirmed_.num_inputs == inputs.size();
+  const bool attrs_checked =
+      confirmed_.node == next_node_ && confirmed_.op == op &&
+      confirmed_.attrs == &attrs && confirmed_.inputs == inputs.data() &&
+      confirmed_.num_inputs == inputs.size();
   confirmed_ = {};
   absl::InlinedVector<int, 4> in;
   for (const Tensor& t : inputs) in.push_back(ValueOf(t));
-  const int node = AddNode(ir::NodeKind::kOp, op, in, attrs, TypeOf(output), attrs_checked);
+  const int node =
+      AddNode(ir::NodeKind::kOp, op, in, attrs, TypeOf(output), attrs_checked);
   // In-place ops return their target: the target's tensor now holds the
   // node's new value, and every other tensor on that storage is stale.
   if (ir::IsInplace(op)) {
@@ -172,13 +175,16 @@ void Tracer::OnOp(ir::OpId op, absl::Span<const Tensor> inputs, const ir::Attrs&
   ++num_ops_;
 }
 
-const ir::TensorType* Tracer::ExpectedType(ir::OpId op, absl::Span<const Tensor> inputs,
+const ir::TensorType* Tracer::ExpectedType(ir::OpId op,
+                                           absl::Span<const Tensor> inputs,
                                            const ir::Attrs& attrs) {
   confirmed_ = {};
-  if (!matching_ || !break_reason_.empty() || next_node_ >= expected_->nodes.size())
+  if (!matching_ || !break_reason_.empty() ||
+      next_node_ >= expected_->nodes.size())
     return nullptr;
   const TraceRecord::Node& node = expected_->nodes[next_node_];
-  if (node.kind != ir::NodeKind::kOp || node.op != op || node.inputs.size() != inputs.size())
+  if (node.kind != ir::NodeKind::kOp || node.op != op ||
+      node.inputs.size() != inputs.size())
     return nullptr;
   // Operands already matched hold values of the recorded types; one the
   // call has not seen yet (new state) is left to type inference.
@@ -188,7 +194,8 @@ const ir::TensorType* Tracer::ExpectedType(ir::OpId op, absl::Span<const Tensor>
     if (v == kNone) return nullptr;
     in.push_back(v);
   }
-  if (!SameNode(node, node.kind, op, in, attrs, node.type, node.random_draw)) return nullptr;
+  if (!SameNode(node, node.kind, op, in, attrs, node.type, node.random_draw))
+    return nullptr;
   confirmed_ = {next_node_, op, &attrs, inputs.data(), inputs.size()};
   return &node.type;
 }

@@ -99,7 +99,8 @@ class Tracer : public runtime::DispatchObserver {
   void OnOp(ir::OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs,
             const Tensor& output) override;
   void OnHostRead(const Tensor& tensor, const char* what) override;
-  const ir::TensorType* ExpectedType(ir::OpId op, absl::Span<const Tensor> inputs,
+  const ir::TensorType* ExpectedType(ir::OpId op,
+                                     absl::Span<const Tensor> inputs,
                                      const ir::Attrs& attrs) override;
   void OnGradRead(const Tensor& leaf, const Tensor& grad) override;
   void OnGradSet(const Tensor& leaf, const Tensor& grad) override;

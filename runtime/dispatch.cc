@@ -9,10 +9,10 @@
 #include "ir/status.h"
 #include "runtime/amp/autocast.h"
 #include "runtime/autograd/engine.h"
-#include "runtime/object_pool.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/cpu/device_runtime.h"
 #include "runtime/device_runtime.h"
+#include "runtime/object_pool.h"
 #include "runtime/pending.h"
 #include "runtime/profiler.h"
 
@@ -251,17 +251,21 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
     if (!cast.empty()) return Dispatch(op, cast, attrs);
   }
   for (size_t i = 0; i < inputs.size(); ++i)
-    SJ_REQUIRE(inputs[i].defined(), ir::OpName(op), ": input ", i, " is an undefined tensor");
+    SJ_REQUIRE(inputs[i].defined(), ir::OpName(op), ": input ", i,
+               " is an undefined tensor");
   const Device device = CommonDevice(op, inputs);
   // A recording call that matches its record knows the result type.
   const ir::TensorType* expected =
-      t_meta && t_observer != nullptr ? t_observer->ExpectedType(op, inputs, attrs) : nullptr;
+      t_meta && t_observer != nullptr
+          ? t_observer->ExpectedType(op, inputs, attrs)
+          : nullptr;
   absl::InlinedVector<ir::TensorType, 4> types;
   if (expected == nullptr) {
     for (const Tensor& t : inputs) types.push_back({t.dtype(), t.shape()});
   }
   const ir::TensorType out_type =
-      expected != nullptr ? *expected : ValueOrThrow(ir::InferType(op, types, attrs));
+      expected != nullptr ? *expected
+                          : ValueOrThrow(ir::InferType(op, types, attrs));
   const ir::OpInfo& info = ir::GetOpInfo(op);
   const bool grad_on = GradMode::is_enabled();
   SJ_REQUIRE(!(ir::IsInplace(op) && grad_on && inputs[0].requires_grad()),
@@ -281,7 +285,8 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
       out = inputs[0];
     } else {
       auto storage = std::allocate_shared<Storage>(
-          PoolAllocator<Storage>{}, Storage::MetaTag{}, ir::NumElements(out_type.shape) * ir::DTypeSize(out_type.dtype),
+          PoolAllocator<Storage>{}, Storage::MetaTag{},
+          ir::NumElements(out_type.shape) * ir::DTypeSize(out_type.dtype),
           device);
       out = MakeTensor(std::move(storage), out_type.shape, ir::ContiguousStrides(out_type.shape),
                        0, out_type.dtype);

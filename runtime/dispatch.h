@@ -46,7 +46,8 @@ class DispatchObserver {
   // knows this op has (a recording call matching its record: the same op,
   // attributes and operands as a recorded op, so the same type), letting
   // dispatch skip type inference; nullptr when it does not know.
-  virtual const ir::TensorType* ExpectedType(ir::OpId op, absl::Span<const Tensor> inputs,
+  virtual const ir::TensorType* ExpectedType(ir::OpId op,
+                                             absl::Span<const Tensor> inputs,
                                              const ir::Attrs& attrs) {
     return nullptr;
   }

@@ -24,7 +24,8 @@ class BlockList {
 
   static void* Take() {
     BlockList& l = Get();
-    if (gone_ || l.free_.empty()) return ::operator new(kSize, std::align_val_t{kAlign});
+    if (gone_ || l.free_.empty())
+      return ::operator new (kSize, std::align_val_t{kAlign});
     void* p = l.free_.back();
     l.free_.pop_back();
     return p;
@@ -32,7 +33,7 @@ class BlockList {
   static void Put(void* p) {
     BlockList& l = Get();
     if (gone_ || l.free_.size() >= kPerSize) {
-      ::operator delete(p, std::align_val_t{kAlign});
+      ::operator delete (p, std::align_val_t{kAlign});
       return;
     }
     l.free_.push_back(p);
@@ -40,7 +41,7 @@ class BlockList {
 
   ~BlockList() {
     gone_ = true;  // later frees on this thread (static tensors) go to malloc
-    for (void* p : free_) ::operator delete(p, std::align_val_t{kAlign});
+    for (void* p : free_) ::operator delete (p, std::align_val_t{kAlign});
   }
 
  private:
@@ -60,15 +61,18 @@ struct PoolAllocator {
   using value_type = T;
   PoolAllocator() = default;
   template <typename U>
-  PoolAllocator(const PoolAllocator<U>&) {}  // NOLINT: rebinding converts implicitly
+  PoolAllocator(const PoolAllocator<U>&) {
+  }  // NOLINT: rebinding converts implicitly
 
   T* allocate(size_t n) {
-    if (n != 1) return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{alignof(T)}));
+    if (n != 1)
+      return static_cast<T*>(
+          ::operator new (n * sizeof(T), std::align_val_t{alignof(T)}));
     return static_cast<T*>(BlockList<sizeof(T), alignof(T)>::Take());
   }
   void deallocate(T* p, size_t n) {
     if (n != 1) {
-      ::operator delete(p, std::align_val_t{alignof(T)});
+      ::operator delete (p, std::align_val_t{alignof(T)});
       return;
     }
     BlockList<sizeof(T), alignof(T)>::Put(p);

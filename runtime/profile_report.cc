@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "ir/parse_number.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
@@ -25,15 +26,14 @@ namespace {
 double EnvPeak(const char* name) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return 0;
-  double x = 0;
-  if (!absl::SimpleAtod(v, &x) || !(x > 0)) {
-    std::fprintf(stderr,
-                 "stepjit: %s: expected a positive number, got '%s'; "
-                 "measuring the peak instead\n",
-                 name, v);
+  const absl::StatusOr<double> x =
+      ir::ParseReal(name, v, {.min = 0});  // inf is no peak
+  if (!x.ok()) {
+    std::fprintf(stderr, "stepjit: %s; measuring the peak instead\n",
+                 std::string(x.status().message()).c_str());
     return 0;
   }
-  return x;
+  return *x;
 }
 
 std::string Rate(double work, double ms, double scale) {

@@ -406,7 +406,8 @@ void BumpParameterEpoch() { g_parameter_epoch.fetch_add(1, std::memory_order_rel
 
 Tensor MakeTensor(std::shared_ptr<Storage> storage, ShapeRef shape, ShapeRef strides,
                   int64_t offset, DType dtype) {
-  auto impl = std::allocate_shared<TensorImpl>(runtime::PoolAllocator<TensorImpl>{});
+  auto impl =
+      std::allocate_shared<TensorImpl>(runtime::PoolAllocator<TensorImpl>{});
   impl->storage = std::move(storage);
   impl->shape.assign(shape.begin(), shape.end());
   impl->strides.assign(strides.begin(), strides.end());
@@ -418,9 +419,9 @@ Tensor MakeTensor(std::shared_ptr<Storage> storage, ShapeRef shape, ShapeRef str
 Tensor empty(ShapeRef shape, TensorOptions options) {
   const absl::StatusOr<int64_t> numel = ir::CheckedNumElements(shape);
   SJ_REQUIRE(numel.ok(), "empty: ", numel.status().message());
-  auto storage = std::allocate_shared<Storage>(runtime::PoolAllocator<Storage>{},
-                                              *numel * ir::DTypeSize(options.dtype),
-                                              options.device);
+  auto storage = std::allocate_shared<Storage>(
+      runtime::PoolAllocator<Storage>{}, *numel * ir::DTypeSize(options.dtype),
+      options.device);
   Tensor t = MakeTensor(std::move(storage), shape, ir::ContiguousStrides(shape), 0,
                         options.dtype);
   if (options.requires_grad) t.set_requires_grad(true);

@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "ir/parse_number.h"
 #include "ir/status.h"
 
 #if defined(__SANITIZE_THREAD__)
@@ -46,16 +47,11 @@ inline void SyncAcquire(void* addr) {
 }  // namespace
 
 int ParseNumThreads(const char* text) {
-  int64_t v = 0;
   if (text == nullptr || *text == '\0') {
     return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
-  if (!absl::SimpleAtoi(text, &v) || v < 1 || v > kMaxNumThreads) {
-    throw Error(absl::StrCat(
-        "STEPJIT_NUM_THREADS: expected a whole number of threads from 1 to ",
-        kMaxNumThreads, ", got '", text, "'"));
-  }
-  return static_cast<int>(v);
+  return static_cast<int>(ValueOrThrow(ir::ParseInteger(
+      "STEPJIT_NUM_THREADS (threads)", text, 1, kMaxNumThreads)));
 }
 
 int NumThreads() {

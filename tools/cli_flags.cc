@@ -41,13 +41,6 @@ bool Uint64Parser::parse(llvm::cl::Option& option, llvm::StringRef,
                                         View(arg), "'"));
 }
 
-bool PositiveNumberParser::parse(llvm::cl::Option& option, llvm::StringRef,
-                                 llvm::StringRef arg, double& value) {
-  if (absl::SimpleAtod(View(arg), &value) && value > 0) return false;
-  return FlagError(option, absl::StrCat("expected a positive number, got '",
-                                        View(arg), "'"));
-}
-
 bool UnregisterLlvmOptions(std::initializer_list<const char*> names) {
   llvm::StringMap<llvm::cl::Option*>& options =
       llvm::cl::getRegisteredOptions();

@@ -12,11 +12,13 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "ir/parse_number.h"
 #include "llvm/Support/CommandLine.h"
 
 namespace stepjit::tools {
@@ -57,17 +59,19 @@ class WordParser : public llvm::cl::parser<T> {
 // and `double` (those for `long` and `unsigned long`, int64_t and uint64_t
 // here, are final), so an option's type is one of these.
 
-// An integer flag of at least kMin: "--steps: expected an integer >= 1, got
-// 'x'".
-template <int64_t kMin>
+// An integer flag in [kMin, kMax]: "--workers: expected an integer from 0 to
+// 256, got '4294967297'" (ir/parse_number.h: no overflow, no truncation).
+template <int64_t kMin, int64_t kMax = std::numeric_limits<int64_t>::max()>
 class IntParser : public llvm::cl::parser<long long> {
  public:
   using parser::parser;
   bool parse(llvm::cl::Option& option, llvm::StringRef, llvm::StringRef arg,
              long long& value) {
-    if (absl::SimpleAtoi(View(arg), &value) && value >= kMin) return false;
-    return FlagError(option, absl::StrCat("expected an integer >= ", kMin,
-                                          ", got '", View(arg), "'"));
+    const absl::StatusOr<int64_t> v =
+        ir::ParseInteger("", View(arg), kMin, kMax);
+    if (!v.ok()) return FlagError(option, v.status().message());
+    value = *v;
+    return false;
   }
   llvm::StringRef getValueName() const override { return "N"; }
 };
@@ -81,12 +85,20 @@ class Uint64Parser : public llvm::cl::parser<unsigned long long> {
   llvm::StringRef getValueName() const override { return "N"; }
 };
 
-// A number > 0 (a learning rate).
+// A finite number > 0 and <= kMax (a learning rate): inf, nan and
+// overflowing text are errors.
+template <double kMax = std::numeric_limits<double>::max()>
 class PositiveNumberParser : public llvm::cl::parser<double> {
  public:
   using parser::parser;
   bool parse(llvm::cl::Option& option, llvm::StringRef, llvm::StringRef arg,
-             double& value);
+             double& value) {
+    const absl::StatusOr<double> v =
+        ir::ParseReal("", View(arg), {.min = 0, .max = kMax});
+    if (!v.ok()) return FlagError(option, v.status().message());
+    value = *v;
+    return false;
+  }
   llvm::StringRef getValueName() const override { return "X"; }
 };
 

@@ -131,7 +131,9 @@ class SmallBlocks {
   }
 
  private:
-  static size_t Class(int64_t bytes) { return static_cast<size_t>(bytes / kAlignment - 1); }
+  static size_t Class(int64_t bytes) {
+    return static_cast<size_t>(bytes / kAlignment - 1);
+  }
   std::array<std::vector<void*>, 4> free_;
   // Trivially destructible, so still readable after the destructor ran.
   static thread_local bool gone_;
@@ -147,9 +149,11 @@ void* Allocate(int64_t nbytes, Device) {
   const int64_t bytes = BlockCache::SizeClass(Rounded(nbytes));
   if (bytes <= SmallBlocks::kMaxBytes) {
     void* p = Small().Take(bytes);
-    if (p == nullptr) p = std::aligned_alloc(kAlignment, static_cast<size_t>(bytes));
-    if (p == nullptr) throw Error(absl::StrCat("out of host memory: cannot allocate ", nbytes,
-                                               " bytes for a tensor"));
+    if (p == nullptr)
+      p = std::aligned_alloc(kAlignment, static_cast<size_t>(bytes));
+    if (p == nullptr)
+      throw Error(absl::StrCat("out of host memory: cannot allocate ", nbytes,
+                               " bytes for a tensor"));
     CountHostBytes(nbytes);
     return p;
   }

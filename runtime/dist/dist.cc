@@ -3,11 +3,13 @@
 #include "runtime/dist/dist.h"
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -15,6 +17,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "ir/parse_number.h"
 #include "ir/status.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/dispatch.h"
@@ -215,10 +218,9 @@ std::shared_ptr<Work> Submit(std::string what,
 std::optional<int> EnvInt(const char* name) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return std::nullopt;
-  int out = 0;
-  SJ_REQUIRE(absl::SimpleAtoi(v, &out), "dist::init: ", name, "=\"", v,
-             "\" is not an integer");
-  return out;
+  return static_cast<int>(
+      ValueOrThrow(ir::ParseInteger(absl::StrCat("dist::init: ", name), v, 0,
+                                    std::numeric_limits<int>::max())));
 }
 
 bool LaunchedByMpi() {
@@ -229,15 +231,21 @@ bool LaunchedByMpi() {
   return false;
 }
 
+constexpr double kMaxTimeoutS = 7 * 24 * 3600;
+
 double TimeoutFrom(const InitOptions& options) {
+  SJ_REQUIRE(
+      std::isfinite(options.timeout_s) && options.timeout_s <= kMaxTimeoutS,
+      "dist::init: InitOptions::timeout_s: expected seconds up to ",
+      kMaxTimeoutS, " (<= 0: the default), got ", options.timeout_s);
   if (options.timeout_s > 0) return options.timeout_s;
   if (const char* v = std::getenv("STEPJIT_DIST_TIMEOUT_S");
       v != nullptr && *v != '\0') {
-    double t = 0;
-    SJ_REQUIRE(absl::SimpleAtod(v, &t) && t > 0,
-               "dist::init: STEPJIT_DIST_TIMEOUT_S=\"", v,
-               "\" is not a positive number of seconds");
-    return t;
+    // At most a week: a timeout must end a hung job, and a larger value
+    // (inf, 1e10) would overflow the deadline's clock arithmetic.
+    return ValueOrThrow(
+        ir::ParseReal("dist::init: STEPJIT_DIST_TIMEOUT_S (seconds)", v,
+                      {.min = 0, .max = kMaxTimeoutS}));
   }
   return 300;
 }

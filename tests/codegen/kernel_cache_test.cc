@@ -426,6 +426,51 @@ TEST(KernelCacheTest, DirectoryOwnedBySomeoneElseIsRefused) {
   EXPECT_EQ(cache.disk_dir(), "");
 }
 
+// A forged entry (a changed kernel with its hash recomputed) passes every
+// content check, so only an entry this user alone could have written is
+// read: one writable by group or others, owned by another user, or in a
+// directory opened to others after the cache checked it is ignored (kept,
+// with a warning naming why) and the kernel is compiled again.
+TEST(KernelCacheTest, EntriesOthersCouldHaveWrittenAreNotRead) {
+  TempDir tmp;
+  const std::string dir = tmp.Sub("cache");
+  KernelCache writer({dir});
+  writer.Store(Key("group"), Blob(1));
+  writer.Store(Key("mine"), Blob(2));
+  const std::string group = writer.EntryPath(Key("group"));
+  ASSERT_EQ(chmod(group.c_str(), 0620), 0);
+
+  KernelCache reader({dir});
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(reader.Lookup(Key("group")), std::nullopt);
+  EXPECT_CONTAINS(
+      ::testing::internal::GetCapturedStderr(),
+      "ignoring entry " + group + ": writable by group or others (mode 0620)");
+  EXPECT_TRUE(fs::exists(group));
+  EXPECT_EQ(reader.Lookup(Key("mine")), Blob(2));
+
+  if (geteuid() == 0) {
+    const std::string theirs = writer.EntryPath(Key("mine"));
+    KernelCache other({dir});
+    ASSERT_EQ(chown(theirs.c_str(), 65534, 65534), 0);
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(other.Lookup(Key("mine")), std::nullopt);
+    EXPECT_CONTAINS(::testing::internal::GetCapturedStderr(),
+                    "owned by uid 65534");
+    ASSERT_EQ(chown(theirs.c_str(), 0, 0), 0);
+  }
+
+  // The directory checked fine when `late` opened it, then was opened up.
+  KernelCache late({dir});
+  ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(late.Lookup(Key("mine")), std::nullopt);
+  EXPECT_CONTAINS(::testing::internal::GetCapturedStderr(),
+                  "its directory is writable by group or others (mode 0777)");
+  ASSERT_EQ(chmod(dir.c_str(), 0700), 0);
+  EXPECT_EQ(late.Lookup(Key("mine")), Blob(2));
+}
+
 TEST(KernelCacheTest, UncreatableDirectoryFallsBackToMemory) {
   TempDir tmp;
   WriteBytes(tmp.Sub("file"), "not a directory");

@@ -149,11 +149,12 @@ TEST(EnvironmentTest, NumThreadsTakesWholeNumbersFrom1To1024) {
       ParseNumThreads(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const Error& e) {
-      EXPECT_EQ(std::string(e.what()),
-                std::string("STEPJIT_NUM_THREADS: expected a whole number of "
-                            "threads from 1 to "
-                            "1024, got '") +
-                    bad + "'");
+      EXPECT_EQ(
+          std::string(e.what()),
+          std::string(
+              "STEPJIT_NUM_THREADS (threads): expected an integer from 1 to "
+              "1024, got '") +
+              bad + "'");
     }
   }
 }
