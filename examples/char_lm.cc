@@ -478,11 +478,29 @@ int Main(int argc, char** argv) {
         " (--batch-size is the global batch, split evenly over the ranks)");
   }
   if (!error.empty()) {
-    // Every rank finds the same error; one message is enough.
+    // Every rank finds the same error; one message is enough. (A rank that
+    // exits here ends the job: mpirun stops the others.)
     if (Lead())
       std::fprintf(stderr, "char_lm: %s\nrun with --help for usage\n",
                    error.c_str());
     return 2;
+  }
+  // Ranks given different flags would train different models or settings
+  // silently; each stops here instead, naming every rank's flags.
+  if (c.ddp) {
+    dist::check_same(
+        "the training flags",
+        absl::StrFormat(
+            "--data-dir %s --layers %d --heads %d --width %d --context %d "
+            "--batch-size %d --epochs %d --steps-per-epoch %d --max-steps %d "
+            "--val-batches %d --lr %.17g --dropout %.17g --tie-weights %d "
+            "--seed %d "
+            "--mode %d --amp %s --bucket-mb %.17g --device %s",
+            std::string(flags::data_dir), c.layers, c.heads, c.width, c.context,
+            c.batch, c.epochs, c.steps_per_epoch, c.max_steps, c.val_batches,
+            c.lr, c.dropout, c.tie, c.seed,
+            static_cast<int>(flags::mode.getValue()), ir::DTypeName(c.amp),
+            c.bucket_mb, c.device.is_cuda() ? "cuda" : "cpu"));
   }
   absl::StatusOr<data::CharCorpus> corpus =
       data::LoadFortuneCorpus(flags::data_dir);

@@ -206,6 +206,20 @@ struct Flags {
 // is rank 0 without --ddp).
 bool Lead() { return dist::rank() == 0; }
 
+// What every rank of --ddp must agree on: the flags that change what is
+// trained, how, or on what (not output-only ones such as --quiet).
+std::string TrainingFlags(const Flags& f) {
+  return absl::StrFormat(
+      "--data-dir %s --epochs %d --max-steps %d --batch-size %d --lr %.17g "
+      "--seed %d --mode %s "
+      "--amp %s --loss-scaling %d --compare-amp %d --check %d --load '%s' "
+      "--bucket-mb %.17g "
+      "--device %s",
+      f.data_dir, f.epochs, f.max_steps, f.batch_size, f.lr, f.seed, f.mode,
+      ir::DTypeName(f.amp), f.loss_scaling, f.compare_amp, f.check, f.load,
+      f.bucket_mb, f.device.is_cuda() ? "cuda" : "cpu");
+}
+
 // Returns an error message, or "" when the command line can be used.
 std::string FromCommandLine(Flags& f) {
   constexpr const char* kModes[] = {"eager", "compiled", "both"};
@@ -557,6 +571,9 @@ int Main(int argc, char** argv) {
     }
     return 2;
   }
+  // Ranks given different flags would train on different settings with no
+  // error; each stops here instead, naming both ranks' flags.
+  if (f.ddp) dist::check_same("the training flags", TrainingFlags(f));
   absl::StatusOr<data::Dataset> train =
       data::LoadFashionMnist(f.data_dir, true);
   absl::StatusOr<data::Dataset> test =

@@ -63,8 +63,12 @@ double NowSeconds() {
 // One collective on the communication thread.
 class Work : public runtime::PendingWork {
  public:
-  Work(std::string what, int64_t seq, std::function<absl::Status()> fn)
-      : what_(std::move(what)), seq_(seq), fn_(std::move(fn)) {}
+  Work(std::string what, int64_t seq, std::function<absl::Status()> fn,
+       std::optional<CollectiveHeader> header)
+      : what_(std::move(what)),
+        seq_(seq),
+        fn_(std::move(fn)),
+        header_(header) {}
 
   void Run();
   void Wait() override;
@@ -76,6 +80,9 @@ class Work : public runtime::PendingWork {
   // The collective; it holds the tensors it reads and writes, so they stay
   // alive until the work is destroyed.
   std::function<absl::Status()> fn_;
+  // Exchanged with the other ranks before the collective runs (all but
+  // MPI_Init), its seq numbered on the communication thread.
+  std::optional<CollectiveHeader> header_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
@@ -97,6 +104,8 @@ struct World {
   std::mutex failure_mu;
   std::string failure;
   std::atomic<int64_t> next_seq{0};
+  int64_t checked =
+      0;  // collectives whose headers were exchanged (comm thread)
 
   std::mutex stats_mu;
   Stats stats;
@@ -145,7 +154,11 @@ void Work::Run() {
   if (!W().healthy.load()) {
     st = absl::AbortedError("not run: an earlier collective failed");
   } else {
-    st = fn_();
+    if (header_) {
+      header_->seq = W().checked++;
+      st = MpiCheckHeader(*header_);
+    }
+    if (st.ok()) st = fn_();
   }
   const double busy = NowSeconds() - start;
   if (runtime::ProfilingEnabled()) {
@@ -202,11 +215,12 @@ void Work::Wait() {
   }
 }
 
-std::shared_ptr<Work> Submit(std::string what,
-                             std::function<absl::Status()> fn) {
+std::shared_ptr<Work> Submit(
+    std::string what, std::function<absl::Status()> fn,
+    std::optional<CollectiveHeader> header = std::nullopt) {
   World& w = W();
-  auto work =
-      std::make_shared<Work>(std::move(what), w.next_seq++, std::move(fn));
+  auto work = std::make_shared<Work>(std::move(what), w.next_seq++,
+                                     std::move(fn), header);
   {
     std::lock_guard<std::mutex> lock(w.queue_mu);
     w.queue.push_back(work);
@@ -291,10 +305,14 @@ void Shutdown(World& w, bool at_exit) {
   }
   try {
     runtime::WaitAllPending();
-    Submit("MPI_Finalize", [] {
-      MpiFinalize();
-      return absl::OkStatus();
-    })->Wait();
+    Submit(
+        "MPI_Finalize",
+        [] {
+          MpiFinalize();
+          return absl::OkStatus();
+        },
+        CollectiveHeader{.kind = CollectiveHeader::kFinalize})
+        ->Wait();
   } catch (const Error& e) {
     if (!at_exit) throw;
     std::fprintf(stderr, "stepjit dist: %s\n", e.what());
@@ -377,6 +395,27 @@ double timeout_seconds() { return internal::W().timeout_s; }
 Stats stats() {
   std::lock_guard<std::mutex> lock(internal::W().stats_mu);
   return internal::W().stats;
+}
+
+void check_same(const std::string& name, const std::string& value) {
+  internal::World& w = internal::W();
+  SJ_REQUIRE(w.initialized,
+             "dist::check_same: dist::init() has not been called");
+  SJ_REQUIRE(!w.finalized, "dist::check_same: called after dist::shutdown()");
+  if (w.size == 1) return;
+  if (!w.healthy.load())
+    throw Error(absl::StrCat("dist::check_same: an earlier collective failed (",
+                             w.Failure(), ")"));
+  SJ_REQUIRE(w.mpi, "dist::check_same: ", w.size, " ranks launched by ",
+             w.launcher, " have no MPI between them; launch with mpirun");
+  uint64_t name_hash = 1469598103934665603ull;
+  for (unsigned char c : name) name_hash = (name_hash ^ c) * 1099511628211ull;
+  internal::Submit(
+      absl::StrCat("check_same of ", name),
+      [name, value] { return internal::MpiCheckSame(name, value); },
+      internal::CollectiveHeader{.kind = internal::CollectiveHeader::kCheckSame,
+                                 .aux = static_cast<int64_t>(name_hash >> 1)})
+      ->Wait();
 }
 
 Tensor all_reduce(const Tensor& x, ReduceOp op) {
@@ -504,7 +543,9 @@ void RunHostCollective(const runtime::KernelArgs& k) {
   const int size = w.size;
   switch (k.op) {
     case OpId::kBarrier:
-      work = Submit(what, [] { return MpiBarrier(); });
+      work = Submit(
+          what, [] { return MpiBarrier(); },
+          CollectiveHeader{.kind = CollectiveHeader::kBarrier});
       break;
     case OpId::kAllReduce: {
       const ReduceOp op =
@@ -513,29 +554,42 @@ void RunHostCollective(const runtime::KernelArgs& k) {
           in.dtype() == ir::DType::kF16 || in.dtype() == ir::DType::kBF16;
       const Tensor src = in.is_contiguous() ? in : in.clone();
       const int64_t n = src.numel();
+      // The dtype the user reduces (a 16-bit float travels as f32).
+      const CollectiveHeader header{.kind = CollectiveHeader::kAllReduce,
+                                    .dtype = static_cast<int64_t>(in.dtype()),
+                                    .count = n,
+                                    .aux = static_cast<int64_t>(op)};
       if (half) {
         // MPI has no 16-bit floats: reduce in f32 (as NCCL accumulates).
         Tensor staged = empty(src.shape(), {.dtype = ir::DType::kF32});
         ToF32(src, staged.data<float>());
-        work = Submit(what, [staged, out, n, op, size]() -> absl::Status {
-          float* p = staged.data<float>();
-          if (absl::Status s = MpiAllReduce(p, p, n, ir::DType::kF32, op);
-              !s.ok())
-            return s;
-          if (op == ReduceOp::kAvg) Scale(p, n, ir::DType::kF32, 1.0 / size);
-          FromF32(p, out);
-          return absl::OkStatus();
-        });
+        work = Submit(
+            what,
+            [staged, out, n, op, size]() -> absl::Status {
+              float* p = staged.data<float>();
+              if (absl::Status s = MpiAllReduce(p, p, n, ir::DType::kF32, op);
+                  !s.ok())
+                return s;
+              if (op == ReduceOp::kAvg)
+                Scale(p, n, ir::DType::kF32, 1.0 / size);
+              FromF32(p, out);
+              return absl::OkStatus();
+            },
+            header);
       } else {
         const ir::DType dtype = src.dtype();
-        work = Submit(what, [src, out, n, dtype, op, size]() -> absl::Status {
-          if (absl::Status s =
-                  MpiAllReduce(src.data_ptr(), out.data_ptr(), n, dtype, op);
-              !s.ok())
-            return s;
-          if (op == ReduceOp::kAvg) Scale(out.data_ptr(), n, dtype, 1.0 / size);
-          return absl::OkStatus();
-        });
+        work = Submit(
+            what,
+            [src, out, n, dtype, op, size]() -> absl::Status {
+              if (absl::Status s = MpiAllReduce(src.data_ptr(), out.data_ptr(),
+                                                n, dtype, op);
+                  !s.ok())
+                return s;
+              if (op == ReduceOp::kAvg)
+                Scale(out.data_ptr(), n, dtype, 1.0 / size);
+              return absl::OkStatus();
+            },
+            header);
       }
       std::lock_guard<std::mutex> lock(w.stats_mu);
       w.stats.bytes += n * ir::DTypeSize(in.dtype());
@@ -547,9 +601,14 @@ void RunHostCollective(const runtime::KernelArgs& k) {
                  " is not a rank of this world of ", size);
       runtime::cpu::CopyInto(out, in);
       const int64_t bytes = out.numel() * ir::DTypeSize(out.dtype());
-      work = Submit(what, [out, bytes, root] {
-        return MpiBroadcast(out.data_ptr(), bytes, root);
-      });
+      work = Submit(
+          what,
+          [out, bytes, root] {
+            return MpiBroadcast(out.data_ptr(), bytes, root);
+          },
+          CollectiveHeader{.kind = CollectiveHeader::kBroadcast,
+                           .count = bytes,
+                           .aux = root});
       std::lock_guard<std::mutex> lock(w.stats_mu);
       w.stats.bytes += bytes;
       break;
@@ -561,9 +620,13 @@ void RunHostCollective(const runtime::KernelArgs& k) {
                  " ranks, running in a world of ", size);
       const Tensor src = in.is_contiguous() ? in : in.clone();
       const int64_t bytes = src.numel() * ir::DTypeSize(src.dtype());
-      work = Submit(what, [src, out, bytes] {
-        return MpiAllGather(src.data_ptr(), out.data_ptr(), bytes);
-      });
+      work = Submit(
+          what,
+          [src, out, bytes] {
+            return MpiAllGather(src.data_ptr(), out.data_ptr(), bytes);
+          },
+          CollectiveHeader{.kind = CollectiveHeader::kAllGather,
+                           .count = bytes});
       std::lock_guard<std::mutex> lock(w.stats_mu);
       w.stats.bytes += bytes * size;
       break;
@@ -587,11 +650,14 @@ void MarkFailed(const std::string& message) { W().Fail(message); }
 void BroadcastBytes(void* data, size_t bytes, int root) {
   World& w = W();
   SJ_CHECK(w.mpi, "BroadcastBytes without MPI");
-  std::shared_ptr<Work> work =
-      Submit(absl::StrCat("broadcast of ", bytes, " bytes from rank ", root),
-             [data, bytes, root] {
-               return MpiBroadcast(data, static_cast<int64_t>(bytes), root);
-             });
+  std::shared_ptr<Work> work = Submit(
+      absl::StrCat("broadcast of ", bytes, " bytes from rank ", root),
+      [data, bytes, root] {
+        return MpiBroadcast(data, static_cast<int64_t>(bytes), root);
+      },
+      CollectiveHeader{.kind = CollectiveHeader::kBroadcast,
+                       .count = static_cast<int64_t>(bytes),
+                       .aux = root});
   work->Wait();
 }
 

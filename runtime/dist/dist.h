@@ -72,6 +72,13 @@ std::string launcher();
 bool healthy();
 double timeout_seconds();
 
+// Checks that every rank has the same `value` for what `name` says (a flag,
+// a model's parameter shapes): ranks that disagree would train silently on
+// different settings, so each throws an Error naming every rank's value.
+// A collective (every rank must call it, in the same order); nothing in a
+// world of one.
+void check_same(const std::string& name, const std::string& value);
+
 // Element-wise reduction of `x` over all ranks: a new tensor of x's shape
 // and dtype (kAvg needs a floating dtype). Traced and replayed.
 Tensor all_reduce(const Tensor& x, ReduceOp op = ReduceOp::kSum);

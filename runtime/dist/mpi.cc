@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -12,6 +14,41 @@
 #endif
 
 namespace stepjit::dist::internal {
+
+std::string DescribeHeader(const CollectiveHeader& h) {
+  const std::string seq = absl::StrCat(" #", h.seq);
+  switch (h.kind) {
+    case CollectiveHeader::kAllReduce: {
+      // Another rank's header may come from another build: every field is
+      // checked before it names anything.
+      const std::string op =
+          h.aux >= 0 && h.aux <= static_cast<int64_t>(ReduceOp::kMax)
+              ? ReduceOpName(static_cast<ReduceOp>(h.aux))
+              : absl::StrCat("op ", h.aux);
+      const std::string dtype =
+          h.dtype >= 0 && h.dtype < ir::kNumDTypes
+              ? std::string(ir::DTypeName(static_cast<ir::DType>(h.dtype)))
+              : absl::StrCat("dtype ", h.dtype);
+      return absl::StrCat("all_reduce", seq, " (", op, ") of ", h.count, " ",
+                          dtype, " values");
+    }
+    case CollectiveHeader::kBroadcast:
+      return absl::StrCat("broadcast", seq, " of ", h.count,
+                          " bytes from rank ", h.aux);
+    case CollectiveHeader::kAllGather:
+      return absl::StrCat("all_gather", seq, " of ", h.count,
+                          " bytes per rank");
+    case CollectiveHeader::kBarrier:
+      return absl::StrCat("barrier", seq);
+    case CollectiveHeader::kCheckSame:
+      return absl::StrCat("check_same", seq, " (of a setting that must agree)");
+    case CollectiveHeader::kFinalize:
+      return absl::StrCat("dist::shutdown after ", h.seq,
+                          " collectives (it has finished)");
+    default:
+      return absl::StrCat("unknown collective", seq, " (kind ", h.kind, ")");
+  }
+}
 
 #ifdef STEPJIT_HAVE_MPI
 namespace {
@@ -121,6 +158,82 @@ absl::Status MpiBarrier() {
   return Check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }
 
+absl::Status MpiCheckSame(const std::string& name, const std::string& value) {
+  // Each rank sends a fixed-size record: a hash of its whole value, then as
+  // much of the value as fits (for the message).
+  constexpr size_t kRecord = 256, kText = kRecord - 8;
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : value) hash = (hash ^ c) * 1099511628211ull;
+  char mine[kRecord] = {};
+  std::memcpy(mine, &hash, 8);
+  std::memcpy(mine + 8, value.data(), std::min(value.size(), kText));
+  int size = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::string all(kRecord * static_cast<size_t>(size), '\0');
+  if (absl::Status st = Check(MPI_Allgather(mine, kRecord, MPI_CHAR, all.data(),
+                                            kRecord, MPI_CHAR, MPI_COMM_WORLD),
+                              "MPI_Allgather (check_same)");
+      !st.ok())
+    return st;
+  bool same = true;
+  for (int r = 0; r < size; ++r)
+    same &= std::memcmp(all.data() + kRecord * r, mine, kRecord) == 0;
+  if (same) return absl::OkStatus();
+  std::string views;
+  for (int r = 0; r < size; ++r) {
+    const char* text = all.data() + kRecord * r + 8;
+    std::string v(text, strnlen(text, kText));
+    if (v.size() == kText) v += "...";
+    absl::StrAppend(&views, r == 0 ? "" : "; ", "rank ", r,
+                    r == rank ? " (this one)" : "", ": ", v);
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("the ranks disagree on ", name, ": ", views));
+}
+
+absl::Status MpiCheckHeader(const CollectiveHeader& header) {
+  constexpr int kFields = 5;
+  const int64_t mine[kFields] = {header.seq, header.kind, header.dtype,
+                                 header.count, header.aux};
+  int64_t both[2 * kFields];
+  for (int i = 0; i < kFields; ++i) {
+    both[i] = mine[i];
+    both[kFields + i] = -mine[i];
+  }
+  if (absl::Status st =
+          Check(MPI_Allreduce(MPI_IN_PLACE, both, 2 * kFields, MPI_INT64_T,
+                              MPI_MAX, MPI_COMM_WORLD),
+                "MPI_Allreduce (collective header)");
+      !st.ok())
+    return st;
+  bool same = true;
+  for (int i = 0; i < kFields; ++i) same &= both[i] == -both[kFields + i];
+  if (same) return absl::OkStatus();
+  int size = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::vector<int64_t> all(static_cast<size_t>(size) * kFields);
+  if (absl::Status st =
+          Check(MPI_Allgather(mine, kFields, MPI_INT64_T, all.data(), kFields,
+                              MPI_INT64_T, MPI_COMM_WORLD),
+                "MPI_Allgather (collective headers)");
+      !st.ok())
+    return st;
+  std::string views;
+  for (int r = 0; r < size; ++r) {
+    const int64_t* f = all.data() + static_cast<size_t>(r) * kFields;
+    absl::StrAppend(&views, r == 0 ? "" : "; ", "rank ", r,
+                    r == rank ? " (this one)" : "", ": ",
+                    DescribeHeader({f[0], f[1], f[2], f[3], f[4]}));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("the ranks disagree on their next collective (different "
+                   "steps, batch sizes, bucket "
+                   "sizes or models?): ",
+                   views));
+}
+
 void MpiFinalize() {
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -158,6 +271,10 @@ absl::Status MpiAllReduce(const void*, void*, int64_t, ir::DType, ReduceOp) {
 absl::Status MpiBroadcast(void*, int64_t, int) { return NoMpi(); }
 absl::Status MpiAllGather(const void*, void*, int64_t) { return NoMpi(); }
 absl::Status MpiBarrier() { return NoMpi(); }
+absl::Status MpiCheckHeader(const CollectiveHeader&) { return NoMpi(); }
+absl::Status MpiCheckSame(const std::string&, const std::string&) {
+  return NoMpi();
+}
 void MpiFinalize() {}
 void MpiAbort(int) {}
 const char* MpiLibraryVersion() { return "none"; }

@@ -6,9 +6,13 @@
 // reduction and a compiled step replays it without the hooks.
 #include "runtime/nn/ddp.h"
 
+#include <cmath>
 #include <cstdint>
+#include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "ir/shape.h"
 #include "ir/status.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/grad_mode.h"
@@ -232,10 +236,28 @@ DistributedDataParallelImpl::DistributedDataParallelImpl(
       "DistributedDataParallel: the process group is not initialized; call "
       "dist::init() first (a single process too: dist::init({.backend = "
       "\"single\"}))");
-  SJ_REQUIRE(options_.bucket_cap_mb > 0,
-             "DistributedDataParallel: expected bucket_cap_mb > 0, got ",
+  SJ_REQUIRE(std::isfinite(options_.bucket_cap_mb) &&
+                 options_.bucket_cap_mb > 0 &&
+                 options_.bucket_cap_mb <= 1 << 20,
+             "DistributedDataParallel: expected bucket_cap_mb > 0 and at most "
+             "1048576 (1 TiB), "
+             "got ",
              options_.bucket_cap_mb);
   register_module("module", module_);
+  if (dist::world_size() > 1) {
+    // Ranks whose models or buckets differ would reduce mismatched
+    // gradients: every rank checks that the others built the same.
+    std::string layout =
+        absl::StrCat("bucket_cap_mb ", options_.bucket_cap_mb, ", ");
+    const auto named = module_->named_parameters();
+    absl::StrAppend(&layout, named.size(), " parameters:");
+    for (const auto& [name, p] : named) {
+      absl::StrAppend(&layout, " ", name, " ", ir::DTypeName(p.dtype()),
+                      ir::ShapeToString(p.shape()),
+                      p.requires_grad() ? "" : " (frozen)");
+    }
+    dist::check_same("the DistributedDataParallel model", layout);
+  }
   if (options_.broadcast_parameters && dist::world_size() > 1) {
     NoGradGuard no_grad;
     for (Tensor& p : module_->parameters()) p.copy_(dist::broadcast(p, 0));

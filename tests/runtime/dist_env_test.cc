@@ -9,6 +9,7 @@
 
 #include "ir/status.h"
 #include "runtime/dist/dist.h"
+#include "runtime/dist/mpi.h"
 
 namespace stepjit {
 namespace {
@@ -50,6 +51,34 @@ TEST(DistEnvironmentTest, RankAndWorldSizeMustFitAnInt) {
             "dist::init: RANK: expected an integer from 0 to 2147483647, got "
             "'4294967297'");
   unsetenv("RANK");
+}
+
+// A header names every rank's collective in the disagreement message; one
+// from another build may hold any values, and still reads as text.
+TEST(CollectiveHeaderTest, DescribesEveryKindAndSurvivesGarbage) {
+  using dist::internal::CollectiveHeader;
+  using dist::internal::DescribeHeader;
+  EXPECT_EQ(DescribeHeader({.seq = 12,
+                            .kind = CollectiveHeader::kAllReduce,
+                            .dtype = 0,
+                            .count = 1000,
+                            .aux = 1}),
+            "all_reduce #12 (avg) of 1000 f32 values");
+  EXPECT_EQ(DescribeHeader({.seq = 3,
+                            .kind = CollectiveHeader::kBroadcast,
+                            .count = 64,
+                            .aux = 0}),
+            "broadcast #3 of 64 bytes from rank 0");
+  EXPECT_EQ(DescribeHeader({.seq = 9, .kind = CollectiveHeader::kFinalize}),
+            "dist::shutdown after 9 collectives (it has finished)");
+  EXPECT_EQ(DescribeHeader({.seq = 1,
+                            .kind = CollectiveHeader::kAllReduce,
+                            .dtype = 99,
+                            .count = -5,
+                            .aux = -7}),
+            "all_reduce #1 (op -7) of -5 dtype 99 values");
+  EXPECT_EQ(DescribeHeader({.seq = 1, .kind = 1234}),
+            "unknown collective #1 (kind 1234)");
 }
 
 }  // namespace
