@@ -2,6 +2,7 @@
 #ifndef STEPJIT_IR_STATUS_H_
 #define STEPJIT_IR_STATUS_H_
 
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -25,6 +26,26 @@ template <typename T>
 T ValueOrThrow(absl::StatusOr<T> v) {
   ThrowIfError(v.status());
   return *std::move(v);
+}
+
+// Runs `fn` (returning a StatusOr or Status) for a Status-returning API
+// whose allocations a user's input sizes (a file's header, a directory's
+// files): running out of memory there (std::bad_alloc, std::length_error,
+// or a tensor allocation's Error) becomes ResourceExhausted naming `what`,
+// instead of an exception the caller did not expect.
+template <typename Fn>
+auto StatusOnAllocationFailure(absl::string_view what, Fn&& fn)
+    -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": out of memory"));
+  } catch (const std::length_error& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, ": out of memory (", e.what(), ")"));
+  } catch (const Error& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": ", e.what()));
+  }
 }
 
 [[noreturn]] void CheckFailed(const char* file, int line, const char* cond,

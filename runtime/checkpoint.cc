@@ -2,6 +2,8 @@
 // model/optimizer/scaler file with its all-or-nothing load.
 #include "runtime/checkpoint.h"
 
+#include <unistd.h>
+
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -11,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "ir/status.h"
 #include "runtime/io/safetensors.h"
 
@@ -55,9 +58,21 @@ absl::Status SaveSafetensors(const std::string& path, const StateDict& state) {
   return io::WriteFileAtomically(path, *bytes);
 }
 
-absl::StatusOr<StateDict> LoadSafetensors(const std::string& path) {
+namespace {
+absl::StatusOr<StateDict> LoadSafetensorsOrThrow(const std::string& path) {
   ASSIGN_OR_RETURN(const io::SafetensorsFile file,
                    io::ReadSafetensorsFile(path));
+  // Only the header has been read: refuse tensors that cannot fit in memory
+  // before allocating any (a sparse file can name a terabyte in a few bytes).
+  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                      static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (have > 0 && static_cast<double>(file.data_bytes()) > have) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s: its %d tensors hold %d bytes (%.3g GiB); this machine has %.3g "
+        "GiB of memory",
+        path, file.entries().size(), file.data_bytes(),
+        static_cast<double>(file.data_bytes()) / (1 << 30), have / (1 << 30)));
+  }
   StateDict out;
   out.metadata = file.metadata();
   for (const io::SafetensorsEntry& e : file.entries()) {
@@ -68,8 +83,7 @@ absl::StatusOr<StateDict> LoadSafetensors(const std::string& path) {
           "I64, I32 and BOOL)"));
     }
     Tensor t = empty(e.shape, {.dtype = *e.dtype.ir});
-    if (e.end > e.begin)
-      std::memcpy(t.data_ptr(), file.Data(e), e.end - e.begin);
+    RETURN_IF_ERROR(file.Read(e, t.data_ptr()));
     if (t.dtype() == DType::kBool) {
       // Any byte but 0 or 1 would be a bool value C++ does not have.
       const auto* p = static_cast<const uint8_t*>(t.data_ptr());
@@ -84,6 +98,13 @@ absl::StatusOr<StateDict> LoadSafetensors(const std::string& path) {
     out.tensors.emplace_back(e.name, std::move(t));
   }
   return out;
+}
+}  // namespace
+
+absl::StatusOr<StateDict> LoadSafetensors(const std::string& path) {
+  return StatusOnAllocationFailure(absl::StrCat("loading ", path), [&] {
+    return LoadSafetensorsOrThrow(path);
+  });
 }
 
 StateDict CheckpointStateDict(const TrainingState& state) {

@@ -10,12 +10,23 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "ir/status.h"
 
 namespace stepjit::data {
 
 namespace fs = std::filesystem;
 
+namespace {
+absl::StatusOr<CharCorpus> LoadOrThrow(const std::string& dir);
+}  // namespace
+
 absl::StatusOr<CharCorpus> LoadFortuneCorpus(const std::string& dir) {
+  return StatusOnAllocationFailure(absl::StrCat("fortune databases in ", dir),
+                                   [&] { return LoadOrThrow(dir); });
+}
+
+namespace {
+absl::StatusOr<CharCorpus> LoadOrThrow(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     return absl::NotFoundError(absl::StrCat(
@@ -33,11 +44,34 @@ absl::StatusOr<CharCorpus> LoadFortuneCorpus(const std::string& dir) {
         absl::StrCat("reading ", dir, ": ", ec.message()));
   std::sort(c.files.begin(), c.files.end());
   std::vector<std::string> train_text, valid_text;
+  int64_t total = 0;
+  const auto too_big = [&](const std::string& file, int64_t bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "fortune databases in ", dir, ": ", file, " brings the corpus to ",
+        bytes, " bytes or more, beyond the ", kMaxCorpusBytes,
+        " the loader reads (each character becomes an 8-byte token id); move "
+        "it out of "
+        "the directory"));
+  };
   for (const std::string& file : c.files) {
+    // Sized before reading, and read no further than the cap allows (the
+    // file may grow meanwhile): a huge file is refused, not read whole.
+    const uintmax_t size = fs::file_size(file, ec);
+    if (ec)
+      return absl::InternalError(
+          absl::StrCat("cannot stat ", file, ": ", ec.message()));
+    if (static_cast<int64_t>(size) > kMaxCorpusBytes - total)
+      return too_big(file, total + static_cast<int64_t>(size));
     std::ifstream in(file, std::ios::binary);
     if (!in) return absl::InternalError(absl::StrCat("cannot open ", file));
-    std::stringstream ss;
-    ss << in.rdbuf();
+    std::string text(static_cast<size_t>(kMaxCorpusBytes - total) + 1, '\0');
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<size_t>(in.gcount()));
+    if (in.bad())
+      return absl::InternalError(absl::StrCat("cannot read ", file));
+    total += static_cast<int64_t>(text.size());
+    if (total > kMaxCorpusBytes) return too_big(file, total);
+    std::stringstream ss(std::move(text));
     std::string entry;
     auto flush = [&] {
       if (entry.find_first_not_of(" \t\n") != std::string::npos) {
@@ -75,6 +109,7 @@ absl::StatusOr<CharCorpus> LoadFortuneCorpus(const std::string& dir) {
       for (unsigned char ch : t) ids->push_back(id[ch]);
   return c;
 }
+}  // namespace
 
 absl::StatusOr<std::vector<int64_t>> CharCorpus::Encode(
     const std::string& text) const {

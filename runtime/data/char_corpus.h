@@ -19,6 +19,10 @@
 namespace stepjit::data {
 
 inline constexpr char kFortunesDir[] = "/usr/share/games/fortunes";
+// The most text the loader reads from a directory (Debian's fortunes are
+// about 5 MB): a larger file, or files adding up to more, are refused
+// before they are read (ResourceExhausted naming the file).
+inline constexpr int64_t kMaxCorpusBytes = int64_t{256} << 20;
 
 struct CharCorpus {
   std::string vocab;           // vocab[i] is the byte of token i

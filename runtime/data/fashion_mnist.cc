@@ -1,7 +1,10 @@
 // The Fashion-MNIST loader: two IDX files per split into a Dataset.
+#include <unistd.h>
+
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -47,8 +50,13 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train,
                    FindIdxFile(dir, prefix + "-images-idx3-ubyte"));
   ASSIGN_OR_RETURN(std::string labels_path,
                    FindIdxFile(dir, prefix + "-labels-idx1-ubyte"));
-  ASSIGN_OR_RETURN(IdxArray images, ReadIdx(images_path));
-  ASSIGN_OR_RETURN(IdxArray labels, ReadIdx(labels_path));
+  // Both headers first: the dims must agree (and be Fashion-MNIST's)
+  // before any image data is inflated, so a small .gz that claims
+  // gigabytes is refused from its 16-byte header.
+  ASSIGN_OR_RETURN(IdxArray images,
+                   ReadIdx(images_path, {.header_only = true}));
+  ASSIGN_OR_RETURN(IdxArray labels,
+                   ReadIdx(labels_path, {.header_only = true}));
   if (images.type != IdxType::kU8 || images.dims.size() != 3 ||
       images.dims[1] != 28 || images.dims[2] != 28) {
     return absl::InvalidArgumentError(
@@ -65,6 +73,20 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train,
                      images.dims[0], "] to match the images, found type 0x",
                      absl::Hex(static_cast<int>(labels.type)), " dims ",
                      DimsString(labels.dims)));
+  }
+  // The u8 pixels and their f32 copy (5 bytes per pixel) must fit.
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                        static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  const std::vector<int64_t> header_dims = images.dims;
+  ASSIGN_OR_RETURN(
+      images, ReadIdx(images_path,
+                      {.max_bytes =
+                           memory > 0 ? static_cast<int64_t>(memory / 5) : 0}));
+  ASSIGN_OR_RETURN(labels, ReadIdx(labels_path));
+  if (images.dims != header_dims || labels.dims.size() != 1 ||
+      labels.dims[0] != images.dims[0]) {
+    return absl::DataLossError(absl::StrCat(
+        "'", images_path, "' or '", labels_path, "' changed while being read"));
   }
   const int64_t n = images.dims[0];
   if (n == 0) {

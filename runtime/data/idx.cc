@@ -1,6 +1,7 @@
 // IDX reading through zlib, and Fashion-MNIST assembled from four IDX files.
 #include "runtime/data/idx.h"
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -111,7 +112,21 @@ int64_t IdxArray::num_elements() const {
   return n;
 }
 
-absl::StatusOr<IdxArray> ReadIdx(const std::string& path) {
+namespace {
+absl::StatusOr<IdxArray> ReadIdxOrThrow(const std::string& path,
+                                        IdxReadOptions options);
+}  // namespace
+
+absl::StatusOr<IdxArray> ReadIdx(const std::string& path,
+                                 IdxReadOptions options) {
+  return StatusOnAllocationFailure(absl::StrCat("IDX file '", path, "'"), [&] {
+    return ReadIdxOrThrow(path, options);
+  });
+}
+
+namespace {
+absl::StatusOr<IdxArray> ReadIdxOrThrow(const std::string& path,
+                                        IdxReadOptions options) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
     return absl::NotFoundError(
@@ -162,6 +177,21 @@ absl::StatusOr<IdxArray> ReadIdx(const std::string& path) {
     }
     nbytes *= d;
   }
+  if (options.header_only) return array;
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                        static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  const int64_t cap = options.max_bytes > 0 ? options.max_bytes
+                      : memory > 0          ? static_cast<int64_t>(memory)
+                                            : kMaxIdxBytes;
+  if (nbytes > cap) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "IDX file '%s' declares dims %s (%d data bytes), more than %s (%d "
+        "bytes); nothing "
+        "was inflated",
+        path, DimsString(array.dims), nbytes,
+        options.max_bytes > 0 ? "the reader's limit" : "this machine's memory",
+        cap));
+  }
   // Refuse a size the file cannot hold before allocating for it: a plain
   // file holds its bytes, a .gz at most ~1032x its size.
   const auto file_size =
@@ -205,5 +235,7 @@ absl::StatusOr<IdxArray> ReadIdx(const std::string& path) {
   SwapToHost(array.bytes, elem_size);
   return array;
 }
+
+}  // namespace
 
 }  // namespace stepjit::data

@@ -40,7 +40,17 @@ struct IdxArray {
 // Reads and validates one IDX file (.gz or plain). Errors name the file and
 // what was expected and found: NotFound for a missing file, InvalidArgument
 // for a bad magic or dims, DataLoss for truncated, trailing or corrupt data.
-absl::StatusOr<IdxArray> ReadIdx(const std::string& path);
+//
+// Nothing is inflated before the header is checked: data larger than
+// `max_bytes` (default: this machine's memory) is ResourceExhausted, and
+// `header_only` reads the type and dims alone (no bytes), so that a caller
+// can check what it expects (matching dims of two files) before any data.
+struct IdxReadOptions {
+  bool header_only = false;
+  int64_t max_bytes = 0;  // 0: the machine's physical memory
+};
+absl::StatusOr<IdxArray> ReadIdx(const std::string& path,
+                                 IdxReadOptions options = {});
 
 // Where the Debian package `dataset-fashion-mnist` installs the files.
 inline constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";

@@ -112,6 +112,13 @@ absl::Status ScanHeader(absl::string_view text) {
           if (!names.insert(name).second) {
             return Invalid(absl::StrCat("the header names '", name, "' twice"));
           }
+          const int64_t entries = static_cast<int64_t>(names.size()) -
+                                  (names.contains("__metadata__") ? 1 : 0);
+          if (entries > kMaxEntries) {
+            return Invalid(absl::StrCat("the header has more than ",
+                                        kMaxEntries,
+                                        " entries, the most a file may hold"));
+          }
         }
         continue;
       case JsonPlace::kOutside:
@@ -309,25 +316,50 @@ absl::string_view SafetensorsDTypeName(ir::DType dtype) {
   return "";
 }
 
-absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes) {
-  const uint64_t size = bytes.size();
-  if (size < 8) {
+namespace {
+
+// The 8-byte little-endian header length, checked against the bytes that
+// follow it (`rest`).
+absl::StatusOr<uint64_t> HeaderLength(const char* first8, uint64_t file_size) {
+  if (file_size < 8) {
     return Invalid(
-        absl::StrCat("the file has ", size,
+        absl::StrCat("the file has ", file_size,
                      " bytes, fewer than the 8 of the header length"));
   }
   uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[i]);
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(first8[i]);
   if (n > kMaxHeaderBytes) {
     return Invalid(absl::StrCat("header length ", n, " exceeds the limit of ",
                                 kMaxHeaderBytes, " bytes"));
   }
-  if (n > size - 8) {
+  if (n > file_size - 8) {
     return Invalid(absl::StrCat("header length ", n,
-                                " runs past the end of the file (", size - 8,
-                                " bytes follow the length)"));
+                                " runs past the end of the file (",
+                                file_size - 8, " bytes follow the length)"));
   }
-  const absl::string_view header(bytes.data() + 8, n);
+  return n;
+}
+
+// pread until `bytes` are read; false on an error or an early end.
+bool ReadAt(int fd, void* dst, int64_t bytes, int64_t offset) {
+  char* p = static_cast<char*>(dst);
+  while (bytes > 0) {
+    const ssize_t n =
+        pread(fd, p, static_cast<size_t>(std::min<int64_t>(bytes, 1 << 30)),
+              static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= n;
+    offset += n;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::FromHeader(
+    absl::string_view header, uint64_t data_bytes) {
   if (header.empty() || header[0] != '{') {
     return Invalid("the header does not start with '{'");
   }
@@ -359,9 +391,18 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes) {
               return std::tie(a.begin, a.end, a.name) <
                      std::tie(b.begin, b.end, b.name);
             });
-  file.data_start_ = static_cast<int64_t>(8 + n);
-  RETURN_IF_ERROR(
-      CheckTiling(file.entries_, static_cast<int64_t>(size - 8 - n)));
+  file.data_start_ = static_cast<int64_t>(8 + header.size());
+  file.data_bytes_ = static_cast<int64_t>(data_bytes);
+  RETURN_IF_ERROR(CheckTiling(file.entries_, static_cast<int64_t>(data_bytes)));
+  return file;
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes) {
+  const uint64_t size = bytes.size();
+  ASSIGN_OR_RETURN(const uint64_t n, HeaderLength(bytes.data(), size));
+  ASSIGN_OR_RETURN(
+      SafetensorsFile file,
+      FromHeader(absl::string_view(bytes.data() + 8, n), size - 8 - n));
   file.bytes_ = std::move(bytes);
   return file;
 }
@@ -373,33 +414,69 @@ const SafetensorsEntry* SafetensorsFile::Find(absl::string_view name) const {
   return nullptr;
 }
 
+const char* SafetensorsFile::Data(const SafetensorsEntry& entry) const {
+  SJ_CHECK(
+      fd_ == nullptr,
+      "SafetensorsFile::Data: the file's bytes are not in memory; use Read");
+  return bytes_.data() + data_start_ + entry.begin;
+}
+
+absl::Status SafetensorsFile::Read(const SafetensorsEntry& entry,
+                                   void* dst) const {
+  const int64_t bytes = entry.end - entry.begin;
+  if (bytes <= 0) return absl::OkStatus();
+  if (fd_ == nullptr) {
+    std::memcpy(dst, bytes_.data() + data_start_ + entry.begin,
+                static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+  if (!ReadAt(*fd_, dst, bytes, data_start_ + entry.begin)) {
+    return absl::DataLossError(absl::StrCat(
+        "safetensors: '", path_, "': reading tensor '", entry.name, "' (",
+        bytes, " bytes at offset ", data_start_ + entry.begin,
+        ") failed: the file changed or cannot be read"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path) {
-  // Sized through the file system: a directory opens as a stream whose
-  // "size" is garbage.
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    return absl::NotFoundError(
-        absl::StrCat("safetensors: cannot open '", path, "': ",
-                     std::filesystem::exists(path, ec) ? "not a regular file"
-                                                       : "no such file"));
+  // Only the header is read here (8 bytes, then at most kMaxHeaderBytes):
+  // the tensors are read when asked for, so a file whose header names a
+  // terabyte (a sparse file) costs nothing until then.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat(
+        "safetensors: cannot open '", path,
+        "': ", errno == ENOENT ? "no such file" : std::strerror(errno)));
   }
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  std::ifstream in(path, std::ios::binary);
-  if (ec || !in) {
+  auto owned = std::shared_ptr<int>(new int(fd), [](int* f) {
+    close(*f);
+    delete f;
+  });
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     return absl::NotFoundError(absl::StrCat("safetensors: cannot open '", path,
-                                            "': ", std::strerror(errno)));
+                                            "': not a regular file"));
   }
-  std::string bytes(static_cast<size_t>(size), '\0');
-  if (!in.read(bytes.data(), static_cast<std::streamsize>(size))) {
+  const auto with_path = [&](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  };
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  char first8[8] = {};
+  if (size >= 8 && !ReadAt(fd, first8, 8, 0))
     return absl::DataLossError(
         absl::StrCat("safetensors: reading '", path, "' failed"));
-  }
+  absl::StatusOr<uint64_t> n = HeaderLength(first8, size);
+  if (!n.ok()) return with_path(n.status());
+  std::string header(static_cast<size_t>(*n), '\0');
+  if (*n > 0 && !ReadAt(fd, header.data(), static_cast<int64_t>(*n), 8))
+    return absl::DataLossError(
+        absl::StrCat("safetensors: reading '", path, "' failed"));
   absl::StatusOr<SafetensorsFile> file =
-      SafetensorsFile::Parse(std::move(bytes));
-  if (!file.ok()) {
-    return absl::Status(file.status().code(),
-                        absl::StrCat(path, ": ", file.status().message()));
-  }
+      SafetensorsFile::FromHeader(header, size - 8 - *n);
+  if (!file.ok()) return with_path(file.status());
+  file->fd_ = std::move(owned);
+  file->path_ = path;
   return file;
 }
 

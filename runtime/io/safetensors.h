@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,8 +59,15 @@ struct SafetensorsEntry {
   int64_t end = 0;
 };
 
-// A parsed, validated file. Owns the file's bytes; entries are sorted by
-// their offsets.
+// At most this many tensors in one file: llvm::json holds the whole header
+// parsed, about 5 KB per entry, so 600,000 small entries would take 3 GB.
+// (A 70B-parameter model with its optimizer state has a few thousand.)
+inline constexpr int64_t kMaxEntries = 65536;
+
+// A parsed, validated file: its bytes in memory (Parse), or its header read
+// from disk and its tensors read on demand (ReadSafetensorsFile), so that
+// nothing the header names is read before it is needed. Entries are sorted
+// by their offsets.
 class SafetensorsFile {
  public:
   // Validates `bytes` (a whole file) by every rule above.
@@ -71,14 +79,28 @@ class SafetensorsFile {
   }
   // The entry called `name`, or nullptr.
   const SafetensorsEntry* Find(absl::string_view name) const;
-  // The bytes of `entry` (end - begin of them).
-  const char* Data(const SafetensorsEntry& entry) const {
-    return bytes_.data() + data_start_ + entry.begin;
-  }
+  // The bytes of `entry` (end - begin of them); only for a file parsed from
+  // memory (Parse).
+  const char* Data(const SafetensorsEntry& entry) const;
+  // Copies the bytes of `entry` to `dst` (end - begin of them), from memory
+  // or from the file; DataLoss if the file no longer holds them.
+  absl::Status Read(const SafetensorsEntry& entry, void* dst) const;
+  // The bytes of all entries together.
+  int64_t data_bytes() const { return data_bytes_; }
 
  private:
-  std::string bytes_;
+  friend absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(
+      const std::string& path);
+  // Everything but the data: `header` is the JSON text, `data_bytes` what
+  // follows it in the file.
+  static absl::StatusOr<SafetensorsFile> FromHeader(absl::string_view header,
+                                                    uint64_t data_bytes);
+
+  std::string bytes_;        // Parse: the whole file
+  std::shared_ptr<int> fd_;  // ReadSafetensorsFile: the open file
+  std::string path_;
   int64_t data_start_ = 0;
+  int64_t data_bytes_ = 0;
   std::vector<SafetensorsEntry> entries_;
   std::map<std::string, std::string> metadata_;
 };

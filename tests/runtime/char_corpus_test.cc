@@ -70,5 +70,29 @@ TEST_F(CharCorpusTest, RefusesMissingAndTinyCorpora) {
       << tiny.status();
 }
 
+// A huge file (sparse here: 1 TiB that takes no disk) is refused from its
+// size before it is read, naming it; files that add up past the cap too.
+TEST_F(CharCorpusTest, RefusesAHugeFileWithoutReadingIt) {
+  std::string a;
+  for (int i = 0; i < 12; ++i) absl::StrAppend(&a, "a", i, "\n%\n");
+  Write("a", a);
+  Write("z", "");
+  ASSERT_EQ(truncate((dir_ / "z").c_str(), off_t{1} << 40), 0);
+  absl::StatusOr<CharCorpus> c = LoadFortuneCorpus(dir_.string());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(c.status().message().find(
+                (dir_ / "z").string() + " brings the corpus to " +
+                std::to_string((int64_t{1} << 40) + a.size()) +
+                " bytes or more, beyond the 268435456"),
+            std::string::npos)
+      << c.status();
+  ASSERT_EQ(truncate((dir_ / "z").c_str(), kMaxCorpusBytes - 10), 0);
+  c = LoadFortuneCorpus(dir_.string());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted)
+      << c.status();
+}
+
 }  // namespace
 }  // namespace stepjit::data

@@ -3,6 +3,7 @@
 // loads that fail with a message and change nothing. Also from_blob and
 // item<T>.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -221,6 +222,28 @@ TEST(SafetensorsFileTest, UnsupportedDTypeAndBadBoolAreErrors) {
   ASSERT_TRUE(io::WriteFileAtomically(path, bad_bool).ok());
   EXPECT_THAT(std::string(LoadSafetensors(path).status().message()),
               HasSubstr("(BOOL) holds byte 97 at element 0; expected 0 or 1"));
+  std::remove(path.c_str());
+}
+
+// A sparse file whose header names a terabyte of tensors is refused from
+// its header, before any tensor is allocated or any data read.
+TEST(SafetensorsFileTest, TensorsLargerThanMemoryAreRefusedFromTheHeader) {
+  const std::string path = TempPath("sparse_tib.safetensors");
+  const int64_t tib = int64_t{1} << 40;
+  const std::string header =
+      absl::StrCat(R"({"w":{"dtype":"F32","shape":[)", tib / 4,
+                   R"(],"data_offsets":[0,)", tib, "]}}");
+  std::string head(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    head[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  ASSERT_TRUE(io::WriteFileAtomically(path, head + header).ok());
+  ASSERT_EQ(truncate(path.c_str(), static_cast<off_t>(8 + header.size() + tib)),
+            0);
+  const absl::Status st = LoadSafetensors(path).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("its 1 tensors hold 1099511627776 bytes (1.02e+03 "
+                        "GiB); this machine has"));
   std::remove(path.c_str());
 }
 

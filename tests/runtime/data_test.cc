@@ -232,6 +232,49 @@ TEST_F(DataFilesTest, ADeclaredSizeTheFileCannotHoldIsRefusedUpFront) {
       << a.status().message();
 }
 
+// A small .gz that claims gigabytes (a decompression bomb) is refused from
+// its header: beyond the reader's limit, or, for Fashion-MNIST, when the
+// pixels would not fit in memory or the labels' count does not match; no
+// data is inflated, so each refusal is immediate.
+TEST_F(DataFilesTest, GzipBombsAreRefusedFromTheirHeaders) {
+  std::vector<uint8_t> zeros(1 << 20, 0);
+  const std::string bomb =
+      Write("bomb.idx.gz", IdxBytes(0x08, {4096, 1024}, zeros), true);
+  absl::StatusOr<IdxArray> a = ReadIdx(bomb, {.max_bytes = 1 << 20});
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(
+      std::string(a.status().message()),
+      "declares dims [4096, 1024] (4194304 data bytes), more than the reader's "
+      "limit (1048576 bytes); nothing was inflated"))
+      << a.status().message();
+  a = ReadIdx(bomb, {.header_only = true});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->dims, (std::vector<int64_t>{4096, 1024}));
+  EXPECT_TRUE(a->bytes.empty());
+
+  // 10^8 images of 28x28: 78 GB of pixels, five times that to train.
+  Write("t10k-images-idx3-ubyte.gz", IdxBytes(0x08, {100000000, 28, 28}, zeros),
+        true);
+  Write("t10k-labels-idx1-ubyte.gz", IdxBytes(0x08, {100000000}, {}), true);
+  absl::StatusOr<Dataset> d = LoadFashionMnist(dir_.string(), false);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kResourceExhausted)
+      << d.status();
+  EXPECT_TRUE(Contains(std::string(d.status().message()),
+                       "more than the reader's limit"));
+  // Labels that do not match are found before the images are inflated.
+  Write("t10k-images-idx3-ubyte.gz", IdxBytes(0x08, {5000000, 28, 28}, zeros),
+        true);
+  Write("t10k-labels-idx1-ubyte.gz", IdxBytes(0x08, {7}, {}), true);
+  d = LoadFashionMnist(dir_.string(), false);
+  ASSERT_FALSE(d.ok());
+  EXPECT_TRUE(
+      Contains(std::string(d.status().message()),
+               "expected u8 labels of dims [5000000] to match the images"))
+      << d.status().message();
+}
+
 TEST_F(DataFilesTest, AnEmptySplitIsAnError) {
   Write("t10k-images-idx3-ubyte", IdxBytes(0x08, {0, 28, 28}, {}), false);
   Write("t10k-labels-idx1-ubyte", IdxBytes(0x08, {0}, {}), false);

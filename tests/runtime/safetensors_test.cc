@@ -3,7 +3,10 @@
 // and reads what the writer writes back exactly.
 #include "runtime/io/safetensors.h"
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -291,6 +294,54 @@ TEST(SafetensorsTest, DirectoryIsNotAFile) {
   ASSERT_FALSE(f.ok());
   EXPECT_THAT(std::string(f.status().message()),
               HasSubstr("cannot open '/tmp': not a regular file"));
+}
+
+// More entries than any model has: refused from the header scan, before
+// llvm::json holds them all (600,000 took 2.9 GB).
+TEST(SafetensorsTest, TooManyEntriesAreRefusedBeforeParsing) {
+  std::string header = "{";
+  for (int i = 0; i < kMaxEntries + 1; ++i)
+    absl::StrAppend(&header, i == 0 ? "" : ",", "\"t", i,
+                    R"(":{"dtype":"F32","shape":[0],"data_offsets":[0,0]})");
+  header += "}";
+  EXPECT_THAT(ErrorOf(File(header)), HasSubstr("more than 65536 entries"));
+}
+
+// From a path, only the header is read; tensors are read when asked for.
+// A sparse file whose header names a terabyte costs nothing to open, and a
+// tensor the file no longer holds (truncated since) is a DataLoss error.
+TEST(SafetensorsTest, FilesAreReadByRangeNotWhole) {
+  const std::string path = ::testing::TempDir() + "/sparse.safetensors";
+  const int64_t tib = int64_t{1} << 40;
+  const std::string header =
+      absl::StrCat(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)",
+                   R"("huge":{"dtype":"F32","shape":[)", tib / 4,
+                   R"(],"data_offsets":[8,)", tib + 8, "]}}");
+  {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    const std::string head = File(header, Floats({1.5f, -2}));
+    std::fwrite(head.data(), 1, head.size(), f);
+    std::fclose(f);
+  }
+  ASSERT_EQ(
+      truncate(path.c_str(), static_cast<off_t>(8 + header.size() + 8 + tib)),
+      0);
+  absl::StatusOr<SafetensorsFile> f = ReadSafetensorsFile(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->data_bytes(), tib + 8);
+  float a[2] = {};
+  ASSERT_TRUE(f->Read(*f->Find("a"), a).ok());
+  EXPECT_EQ(a[0], 1.5f);
+  EXPECT_EQ(a[1], -2.0f);
+  // Truncated after the header was read: the tensor's bytes are gone.
+  ASSERT_EQ(truncate(path.c_str(), static_cast<off_t>(8 + header.size() + 4)),
+            0);
+  const absl::Status gone = f->Read(*f->Find("a"), a);
+  EXPECT_EQ(gone.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(gone.message()),
+              HasSubstr("reading tensor 'a' (8 bytes at offset"));
+  std::remove(path.c_str());
 }
 
 }  // namespace
