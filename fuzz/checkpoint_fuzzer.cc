@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,70 @@ namespace {
 }
 
 }  // namespace
+
+extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
+
+// Value-level mutations besides libFuzzer's byte-level ones: half the time
+// a valid file is parsed and one value changed with its structure kept (a
+// tensor element set to a special bit pattern, or a number in a metadata
+// string replaced by a hostile one), then written back, so that the
+// fuzzer reaches files every structural check passes.
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size,
+                                          size_t max_size, unsigned int seed) {
+  using stepjit::io::SafetensorsFile;
+  if (seed % 2 == 0) return LLVMFuzzerMutate(data, size, max_size);
+  auto file = SafetensorsFile::Parse(
+      std::string(reinterpret_cast<const char*>(data), size));
+  if (!file.ok() || file->entries().empty())
+    return LLVMFuzzerMutate(data, size, max_size);
+  std::map<std::string, std::string> metadata = file->metadata();
+  std::vector<std::string> bytes;
+  for (const auto& e : file->entries()) {
+    if (!e.dtype.ir.has_value()) return LLVMFuzzerMutate(data, size, max_size);
+    bytes.emplace_back(file->Data(e), static_cast<size_t>(e.end - e.begin));
+  }
+  static const char* const kNumbers[] = {
+      "inf",     "-inf",  "nan", "1e300", "-1", "0", "9223372036854775808",
+      "1.4e-45", "\"x\"", "null"};
+  static const uint32_t kBits[] = {0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                   0x00000001u, 0x80000000u, 0x7f7fffffu};
+  unsigned r = seed / 2;
+  if (!metadata.empty() && r % 2 == 0) {
+    auto it = metadata.begin();
+    std::advance(it, (r / 2) % metadata.size());
+    std::string& v = it->second;
+    const size_t at = v.find_first_of("-0123456789");
+    const std::string hostile =
+        kNumbers[(r / 7) % (sizeof(kNumbers) / sizeof(*kNumbers))];
+    if (at == std::string::npos) {
+      v = hostile;
+    } else {
+      size_t end = at + 1;
+      while (end < v.size() &&
+             std::strchr("0123456789.eE+-", v[end]) != nullptr)
+        ++end;
+      v.replace(at, end - at, hostile);
+    }
+  } else {
+    std::string& t = bytes[(r / 2) % bytes.size()];
+    if (t.size() >= 4) {
+      const uint32_t b = kBits[(r / 11) % (sizeof(kBits) / sizeof(*kBits))];
+      std::memcpy(&t[4 * ((r / 3) % (t.size() / 4))], &b, 4);
+    } else if (!t.empty()) {
+      t[(r / 3) % t.size()] = static_cast<char>(r);
+    }
+  }
+  std::vector<stepjit::io::SafetensorsTensorView> views;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const auto& e = file->entries()[i];
+    views.push_back({e.name, *e.dtype.ir, e.shape, bytes[i]});
+  }
+  auto out = stepjit::io::SerializeSafetensors(views, metadata);
+  if (!out.ok() || out->size() > max_size)
+    return LLVMFuzzerMutate(data, size, max_size);
+  std::memcpy(data, out->data(), out->size());
+  return out->size();
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using stepjit::io::SafetensorsFile;

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -12,6 +13,8 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -561,6 +564,138 @@ TEST(CheckpointTest, SuspectValuesLoadWithAWarningNamingTheTensor) {
   EXPECT_THAT(err, HasSubstr("tensor 'optimizer.state.1.exp_avg_sq' holds"));
   EXPECT_THAT(err, HasSubstr("negative value"));
   EXPECT_TRUE(std::isnan(other.parameters()[0].to_vector<float>()[0]));
+  std::remove(path.c_str());
+}
+
+// Value-level mutations of a valid checkpoint (the structure stays valid,
+// so every file gets past the reader): hostile numbers in the metadata
+// (inf, nan, 1e300, -1, 2^63, 1.4e-45, text) and special bit patterns in
+// the tensors. 600 mutated files, seeded: each load either succeeds, and
+// then training goes on with finite values from finite ones, or fails
+// with a message and changes nothing. Never a crash.
+TEST(CheckpointTest, ValueMutationsLoadCleanlyOrChangeNothing) {
+  nn::Sequential model = Mlp(1);
+  optim::AdamW opt(model.parameters(), {.lr = 1e-2});
+  amp::GradScaler scaler;
+  for (const Batch& b : Batches(2)) Step(model, opt, b);
+  const std::string path = TempPath("mutated.safetensors");
+  ASSERT_TRUE(
+      SaveCheckpoint(
+          path, {.model = model.ptr(), .optimizer = &opt, .scaler = &scaler})
+          .ok());
+  std::string original;
+  {
+    std::ifstream in(path, std::ios::binary);
+    original.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  absl::StatusOr<io::SafetensorsFile> file =
+      io::SafetensorsFile::Parse(original);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const std::vector<std::string> numbers = {"inf",
+                                            "-inf",
+                                            "nan",
+                                            "1e300",
+                                            "-1",
+                                            "0",
+                                            "9223372036854775808",
+                                            "1.4e-45",
+                                            "1e-320",
+                                            "\"x\"",
+                                            "[]",
+                                            "{}",
+                                            "null",
+                                            "true",
+                                            "-0",
+                                            "4294967297",
+                                            "1e30"};
+  const std::vector<uint32_t> bits = {0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                      0x00000001u, 0x80000000u, 0x7f7fffffu,
+                                      0xff7fffffu};
+  std::mt19937_64 rng(20261205);
+  int loaded = 0, refused = 0;
+  for (int iter = 0; iter < 600; ++iter) {
+    std::map<std::string, std::string> metadata = file->metadata();
+    std::vector<std::string> data;
+    std::vector<io::SafetensorsTensorView> views;
+    for (const io::SafetensorsEntry& e : file->entries())
+      data.emplace_back(file->Data(e), static_cast<size_t>(e.end - e.begin));
+    const int mutations = 1 + static_cast<int>(rng() % 3);
+    for (int m = 0; m < mutations; ++m) {
+      if (rng() % 2 == 0 && !metadata.empty()) {
+        // A number inside a metadata value replaced by a hostile one.
+        auto it = std::next(metadata.begin(),
+                            static_cast<long>(rng() % metadata.size()));
+        std::string& v = it->second;
+        std::vector<std::pair<size_t, size_t>> spans;
+        for (size_t i = 0; i < v.size();) {
+          if (std::isdigit(static_cast<unsigned char>(v[i])) || v[i] == '-') {
+            size_t j = i + 1;
+            while (j < v.size() &&
+                   (std::isalnum(static_cast<unsigned char>(v[j])) ||
+                    v[j] == '.' || v[j] == '-' || v[j] == '+'))
+              ++j;
+            spans.push_back({i, j - i});
+            i = j;
+          } else {
+            ++i;
+          }
+        }
+        const std::string& hostile = numbers[rng() % numbers.size()];
+        if (spans.empty()) {
+          v = hostile;
+        } else {
+          const auto [at, len] = spans[rng() % spans.size()];
+          v.replace(at, len, hostile);
+        }
+      } else {
+        const size_t t = rng() % data.size();
+        const io::SafetensorsEntry& e = file->entries()[t];
+        if (e.dtype.ir == DType::kF32 && !data[t].empty()) {
+          const size_t n = data[t].size() / 4;
+          const uint32_t b = bits[rng() % bits.size()];
+          std::memcpy(data[t].data() + 4 * (rng() % n), &b, 4);
+        } else if (!data[t].empty()) {
+          data[t][rng() % data[t].size()] = static_cast<char>(rng());
+        }
+      }
+    }
+    for (size_t i = 0; i < data.size(); ++i) {
+      const io::SafetensorsEntry& e = file->entries()[i];
+      views.push_back({e.name, *e.dtype.ir, e.shape, data[i]});
+    }
+    absl::StatusOr<std::string> bytes =
+        io::SerializeSafetensors(views, metadata);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    ASSERT_TRUE(io::WriteFileAtomically(path, *bytes).ok());
+
+    nn::Sequential target = Mlp(5);
+    optim::AdamW target_opt(target.parameters(), {.lr = 1e-2});
+    amp::GradScaler target_scaler({.init_scale = 8.0});
+    const auto before = Snapshot(target);
+    ::testing::internal::CaptureStderr();  // suspect-value warnings
+    const absl::Status st = LoadCheckpoint(path, {.model = target.ptr(),
+                                                  .optimizer = &target_opt,
+                                                  .scaler = &target_scaler});
+    ::testing::internal::GetCapturedStderr();
+    if (!st.ok()) {
+      ++refused;
+      EXPECT_FALSE(st.message().empty());
+      EXPECT_EQ(Snapshot(target), before) << "iteration " << iter << ": " << st;
+      EXPECT_EQ(target_scaler.get_scale(), 8.0) << "iteration " << iter;
+      EXPECT_EQ(target_opt.lr(), static_cast<float>(1e-2))
+          << "iteration " << iter;
+      continue;
+    }
+    ++loaded;
+    // What loaded is usable: the hyperparameters are finite where the
+    // optimizer and scaler use them.
+    EXPECT_TRUE(std::isfinite(target_opt.lr())) << "iteration " << iter;
+    EXPECT_TRUE(std::isfinite(target_scaler.get_scale()) &&
+                target_scaler.get_scale() > 0)
+        << "iteration " << iter;
+  }
+  EXPECT_GT(loaded, 0);
+  EXPECT_GT(refused, 0);
   std::remove(path.c_str());
 }
 
