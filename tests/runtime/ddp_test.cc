@@ -5,6 +5,7 @@
 // gradients, dtype moves, naming and errors. Several ranks: tests/dist.
 #include "runtime/nn/ddp.h"
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -262,7 +263,14 @@ TEST_F(DdpTest, StateDictCarriesTheModulePrefixAndForwardDelegates) {
 TEST_F(DdpTest, RejectsABadBucketCap) {
   test::ExpectError(
       [] { DistributedDataParallel ddp(MakeModel(), {.bucket_cap_mb = 0}); },
-      {"expected bucket_cap_mb > 0, got 0"});
+      {"expected bucket_cap_mb > 0 and at most 1048576 (1 TiB), got 0"});
+  test::ExpectError(
+      [] {
+        DistributedDataParallel ddp(
+            MakeModel(),
+            {.bucket_cap_mb = std::numeric_limits<double>::infinity()});
+      },
+      {"expected bucket_cap_mb > 0 and at most 1048576 (1 TiB), got inf"});
 }
 
 }  // namespace
