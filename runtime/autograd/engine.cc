@@ -12,6 +12,7 @@
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/autograd/grad_rules.h"
 #include "runtime/dispatch.h"
+#include "runtime/object_pool.h"
 #include "runtime/ops.h"
 
 namespace stepjit::autograd {
@@ -68,11 +69,11 @@ class OpNode : public Node {
 
   ir::OpId op_;
   ir::Attrs attrs_;
-  std::vector<Tensor> inputs_;
+  absl::InlinedVector<Tensor, 3> inputs_;
   Tensor output_;
-  std::vector<uint64_t> versions_;
+  absl::InlinedVector<uint64_t, 3> versions_;
   uint64_t output_version_ = 0;
-  std::vector<bool> needs_;
+  absl::InlinedVector<bool, 3> needs_;
 };
 
 // Runs the leaf's post-accumulate hooks on a copy of the list, so that a hook
@@ -203,7 +204,8 @@ void RunGraph(const std::shared_ptr<Node>& start, const Tensor& seed) {
 
 void RecordOp(ir::OpId op, absl::Span<const Tensor> inputs,
               const ir::Attrs& attrs, const Tensor& output) {
-  auto node = std::make_shared<OpNode>(op, attrs, inputs, output);
+  auto node = std::allocate_shared<OpNode>(runtime::PoolAllocator<OpNode>{}, op,
+                                           attrs, inputs, output);
   TensorImpl* impl = output.impl();
   if (!impl->autograd) impl->autograd = std::make_unique<AutogradMeta>();
   impl->autograd->requires_grad = true;

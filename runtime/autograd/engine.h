@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/types/span.h"
 #include "ir/attrs.h"
 #include "ir/op.h"
@@ -22,10 +23,13 @@ class Node {
   virtual ~Node() = default;
   virtual std::vector<Tensor> Apply(Tensor grad_output) = 0;
   virtual std::string name() const = 0;
-  const std::vector<std::shared_ptr<Node>>& next() const { return next_; }
+  // Inline for up to 3 inputs (almost every op): recording a node costs
+  // no allocation beyond the node itself.
+  using Edges = absl::InlinedVector<std::shared_ptr<Node>, 3>;
+  const Edges& next() const { return next_; }
 
  protected:
-  std::vector<std::shared_ptr<Node>> next_;
+  Edges next_;
 };
 
 // Records `op` (already executed) so that backward can differentiate it.

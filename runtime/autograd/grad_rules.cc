@@ -126,7 +126,7 @@ std::vector<Tensor> CrossEntropyGrads(const GradContext& c, const Tensor& g) {
 }  // namespace
 
 std::vector<Tensor> ComputeGrads(const GradContext& c, const Tensor& g) {
-  const std::vector<Tensor>& in = c.inputs;
+  const absl::Span<const Tensor> in = c.inputs;
   const Tensor& y = c.output;
   switch (c.op) {
     case OpId::kNeg: return {-g};

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "absl/types/span.h"
 #include "ir/attrs.h"
 #include "ir/op.h"
 #include "runtime/tensor.h"
@@ -13,9 +14,9 @@ namespace stepjit::autograd {
 struct GradContext {
   ir::OpId op;
   const ir::Attrs& attrs;
-  const std::vector<Tensor>& inputs;  // forward inputs (detached)
+  absl::Span<const Tensor> inputs;    // forward inputs (detached)
   const Tensor& output;               // forward output (detached)
-  const std::vector<bool>& needs;     // which inputs need a gradient
+  absl::Span<const bool> needs;       // which inputs need a gradient
 };
 
 // Gradients w.r.t. each input (undefined = none) from the output gradient.
