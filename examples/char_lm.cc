@@ -5,8 +5,6 @@
 //
 //   char_lm --mode both --max-steps 300 --sample 400
 //   mpirun -np 2 char_lm --ddp --max-steps 300   (docs/distributed.md)
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -26,6 +24,7 @@
 #include "llvm/Support/JSON.h"
 #include "runtime/data/char_corpus.h"
 #include "runtime/dist/dist.h"
+#include "runtime/host_memory.h"
 #include "runtime/nn/ddp.h"
 #include "tools/cli_flags.h"
 #include "tools/cli_output.h"
@@ -284,8 +283,7 @@ std::string TooBigForMemory(const Config& c, int64_t vocab) {
   const double activations =
       tokens * (l * (16 * w + 3 * static_cast<double>(c.heads) * t) + 3 * v);
   const double need = 16 * params + 4 * activations;
-  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
-                      static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  const double have = PhysicalMemoryBytes();
   if (have <= 0 || need <= have) return "";
   return absl::StrFormat(
       "--layers %d --width %d --context %d --batch-size %d: the model (%.3g "

@@ -2,8 +2,6 @@
 // model/optimizer/scaler file with its all-or-nothing load.
 #include "runtime/checkpoint.h"
 
-#include <unistd.h>
-
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -15,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ir/status.h"
+#include "runtime/host_memory.h"
 #include "runtime/io/safetensors.h"
 
 namespace stepjit {
@@ -64,8 +63,7 @@ absl::StatusOr<StateDict> LoadSafetensorsOrThrow(const std::string& path) {
                    io::ReadSafetensorsFile(path));
   // Only the header has been read: refuse tensors that cannot fit in memory
   // before allocating any (a sparse file can name a terabyte in a few bytes).
-  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
-                      static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  const double have = PhysicalMemoryBytes();
   if (have > 0 && static_cast<double>(file.data_bytes()) > have) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "%s: its %d tensors hold %d bytes (%.3g GiB); this machine has %.3g "

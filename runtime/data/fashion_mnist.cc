@@ -1,6 +1,4 @@
 // The Fashion-MNIST loader: two IDX files per split into a Dataset.
-#include <unistd.h>
-
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -10,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "ir/status.h"
 #include "runtime/data/idx.h"
+#include "runtime/host_memory.h"
 
 namespace stepjit::data {
 namespace {
@@ -75,8 +74,7 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train,
                      DimsString(labels.dims)));
   }
   // The u8 pixels and their f32 copy (5 bytes per pixel) must fit.
-  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
-                        static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  const double memory = PhysicalMemoryBytes();
   const std::vector<int64_t> header_dims = images.dims;
   ASSIGN_OR_RETURN(
       images, ReadIdx(images_path,

@@ -1,7 +1,6 @@
 // IDX reading through zlib, and Fashion-MNIST assembled from four IDX files.
 #include "runtime/data/idx.h"
 
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -17,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "ir/status.h"
+#include "runtime/host_memory.h"
 
 namespace stepjit::data {
 namespace {
@@ -178,8 +178,7 @@ absl::StatusOr<IdxArray> ReadIdxOrThrow(const std::string& path,
     nbytes *= d;
   }
   if (options.header_only) return array;
-  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
-                        static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  const double memory = PhysicalMemoryBytes();
   const int64_t cap = options.max_bytes > 0 ? options.max_bytes
                       : memory > 0          ? static_cast<int64_t>(memory)
                                             : kMaxIdxBytes;

@@ -408,8 +408,7 @@ void check_same(const std::string& name, const std::string& value) {
                              w.Failure(), ")"));
   SJ_REQUIRE(w.mpi, "dist::check_same: ", w.size, " ranks launched by ",
              w.launcher, " have no MPI between them; launch with mpirun");
-  uint64_t name_hash = 1469598103934665603ull;
-  for (unsigned char c : name) name_hash = (name_hash ^ c) * 1099511628211ull;
+  const uint64_t name_hash = internal::Fnv1a(name);
   internal::Submit(
       absl::StrCat("check_same of ", name),
       [name, value] { return internal::MpiCheckSame(name, value); },

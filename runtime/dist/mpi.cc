@@ -162,8 +162,7 @@ absl::Status MpiCheckSame(const std::string& name, const std::string& value) {
   // Each rank sends a fixed-size record: a hash of its whole value, then as
   // much of the value as fits (for the message).
   constexpr size_t kRecord = 256, kText = kRecord - 8;
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : value) hash = (hash ^ c) * 1099511628211ull;
+  const uint64_t hash = Fnv1a(value);
   char mine[kRecord] = {};
   std::memcpy(mine, &hash, 8);
   std::memcpy(mine + 8, value.data(), std::min(value.size(), kText));

@@ -54,6 +54,12 @@ absl::Status MpiCheckHeader(const CollectiveHeader& header);
 // rank's when they differ (values are compared whole; the message shows at
 // most 200 bytes of each).
 absl::Status MpiCheckSame(const std::string& name, const std::string& value);
+// FNV-1a of `text`: the same on every rank and build.
+inline uint64_t Fnv1a(const std::string& text) {
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
 // "all_reduce #12 (sum) of 1000 f32 values", for messages.
 std::string DescribeHeader(const CollectiveHeader& header);
 void MpiFinalize();
