@@ -45,6 +45,17 @@ class Builder {
                {AttrKey::kDTypeAttr, t}},
               t, {});
   }
+  // A count of elements (a row length, a number of rows): a constant marked
+  // with role "size", which a shape-generic kernel reads from its run-time
+  // sizes instead of compiling in.
+  Value* Size(int64_t count, DType t) {
+    return Op(OpId::kFull, {},
+              {{AttrKey::kShape, std::vector<int64_t>{}},
+               {AttrKey::kValue, static_cast<double>(count)},
+               {AttrKey::kDTypeAttr, t},
+               {AttrKey::kRole, std::string(kSizeRole)}},
+              t, {});
+  }
   Value* Unary(OpId op, Value* x, DType t) {
     return Op(op, {x}, {}, t, x->type().shape);
   }
@@ -147,8 +158,7 @@ Value* LayerNorm(Builder& b, const Node& n, const std::vector<Value*>& in) {
   const std::vector<int64_t> dims =
       Trailing(Rank(x), n.attrs().GetInt(AttrKey::kNormalizedNdim, 1));
   auto [d, ss] = Deviations(b, x, dims, true);
-  Value* var = b.Binary(OpId::kDiv, ss,
-                        b.Const(static_cast<double>(Count(x, dims)), d64), d64);
+  Value* var = b.Binary(OpId::kDiv, ss, b.Size(Count(x, dims), d64), d64);
   var = b.Binary(OpId::kAdd, var,
                  b.Const(n.attrs().GetDouble(AttrKey::kEps, 1e-5), d64), d64);
   Value* rstd = b.Unary(OpId::kReciprocal, b.Unary(OpId::kSqrt, var, d64), d64);
@@ -164,11 +174,12 @@ absl::StatusOr<Value*> Var(Builder& b, const Node& n, Value* x) {
       std::vector<int64_t> dims,
       ir::NormalizeDims(n.attrs().GetInts(AttrKey::kDims), Rank(x)));
   auto [d, ss] = Deviations(b, x, dims, n.attrs().GetBool(AttrKey::kKeepdim));
-  const double denom = static_cast<double>(
-      Count(x, dims) - n.attrs().GetInt(AttrKey::kCorrection, 1));
-  Value* v =
-      b.Binary(OpId::kDiv, ss, b.Const(denom > 0 ? denom : kNaN, DType::kF64),
-               DType::kF64);
+  const int64_t denom =
+      Count(x, dims) - n.attrs().GetInt(AttrKey::kCorrection, 1);
+  Value* v = b.Binary(
+      OpId::kDiv, ss,
+      denom > 0 ? b.Size(denom, DType::kF64) : b.Const(kNaN, DType::kF64),
+      DType::kF64);
   return b.Cast(v, n.output()->type().dtype);
 }
 
@@ -179,9 +190,7 @@ Value* ReduceLoss(Builder& b, const Node& n, Value* l, int64_t count) {
   if (red != "none") {
     l = b.Reduce(OpId::kSum, l, Trailing(Rank(l), Rank(l)), false, DType::kF64);
     if (red == "mean") {
-      l = b.Binary(OpId::kDiv, l,
-                   b.Const(static_cast<double>(count), DType::kF64),
-                   DType::kF64);
+      l = b.Binary(OpId::kDiv, l, b.Size(count, DType::kF64), DType::kF64);
     }
   }
   return b.Cast(l, n.output()->type().dtype);
@@ -214,19 +223,15 @@ Value* CrossEntropy(Builder& b, const Node& n, Value* x, Value* target) {
                            row, true, d64);
   Value* sum_x = b.Reduce(OpId::kSum, x, row, true, d64);
   Value* smooth = b.Binary(
-      OpId::kSub, lse,
-      b.Binary(OpId::kDiv, sum_x, b.Const(static_cast<double>(c), d64), d64),
-      d64);
+      OpId::kSub, lse, b.Binary(OpId::kDiv, sum_x, b.Size(c, d64), d64), d64);
   Value* loss =
       b.Binary(OpId::kAdd,
                b.Binary(OpId::kMul, b.Binary(OpId::kSub, lse, picked, d64),
                         b.Const(1.0 - ls, d64), d64),
                b.Binary(OpId::kMul, b.Const(ls, d64), smooth, d64), d64);
   Value* nan = b.Const(kNaN, d64);
-  Value* in_range =
-      b.Where(b.Binary(OpId::kLt, t, b.Const(static_cast<double>(c), d64),
-                       DType::kBool),
-              loss, nan, d64);
+  Value* in_range = b.Where(
+      b.Binary(OpId::kLt, t, b.Size(c, d64), DType::kBool), loss, nan, d64);
   loss = b.Where(b.Binary(OpId::kGe, t, b.Const(0, d64), DType::kBool),
                  in_range, nan, d64);
   return ReduceLoss(b, n, b.Reshape(loss, {rows}), rows);

@@ -16,6 +16,11 @@ namespace stepjit::codegen {
 // kRowReduction (ir/ops.def), each of which has its expansion here.
 bool IsRowOp(ir::OpId op);
 
+// The role (ir::AttrKey::kRole) of the 0-d `full` constants an expansion
+// makes from the body's sizes (a row length, a row count, a variance's
+// count less its correction): their value is a count of elements.
+inline constexpr char kSizeRole[] = "size";
+
 // A copy of `body` (the same params in order, the same returns) in which
 // softmax, log_softmax, layer_norm, var, cross_entropy and mse_loss are
 // replaced by the arithmetic of their eager kernels (runtime/cpu/

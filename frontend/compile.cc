@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "absl/algorithm/container.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -42,7 +43,8 @@ std::ostream& operator<<(std::ostream& os, const CompileStats& s) {
      << s.specializations;
   if (s.shape_builds > 0) {
     os << " (" << s.shape_builds << " built for new sizes from a recording, "
-       << s.shapes_evicted << " dropped)";
+       << s.shapes_evicted << " dropped; their " << s.shape_regions
+       << " regions run " << s.shape_kernels << " shape-generic kernels)";
   }
   os << ", compile " << s.compile_ms << " ms, ops/step " << s.ops_per_step
      << ", kernels/step " << s.kernels_per_step << " (" << s.native_regions
@@ -159,6 +161,10 @@ struct StepCompiler::Impl {
   // then runs eagerly.
   std::string stopped_reason;
   int next_family = 0;
+  // Per family: the compiled kernels (cache digests) of its shape-generic
+  // shapes, and their regions counted per shape.
+  absl::flat_hash_map<int, absl::flat_hash_set<std::string>> shape_kernels;
+  absl::flat_hash_map<int, int64_t> shape_regions;
   bool dims_checked = false;  // options.dynamic_dims against the first call
 
   void Event(const std::string& cause, std::string what) {
@@ -221,9 +227,11 @@ struct StepCompiler::Impl {
   }
 
   std::unique_ptr<Specialization> Build(Signature signature, Trace trace,
-                                        Device device) {
-    auto spec = specializer->Build(std::move(signature), std::move(trace),
-                                   device, static_cast<size_t>(stats.traces));
+                                        Device device,
+                                        bool shape_generic = false) {
+    auto spec =
+        specializer->Build(std::move(signature), std::move(trace), device,
+                           static_cast<size_t>(stats.traces), shape_generic);
     if (spec->program) spec->check_left = check_replays;
     return spec;
   }
@@ -252,6 +260,19 @@ struct StepCompiler::Impl {
       if (stats.traces > 1) ++stats.recompiles;
     }
     spec->last_used = stats.calls;
+    if (spec->shape_generic && spec->program) {
+      for (const runtime::RegionCompileTime& r :
+           spec->program->region_compile_times()) {
+        if (!r.cache_key.empty())
+          shape_kernels[spec->family].insert(r.cache_key);
+      }
+      shape_regions[spec->family] += spec->program->compiled_regions();
+      stats.shape_kernels = 0;
+      for (const auto& [f, keys] : shape_kernels)
+        stats.shape_kernels += static_cast<int64_t>(keys.size());
+      stats.shape_regions = 0;
+      for (const auto& [f, n] : shape_regions) stats.shape_regions += n;
+    }
     stats.ops_per_step = spec->trace.num_ops;
     if (!spec->pass_stats.empty()) {
       stats.passes = spec->pass_stats;
@@ -366,8 +387,9 @@ struct StepCompiler::Impl {
                                                  options.dynamic_dims)),
                        ")"));
     const Device device = StepDevice(now.trace, inputs);
-    return Install(Build(std::move(sig), std::move(now.trace), device), nullptr,
-                   start, s.family, &s);
+    return Install(Build(std::move(sig), std::move(now.trace), device,
+                         /*shape_generic=*/true),
+                   nullptr, start, s.family, &s);
   }
 
   // The record nodes any specialization of `family` takes as arguments.
@@ -436,11 +458,19 @@ struct StepCompiler::Impl {
       dims.push_back(absl::StrCat("x", at.first, " dim ", at.second, " (",
                                   r.first, "..", r.second, ")"));
     }
+    std::string kernels;
+    if (auto it = shape_kernels.find(h.family); it != shape_kernels.end()) {
+      kernels = absl::StrCat(
+          "; the shapes built from recordings run shape-generic kernels "
+          "(sizes read at run time): ",
+          it->second.size(), " compiled kernels for their ",
+          shape_regions.at(h.family), " regions");
+    }
     return absl::StrCat(
         "  symbolic dims: ", absl::StrJoin(dims, ", "), "; ", shapes,
-        " concrete shapes compiled (kernels per concrete shape, from each "
-        "shape's first recording; at most ",
-        options.max_shapes, " kept, least recently used dropped)\n");
+        " concrete shapes compiled (each from its first recording; at most ",
+        options.max_shapes, " kept, least recently used dropped)", kernels,
+        "\n");
   }
 
   static std::string DescribeDims(const std::vector<std::pair<int, int>>& d) {
@@ -573,8 +603,9 @@ struct StepCompiler::Impl {
                        "(rebuilt once): ",
                        what));
     const Device device = StepDevice(now.trace, inputs);
-    return Install(Build(sig, std::move(now.trace), device), from, start,
-                   family_lifted ? from->family : -1);
+    return Install(
+        Build(sig, std::move(now.trace), device, from->shape_generic), from,
+        start, family_lifted ? from->family : -1);
   }
 
   // Runs the step's host code in recording mode (frontend/verify.h) and

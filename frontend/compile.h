@@ -120,6 +120,12 @@ struct CompileStats {
   // beyond max_shapes.
   int64_t shape_builds = 0;
   int64_t shapes_evicted = 0;
+  // The region kernels those shapes run are shape-generic (they read their
+  // sizes at run time): the distinct compiled kernels they use, and their
+  // regions counted per shape. A new size reuses the code compiled for an
+  // earlier one, so shape_kernels stays near one shape's region count.
+  int64_t shape_kernels = 0;
+  int64_t shape_regions = 0;
   double compile_ms = 0;        // total time spent tracing and building
   // The last trace's compile_ms in parts: the eager step under the tracer,
   // the pass pipeline, and code generation (wall time; regions compile on

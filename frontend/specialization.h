@@ -42,6 +42,9 @@ struct Specialization {
   // used concrete shape of a family is the one dropped beyond max_shapes.
   int64_t last_used = 0;
   Trace trace;  // empty graph when eager_only
+  // A concrete shape of a family built from a recording: its kernels take
+  // their sizes at run time and are shared with the family's other shapes.
+  bool shape_generic = false;
   // The trace as recorded, before any pass changed its graph: what a
   // shape-only re-trace is compared with.
   TraceRecord record;

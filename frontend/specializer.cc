@@ -131,8 +131,10 @@ const Tensor* Specializer::CompilerState(absl::string_view name) const {
 // Verifies, optimizes and builds a recorded trace.
 std::unique_ptr<Specialization> Specializer::Build(Signature signature,
                                                    Trace trace, Device device,
-                                                   size_t index) {
+                                                   size_t index,
+                                                   bool shape_generic) {
   auto spec = std::make_unique<Specialization>();
+  spec->shape_generic = shape_generic;
   spec->signature = std::move(signature);
   spec->trace = std::move(trace);
   if (!spec->trace.break_reason.empty()) {
@@ -178,6 +180,7 @@ std::unique_ptr<Specialization> Specializer::Build(Signature signature,
     popts.random_layout = spec->trace.random;
     popts.cuda_graphs = options_.cuda_graphs;
     popts.cuda_multi_region = options_.cuda_multi_region;
+    popts.shape_generic = shape_generic;
     const auto start = std::chrono::steady_clock::now();
     auto program = runtime::Program::Build(*spec->trace.graph, popts);
     spec->build_ms = std::chrono::duration<double, std::milli>(

@@ -31,9 +31,11 @@ class Specializer {
 
   // Verifies, optimizes and builds `trace` (trace number `index`, for
   // STEPJIT_DUMP), on `device`. A trace that cannot replay comes back
-  // eager_only with the reason.
+  // eager_only with the reason. `shape_generic`: its generated kernels take
+  // their sizes at run time (runtime::ProgramOptions::shape_generic).
   std::unique_ptr<Specialization> Build(Signature signature, Trace trace,
-                                        Device device, size_t index);
+                                        Device device, size_t index,
+                                        bool shape_generic = false);
 
   // Runs `s`'s traced graph after the first k passes, interpreted, on
   // `inputs` (which must outlive the result) and s's state.

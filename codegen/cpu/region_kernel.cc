@@ -9,10 +9,12 @@
 #include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/cpu/jit.h"
 #include "codegen/cpu/llvm_math.h"
+#include "codegen/region_expand.h"
 #include "codegen/region_plan.h"
 #include "codegen/region_rows.h"
 #include "codegen/scalar_op.h"
@@ -85,13 +87,25 @@ llvm::Type* MemType(llvm::LLVMContext& c, DType t) {
 // Emits the region's functions into one module.
 class Lowering {
  public:
+  // `dims`: null for a kernel specialized to the body's sizes; else the
+  // kernel reads its loop sizes from a run-time table and `dims` receives
+  // this body's values of it, in the order the kernel reads them.
   Lowering(const ir::Graph& body, const Plan& plan, llvm::LLVMContext& ctx,
-           llvm::Module& module)
-      : body_(body), plan_(plan), ctx_(ctx), m_(module), b_(ctx) {}
+           llvm::Module& module, std::vector<int64_t>* dims = nullptr)
+      : body_(body), plan_(plan), ctx_(ctx), m_(module), b_(ctx), dims_(dims) {}
 
   absl::Status Run(const std::string& prefix, RegionKernel& k) {
     const size_t np = body_.params().size(), nr = body_.returns().size();
     scratch_index_ = static_cast<int>(np + nr);
+    // The accumulators (before any function is emitted: the dims table
+    // follows them in `ptrs`): every reduction in the classic plan, the
+    // totals over rows in the row plan.
+    for (const auto& n : body_.nodes()) {
+      if (IsReduction(n->op()) &&
+          (plan_.row_phases == 0 ||
+           plan_.domain.at(n->output()) == Domain::kTotal))
+        ++num_accumulators_;
+    }
     // Scalars that the loops read go through scratch slots.
     for (const auto& n : body_.nodes()) {
       const Domain d = plan_.domain.at(n->output());
@@ -160,6 +174,35 @@ class Lowering {
   }
   llvm::Value* Base(llvm::Value* ptrs, int index) {
     return b_.CreateLoad(PtrTy(), b_.CreateConstGEP1_64(PtrTy(), ptrs, index));
+  }
+  // A size derived from the region's shapes (an extent, a stride, a row
+  // count): a constant, or in a shape-generic kernel the next entry of the
+  // dims table (the pointer after the accumulators in `ptrs`), loaded at
+  // the function's entry. Whether a dim is 0 or 1 stays in the code: it
+  // decides broadcasting, so it is part of the kernel's structure.
+  llvm::Value* Dim(int64_t c) {
+    if (dims_ == nullptr) return b_.getInt64(c);
+    const uint64_t slot = dims_->size();
+    dims_->push_back(c);
+    llvm::Function* fn = b_.GetInsertBlock()->getParent();
+    llvm::BasicBlock& entry = fn->getEntryBlock();
+    llvm::IRBuilder<> eb(&entry, entry.getFirstInsertionPt());
+    const int index = scratch_index_ + 1 + num_accumulators_;
+    llvm::Value* table = eb.CreateBitCast(
+        eb.CreateLoad(PtrTy(),
+                      eb.CreateConstGEP1_64(PtrTy(), fn->getArg(0), index)),
+        I64()->getPointerTo());
+    llvm::LoadInst* v =
+        eb.CreateLoad(I64(), eb.CreateConstGEP1_64(I64(), table, slot),
+                      absl::StrCat("dim", slot));
+    v->setMetadata(llvm::LLVMContext::MD_invariant_load,
+                   llvm::MDNode::get(ctx_, {}));
+    return v;
+  }
+  llvm::Value* DimF(int64_t c) {
+    if (dims_ == nullptr)
+      return llvm::ConstantFP::get(b_.getDoubleTy(), static_cast<double>(c));
+    return b_.CreateSIToFP(Dim(c), b_.getDoubleTy());
   }
   llvm::Instruction* Tag(llvm::Instruction* inst) {
     if (group_ != nullptr)
@@ -252,6 +295,8 @@ class Lowering {
     };
     if (op == OpId::kFull) {
       const double value = n.attrs().GetDouble(AttrKey::kValue);
+      if (dims_ != nullptr && n.attrs().GetString(AttrKey::kRole) == kSizeRole)
+        return Convert(DimF(static_cast<int64_t>(value)), DType::kF64, out);
       return Convert(llvm::ConstantFP::get(b_.getDoubleTy(), value),
                      DType::kF64, out);
     }
@@ -408,9 +453,10 @@ class Lowering {
     LoadSlots(ptrs, l.env);
     l.bases = Bases(ptrs);
     l.accs = Accumulators(ptrs);
-    l.row_c = b_.getInt64(row);
+    l.row_c = Dim(row);
     l.r0 = b_.CreateSDiv(l.begin, l.row_c);
-    l.r_end = b_.CreateSDiv(b_.CreateAdd(l.end, b_.getInt64(row - 1)), l.row_c);
+    l.r_end = b_.CreateSDiv(
+        b_.CreateAdd(l.end, b_.CreateSub(l.row_c, b_.getInt64(1))), l.row_c);
     b_.CreateCondBr(b_.CreateICmpSLT(l.begin, l.end), l.rows, l.exit);
     return l;
   }
@@ -441,10 +487,9 @@ class Lowering {
     int64_t inner_extent = 1;
     std::vector<llvm::Value*> rev;
     for (size_t d = f.size() - 1; d-- > 0;) {
-      llvm::Value* q = inner_extent == 1
-                           ? static_cast<llvm::Value*>(r)
-                           : b_.CreateUDiv(r, b_.getInt64(inner_extent));
-      rev.push_back(b_.CreateURem(q, b_.getInt64(f[d])));
+      llvm::Value* q = inner_extent == 1 ? static_cast<llvm::Value*>(r)
+                                         : b_.CreateUDiv(r, Dim(inner_extent));
+      rev.push_back(b_.CreateURem(q, Dim(f[d])));
       inner_extent *= f[d];
     }
     return {rev.rbegin(), rev.rend()};
@@ -476,7 +521,7 @@ class Lowering {
     llvm::Value* off = b_.getInt64(0);
     for (size_t d = 0; d + 1 < s.size() && plan_.row_loop; ++d) {
       if (s[d] != 0)
-        off = b_.CreateAdd(off, b_.CreateMul(outer_idx[d], b_.getInt64(s[d])));
+        off = b_.CreateAdd(off, b_.CreateMul(outer_idx[d], Dim(s[d])));
     }
     return off;
   }
@@ -686,7 +731,7 @@ class Lowering {
     group_ = llvm::MDNode::getDistinct(ctx_, {});
     llvm::PHINode* i = b_.CreatePHI(I64(), 2);
     i->addIncoming(begin, entry);
-    const double count = static_cast<double>(plan_.f_numel / plan_.r_numel);
+    llvm::Value* count = DimF(plan_.f_numel / plan_.r_numel);
     for (size_t k = 0; k < np; ++k) {
       const Value* p = body_.params()[k];
       auto it = plan_.domain.find(p);
@@ -699,8 +744,7 @@ class Lowering {
         llvm::Value* v = Tag(b_.CreateLoad(
             b_.getDoubleTy(),
             Address(b_.getDoubleTy(), accs[acc_index_.at(n.get())], i)));
-        if (n->op() == OpId::kMean)
-          v = b_.CreateFDiv(v, llvm::ConstantFP::get(b_.getDoubleTy(), count));
+        if (n->op() == OpId::kMean) v = b_.CreateFDiv(v, count);
         env[n->output()] = Convert(v, DType::kF64, n->output()->type().dtype);
         continue;
       }
@@ -747,6 +791,7 @@ class Lowering {
     Env env;  // the scalar slots, then the row's values as they are known
     llvm::PHINode* r;
     llvm::Value* row_start;
+    llvm::Value* len;                                       // the row length
     absl::flat_hash_map<const Value*, llvm::Value*> bcast;  // row offsets
   };
 
@@ -761,7 +806,7 @@ class Lowering {
     LoadSlots(w.ptrs, w.env);
     w.bases = Bases(w.ptrs);
     w.accs = Accumulators(w.ptrs);
-    llvm::Value* len = b_.getInt64(plan_.row_len);
+    llvm::Value* len = w.len = Dim(plan_.row_len);
     llvm::Value* r0 = b_.CreateSDiv(fn->getArg(1), len);
     llvm::Value* r_end = b_.CreateSDiv(fn->getArg(2), len);
     b_.CreateCondBr(b_.CreateICmpSLT(r0, r_end), rows, exit);
@@ -801,8 +846,9 @@ class Lowering {
       llvm::Value* q = w.r;
       for (size_t d = rank; d-- > 0;) {
         if (plan_.f_reduced[d]) continue;
-        idx[d] = b_.CreateURem(q, b_.getInt64(plan_.f_shape[d]));
-        q = b_.CreateUDiv(q, b_.getInt64(plan_.f_shape[d]));
+        llvm::Value* extent = Dim(plan_.f_shape[d]);
+        idx[d] = b_.CreateURem(q, extent);
+        q = b_.CreateUDiv(q, extent);
       }
     }
     for (size_t k = 0; k < body_.params().size(); ++k) {
@@ -812,7 +858,7 @@ class Lowering {
         llvm::Value* off = b_.getInt64(0);
         for (size_t d = 0; d < rank; ++d) {
           if (!plan_.f_reduced[d] && s[d] != 0)
-            off = b_.CreateAdd(off, b_.CreateMul(idx[d], b_.getInt64(s[d])));
+            off = b_.CreateAdd(off, b_.CreateMul(idx[d], Dim(s[d])));
         }
         w.bcast[p] = off;
       } else if (auto it = plan_.domain.find(p);
@@ -890,16 +936,13 @@ class Lowering {
     j->addIncoming(j_next, b_.GetInsertBlock());
     for (size_t a = 0; a < reds.size(); ++a)
       acc[a]->addIncoming(next[a], b_.GetInsertBlock());
-    MarkParallel(b_.CreateCondBr(
-        b_.CreateICmpSLT(j_next, b_.getInt64(plan_.row_len)), loop, after));
+    MarkParallel(b_.CreateCondBr(b_.CreateICmpSLT(j_next, w.len), loop, after));
     group_ = nullptr;
     b_.SetInsertPoint(after);
     for (size_t a = 0; a < reds.size(); ++a) {
       llvm::Value* v = RegisterValue(reds[a]->op(), next[a]);
       if (reds[a]->op() == OpId::kMean)
-        v = b_.CreateFDiv(
-            v, llvm::ConstantFP::get(b_.getDoubleTy(),
-                                     static_cast<double>(plan_.row_len)));
+        v = b_.CreateFDiv(v, b_.CreateSIToFP(w.len, b_.getDoubleTy()));
       w.env[reds[a]->output()] =
           Convert(v, DType::kF64, reds[a]->output()->type().dtype);
     }
@@ -955,10 +998,7 @@ class Lowering {
       }
       llvm::Value* v =
           b_.CreateLoad(b_.getDoubleTy(), accs[acc_index_.at(n.get())]);
-      if (n->op() == OpId::kMean)
-        v = b_.CreateFDiv(
-            v, llvm::ConstantFP::get(b_.getDoubleTy(),
-                                     static_cast<double>(plan_.rows)));
+      if (n->op() == OpId::kMean) v = b_.CreateFDiv(v, DimF(plan_.rows));
       env[n->output()] = Convert(v, DType::kF64, n->output()->type().dtype);
     }
     StoreReturns(bases, env, Domain::kTotal, b_.getInt64(0));
@@ -973,6 +1013,7 @@ class Lowering {
   llvm::IRBuilder<> b_;
   llvm::MDNode* group_ = nullptr;
   int scratch_index_ = 0;
+  int num_accumulators_ = 0;
   // The 0-d values the loops read, by scratch slot, in first-use order. A
   // vector, not a map keyed by Value*: the emitted code walks the slots, and
   // an address-keyed order would differ between processes and defeat the disk
@@ -981,7 +1022,39 @@ class Lowering {
   absl::flat_hash_map<const Node*, int> acc_index_;
   std::vector<const Node*> acc_nodes_;  // by accumulator index
   JitSymbols symbols_;
+  std::vector<int64_t>* dims_ = nullptr;  // set for a shape-generic kernel
 };
+
+// `text` (a printed body) with every size of 2 or more in its types and
+// shape attributes written as `?`: bodies that differ only in those sizes
+// name their shape-generic kernels alike. Only the name: which kernel runs
+// is decided by the kernel's full LLVM IR (the cache key).
+std::string EraseSizes(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_sizes = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '[') {
+      in_sizes = (i > 0 && absl::ascii_isalnum(text[i - 1])) ||
+                 absl::EndsWith(text.substr(0, i), "shape = ");
+    } else if (c == ']') {
+      in_sizes = false;
+    } else if (in_sizes && absl::ascii_isdigit(c) &&
+               !absl::ascii_isdigit(text[i - 1])) {
+      size_t j = i;
+      while (j < text.size() && absl::ascii_isdigit(text[j])) ++j;
+      const absl::string_view number = text.substr(i, j - i);
+      if (number != "0" && number != "1") {
+        out += '?';
+        i = j - 1;
+        continue;
+      }
+    }
+    out += c;
+  }
+  return out;
+}
 
 double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(
@@ -1006,12 +1079,16 @@ absl::StatusOr<RegionKernel> CompileRegion(
       absl::StartsWith(text, header)) {
     text.replace(0, header.size(), "graph @region(");
   }
+  if (options.shape_generic) text = EraseSizes(text);
   const std::string hash =
-      ToHex(Sha256Of(absl::StrCat(text, kLoweringVersion))).substr(0, 12);
+      ToHex(Sha256Of(absl::StrCat(text, kLoweringVersion,
+                                  options.shape_generic ? ";generic" : "")))
+          .substr(0, 12);
   const std::string prefix = absl::StrCat("sj_", hash);
   RegionKernel k;
   k.name = absl::StrCat(body.name(), "_", hash);
-  Lowering lowering(plan.Body(body), plan, *ctx, *module);
+  Lowering lowering(plan.Body(body), plan, *ctx, *module,
+                    options.shape_generic ? &k.dims : nullptr);
   RETURN_IF_ERROR(lowering.Run(prefix, k));
   std::string verify;
   llvm::raw_string_ostream vos(verify);

@@ -39,7 +39,8 @@ namespace stepjit::codegen::cpu {
 // The CPU backend's RunRegionKernel (runtime/cpu/program/cpu_backend.h)
 // calls these with ptrs: one pointer per body parameter (in order), then one
 // per body return, then `scratch` (num_slots 8-byte slots), then one double
-// buffer of reduced_numel elements per accumulator.
+// buffer of reduced_numel elements per accumulator, then (a shape-generic
+// kernel with a non-empty `dims`) the dims table.
 using ScalarFn = void (*)(void* const* ptrs);
 using LoopFn = void (*)(void* const* ptrs, int64_t begin, int64_t end);
 
@@ -62,6 +63,10 @@ struct RegionKernel {
   int64_t reduced_numel = 0;
   int num_slots = 0;
   std::vector<Accumulator> accumulators;
+  // A shape-generic kernel's run-time sizes for the body it was lowered
+  // from: the kernel reads its loop extents, strides and counts from this
+  // table, so the same code serves a body of other sizes with its own table.
+  std::vector<int64_t> dims;
   std::string llvm_ir_raw;        // LLVM IR as lowered
   std::string llvm_ir;            // after the -O2 pipeline (empty on a cache hit
                                   // unless want_optimized_ir was set)
@@ -76,6 +81,13 @@ struct RegionCompileOptions {
   bool want_optimized_ir = false;
   // Use the process-wide kernel cache (memory and disk).
   bool use_cache = true;
+  // Read every size of the region's loops from RegionKernel::dims at run
+  // time instead of compiling it in (dims of 0 and 1 stay in the code: they
+  // decide broadcasting). Bodies that differ only in those sizes lower to
+  // the same LLVM IR, so the second one reuses the first's compiled code
+  // (kernel cache hit) and differs only in its table. For the concrete
+  // shapes of a step with symbolic dims (frontend/compile.h Shapes::kDynamic).
+  bool shape_generic = false;
 };
 
 // Lowers and compiles `body`. Unimplemented when the region holds something

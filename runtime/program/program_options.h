@@ -32,6 +32,13 @@ struct ProgramOptions {
   bool dump_cuda = false;
   std::string cuda_ptx_arch;
   bool use_cache = true;
+  // Generated kernels read the sizes of their loops (extents, strides, row
+  // counts) from a run-time table instead of compiling them in, so the
+  // programs of one step at other sizes (the concrete shapes of a step with
+  // symbolic dims) share their compiled kernels: a new size lowers each
+  // region again (cheap) and finds its code in the kernel cache. Dims of 0
+  // and 1 stay in the code. CPU regions only; CUDA kernels stay specialized.
+  bool shape_generic = false;
   // Where the program runs: the device of the tensors it is bound to, which
   // picks the region backend (runtime/program/region_backend.h). On CUDA
   // every fusion region the CUDA emitter lowers becomes one NVRTC kernel

@@ -106,6 +106,9 @@ struct RegionCompileTime {
   std::string kernel;
   double ms = 0;
   bool cache_hit = false;
+  // The compiled code's kernel cache digest (CPU regions; empty elsewhere):
+  // regions with the same digest run the same code.
+  std::string cache_key;
 };
 
 // Counters a backend keeps; Program's accessors read them.

@@ -138,6 +138,17 @@ TEST_P(RandomBatchSizes, ReplayEveryNewSizeWithoutAnEagerTrace) {
   EXPECT_NE(explain.find("a concrete shape of specialization 0"),
             std::string::npos)
       << explain;
+  // The shapes built from recordings share shape-generic kernels: however
+  // many sizes came, the kernels compiled are those of about one shape (a
+  // region whose sizes coincide can compile apart), not one set per size.
+  EXPECT_GE(s.shape_builds, 10) << explain;
+  EXPECT_GT(s.shape_kernels, 0) << explain;
+  EXPECT_LE(s.shape_kernels * 5, s.shape_regions)
+      << s.shape_kernels << " kernels compiled for " << s.shape_regions
+      << " regions of " << s.shape_builds << " shapes\n"
+      << explain;
+  EXPECT_NE(explain.find("shape-generic kernels"), std::string::npos)
+      << explain;
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, RandomBatchSizes,
@@ -292,6 +303,9 @@ TEST(SymbolicShapesTest, GptSequenceLengthsAreShapesOfOneSpecialization) {
   EXPECT_EQ(s.traces, 1) << fast.explain();
   EXPECT_EQ(s.replays, 42) << fast.explain();
   EXPECT_EQ(s.shape_builds, 8) << fast.explain();
+  // Eight lengths, the kernels of about one (attention's [T, T] regions
+  // and the like are the same code at every T).
+  EXPECT_LE(s.shape_kernels * 4, s.shape_regions) << fast.explain();
   EXPECT_NE(fast.explain().find("symbolic dims: x0 dim 1 (2..31), x1 dim 1"),
             std::string::npos)
       << fast.explain();

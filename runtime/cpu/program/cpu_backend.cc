@@ -22,6 +22,7 @@ void RunRegionKernel(const codegen::cpu::RegionKernel& k,
     accs.emplace_back(static_cast<size_t>(k.reduced_numel), a.init);
     ptrs.push_back(accs.back().data());
   }
+  if (!k.dims.empty()) ptrs.push_back(const_cast<int64_t*>(k.dims.data()));
   if (k.scalar != nullptr) k.scalar(ptrs.data());
   constexpr int64_t kGrain = 16384;  // elements per task
   if (k.parallel) {
@@ -70,13 +71,16 @@ void DumpKernel(const codegen::cpu::RegionKernel& k, const std::string& dir) {
 class CpuRegionBackend final : public RegionBackend {
  public:
   explicit CpuRegionBackend(const ProgramOptions& options)
-      : dump_dir_(options.dump_dir), use_cache_(options.use_cache) {}
+      : dump_dir_(options.dump_dir),
+        use_cache_(options.use_cache),
+        shape_generic_(options.shape_generic) {}
 
   absl::StatusOr<std::unique_ptr<CompiledRegion>> Compile(
       const RegionToCompile& region) override {
     const codegen::cpu::RegionCompileOptions options{
         .want_optimized_ir = !dump_dir_.empty(),
-        .use_cache = use_cache_ && region.cacheable};
+        .use_cache = use_cache_ && region.cacheable,
+        .shape_generic = shape_generic_};
     absl::StatusOr<codegen::cpu::RegionKernel> k =
         codegen::cpu::CompileRegion(*region.body, options);
     if (!k.ok()) return k.status();
@@ -85,7 +89,8 @@ class CpuRegionBackend final : public RegionBackend {
       std::lock_guard<std::mutex> lock(stats_mu_);
       stats_.codegen_ms += k->compile_ms;
       stats_.cached_regions += k->cache_hit ? 1 : 0;
-      stats_.region_times.push_back({k->name, k->compile_ms, k->cache_hit});
+      stats_.region_times.push_back(
+          {k->name, k->compile_ms, k->cache_hit, k->cache_key});
     }
     return std::make_unique<CpuRegion>(*std::move(k),
                                        ReturnAliases(*region.node->body()));
@@ -98,6 +103,7 @@ class CpuRegionBackend final : public RegionBackend {
  private:
   std::string dump_dir_;
   bool use_cache_;
+  bool shape_generic_;
   std::mutex stats_mu_;
 };
 
