@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "codegen/cpu/region_kernel.h"
 #include "codegen/cuda/cuda_emitter.h"
 
@@ -23,11 +24,13 @@ std::vector<const ir::Graph*> RegionBodies(const ir::Graph& graph) {
   return bodies;
 }
 
-absl::Status EmitLlvm(const ir::Graph& body, std::string& out) {
+absl::Status EmitLlvm(const ir::Graph& body, bool shape_generic,
+                      std::string& out) {
   // Not through the kernel cache: the IR is lowered afresh, and a tool that
   // prints code leaves no cache entries behind.
   absl::StatusOr<codegen::cpu::RegionKernel> kernel =
-      codegen::cpu::CompileRegion(body, {.use_cache = false});
+      codegen::cpu::CompileRegion(
+          body, {.use_cache = false, .shape_generic = shape_generic});
   if (absl::IsUnimplemented(kernel.status())) {
     absl::StrAppend(&out, "; region @", body.name(),
                     ": not lowered by the CPU backend, interpreted op by op: ",
@@ -36,7 +39,12 @@ absl::Status EmitLlvm(const ir::Graph& body, std::string& out) {
   }
   if (!kernel.ok()) return kernel.status();
   absl::StrAppend(&out, "; region @", body.name(), ": kernel ", kernel->name,
-                  "\n", kernel->llvm_ir_raw);
+                  "\n");
+  if (shape_generic) {
+    absl::StrAppend(&out, "; sizes at run time: [",
+                    absl::StrJoin(kernel->dims, ", "), "]\n");
+  }
+  absl::StrAppend(&out, kernel->llvm_ir_raw);
   return absl::OkStatus();
 }
 
@@ -57,10 +65,11 @@ absl::Status EmitCuda(const ir::Graph& body, std::string& out) {
 }  // namespace
 
 absl::Status EmitRegionCode(const ir::Graph& graph, EmitTarget target,
-                            std::string& out) {
+                            std::string& out, bool shape_generic) {
   for (const ir::Graph* body : RegionBodies(graph)) {
-    absl::Status status = target == EmitTarget::kLlvm ? EmitLlvm(*body, out)
-                                                      : EmitCuda(*body, out);
+    absl::Status status = target == EmitTarget::kLlvm
+                              ? EmitLlvm(*body, shape_generic, out)
+                              : EmitCuda(*body, out);
     if (!status.ok()) {
       return absl::Status(status.code(), absl::StrCat("region @", body->name(),
                                                       ": ", status.message()));

@@ -92,6 +92,12 @@ cl::opt<EmitTarget, false, WordParser<EmitTarget>> emit(
         clEnumValN(EmitTarget::kCuda, "cuda",
                    "the CUDA C of the CUDA backend, as NVRTC compiles it")),
     cl::init(EmitTarget::kIr), cl::cat(kFlags));
+cl::opt<bool> shape_generic(
+    "shape-generic",
+    cl::desc("with --emit=llvm: lower each region as a shape-generic kernel,\n"
+             "which reads its loop sizes from a run-time table (printed\n"
+             "after the region's header) instead of compiling them in"),
+    cl::cat(kFlags));
 cl::opt<bool> dot(
     "dot",
     cl::desc("print the IR after the passes as Graphviz dot text (render\n"
@@ -212,7 +218,7 @@ bool ProcessChunk(const Chunk& chunk, const std::string& filename,
       passes::RunPipeline(**graph, pipeline, pipeline_options, &stats);
   if (flags::stats) std::cerr << stats.ToString();
   if (status.ok() && flags::emit != EmitTarget::kIr) {
-    status = EmitRegionCode(**graph, flags::emit, out);
+    status = EmitRegionCode(**graph, flags::emit, out, flags::shape_generic);
   } else if (status.ok() && flags::dot) {
     out += ir::PrintDot(**graph);
   } else if (status.ok()) {
@@ -235,6 +241,12 @@ int Main(int argc, char** argv) {
     std::cerr << "stepjit-opt: error: --dot prints the IR graph: expected no "
                  "--emit or --emit=ir, got --emit="
               << (flags::emit == EmitTarget::kLlvm ? "llvm" : "cuda") << "\n";
+    return 2;
+  }
+  if (flags::shape_generic && flags::emit != EmitTarget::kLlvm) {
+    std::cerr << "stepjit-opt: error: --shape-generic lowers CPU kernels: "
+                 "expected --emit=llvm with it, got --emit="
+              << (flags::emit == EmitTarget::kCuda ? "cuda" : "ir") << "\n";
     return 2;
   }
   std::vector<std::string> lists;
