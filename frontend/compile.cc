@@ -629,6 +629,8 @@ struct StepCompiler::Impl {
     if (complete && !now.trace.matched)
       diff = DiffTraces(s.record, FullRecord(now));
     ++stats.verifications;
+    stats.verify_ops += now.trace.num_ops;
+    stats.verify_routine_ops += now.trace.routine_ops;
     stats.verify_ms += std::chrono::duration<double, std::milli>(
                            std::chrono::steady_clock::now() - start)
                            .count();
@@ -1179,8 +1181,12 @@ std::string StepCompiler::explain() const {
      << "; " << m.stats.verifications << " recording checks ("
      << absl::StrFormat("%.3f", m.stats.verify_ms) << " ms"
      << (m.stats.verifications > 0
-             ? absl::StrFormat(", %.1f us per call",
-                               1000 * m.stats.verify_ms / m.stats.verifications)
+             ? absl::StrFormat(
+                   ", %.1f us per call; %d ops per call, %d of them taken "
+                   "whole from the record for the optimizer's step",
+                   1000 * m.stats.verify_ms / m.stats.verifications,
+                   m.stats.verify_ops / m.stats.verifications,
+                   m.stats.verify_routine_ops / m.stats.verifications)
              : std::string())
      << "), " << m.stats.verify_mismatches << " found the step changed ("
      << m.stats.sibling_hits << " matched another specialization), "

@@ -79,6 +79,14 @@ std::string ParamText(const TraceRecord::Param& p) {
 
 }  // namespace
 
+const TraceRecord::Routine* TraceRecord::RoutineAt(size_t begin) const {
+  // Routines are recorded in the order they began.
+  auto it =
+      std::lower_bound(routines.begin(), routines.end(), begin,
+                       [](const Routine& r, size_t b) { return r.begin < b; });
+  return it != routines.end() && it->begin == begin ? &*it : nullptr;
+}
+
 bool IsLiftable(const TraceRecord::Node& n) {
   return n.kind == ir::NodeKind::kOp && n.op == ir::OpId::kFull &&
          n.type.shape.empty() && ir::IsFloating(n.type.dtype);

@@ -54,6 +54,20 @@ struct TraceRecord {
   std::vector<int> returns;
   int num_outputs = 0;
   std::vector<std::pair<const TensorImpl*, int>> grad_bindings;
+  // Library routines (runtime::RecordedRoutine: an optimizer's step) whose
+  // nodes [begin, end) depend only on `key` and on `operands` (the operands
+  // their tensors held when they began; `after`: when they ended), in
+  // order. A later call that begins one at node `begin` with the same key on
+  // the same operands does exactly those nodes again, so a recording call
+  // takes them from here instead of dispatching them.
+  struct Routine {
+    size_t begin = 0, end = 0;
+    std::vector<uint64_t> key;
+    std::vector<int> operands, after;
+  };
+  std::vector<Routine> routines;
+  // The routine that begins at node `begin`, or nullptr.
+  const Routine* RoutineAt(size_t begin) const;
 };
 
 // Whether `n` is a host number entering the graph (a 0-d floating-point

@@ -171,6 +171,7 @@ void Tracer::OnOp(ir::OpId op, absl::Span<const Tensor> inputs, const ir::Attrs&
   }
   Bind(output, node);
   if (output.storage()->is_meta()) made_.push_back(output.impl_ptr());
+  if (routine_depth_ > 0) routine_made_.push_back(output.impl_ptr());
   last_op_ = op;
   ++num_ops_;
 }
@@ -250,6 +251,82 @@ void Tracer::OnFlagRead(const std::shared_ptr<const bool>& flag, const char* wha
   flag_guards_.push_back({flag, *flag, what});
 }
 
+bool Tracer::BeginRoutine(absl::Span<const uint64_t> key,
+                          absl::Span<const Tensor> tensors) {
+  if (routine_depth_++ > 0 || !break_reason_.empty()) return false;
+  confirmed_ = {};
+  routine_ = {};
+  routine_.begin = next_node_;
+  routine_.key.assign(key.begin(), key.end());
+  for (const Tensor& t : tensors) routine_.operands.push_back(ValueOf(t));
+  const TraceRecord::Routine* was =
+      matching_ ? expected_->RoutineAt(next_node_) : nullptr;
+  if (was != nullptr && was->key == routine_.key &&
+      was->operands == routine_.operands && break_reason_.empty()) {
+    // The same routine on the same operands: its nodes, as recorded. The
+    // tensors it writes now hold their results (an in-place write, as the
+    // routine's own ops would have made).
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (was->after[i] == was->operands[i]) continue;
+      ObserverSlot& storage = tensors[i].storage()->observer;
+      if (storage.epoch != epoch_) storage = {epoch_, 0, 0};
+      ++storage.writes;
+      Bind(tensors[i], was->after[i]);
+    }
+    for (size_t n = was->begin; n < was->end; ++n) {
+      if (expected_->nodes[n].lifted)
+        live_.push_back({n, expected_->nodes[n].attrs});
+    }
+    num_ops_ += static_cast<int>(was->end - was->begin);
+    if (was->end > was->begin) last_op_ = expected_->nodes[was->end - 1].op;
+    next_node_ = was->end;
+    record_.routines.push_back(*was);
+    routine_depth_ = 0;
+    routine_ops_ += static_cast<int>(was->end - was->begin);
+    return true;
+  }
+  routine_tensors_.assign(tensors.begin(), tensors.end());
+  routine_made_.clear();
+  return false;
+}
+
+void Tracer::EndRoutine() {
+  if (routine_depth_ == 0 || --routine_depth_ > 0) return;
+  const std::vector<Tensor> tensors = std::move(routine_tensors_);
+  routine_tensors_.clear();
+  if (!break_reason_.empty()) return;
+  TraceRecord::Routine r = std::move(routine_);
+  r.end = next_node_;
+  // Only a routine whose nodes read nothing but its tensors and its own
+  // results, draw no random numbers, and leave no tensor behind but its
+  // tensors can be stood in for later.
+  absl::flat_hash_set<int> from_before(r.operands.begin(), r.operands.end());
+  const std::vector<TraceRecord::Node>& nodes =
+      matching_ ? expected_->nodes : record_.nodes;
+  if (r.end > nodes.size()) return;
+  for (size_t n = r.begin; n < r.end; ++n) {
+    if (nodes[n].kind != ir::NodeKind::kOp || nodes[n].random_draw >= 0) return;
+    for (int in : nodes[n].inputs) {
+      if ((in < 0 || static_cast<size_t>(in) < r.begin) &&
+          !from_before.contains(in))
+        return;
+    }
+  }
+  absl::flat_hash_set<const TensorImpl*> own;
+  for (const Tensor& t : tensors) own.insert(t.impl());
+  for (const std::weak_ptr<TensorImpl>& weak : routine_made_) {
+    std::shared_ptr<TensorImpl> alive = weak.lock();
+    if (alive != nullptr && !own.contains(alive.get())) return;
+  }
+  routine_made_.clear();
+  for (const Tensor& t : tensors) {
+    const int v = Lookup(t);
+    if (v == kNone) return;
+    r.after.push_back(v);
+  }
+  record_.routines.push_back(std::move(r));
+}
+
 Trace Tracer::End(absl::Span<const Tensor> outputs) {
   runtime::SetDispatchObserver(previous_);
   active_ = false;
@@ -260,6 +337,7 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
                     static_cast<int64_t>(generator_end - generator_offset_)};
   }
   trace.num_ops = num_ops_;
+  trace.routine_ops = routine_ops_;
   trace.break_reason = break_reason_;
   trace.flag_guards = flag_guards_;
   trace.grad_before = grad_before_;

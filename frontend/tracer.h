@@ -70,6 +70,10 @@ struct Trace {
   // Non-empty when the step cannot be replayed (a graph break): the reason.
   std::string break_reason;
   int num_ops = 0;
+  // Of num_ops, those a recording call took from the expected record for a
+  // library routine it stood in for (an optimizer's step) instead of
+  // dispatching them.
+  int routine_ops = 0;
   // With an expected record: whether this call recorded exactly it.
   bool matched = false;
   // The default generator's offsets the step's draws spanned.
@@ -106,6 +110,9 @@ class Tracer : public runtime::DispatchObserver {
   void OnGradSet(const Tensor& leaf, const Tensor& grad) override;
   void OnAlias(const Tensor& source, const Tensor& alias) override;
   void OnFlagRead(const std::shared_ptr<const bool>& flag, const char* what) override;
+  bool BeginRoutine(absl::Span<const uint64_t> key,
+                    absl::Span<const Tensor> tensors) override;
+  void EndRoutine() override;
 
   // After End: the shape-only (meta) tensors the step recorded that are
   // still alive (the step kept them: a module's cache, lazily created
@@ -175,6 +182,15 @@ class Tracer : public runtime::DispatchObserver {
   std::vector<FlagGuard> flag_guards_;
   std::vector<GradBefore> grad_before_;
   std::string break_reason_;
+  // The routine being recorded (routine_depth_ > 0; nested ones are part of
+  // the outermost), its tensors, and the tensors its ops made (a routine
+  // whose made tensors outlive it cannot be stood in for).
+  int routine_depth_ = 0;
+  TraceRecord::Routine routine_;
+  std::vector<Tensor> routine_tensors_;
+  std::vector<std::weak_ptr<TensorImpl>> routine_made_;
+  // Ops of routines taken from the expected record instead of dispatched.
+  int routine_ops_ = 0;
   uint64_t generator_offset_ = 0;  // at Begin
   ir::OpId last_op_{};
   int num_ops_ = 0;

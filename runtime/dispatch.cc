@@ -230,6 +230,15 @@ DispatchObserver* SetDispatchObserver(DispatchObserver* observer) {
 }
 DispatchObserver* GetDispatchObserver() { return t_observer; }
 
+RecordedRoutine::RecordedRoutine(absl::Span<const uint64_t> key,
+                                 absl::Span<const Tensor> tensors)
+    : observer_(t_observer) {
+  if (observer_ != nullptr) skipped_ = observer_->BeginRoutine(key, tensors);
+}
+RecordedRoutine::~RecordedRoutine() {
+  if (observer_ != nullptr && !skipped_) observer_->EndRoutine();
+}
+
 Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs) {
   // An operand an async collective is still writing is waited for first
   // (views only restride: their readers wait, as they share the storage).

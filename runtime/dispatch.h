@@ -63,6 +63,35 @@ class DispatchObserver {
   // `alias` shares `source`'s data without its autograd history (detach(),
   // and the tensors autograd saves for backward).
   virtual void OnAlias(const Tensor& source, const Tensor& alias) {}
+  // A library routine (an optimizer's step) is about to dispatch ops that
+  // are decided by `key` (its options and structure, as numbers) and by
+  // `tensors` (every tensor it reads or writes that exists before it
+  // starts). True: the observer recorded this routine before with the same
+  // key on the same tensors and has applied its effect (the tensors it
+  // writes now hold its results); the routine then dispatches nothing.
+  // False: it runs as usual, and EndRoutine follows once it is done.
+  virtual bool BeginRoutine(absl::Span<const uint64_t> key,
+                            absl::Span<const Tensor> tensors) {
+    return false;
+  }
+  virtual void EndRoutine() {}
+};
+
+// Brackets a library routine for the calling thread's observer (above):
+// skipped() when the observer stood in for it. Without an observer it does
+// nothing.
+class RecordedRoutine {
+ public:
+  RecordedRoutine(absl::Span<const uint64_t> key,
+                  absl::Span<const Tensor> tensors);
+  ~RecordedRoutine();
+  RecordedRoutine(const RecordedRoutine&) = delete;
+  RecordedRoutine& operator=(const RecordedRoutine&) = delete;
+  bool skipped() const { return skipped_; }
+
+ private:
+  DispatchObserver* observer_;
+  bool skipped_ = false;
 };
 // Installs `observer` for the calling thread (nullptr to detach); returns the
 // previous one.

@@ -1,11 +1,13 @@
 // optim::AdamW: option validation and the torch.optim.AdamW update.
 #include "runtime/optim/adamw.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_format.h"
 #include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/dispatch.h"
 #include "runtime/ops.h"
 
 namespace stepjit::optim {
@@ -47,6 +49,15 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
 
 void AdamW::step() {
   NoGradGuard no_grad;
+  const std::vector<Tensor> grads = Grads();
+  std::optional<runtime::RecordedRoutine> routine;
+  if (runtime::GetDispatchObserver() != nullptr) {
+    const RoutineInputs in =
+        StepRoutine(grads, {options_.beta1, options_.beta2, options_.eps},
+                    {beta1_, beta2_}, /*all_lrs=*/true);
+    routine.emplace(in.key, in.tensors);
+    if (routine->skipped()) return;
+  }
   IncrementStep();
   const AdamWOptions& o = options_;
   // Shared by all parameters (per group for the lr): 0-d tensors, so
@@ -60,7 +71,7 @@ void AdamW::step() {
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
-    const Tensor g = p.grad();
+    const Tensor& g = grads[i];
     if (!g.defined()) continue;
     CreateSlots(i);
     AdamWState& s = state_[i];

@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/base/casts.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
@@ -92,5 +93,51 @@ void Optimizer::set_lr(size_t group, double lr) {
 }
 
 void Optimizer::IncrementStep() { step_.add_(wrap_scalar(1.0, step_)); }
+
+std::vector<Tensor> Optimizer::Grads() const {
+  std::vector<Tensor> grads;
+  grads.reserve(params_.size());
+  for (const Tensor& p : params_) grads.push_back(p.grad());
+  return grads;
+}
+
+Optimizer::RoutineInputs Optimizer::StepRoutine(
+    const std::vector<Tensor>& grads, std::initializer_list<double> options,
+    std::initializer_list<Tensor> shared, bool all_lrs) const {
+  RoutineInputs r;
+  r.key.push_back(groups_.size());
+  for (const Group& g : groups_)
+    r.key.push_back(absl::bit_cast<uint64_t>(g.weight_decay));
+  r.key.push_back(params_.size());
+  std::vector<bool> group_used(groups_.size(), all_lrs);
+  std::vector<std::vector<Tensor>> slots(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    uint64_t bits = group_of_[i] << 2 | (grads[i].defined() ? 1 : 0);
+    if (grads[i].defined()) {
+      group_used[group_of_[i]] = true;
+      slots[i] = SlotsOf(i);
+      uint64_t defined = 0;
+      for (size_t s = 0; s < slots[i].size(); ++s)
+        defined |= uint64_t{slots[i][s].defined()} << s;
+      r.key.push_back(defined);
+    }
+    r.key.push_back(bits);
+  }
+  for (double o : options) r.key.push_back(absl::bit_cast<uint64_t>(o));
+  r.tensors.push_back(step_);
+  r.tensors.insert(r.tensors.end(), shared.begin(), shared.end());
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (group_used[g]) r.tensors.push_back(groups_[g].lr);
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    r.tensors.push_back(params_[i]);
+    r.tensors.push_back(grads[i]);
+    for (const Tensor& s : slots[i]) {
+      if (s.defined()) r.tensors.push_back(s);
+    }
+  }
+  return r;
+}
 
 }  // namespace stepjit::optim

@@ -113,6 +113,26 @@ class Optimizer {
   // Advances the step count by one, on device.
   void IncrementStep();
 
+  // Every parameter's .grad (undefined where it has none), read once.
+  std::vector<Tensor> Grads() const;
+  // For a step() that a recording tracer may stand in for
+  // (runtime::RecordedRoutine): the numbers that decide its ops besides its
+  // tensors (the group structure, each group's weight decay, which
+  // parameters have a grad and which slots exist, then `options`, the
+  // subclass's own), and the tensors it reads or writes that exist before
+  // it runs: the step count, `shared` (tensors the update reads for all
+  // parameters), each group's lr when `all_lrs` or when one of its
+  // parameters has a grad, then per parameter with a grad the parameter,
+  // its grad and its existing slots.
+  struct RoutineInputs {
+    std::vector<uint64_t> key;
+    std::vector<Tensor> tensors;
+  };
+  RoutineInputs StepRoutine(const std::vector<Tensor>& grads,
+                            std::initializer_list<double> options,
+                            std::initializer_list<Tensor> shared,
+                            bool all_lrs) const;
+
   std::vector<Tensor> params_;
 
  private:

@@ -1,11 +1,13 @@
 // optim::SGD: option validation and the torch.optim.SGD update.
 #include "runtime/optim/sgd.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_format.h"
 #include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/dispatch.h"
 #include "runtime/ops.h"
 
 namespace stepjit::optim {
@@ -35,11 +37,20 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
 
 void SGD::step() {
   NoGradGuard no_grad;
-  IncrementStep();
+  const std::vector<Tensor> grads = Grads();
   const SGDOptions& o = options_;
+  std::optional<runtime::RecordedRoutine> routine;
+  if (runtime::GetDispatchObserver() != nullptr) {
+    const RoutineInputs in =
+        StepRoutine(grads, {o.momentum, o.dampening, o.nesterov ? 1.0 : 0.0},
+                    {}, /*all_lrs=*/false);
+    routine.emplace(in.key, in.tensors);
+    if (routine->skipped()) return;
+  }
+  IncrementStep();
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
-    Tensor g = p.grad();
+    Tensor g = grads[i];
     if (!g.defined()) continue;
     const size_t grp = group_of(i);
     if (weight_decay(grp) != 0.0) g = g + p * weight_decay(grp);

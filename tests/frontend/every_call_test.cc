@@ -446,5 +446,103 @@ TEST(EveryCallTest, ReplaysDrawWhatEagerDrawsAndAdvanceTheGeneratorAsEager) {
   EXPECT_EQ(fast.stats().replays, 4) << fast.explain();
 }
 
+// The optimizer's step is a recorded routine: a recording call that reaches
+// it with the same options, the same parameters, grads and state tensors
+// takes its ops whole from the record instead of dispatching them.
+TEST(EveryCallTest, TheOptimizerStepIsTakenFromTheRecord) {
+  for (Opt opt : {Opt::kSgd, Opt::kNesterov, Opt::kAdamW}) {
+    SCOPED_TRACE(Name(opt));
+    TwinRun run(opt, {});
+    EXPECT_EQ(run.Train(30, [](int, Trainee&) {}), -1) << run.explain;
+    run.ExpectSameParameters();
+    EXPECT_EQ(run.stats.replays, 28) << run.explain;
+    EXPECT_EQ(run.stats.verifications, 28) << run.explain;
+    // Six parameters, each at least two ops of the update.
+    EXPECT_GE(run.stats.verify_routine_ops, 28 * 12) << run.explain;
+    EXPECT_LT(run.stats.verify_routine_ops, run.stats.verify_ops)
+        << run.explain;
+    EXPECT_NE(run.explain.find("taken whole from the record for the "
+                               "optimizer's step"),
+              std::string::npos)
+        << run.explain;
+  }
+}
+
+// What decides the optimizer's ops changes between calls: a layer frozen
+// (its parameters get no grad) and unfrozen, the optimizer replaced by a
+// fresh one (new state tensors, created lazily in its first step), and the
+// learning rate set (a tensor the replay reads: no new ops). Each call
+// trains exactly like eager.
+TEST(EveryCallTest, OptimizerChangesAreNotTakenFromTheRecord) {
+  for (Opt opt : {Opt::kSgd, Opt::kNesterov, Opt::kAdamW}) {
+    SCOPED_TRACE(Name(opt));
+    TwinRun run(opt, {});
+    EXPECT_EQ(run.Train(60,
+                        [opt](int i, Trainee& t) {
+                          auto p = t.model.parameters();
+                          if (i == 15 || i == 25) {
+                            p[2].set_requires_grad(i == 25);
+                            p[3].set_requires_grad(i == 25);
+                          }
+                          if (i == 35) t.optimizer = MakeOptimizer(opt, p);
+                          if (i >= 45) t.optimizer->set_lr(0.01 + 0.001 * i);
+                        }),
+              -1)
+        << run.explain;
+    run.ExpectSameParameters();
+    EXPECT_GE(run.stats.verify_mismatches, 2) << run.explain;
+    EXPECT_GT(run.stats.verify_routine_ops, 0) << run.explain;
+  }
+}
+
+// Host code that rebinds .grads between backward and the optimizer's step
+// on some calls (two same-shaped layers' weight grads swapped): the step
+// reads other tensors than the record's, so its ops are not taken from it.
+TEST(EveryCallTest, GradsRebindBeforeTheStepOnSomeCalls) {
+  for (Opt opt : {Opt::kNesterov, Opt::kAdamW}) {
+    SCOPED_TRACE(Name(opt));
+    auto make = [opt] {
+      manual_seed(8);
+      auto model =
+          nn::Sequential(nn::Linear(6, 6), nn::Tanh(), nn::Linear(6, 6),
+                         nn::Tanh(), nn::Linear(6, 3));
+      return std::make_pair(model, MakeOptimizer(opt, model.parameters()));
+    };
+    auto [ma, oa] = make();
+    auto [mb, ob] = make();
+    int calls = 0;
+    auto step = [&calls](nn::Sequential& m, optim::Optimizer& o,
+                         const Tensor& x, const Tensor& y, int call) {
+      o.zero_grad();
+      Tensor loss = cross_entropy(m(x), y);
+      loss.backward();
+      if (call % 7 == 3) {
+        auto p = m.parameters();
+        const Tensor g0 = p[0].grad();
+        p[0].set_grad(p[2].grad());
+        p[2].set_grad(g0);
+      }
+      o.step();
+      ++calls;
+      return loss;
+    };
+    int call = 0;
+    auto fast = compile([&](const Tensor& x, const Tensor& y) {
+      return step(ma, *oa, x, y, call);
+    });
+    Generator data(6);
+    const Tensor x = randn({10, 6}, {}, &data);
+    const Tensor y = randint(0, 3, {10}, {.dtype = DType::kI64}, &data);
+    for (call = 0; call < 40; ++call) {
+      ASSERT_EQ(Values(fast(x, y)), Values(step(mb, *ob, x, y, call)))
+          << "call " << call << "\n"
+          << fast.explain();
+    }
+    for (size_t i = 0; i < ma.parameters().size(); ++i)
+      EXPECT_EQ(Values(ma.parameters()[i]), Values(mb.parameters()[i])) << i;
+    EXPECT_GE(fast.stats().replays, 30) << fast.explain();
+  }
+}
+
 }  // namespace
 }  // namespace stepjit
