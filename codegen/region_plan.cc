@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <optional>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/region_expand.h"
 #include "codegen/region_rows.h"
@@ -210,6 +212,33 @@ std::vector<int64_t> BroadcastStrides(const ir::Shape& shape,
     stride *= shape[sd];
   }
   return s;
+}
+
+std::string EraseSizes(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_sizes = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '[') {
+      in_sizes = (i > 0 && absl::ascii_isalnum(text[i - 1])) ||
+                 absl::EndsWith(text.substr(0, i), "shape = ");
+    } else if (c == ']') {
+      in_sizes = false;
+    } else if (in_sizes && absl::ascii_isdigit(c) &&
+               !absl::ascii_isdigit(text[i - 1])) {
+      size_t j = i;
+      while (j < text.size() && absl::ascii_isdigit(text[j])) ++j;
+      const absl::string_view number = text.substr(i, j - i);
+      if (number != "0" && number != "1") {
+        out += '?';
+        i = j - 1;
+        continue;
+      }
+    }
+    out += c;
+  }
+  return out;
 }
 
 }  // namespace stepjit::codegen

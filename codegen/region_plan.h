@@ -39,6 +39,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -113,6 +114,13 @@ inline int64_t Numel(const ir::Value* v) {
 // against `f` (aligned from the right; 0 where it broadcasts).
 std::vector<int64_t> BroadcastStrides(const ir::Shape& shape,
                                       const ir::Shape& f);
+
+// `text` (a printed body) with every size of 2 or more in its types and
+// shape attributes written as `?`: the name of a shape-generic kernel
+// (RegionCompileOptions / EmitOptions::shape_generic), the same for bodies
+// that differ only in those sizes. Only the name: which compiled code runs
+// is decided by the code itself (its cache key).
+std::string EraseSizes(absl::string_view text);
 
 inline bool IsReduction(ir::OpId op) { return ir::IsFusedReduction(op); }
 inline bool IsOrderPreservingView(ir::OpId op) { return ir::IsOrderedView(op); }

@@ -1025,37 +1025,6 @@ class Lowering {
   std::vector<int64_t>* dims_ = nullptr;  // set for a shape-generic kernel
 };
 
-// `text` (a printed body) with every size of 2 or more in its types and
-// shape attributes written as `?`: bodies that differ only in those sizes
-// name their shape-generic kernels alike. Only the name: which kernel runs
-// is decided by the kernel's full LLVM IR (the cache key).
-std::string EraseSizes(absl::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  bool in_sizes = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '[') {
-      in_sizes = (i > 0 && absl::ascii_isalnum(text[i - 1])) ||
-                 absl::EndsWith(text.substr(0, i), "shape = ");
-    } else if (c == ']') {
-      in_sizes = false;
-    } else if (in_sizes && absl::ascii_isdigit(c) &&
-               !absl::ascii_isdigit(text[i - 1])) {
-      size_t j = i;
-      while (j < text.size() && absl::ascii_isdigit(text[j])) ++j;
-      const absl::string_view number = text.substr(i, j - i);
-      if (number != "0" && number != "1") {
-        out += '?';
-        i = j - 1;
-        continue;
-      }
-    }
-    out += c;
-  }
-  return out;
-}
-
 double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(
              std::chrono::steady_clock::now() - t0)

@@ -108,6 +108,7 @@ std::string Preamble(uint32_t helpers) {
          "static __device__ __forceinline__ float sj_round_bf16(float x) {\n"
          "  return __bfloat162float(__float2bfloat16_rn(x));\n}\n";
   }
+  if (helpers & kHelperDims) s += "struct sj_dims_t { long long d[32]; };\n";
   if (helpers & kHelperVector) {
     s += "template <class T, int N>\n"
          "struct alignas(sizeof(T) * N) sj_vec {\n  T v[N];\n};\n";

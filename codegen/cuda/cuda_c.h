@@ -41,6 +41,8 @@ enum Helpers : uint32_t {
   // gets, bit for bit the same (row plans: every thread computes the row
   // values).
   kHelperRowReduce = 1u << 4,
+  // sj_dims_t, a shape-generic region's run-time sizes (32 long longs).
+  kHelperDims = 1u << 5,
 };
 std::string Preamble(uint32_t helpers);
 // The helpers values of dtype `t` need (kHelperF16 / kHelperBF16, or none).

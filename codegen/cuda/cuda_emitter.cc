@@ -10,14 +10,16 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "codegen/cuda/cuda_c.h"
 #include "codegen/cuda/cuda_layout.h"
 #include "codegen/cuda/cuda_math.h"
 #include "codegen/cuda/region_emitter.h"
+#include "codegen/region_expand.h"
 #include "codegen/region_plan.h"
+#include "codegen/scalar_op.h"
 #include "codegen/sha256.h"
 #include "ir/printer.h"
-#include "codegen/scalar_op.h"
 #include "ir/status.h"
 
 namespace stepjit::codegen::cuda {
@@ -33,6 +35,9 @@ namespace {
 // Bumped whenever the emitted code changes for a given body (it is part of
 // the kernel names, hence of every cache key).
 constexpr char kLoweringVersion[] = "cuda-lowering-1";
+// A shape-generic region's name while it is emitted (EmitRegion then names
+// it after its code).
+constexpr char kGenericName[] = "sj_generic_region";
 
 absl::Status Unsupported(absl::string_view why) {
   return absl::UnimplementedError(why);
@@ -95,6 +100,7 @@ void Emitter::Analyze(RegionSource& out) {
     }
   }
   layout_ = PlanLayout(plan_, bcast_, options_.block);
+  layout_.sizes = &sizes_;
   out.numel = plan_.f_numel;
   out.reduced_numel = plan_.r_numel;
   out.num_slots = static_cast<int>(slots_.size());
@@ -116,6 +122,13 @@ void Emitter::Analyze(RegionSource& out) {
     out.reduced_numel = plan_.has_totals ? 1 : 0;
     out.partials = accs_.empty() ? 0 : plan_.rows;
   }
+}
+
+std::string Emitter::FullValue(const Node& n, DType t) {
+  const double v = n.attrs().GetDouble(AttrKey::kValue);
+  if (sizes_.generic() && n.attrs().GetString(AttrKey::kRole) == kSizeRole)
+    return Convert(sizes_.AsDouble(static_cast<int64_t>(v)), DType::kF64, t);
+  return Constant(v, t);
 }
 
 void Emitter::Bind(const Node& n, const std::string& e, Env& env,
@@ -142,9 +155,7 @@ absl::StatusOr<std::string> Emitter::Expr(const Node& n, Env& env,
     return it == env.end() ? std::string("sj_unread")
                            : Convert(it->second, v->type().dtype, as);
   };
-  if (op == OpId::kFull) {
-    return Constant(n.attrs().GetDouble(AttrKey::kValue), out);
-  }
+  if (op == OpId::kFull) return FullValue(n, out);
   if (IsOrderPreservingView(op)) return env.at(n.inputs()[0]);
   if (op == OpId::kCast) return in(0, out);
   if (op == OpId::kWhere)
@@ -185,9 +196,7 @@ absl::Status Emitter::EmitPhase(Domain d, Env& env, CudaStatements& s,
       } else if (d == Domain::kReduced) {
         std::string x = a;
         if (n->op() == OpId::kMean)
-          x = absl::StrCat("(", a, " / ",
-                           CudaLiteral(static_cast<double>(layout_.q), true),
-                           ")");
+          x = absl::StrCat("(", a, " / ", sizes_.AsDouble(layout_.q), ")");
         Bind(*n, Convert(x, DType::kF64, v->type().dtype), env, s);
       }
       continue;
@@ -236,9 +245,8 @@ void Emitter::Prologue(std::initializer_list<Domain> ds, Env& env,
         !used(v))
       continue;
     env[v] = names_.at(v);
-    s.Line(absl::StrCat(
-        "const ", RegType(v->type().dtype), " ", names_.at(v), " = ",
-        Constant(n->attrs().GetDouble(AttrKey::kValue), v->type().dtype), ";"));
+    s.Line(absl::StrCat("const ", RegType(v->type().dtype), " ", names_.at(v),
+                        " = ", FullValue(*n, v->type().dtype), ";"));
   }
   std::vector<std::pair<int, const Value*>> slots;
   for (const auto& [v, k] : slots_) {
@@ -292,6 +300,7 @@ std::vector<std::string> Emitter::Params() const {
   args.push_back("double* scratch");
   for (size_t a = 0; a < accs_.size(); ++a)
     args.push_back(absl::StrCat("double* acc", a));
+  if (sizes_.generic()) args.push_back("const sj_dims_t sj_dims");
   return args;
 }
 
@@ -336,8 +345,11 @@ absl::Status Emitter::Run(const std::string& prefix, RegionSource& out) {
   }
   out.kernels_text = std::move(text_);
   out.params = Params();
+  out.shape_generic = sizes_.generic();
+  out.dims = sizes_.values();
   std::vector<std::string> names;
   for (const KernelLaunch& k : out.kernels) names.push_back(k.name);
+  if (out.shape_generic) out.helpers |= kHelperDims;
   out.source = absl::StrCat("// stepjit fusion region ", body_.name(), ": ",
                             absl::StrJoin(names, ", "), "\n",
                             Preamble(out.helpers), out.kernels_text);
@@ -375,15 +387,44 @@ absl::StatusOr<RegionSource> EmitRegion(const ir::Graph& body,
   // source (and kernel cache key) in every process.
   const bool thread_rows =
       plan.row_phases > 0 && plan.row_len <= options.max_thread_row;
-  const std::string hash = ToHex(Sha256Of(
-      absl::StrCat(ir::Print(body), kLoweringVersion, ";block=", options.block,
-                   options.device_functions ? ";device" : "",
-                   thread_rows ? ";thread_rows" : "")));
+  EmitOptions used = options;
+  used.shape_generic = options.shape_generic && !options.device_functions;
+  // A shape-generic region is named after its body with the sizes left out
+  // (bodies at other sizes emit the same source).
+  const std::string text =
+      used.shape_generic ? EraseSizes(ir::Print(body)) : ir::Print(body);
+  const std::string hash = ToHex(Sha256Of(absl::StrCat(
+      text, kLoweringVersion, ";block=", options.block,
+      used.device_functions ? ";device" : "", thread_rows ? ";thread_rows" : "",
+      used.shape_generic ? ";generic" : "")));
   RegionSource out;
   // Row ops are lowered from their expansion into primitive steps.
-  detail::Emitter emitter(plan.Body(body), plan, options);
-  RETURN_IF_ERROR(emitter.Run(
-      absl::StrCat(Identifier(body.name()), "_", hash.substr(0, 12)), out));
+  detail::Emitter emitter(plan.Body(body), plan, used);
+  const std::string name =
+      absl::StrCat(Identifier(body.name()), "_", hash.substr(0, 12));
+  if (!used.shape_generic) {
+    RETURN_IF_ERROR(emitter.Run(name, out));
+    return out;
+  }
+  RETURN_IF_ERROR(emitter.Run(kGenericName, out));
+  if (out.dims.size() > static_cast<size_t>(kMaxDims)) {
+    EmitOptions fixed = options;
+    fixed.shape_generic = false;
+    return EmitRegion(body, fixed);
+  }
+  // The layout chosen from the sizes (strategy, chunks) is in the code, not
+  // in the erased text: the name covers the code, so that two generic
+  // sources never share a name.
+  const std::string final_name = absl::StrCat(
+      Identifier(body.name()), "_",
+      ToHex(Sha256Of(absl::StrCat(hash, out.kernels_text))).substr(0, 12));
+  auto rename = [&](std::string& s) {
+    s = absl::StrReplaceAll(s, {{kGenericName, final_name}});
+  };
+  rename(out.name);
+  rename(out.source);
+  rename(out.kernels_text);
+  for (KernelLaunch& k : out.kernels) rename(k.name);
   return out;
 }
 

@@ -109,6 +109,11 @@ struct RegionSource {
   int num_accumulators = 0;
   int num_slots = 0;
   bool index64 = false;  // 64-bit indexing (numel near or over 2^31)
+  // A shape-generic region (EmitOptions::shape_generic): its kernels take
+  // one more argument, `const sj_dims_t sj_dims` (kMaxDims long longs, by
+  // value), whose first entries are these sizes.
+  bool shape_generic = false;
+  std::vector<int64_t> dims;
 };
 
 struct EmitOptions {
@@ -123,6 +128,12 @@ struct EmitOptions {
   // `sj_bid` and `sj_grid`, in place of blockIdx.x and gridDim.x, for a
   // kernel that runs several regions in one launch (multi_region.h).
   bool device_functions = false;
+  // Read the sizes of the kernels' loops and index arithmetic from a
+  // run-time argument instead of compiling them in (RegionSource::dims), so
+  // that bodies differing only in sizes of 2 or more emit the same source
+  // and share one compiled module. Not with device_functions. A body needing
+  // more than kMaxDims sizes is emitted specialized (shape_generic false).
+  bool shape_generic = false;
 };
 
 // Lowers `body`. Unimplemented, with the reason, when the body holds

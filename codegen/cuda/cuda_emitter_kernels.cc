@@ -75,10 +75,11 @@ absl::Status Emitter::EmitVectorLoop(CudaStatements& s, const Env& env) {
   s.Line(absl::StrCat("const bool sj_aligned = (",
                       absl::StrJoin(aligned, " | "), ") == 0;"));
   s.Line("if (sj_aligned) {");
-  s.Line(absl::StrCat(
-      "  for (sj_index j = (sj_index)", bid_, " * blockDim.x + threadIdx.x; "
-      "j < ",
-      plan_.f_numel / kVector, "; j += (sj_index)", grid_, " * blockDim.x) {"));
+  s.Line(absl::StrCat("  for (sj_index j = (sj_index)", bid_,
+                      " * blockDim.x + threadIdx.x; "
+                      "j < ",
+                      Size(plan_.f_numel / kVector), "; j += (sj_index)", grid_,
+                      " * blockDim.x) {"));
   s.indent = "      ";
   for (const std::string& l : loads) s.Line(l);
   for (int lane = 0; lane < kVector; ++lane) {
@@ -151,11 +152,12 @@ absl::Status Emitter::EmitMain(RegionSource& out) {
     // elements after the last whole vector.
     s.Line(absl::StrCat(
         "for (sj_index i = ",
-        vector ? absl::StrCat("(sj_aligned ? ",
-                              plan_.f_numel / kVector * kVector, " : 0) + ")
-               : "",
-        "(sj_index)", bid_, " * blockDim.x + threadIdx.x; i < ", plan_.f_numel,
-        "; i += (sj_index)", grid_, " * blockDim.x) {"));
+        vector
+            ? absl::StrCat("(sj_aligned ? ",
+                           Size(plan_.f_numel / kVector * kVector), " : 0) + ")
+            : "",
+        "(sj_index)", bid_, " * blockDim.x + threadIdx.x; i < ",
+        Size(plan_.f_numel), "; i += (sj_index)", grid_, " * blockDim.x) {"));
     s.indent = "    ";
     // Only broadcast operands need the multi-index.
     if (!bcast_.empty())
@@ -164,11 +166,13 @@ absl::Status Emitter::EmitMain(RegionSource& out) {
     const int64_t threads = vector ? plan_.f_numel / kVector : plan_.f_numel;
     grid = (threads + block - 1) / block;
   } else if (layout_.strategy == ReductionStrategy::kBlockPerRow) {
-    s.Line(absl::StrCat("for (sj_index b = ", bid_, "; b < ", out.partials,
-                        "; b += ", grid_, ") {"));
+    s.Line(absl::StrCat("for (sj_index b = ", bid_, "; b < ",
+                        Size(out.partials), "; b += ", grid_, ") {"));
     RETURN_IF_ERROR(partial(
-        absl::StrCat("b", layout_.chunks == 1 ? "" : absl::StrCat(" / ", layout_.chunks)),
-        absl::StrCat("b % ", layout_.chunks),
+        absl::StrCat("b", layout_.chunks == 1
+                              ? ""
+                              : absl::StrCat(" / ", Size(layout_.chunks))),
+        absl::StrCat("b % ", Size(layout_.chunks)),
         "q = q_begin + threadIdx.x; q < q_end; q += blockDim.x"));
     for (size_t a = 0; a < accs_.size(); ++a) {
       s.Line(absl::StrCat("a", a, " = sj_block_",
@@ -182,13 +186,17 @@ absl::Status Emitter::EmitMain(RegionSource& out) {
                         " }"));
     grid = out.partials;
   } else {
-    s.Line(absl::StrCat(
-        "for (sj_index t = (sj_index)", bid_, " * blockDim.x + threadIdx.x; t "
-        "< ",
-        out.partials, "; t += (sj_index)", grid_, " * blockDim.x) {"));
+    s.Line(absl::StrCat("for (sj_index t = (sj_index)", bid_,
+                        " * blockDim.x + threadIdx.x; t "
+                        "< ",
+                        Size(out.partials), "; t += (sj_index)", grid_,
+                        " * blockDim.x) {"));
     RETURN_IF_ERROR(partial(
-        absl::StrCat("t", layout_.chunks == 1 ? "" : absl::StrCat(" % ", plan_.r_numel)),
-        absl::StrCat("t / ", plan_.r_numel), "q = q_begin; q < q_end; ++q"));
+        absl::StrCat("t", layout_.chunks == 1
+                              ? ""
+                              : absl::StrCat(" % ", Size(plan_.r_numel))),
+        absl::StrCat("t / ", Size(plan_.r_numel)),
+        "q = q_begin; q < q_end; ++q"));
     for (size_t a = 0; a < accs_.size(); ++a)
       s.Line(absl::StrCat("acc", a, "[t] = a", a, ";"));
     grid = (out.partials + block - 1) / block;
@@ -204,9 +212,9 @@ absl::Status Emitter::EmitReduced(RegionSource& out) {
   CudaStatements s;
   Env env;
   Prologue({Domain::kReduced}, env, s);
-  s.Line(absl::StrCat(
-      "for (sj_index r = (sj_index)", bid_, " * blockDim.x + threadIdx.x; r < ",
-      plan_.r_numel, "; r += (sj_index)", grid_, " * blockDim.x) {"));
+  s.Line(absl::StrCat("for (sj_index r = (sj_index)", bid_,
+                      " * blockDim.x + threadIdx.x; r < ", Size(plan_.r_numel),
+                      "; r += (sj_index)", grid_, " * blockDim.x) {"));
   s.indent = "    ";
   for (size_t a = 0; a < accs_.size(); ++a) {
     const Node* node = accs_[a];
@@ -216,7 +224,7 @@ absl::Status Emitter::EmitReduced(RegionSource& out) {
     const std::string part =
         absl::StrCat("acc", a, "[", layout_.AccIndex("r", "c"), "]");
     s.Line(absl::StrCat(
-        "for (sj_index c = 1; c < ", layout_.chunks, "; ++c) ",
+        "for (sj_index c = 1; c < ", Size(layout_.chunks), "; ++c) ",
         node->op() == OpId::kAmax
             ? absl::StrCat("a", a, " = sj_amax(a", a, ", ", part, ");")
             : absl::StrCat("a", a, " += ", part, ";")));

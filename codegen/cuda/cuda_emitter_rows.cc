@@ -54,20 +54,21 @@ absl::Status Emitter::EmitRowMain(RegionSource& out) {
                                           : 1;
   if (thread) {
     s.Line(absl::StrCat("for (sj_index r = (sj_index)", bid_,
-                        " * blockDim.x + threadIdx.x; r < ", plan_.rows,
+                        " * blockDim.x + threadIdx.x; r < ", Size(plan_.rows),
                         "; r += (sj_index)", grid_, " * blockDim.x) {"));
   } else if (warp) {
     s.Line("const sj_index sj_lane = threadIdx.x & 31;");
     s.Line("const sj_index sj_warps = blockDim.x >> 5;");
     s.Line(absl::StrCat("for (sj_index r = (sj_index)", bid_,
-                        " * sj_warps + (threadIdx.x >> 5); r < ", plan_.rows,
-                        "; r += (sj_index)", grid_, " * sj_warps) {"));
+                        " * sj_warps + (threadIdx.x >> 5); r < ",
+                        Size(plan_.rows), "; r += (sj_index)", grid_,
+                        " * sj_warps) {"));
   } else {
-    s.Line(absl::StrCat("for (sj_index r = ", bid_, "; r < ", plan_.rows,
+    s.Line(absl::StrCat("for (sj_index r = ", bid_, "; r < ", Size(plan_.rows),
                         "; r += ", grid_, ") {"));
   }
   s.indent = "    ";
-  s.Line(absl::StrCat("const sj_index row = r * ", plan_.row_len, ";"));
+  s.Line(absl::StrCat("const sj_index row = r * ", Size(plan_.row_len), ";"));
   RowStart(env, s);
   RETURN_IF_ERROR(RowValues(0, env, s));
   for (int phase = 1; phase <= plan_.row_phases; ++phase) {
@@ -117,12 +118,14 @@ void Emitter::RowStart(Env& env, CudaStatements& s) {
       for (size_t d = rank; d-- > 0;) {
         if (plan_.f_reduced[d]) continue;
         if (strides[d] != 0 && f[d] != 1) {
-          std::string idx =
-              inner == 1 ? std::string("r") : absl::StrCat("(r / ", inner, ")");
+          std::string idx = inner == 1
+                                ? std::string("r")
+                                : absl::StrCat("(r / ", Size(inner), ")");
           if (inner * f[d] < plan_.rows)
-            idx = absl::StrCat("(", idx, " % ", f[d], ")");
-          terms.push_back(
-              strides[d] == 1 ? idx : absl::StrCat(idx, " * ", strides[d]));
+            idx = absl::StrCat("(", idx, " % ", Size(f[d]), ")");
+          terms.push_back(strides[d] == 1
+                              ? idx
+                              : absl::StrCat(idx, " * ", Size(strides[d])));
         }
         inner *= f[d];
       }
@@ -184,7 +187,7 @@ absl::Status Emitter::RowPass(int phase, Env& env, CudaStatements& s) {
                       thread ? "0"
                       : warp ? "sj_lane"
                              : "threadIdx.x",
-                      "; j < ", plan_.row_len, "; j += ",
+                      "; j < ", Size(plan_.row_len), "; j += ",
                       thread ? "1"
                       : warp ? "32"
                              : "blockDim.x",
@@ -239,9 +242,7 @@ absl::Status Emitter::RowPass(int phase, Env& env, CudaStatements& s) {
                           ");"));
     const std::string x =
         n->op() == OpId::kMean
-            ? absl::StrCat(
-                  acc, " / ",
-                  CudaLiteral(static_cast<double>(plan_.row_len), true))
+            ? absl::StrCat(acc, " / ", sizes_.AsDouble(plan_.row_len))
             : acc;
     Bind(*n, Convert(x, DType::kF64, v->type().dtype), env, s);
   }
@@ -269,7 +270,7 @@ absl::Status Emitter::EmitRowTotals(RegionSource& out) {
     s.Line(absl::StrCat("double ", acc, " = ", AccumulatorInit(accs_[a]->op()),
                         ";"));
     s.Line(
-        absl::StrCat("for (sj_index r = 0; r < ", plan_.rows, "; ++r) ",
+        absl::StrCat("for (sj_index r = 0; r < ", Size(plan_.rows), "; ++r) ",
                      Fold(accs_[a]->op(), acc, absl::StrCat("acc", a, "[r]"))));
   }
   for (const auto& n : body_.nodes()) {
@@ -278,12 +279,10 @@ absl::Status Emitter::EmitRowTotals(RegionSource& out) {
     std::string e;
     if (IsReduction(n->op())) {
       const std::string acc = absl::StrCat("a", acc_index_.at(n.get()));
-      e = Convert(
-          n->op() == OpId::kMean
-              ? absl::StrCat(acc, " / ",
-                             CudaLiteral(static_cast<double>(plan_.rows), true))
-              : acc,
-          DType::kF64, v->type().dtype);
+      e = Convert(n->op() == OpId::kMean
+                      ? absl::StrCat(acc, " / ", sizes_.AsDouble(plan_.rows))
+                      : acc,
+                  DType::kF64, v->type().dtype);
     } else {
       ASSIGN_OR_RETURN(e, Expr(*n, env, s));
     }

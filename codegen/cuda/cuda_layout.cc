@@ -70,6 +70,22 @@ Layout PlanLayout(const Plan& plan,
   return l;
 }
 
+std::string SizeText::operator()(int64_t v) {
+  if (!generic_) return absl::StrCat(v);
+  values_.push_back(v);
+  return absl::StrCat("((sj_index)sj_dims.d[", values_.size() - 1, "])");
+}
+
+std::string SizeText::AsDouble(int64_t v) {
+  if (!generic_) return CudaLiteral(static_cast<double>(v), true);
+  values_.push_back(v);
+  return absl::StrCat("((double)sj_dims.d[", values_.size() - 1, "])");
+}
+
+std::string Layout::Lit(int64_t v) const {
+  return sizes != nullptr ? (*sizes)(v) : absl::StrCat(v);
+}
+
 bool Layout::HasKeptDims() const {
   return absl::c_any_of(dims, [](const Dim& d) { return !d.reduced; });
 }
@@ -89,10 +105,10 @@ void Layout::Unravel(bool reduced, const std::string& var, CudaStatements& s,
       inner *= dim.extent;
       continue;
     }
-    std::string e = inner == 1 ? var : absl::StrCat(var, " / ", inner);
+    std::string e = inner == 1 ? var : absl::StrCat(var, " / ", Lit(inner));
     if (k > 0)
-      e = inner == 1 ? absl::StrCat(var, " % ", dim.extent)
-                     : absl::StrCat("(", e, ") % ", dim.extent);
+      e = inner == 1 ? absl::StrCat(var, " % ", Lit(dim.extent))
+                     : absl::StrCat("(", e, ") % ", Lit(dim.extent));
     s.Line(absl::StrCat("const sj_index d", mine[k], " = ", e, ";"));
     inner *= dim.extent;
   }
@@ -104,7 +120,7 @@ std::string Layout::Offset(size_t operand) const {
     const int64_t st = dims[j].strides[operand];
     if (st == 0) continue;
     terms.push_back(st == 1 ? absl::StrCat("d", j)
-                            : absl::StrCat("d", j, " * ", st));
+                            : absl::StrCat("d", j, " * ", Lit(st)));
   }
   return terms.empty() ? "0" : absl::StrJoin(terms, " + ");
 }
@@ -112,20 +128,21 @@ std::string Layout::Offset(size_t operand) const {
 std::string Layout::AccIndex(const std::string& r, const std::string& c) const {
   if (chunks == 1) return r;
   if (strategy == ReductionStrategy::kBlockPerRow) {
-    return c == "0" ? absl::StrCat(r, " * ", chunks)
-                    : absl::StrCat(r, " * ", chunks, " + ", c);
+    return c == "0" ? absl::StrCat(r, " * ", Lit(chunks))
+                    : absl::StrCat(r, " * ", Lit(chunks), " + ", c);
   }
-  return c == "0" ? r : absl::StrCat(c, " * ", r_numel, " + ", r);
+  return c == "0" ? r : absl::StrCat(c, " * ", Lit(r_numel), " + ", r);
 }
 
 void Layout::ChunkBounds(CudaStatements& s) const {
   if (chunks == 1) {
-    s.Line(absl::StrCat("const sj_index q_begin = 0, q_end = ", q, ";"));
+    s.Line(absl::StrCat("const sj_index q_begin = 0, q_end = ", Lit(q), ";"));
     return;
   }
-  s.Line(absl::StrCat("const sj_index q_begin = c * ", chunk_len, ";"));
-  s.Line(absl::StrCat("const sj_index q_end = q_begin + ", chunk_len, " < ", q,
-                      " ? q_begin + ", chunk_len, " : ", q, ";"));
+  const std::string len = Lit(chunk_len), end = Lit(q);
+  s.Line(absl::StrCat("const sj_index q_begin = c * ", len, ";"));
+  s.Line(absl::StrCat("const sj_index q_end = q_begin + ", len, " < ", end,
+                      " ? q_begin + ", len, " : ", end, ";"));
 }
 
 }  // namespace stepjit::codegen::cuda

@@ -36,7 +36,8 @@ class Emitter {
         plan_(plan),
         options_(options),
         bid_(options.device_functions ? "sj_bid" : "blockIdx.x"),
-        grid_(options.device_functions ? "sj_grid" : "gridDim.x") {}
+        grid_(options.device_functions ? "sj_grid" : "gridDim.x"),
+        sizes_(options.shape_generic) {}
 
   absl::Status Run(const std::string& prefix, RegionSource& out);
 
@@ -44,6 +45,11 @@ class Emitter {
   using Env = absl::flat_hash_map<const Value*, std::string>;
 
   void Analyze(RegionSource& out);
+  // A size as C text (a literal, or a run-time entry: SizeText).
+  std::string Size(int64_t v) { return sizes_(v); }
+  // A 0-d `full` constant's value as `t`: a size-role count reads the
+  // run-time table in a shape-generic kernel.
+  std::string FullValue(const Node& n, ir::DType t);
   absl::StatusOr<std::string> Expr(const Node& n, Env& env, CudaStatements& s);
   // Gives `n`'s value the expression `e`: an order-preserving view aliases
   // it, any other node declares its named register.
@@ -91,6 +97,7 @@ class Emitter {
   std::vector<const Value*> bcast_;  // broadcast operands, in first-use order
   ReductionStrategy row_strategy_ = ReductionStrategy::kNone;  // row plans
   Layout layout_;
+  SizeText sizes_;
   std::string text_;
 };
 

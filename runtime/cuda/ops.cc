@@ -4,6 +4,8 @@
 // them covers.
 #include "runtime/cuda/ops.h"
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -13,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "codegen/cuda/cuda_layout.h"
 #include "codegen/cuda/single_op.h"
 #include "codegen/region_expand.h"
 #include "ir/infer.h"
@@ -297,6 +300,13 @@ absl::StatusOr<std::shared_ptr<const LoadedRegion>> LoadRegion(
     std::lock_guard<std::mutex> lock(g_mu);
     Caches& c = GetCaches(b);
     if (auto it = c.regions.find(source.source); it != c.regions.end()) {
+      // A shape-generic region at other sizes: the same module and kernels,
+      // launched with this body's grid, buffers and sizes.
+      if (source.shape_generic && it->second->source.dims != source.dims) {
+        auto sized = std::make_shared<LoadedRegion>(*it->second);
+        sized->source = source;
+        return std::shared_ptr<const LoadedRegion>(std::move(sized));
+      }
       return it->second;
     }
   }
@@ -340,6 +350,13 @@ absl::Status LaunchAll(Backend& b, const LoadedRegion& region, std::vector<void*
                        Stream stream) {
   std::vector<void*> args(values.size());
   for (size_t i = 0; i < values.size(); ++i) args[i] = &values[i];
+  // A shape-generic region's sizes, passed by value (sj_dims_t).
+  std::array<int64_t, codegen::cuda::kMaxDims> dims{};
+  if (region.source.shape_generic) {
+    std::copy(region.source.dims.begin(), region.source.dims.end(),
+              dims.begin());
+    args.push_back(dims.data());
+  }
   for (size_t i = 0; i < region.source.kernels.size(); ++i) {
     const codegen::cuda::KernelLaunch& k = region.source.kernels[i];
     RETURN_IF_ERROR(b.Launch(region.kernels[i], k.grid, k.block, args.data(), stream));

@@ -37,7 +37,9 @@ struct ProgramOptions {
   // programs of one step at other sizes (the concrete shapes of a step with
   // symbolic dims) share their compiled kernels: a new size lowers each
   // region again (cheap) and finds its code in the kernel cache. Dims of 0
-  // and 1 stay in the code. CPU regions only; CUDA kernels stay specialized.
+  // and 1 stay in the code. On CUDA each region's CUDA C takes its sizes as
+  // a by-value argument, so the same source (one NVRTC module) serves every
+  // size; such regions are not grouped into multi-region launches.
   bool shape_generic = false;
   // Where the program runs: the device of the tensors it is bound to, which
   // picks the region backend (runtime/program/region_backend.h). On CUDA

@@ -106,8 +106,8 @@ struct RegionCompileTime {
   std::string kernel;
   double ms = 0;
   bool cache_hit = false;
-  // The compiled code's kernel cache digest (CPU regions; empty elsewhere):
-  // regions with the same digest run the same code.
+  // What identifies the compiled code (the CPU kernel cache digest, a CUDA
+  // region's source name): regions with the same key run the same code.
   std::string cache_key;
 };
 

@@ -82,14 +82,24 @@ class CudaRegionBackend final : public RegionBackend {
   absl::StatusOr<std::unique_ptr<CompiledRegion>> Compile(
       const RegionToCompile& region) override {
     // A compile failure stops the build: the caller runs the step eagerly.
+    const auto start = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(std::unique_ptr<CudaRegion> r,
-                     CompileCudaRegion(region, block_));
+                     CompileCudaRegion(region, block_, options_.shape_generic));
     compiled_[region.node] = r.get();
+    // The region's name identifies its code (a shape-generic region's name
+    // is derived from its source).
+    stats_.region_times.push_back({r->label(),
+                                   std::chrono::duration<double, std::milli>(
+                                       std::chrono::steady_clock::now() - start)
+                                       .count(),
+                                   false, r->loaded().source.name});
     return r;
   }
 
   void FinishBuild() override {
-    if (options_.cuda_multi_region) GroupRegions();
+    // Shape-generic regions launch one by one: a multi-region kernel
+    // compiles its members' sizes in.
+    if (options_.cuda_multi_region && !options_.shape_generic) GroupRegions();
     stats_.codegen_ms = std::chrono::duration<double, std::milli>(
                             std::chrono::steady_clock::now() - build_start_)
                             .count();

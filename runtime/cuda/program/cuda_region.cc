@@ -32,9 +32,11 @@ std::optional<std::vector<Tensor>> CudaRegion::Launch(const ir::Graph& body,
 std::string CudaRegion::label() const { return absl::StrCat(name_, "(cuda)"); }
 
 absl::StatusOr<std::unique_ptr<CudaRegion>> CompileCudaRegion(
-    const RegionToCompile& region, int block) {
-  ASSIGN_OR_RETURN(codegen::cuda::RegionSource src,
-                   codegen::cuda::EmitRegion(*region.body, {.block = block}));
+    const RegionToCompile& region, int block, bool shape_generic) {
+  ASSIGN_OR_RETURN(
+      codegen::cuda::RegionSource src,
+      codegen::cuda::EmitRegion(
+          *region.body, {.block = block, .shape_generic = shape_generic}));
   ASSIGN_OR_RETURN(std::shared_ptr<const LoadedRegion> loaded, LoadRegion(src));
   return std::make_unique<CudaRegion>(region.node->body()->name(),
                                       std::move(loaded),

@@ -40,11 +40,12 @@ class CudaRegion final : public CompiledRegion {
 // The top-level fusion nodes the CUDA backend compiled, and their regions.
 using CudaRegions = absl::flat_hash_map<const ir::Node*, const CudaRegion*>;
 
-// Emits `region.body` for blocks of `block` threads and loads it:
-// Unimplemented when the emitter does not lower it; other errors (an NVRTC
-// failure) are real failures.
+// Emits `region.body` for blocks of `block` threads (shape-generic: taking
+// its sizes at run time, sharing its module with the same body at other
+// sizes) and loads it: Unimplemented when the emitter does not lower it;
+// other errors (an NVRTC failure) are real failures.
 absl::StatusOr<std::unique_ptr<CudaRegion>> CompileCudaRegion(
-    const RegionToCompile& region, int block);
+    const RegionToCompile& region, int block, bool shape_generic = false);
 
 // The CUDA C (and, with options.cuda_ptx_arch, PTX) of every region the
 // CUDA emitter lowers, written to options.dump_dir when it is set and the
