@@ -115,8 +115,8 @@ TEST(CudaShapeGenericTest, GenericKernelsMatchSpecializedOnesAtEverySize) {
       {1, 7}, {2, 2}, {7, 127}, {127, 7}, {2, 1000}, {1000, 2}, {7, 1}};
   struct Built {
     std::string what;
-    const Case* c;
-    int64_t n, cols;
+    const Case* c = nullptr;
+    int64_t n = 0, cols = 0;
     std::unique_ptr<ir::Graph> body;
     RegionSource fixed, generic;
   };
@@ -126,7 +126,11 @@ TEST(CudaShapeGenericTest, GenericKernelsMatchSpecializedOnesAtEverySize) {
     std::map<std::tuple<ReductionStrategy, bool, bool>, std::set<std::string>>
         sources;
     for (auto [n, cols] : sizes) {
-      Built b{absl::StrCat(c.name, " [", n, ",", cols, "]"), &c, n, cols};
+      Built b;
+      b.what = absl::StrCat(c.name, " [", n, ",", cols, "]");
+      b.c = &c;
+      b.n = n;
+      b.cols = cols;
       b.body = test::rows::Parse(c.text, DType::kF32, n, cols);
       ASSERT_NE(b.body, nullptr) << b.what;
       absl::StatusOr<RegionSource> fixed = EmitRegion(*b.body, {.block = kBlock});
