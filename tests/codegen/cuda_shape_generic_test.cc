@@ -10,8 +10,8 @@
 // serves them all.
 #include <algorithm>
 #include <array>
-#include <map>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -50,7 +50,8 @@ std::vector<Tensor> Emulate(const HostModule& module, const RegionSource& src,
   ptrs.push_back(scratch.data());
   std::vector<std::vector<double>> accs(
       static_cast<size_t>(src.num_accumulators),
-      std::vector<double>(static_cast<size_t>(std::max<int64_t>(src.partials, 1))));
+      std::vector<double>(
+          static_cast<size_t>(std::max<int64_t>(src.partials, 1))));
   for (auto& a : accs) ptrs.push_back(a.data());
   std::vector<void*> args_at;
   for (void*& p : ptrs) args_at.push_back(&p);
@@ -73,17 +74,17 @@ std::vector<Tensor> Emulate(const HostModule& module, const RegionSource& src,
 std::vector<Tensor> Matrix(int64_t n, int64_t c, DType t, uint64_t s) {
   return {test::rows::Logits(n, c, t, s, false)};
 }
-std::vector<Tensor> MatrixAndColumn(int64_t n, int64_t c, DType t,
-                                    uint64_t s) {
+std::vector<Tensor> MatrixAndColumn(int64_t n, int64_t c, DType t, uint64_t s) {
   Generator gen(s + 3);
-  return {test::rows::Logits(n, c, t, s, false),
-          randn({n, 1}, {}, &gen).to(t)};
+  return {test::rows::Logits(n, c, t, s, false), randn({n, 1}, {}, &gen).to(t)};
 }
 
 std::vector<Case> Cases() {
   std::vector<Case> cases = {
-      test::rows::Softmax(), test::rows::LayerNormBackward(),
-      {"column sums", R"(graph @r(%p0: {T}[{N},{C}] input, %p1: {T}[{N},1] input) {
+      test::rows::Softmax(),
+      test::rows::LayerNormBackward(),
+      {"column sums",
+       R"(graph @r(%p0: {T}[{N},{C}] input, %p1: {T}[{N},1] input) {
   %0 = mul %p0, %p1 : {T}[{N},{C}]
   %1 = sum %0 {dims = [0], keepdim = false} : {T}[{C}]
   %2 = sqrt %1 : {T}[{C}]
@@ -133,7 +134,8 @@ TEST(CudaShapeGenericTest, GenericKernelsMatchSpecializedOnesAtEverySize) {
       b.cols = cols;
       b.body = test::rows::Parse(c.text, DType::kF32, n, cols);
       ASSERT_NE(b.body, nullptr) << b.what;
-      absl::StatusOr<RegionSource> fixed = EmitRegion(*b.body, {.block = kBlock});
+      absl::StatusOr<RegionSource> fixed =
+          EmitRegion(*b.body, {.block = kBlock});
       absl::StatusOr<RegionSource> generic =
           EmitRegion(*b.body, {.block = kBlock, .shape_generic = true});
       if (!fixed.ok()) {
@@ -182,7 +184,8 @@ TEST(CudaShapeGenericTest, GenericKernelsMatchSpecializedOnesAtEverySize) {
     const std::vector<Tensor> eager = test::rows::Interpret(*b.body, args);
     for (size_t r = 0; r < eager.size(); ++r) {
       const std::vector<float> f = fixed[r].to(DType::kF32).to_vector<float>();
-      const std::vector<float> g = generic[r].to(DType::kF32).to_vector<float>();
+      const std::vector<float> g =
+          generic[r].to(DType::kF32).to_vector<float>();
       ASSERT_EQ(f.size(), g.size());
       for (size_t i = 0; i < f.size(); ++i) {
         if (std::isnan(f[i]) && std::isnan(g[i])) continue;
