@@ -150,8 +150,8 @@ struct CompileStats {
   int64_t verifications = 0;
   double verify_ms = 0;
   // The ops those recordings compared, and of them the ops of library
-  // routines (optimizer steps) taken whole from the record: the same
-  // routine on the same tensors with the same options does the same ops.
+  // routines (backward, optimizer steps) taken whole from the record: the
+  // same routine on the same tensors with the same options does the same ops.
   int64_t verify_ops = 0;
   int64_t verify_routine_ops = 0;
   int64_t verify_mismatches = 0;

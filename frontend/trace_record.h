@@ -60,10 +60,13 @@ struct TraceRecord {
   // order. A later call that begins one at node `begin` with the same key on
   // the same operands does exactly those nodes again, so a recording call
   // takes them from here instead of dispatching them.
+  // `grads_set`: the .grad bindings the routine made, in order: (index
+  // into its tensors of the leaf, the operand bound).
   struct Routine {
     size_t begin = 0, end = 0;
     std::vector<uint64_t> key;
     std::vector<int> operands, after;
+    std::vector<std::pair<int, int>> grads_set;
   };
   std::vector<Routine> routines;
   // The routine that begins at node `begin`, or nullptr.

@@ -232,6 +232,22 @@ void Tracer::OnGradRead(const Tensor& leaf, const Tensor& grad) {
 
 void Tracer::OnGradSet(const Tensor& leaf, const Tensor& grad) {
   grad_set_.insert(leaf.impl());
+  if (routine_depth_ > 0 && routine_valid_) {
+    // A routine may bind the .grad of a leaf among its tensors to one of its
+    // results (a backward's accumulation); anything else is not recorded.
+    int index = -1;
+    for (size_t i = 0; i < routine_tensors_.size(); ++i) {
+      if (routine_tensors_[i].impl() == leaf.impl())
+        index = static_cast<int>(i);
+    }
+    const int v = grad.defined() ? Lookup(grad) : kNone;
+    if (index < 0 || v == kNone || v < static_cast<int>(routine_.begin)) {
+      routine_valid_ = false;
+    } else {
+      routine_.grads_set.push_back({index, v});
+      routine_grads_.insert(grad.impl());
+    }
+  }
   // Set before any read: the binding before the step does not matter to the
   // graph (only to a re-trace that must put it back).
   if (!grad_seen_.insert(leaf.impl()).second) return;
@@ -282,11 +298,22 @@ bool Tracer::BeginRoutine(absl::Span<const uint64_t> key,
     next_node_ = was->end;
     record_.routines.push_back(*was);
     routine_depth_ = 0;
+    // The .grads it bound: shape-only tensors holding the recorded results
+    // (set_grad reports each to OnGradSet, as the routine's own would).
+    for (const auto& [i, v] : was->grads_set) {
+      Tensor g = runtime::MakeMetaTensor(expected_->nodes[v].type,
+                                         tensors[i].device());
+      Bind(g, v);
+      made_.push_back(g.impl_ptr());
+      tensors[i].set_grad(g);
+    }
     routine_ops_ += static_cast<int>(was->end - was->begin);
     return true;
   }
   routine_tensors_.assign(tensors.begin(), tensors.end());
   routine_made_.clear();
+  routine_grads_.clear();
+  routine_valid_ = true;
   return false;
 }
 
@@ -294,7 +321,7 @@ void Tracer::EndRoutine() {
   if (routine_depth_ == 0 || --routine_depth_ > 0) return;
   const std::vector<Tensor> tensors = std::move(routine_tensors_);
   routine_tensors_.clear();
-  if (!break_reason_.empty()) return;
+  if (!break_reason_.empty() || !routine_valid_) return;
   TraceRecord::Routine r = std::move(routine_);
   r.end = next_node_;
   // Only a routine whose nodes read nothing but its tensors and its own
@@ -316,7 +343,9 @@ void Tracer::EndRoutine() {
   for (const Tensor& t : tensors) own.insert(t.impl());
   for (const std::weak_ptr<TensorImpl>& weak : routine_made_) {
     std::shared_ptr<TensorImpl> alive = weak.lock();
-    if (alive != nullptr && !own.contains(alive.get())) return;
+    if (alive != nullptr && !own.contains(alive.get()) &&
+        !routine_grads_.contains(alive.get()))
+      return;
   }
   routine_made_.clear();
   for (const Tensor& t : tensors) {

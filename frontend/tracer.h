@@ -71,8 +71,8 @@ struct Trace {
   std::string break_reason;
   int num_ops = 0;
   // Of num_ops, those a recording call took from the expected record for a
-  // library routine it stood in for (an optimizer's step) instead of
-  // dispatching them.
+  // library routine it stood in for (backward, an optimizer's step) instead
+  // of dispatching them.
   int routine_ops = 0;
   // With an expected record: whether this call recorded exactly it.
   bool matched = false;
@@ -189,6 +189,10 @@ class Tracer : public runtime::DispatchObserver {
   TraceRecord::Routine routine_;
   std::vector<Tensor> routine_tensors_;
   std::vector<std::weak_ptr<TensorImpl>> routine_made_;
+  // The routine bound .grads (allowed: a backward's results outlive it as
+  // .grad) and whether it did only what can be recorded.
+  absl::flat_hash_set<const TensorImpl*> routine_grads_;
+  bool routine_valid_ = true;
   // Ops of routines taken from the expected record instead of dispatched.
   int routine_ops_ = 0;
   uint64_t generator_offset_ = 0;  // at Begin

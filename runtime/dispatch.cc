@@ -230,6 +230,14 @@ DispatchObserver* SetDispatchObserver(DispatchObserver* observer) {
 }
 DispatchObserver* GetDispatchObserver() { return t_observer; }
 
+Tensor MakeMetaTensor(const ir::TensorType& type, Device device) {
+  auto storage = std::allocate_shared<Storage>(
+      PoolAllocator<Storage>{}, Storage::MetaTag{},
+      ir::NumElements(type.shape) * ir::DTypeSize(type.dtype), device);
+  return MakeTensor(std::move(storage), type.shape,
+                    ir::ContiguousStrides(type.shape), 0, type.dtype);
+}
+
 RecordedRoutine::RecordedRoutine(absl::Span<const uint64_t> key,
                                  absl::Span<const Tensor> tensors)
     : observer_(t_observer) {

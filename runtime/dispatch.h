@@ -63,19 +63,24 @@ class DispatchObserver {
   // `alias` shares `source`'s data without its autograd history (detach(),
   // and the tensors autograd saves for backward).
   virtual void OnAlias(const Tensor& source, const Tensor& alias) {}
-  // A library routine (an optimizer's step) is about to dispatch ops that
-  // are decided by `key` (its options and structure, as numbers) and by
-  // `tensors` (every tensor it reads or writes that exists before it
+  // A library routine (backward, an optimizer's step) is about to dispatch
+  // ops that are decided by `key` (its options and structure, as numbers)
+  // and by `tensors` (every tensor it reads or writes that exists before it
   // starts). True: the observer recorded this routine before with the same
   // key on the same tensors and has applied its effect (the tensors it
-  // writes now hold its results); the routine then dispatches nothing.
-  // False: it runs as usual, and EndRoutine follows once it is done.
+  // writes now hold its results, the .grads it binds are bound); the routine
+  // then dispatches nothing. False: it runs as usual, and EndRoutine follows
+  // once it is done.
   virtual bool BeginRoutine(absl::Span<const uint64_t> key,
                             absl::Span<const Tensor> tensors) {
     return false;
   }
   virtual void EndRoutine() {}
 };
+
+// A shape-only (meta) tensor of `type` on `device`, as meta dispatch makes
+// for an op's result.
+Tensor MakeMetaTensor(const ir::TensorType& type, Device device);
 
 // Brackets a library routine for the calling thread's observer (above):
 // skipped() when the observer stood in for it. Without an observer it does

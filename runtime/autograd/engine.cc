@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <deque>
+#include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -54,6 +55,24 @@ class OpNode : public Node {
   }
 
   std::string name() const override { return absl::StrCat(ir::OpName(op_), "_backward"); }
+
+  // What decides the ops Apply dispatches besides its saved tensors (which
+  // identify the recorded op, its attributes and operands): the op, which
+  // inputs need a grad, and whether every saved tensor is still at its
+  // saved version (else Apply throws).
+  void Describe(std::vector<uint64_t>& key,
+                std::vector<Tensor>& tensors) const {
+    bool versions = output_.version() == output_version_;
+    uint64_t needs = 0;
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      versions &= inputs_[i].version() == versions_[i];
+      needs |= uint64_t{needs_[i]} << i;
+    }
+    key.insert(key.end(), {1, static_cast<uint64_t>(op_), needs,
+                           uint64_t{versions}, inputs_.size()});
+    tensors.push_back(output_);
+    tensors.insert(tensors.end(), inputs_.begin(), inputs_.end());
+  }
 
  private:
   static std::shared_ptr<Node> EdgeFor(const Tensor& t);
@@ -108,6 +127,25 @@ class AccumulateGrad : public Node {
     return {};
   }
   std::string name() const override { return "accumulate_grad"; }
+
+  // The leaf (dead or alive), whether it has a .grad (set or added to);
+  // false for a leaf with post-accumulate hooks, whose code no key covers.
+  bool Describe(std::vector<uint64_t>& key,
+                std::vector<Tensor>& tensors) const {
+    std::shared_ptr<TensorImpl> impl = leaf_.lock();
+    if (!impl) {
+      key.push_back(2);
+      return true;
+    }
+    if (impl->autograd && !impl->autograd->post_accumulate_hooks.empty())
+      return false;
+    Tensor leaf(impl);
+    const Tensor current = leaf.grad();
+    key.insert(key.end(), {3, uint64_t{current.defined()}});
+    tensors.push_back(leaf);
+    if (current.defined()) tensors.push_back(current);
+    return true;
+  }
 
  private:
   std::weak_ptr<TensorImpl> leaf_;
@@ -212,6 +250,39 @@ void RecordOp(ir::OpId op, absl::Span<const Tensor> inputs,
   impl->autograd->grad_fn = std::move(node);
 }
 
+// For a recording tracer (runtime::RecordedRoutine): what decides the ops a
+// backward from `start` dispatches. Nodes in the order RunGraph counts
+// them, each with its kind, what Describe gives and where its edges lead;
+// the root's explicit gradient. False when some node runs code no key
+// covers (a hook, a node of another kind).
+bool DescribeBackward(const std::shared_ptr<Node>& start, const Tensor& grad,
+                      std::vector<uint64_t>& key,
+                      std::vector<Tensor>& tensors) {
+  absl::flat_hash_map<const Node*, uint64_t> index = {{start.get(), 0}};
+  std::vector<const Node*> order = {start.get()};
+  for (size_t k = 0; k < order.size(); ++k) {
+    for (const auto& next : order[k]->next()) {
+      if (next && index.try_emplace(next.get(), order.size()).second)
+        order.push_back(next.get());
+    }
+  }
+  key.push_back(grad.defined());
+  if (grad.defined()) tensors.push_back(grad);
+  for (const Node* n : order) {
+    if (const auto* op = dynamic_cast<const OpNode*>(n)) {
+      op->Describe(key, tensors);
+    } else if (const auto* acc = dynamic_cast<const AccumulateGrad*>(n)) {
+      if (!acc->Describe(key, tensors)) return false;
+    } else {
+      return false;
+    }
+    key.push_back(n->next().size());
+    for (const auto& next : n->next())
+      key.push_back(next ? index.at(next.get()) : ~uint64_t{0});
+  }
+  return true;
+}
+
 void Backward(const Tensor& root, const Tensor& grad) {
   SJ_REQUIRE(root.defined(), "backward() called on an undefined tensor");
   // Grad rules run in the dtypes the forward chose; autocast does not
@@ -219,12 +290,30 @@ void Backward(const Tensor& root, const Tensor& grad) {
   amp::Autocast no_autocast(ir::DType::kBF16, /*enabled=*/false);
   SJ_REQUIRE(root.requires_grad(),
              "backward(): the tensor does not require grad and has no grad_fn");
-  Tensor seed = grad;
-  if (!seed.defined()) {
+  if (!grad.defined()) {
     SJ_REQUIRE(
         root.numel() == 1,
         "backward() without a gradient needs a scalar output, got shape ",
         ir::ShapeToString(root.shape()));
+  } else {
+    SJ_REQUIRE(grad.shape() == root.shape(), "backward(): gradient shape ",
+               ir::ShapeToString(grad.shape()), " does not match output shape ",
+               ir::ShapeToString(root.shape()));
+  }
+  std::shared_ptr<Node> start = root.grad_fn();
+  if (!start) start = root.impl()->autograd->grad_accumulator;
+  // A recording tracer may take the whole backward from its record.
+  std::optional<runtime::RecordedRoutine> routine;
+  if (start && runtime::GetDispatchObserver() != nullptr) {
+    std::vector<uint64_t> key;
+    std::vector<Tensor> tensors;
+    if (DescribeBackward(start, grad, key, tensors)) {
+      routine.emplace(key, tensors);
+      if (routine->skipped()) return;
+    }
+  }
+  Tensor seed = grad;
+  if (!seed.defined()) {
     // Marked, so that a traced step's seed can be found by the grad-scaler
     // pass.
     seed = runtime::Dispatch(
@@ -234,15 +323,9 @@ void Backward(const Tensor& root, const Tensor& grad) {
          {ir::AttrKey::kValue, 1.0},
          {ir::AttrKey::kDTypeAttr, root.dtype()},
          {ir::AttrKey::kRole, std::string("grad_seed")}});
-  } else {
-    SJ_REQUIRE(seed.shape() == root.shape(), "backward(): gradient shape ",
-               ir::ShapeToString(seed.shape()), " does not match output shape ",
-               ir::ShapeToString(root.shape()));
   }
   NoGradGuard no_grad;
   BackwardScope scope;
-  std::shared_ptr<Node> start = root.grad_fn();
-  if (!start) start = root.impl()->autograd->grad_accumulator;
   if (start) {
     RunGraph(start, seed);
   } else {
