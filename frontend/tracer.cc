@@ -2,6 +2,7 @@
 // grad bindings, and the check against an expected record.
 #include "frontend/tracer.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
@@ -26,6 +27,20 @@ void FillRecord(Trace& trace, const TraceRecord& expected) {
   std::move(trace.record.nodes.begin(), trace.record.nodes.end(),
             std::back_inserter(nodes));
   trace.record.nodes = std::move(nodes);
+  // The routines of the matched prefix are the expected record's (a
+  // matching call stores none), then those recorded after it, by begin.
+  std::vector<TraceRecord::Routine> routines;
+  for (const TraceRecord::Routine& r : expected.routines) {
+    if (r.end <= trace.unfilled) routines.push_back(r);
+  }
+  std::move(trace.record.routines.begin(), trace.record.routines.end(),
+            std::back_inserter(routines));
+  std::stable_sort(
+      routines.begin(), routines.end(),
+      [](const TraceRecord::Routine& a, const TraceRecord::Routine& b) {
+        return a.begin < b.begin;
+      });
+  trace.record.routines = std::move(routines);
   trace.unfilled = 0;
   trace.unfilled_live.clear();
 }
@@ -43,7 +58,10 @@ Tracer::~Tracer() {
 }
 
 void Tracer::Begin(absl::Span<const Tensor> inputs) {
-  if (expected_ != nullptr) made_.reserve(expected_->nodes.size());
+  if (expected_ != nullptr) {
+    made_.reserve(expected_->nodes.size());
+    record_.params.reserve(expected_->params.size());
+  }
   for (size_t i = 0; i < inputs.size(); ++i) {
     SJ_REQUIRE(inputs[i].defined(), "compile: step argument ", i, " is an undefined tensor");
     const int v = AddParam(ir::ParamKind::kInput, inputs[i]);
@@ -106,8 +124,10 @@ void Tracer::Diverge() {
   Trace partial;
   partial.unfilled = next_node_;
   partial.unfilled_live = std::move(live_);
+  partial.record.routines = std::move(record_.routines);
   FillRecord(partial, *expected_);
   record_.nodes = std::move(partial.record.nodes);
+  record_.routines = std::move(partial.record.routines);
 }
 
 int Tracer::Lookup(const Tensor& t) {
@@ -271,13 +291,12 @@ bool Tracer::BeginRoutine(absl::Span<const uint64_t> key,
                           absl::Span<const Tensor> tensors) {
   if (routine_depth_++ > 0 || !break_reason_.empty()) return false;
   confirmed_ = {};
-  routine_ = {};
   routine_.begin = next_node_;
-  routine_.key.assign(key.begin(), key.end());
+  routine_.operands.clear();  // keeps its buffer from call to call
   for (const Tensor& t : tensors) routine_.operands.push_back(ValueOf(t));
   const TraceRecord::Routine* was =
       matching_ ? expected_->RoutineAt(next_node_) : nullptr;
-  if (was != nullptr && was->key == routine_.key &&
+  if (was != nullptr && absl::MakeConstSpan(was->key) == key &&
       was->operands == routine_.operands && break_reason_.empty()) {
     // The same routine on the same operands: its nodes, as recorded. The
     // tensors it writes now hold their results (an in-place write, as the
@@ -296,7 +315,8 @@ bool Tracer::BeginRoutine(absl::Span<const uint64_t> key,
     num_ops_ += static_cast<int>(was->end - was->begin);
     if (was->end > was->begin) last_op_ = expected_->nodes[was->end - 1].op;
     next_node_ = was->end;
-    record_.routines.push_back(*was);
+    // (Not stored: a matching call's routines are the expected record's,
+    // which FillRecord puts in.)
     routine_depth_ = 0;
     // The .grads it bound: shape-only tensors holding the recorded results
     // (set_grad reports each to OnGradSet, as the routine's own would).
@@ -310,6 +330,10 @@ bool Tracer::BeginRoutine(absl::Span<const uint64_t> key,
     routine_ops_ += static_cast<int>(was->end - was->begin);
     return true;
   }
+  routine_.begin = next_node_;
+  routine_.key.assign(key.begin(), key.end());
+  routine_.after.clear();
+  routine_.grads_set.clear();
   routine_tensors_.assign(tensors.begin(), tensors.end());
   routine_made_.clear();
   routine_grads_.clear();
@@ -321,15 +345,16 @@ void Tracer::EndRoutine() {
   if (routine_depth_ == 0 || --routine_depth_ > 0) return;
   const std::vector<Tensor> tensors = std::move(routine_tensors_);
   routine_tensors_.clear();
-  if (!break_reason_.empty() || !routine_valid_) return;
-  TraceRecord::Routine r = std::move(routine_);
+  // A call still matching its expected record takes its routines from
+  // there (FillRecord).
+  if (!break_reason_.empty() || !routine_valid_ || matching_) return;
+  TraceRecord::Routine r = routine_;
   r.end = next_node_;
   // Only a routine whose nodes read nothing but its tensors and its own
   // results, draw no random numbers, and leave no tensor behind but its
   // tensors can be stood in for later.
   absl::flat_hash_set<int> from_before(r.operands.begin(), r.operands.end());
-  const std::vector<TraceRecord::Node>& nodes =
-      matching_ ? expected_->nodes : record_.nodes;
+  const std::vector<TraceRecord::Node>& nodes = record_.nodes;
   if (r.end > nodes.size()) return;
   for (size_t n = r.begin; n < r.end; ++n) {
     if (nodes[n].kind != ir::NodeKind::kOp || nodes[n].random_draw >= 0) return;

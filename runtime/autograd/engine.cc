@@ -258,8 +258,14 @@ void RecordOp(ir::OpId op, absl::Span<const Tensor> inputs,
 bool DescribeBackward(const std::shared_ptr<Node>& start, const Tensor& grad,
                       std::vector<uint64_t>& key,
                       std::vector<Tensor>& tensors) {
-  absl::flat_hash_map<const Node*, uint64_t> index = {{start.get(), 0}};
-  std::vector<const Node*> order = {start.get()};
+  // Kept per thread, so that a recording call's backward allocates nothing
+  // here after the first.
+  thread_local absl::flat_hash_map<const Node*, uint64_t> index;
+  thread_local std::vector<const Node*> order;
+  index.clear();
+  order.clear();
+  index.emplace(start.get(), 0);
+  order.push_back(start.get());
   for (size_t k = 0; k < order.size(); ++k) {
     for (const auto& next : order[k]->next()) {
       if (next && index.try_emplace(next.get(), order.size()).second)
@@ -305,12 +311,14 @@ void Backward(const Tensor& root, const Tensor& grad) {
   // A recording tracer may take the whole backward from its record.
   std::optional<runtime::RecordedRoutine> routine;
   if (start && runtime::GetDispatchObserver() != nullptr) {
-    std::vector<uint64_t> key;
-    std::vector<Tensor> tensors;
-    if (DescribeBackward(start, grad, key, tensors)) {
-      routine.emplace(key, tensors);
-      if (routine->skipped()) return;
-    }
+    thread_local std::vector<uint64_t> key;
+    thread_local std::vector<Tensor> tensors;
+    key.clear();
+    tensors.clear();
+    const bool described = DescribeBackward(start, grad, key, tensors);
+    if (described) routine.emplace(key, tensors);
+    tensors.clear();  // holds no tensor beyond this point
+    if (described && routine->skipped()) return;
   }
   Tensor seed = grad;
   if (!seed.defined()) {
