@@ -330,7 +330,6 @@ bool Tracer::BeginRoutine(absl::Span<const uint64_t> key,
     routine_ops_ += static_cast<int>(was->end - was->begin);
     return true;
   }
-  routine_.begin = next_node_;
   routine_.key.assign(key.begin(), key.end());
   routine_.after.clear();
   routine_.grads_set.clear();
@@ -352,7 +351,7 @@ void Tracer::EndRoutine() {
   r.end = next_node_;
   // Only a routine whose nodes read nothing but its tensors and its own
   // results, draw no random numbers, and leave no tensor behind but its
-  // tensors can be stood in for later.
+  // tensors and the .grads it binds can be stood in for later.
   absl::flat_hash_set<int> from_before(r.operands.begin(), r.operands.end());
   const std::vector<TraceRecord::Node>& nodes = record_.nodes;
   if (r.end > nodes.size()) return;
