@@ -12,11 +12,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "codegen/kernel_cache.h"
 #include "gtest/gtest.h"
@@ -250,13 +252,19 @@ graph @all(%p0: f32[37,29] input) {
 // The body's constant is unique to this process and run (exact in the six
 // digits the IR text keeps), so no cache holds it.
 TEST(RegionKernelTest, ConcurrentCompilesOfOneBodyCompileItOnceAndAllWork) {
-  static int round = 0;  // a new constant for each run (--gtest_repeat)
+  // A constant no earlier run can have left in the disk kernel cache (with
+  // one of only 997 values, earlier runs' entries made this test fail now
+  // and then): one of 2^40, drawn per run.
   const double c =
-      1.0 + static_cast<double>((getpid() * 31 + ++round) % 997) / 1000;
-  const std::string text = absl::StrCat(R"(
+      1.0 + static_cast<double>(std::random_device{}() % (uint64_t{1} << 20) *
+                                    (uint64_t{1} << 20) +
+                                std::random_device{}() % (uint64_t{1} << 20)) /
+                static_cast<double>(uint64_t{1} << 41);
+  const std::string text =
+      absl::StrCat(R"(
 graph @concurrent(%p0: f32[1000] input) {
   %0 = full {shape = [], value = )",
-                                        c, R"(, dtype = f32} : f32[]
+                   absl::StrFormat("%.17g", c), R"(, dtype = f32} : f32[]
   %1 = mul %p0, %0 : f32[1000]
   %2 = exp %1 : f32[1000]
   return %2
