@@ -263,15 +263,12 @@ struct StepCompiler::Impl {
     if (spec->shape_generic && spec->program) {
       for (const runtime::RegionCompileTime& r :
            spec->program->region_compile_times()) {
-        if (!r.cache_key.empty())
-          shape_kernels[spec->family].insert(r.cache_key);
+        if (!r.cache_key.empty() &&
+            shape_kernels[spec->family].insert(r.cache_key).second)
+          ++stats.shape_kernels;
       }
       shape_regions[spec->family] += spec->program->compiled_regions();
-      stats.shape_kernels = 0;
-      for (const auto& [f, keys] : shape_kernels)
-        stats.shape_kernels += static_cast<int64_t>(keys.size());
-      stats.shape_regions = 0;
-      for (const auto& [f, n] : shape_regions) stats.shape_regions += n;
+      stats.shape_regions += spec->program->compiled_regions();
     }
     stats.ops_per_step = spec->trace.num_ops;
     if (!spec->pass_stats.empty()) {

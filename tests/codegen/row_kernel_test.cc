@@ -23,18 +23,7 @@ namespace {
 using ir::DType;
 using test::rows::Case;
 
-std::vector<Tensor> Generated(const RegionKernel& k, const ir::Graph& g,
-                              const std::vector<Tensor>& args) {
-  std::vector<void*> ptrs;
-  for (const Tensor& a : args) ptrs.push_back(a.data_ptr());
-  std::vector<Tensor> out;
-  for (const ir::Value* r : g.returns()) {
-    out.push_back(empty(r->type().shape, {.dtype = r->type().dtype}));
-    ptrs.push_back(out.back().data_ptr());
-  }
-  runtime::cpu::RunRegionKernel(k, ptrs);
-  return out;
-}
+using test::rows::RunCpuKernel;
 
 const std::vector<std::pair<int64_t, int64_t>>& Shapes() {
   static const auto* s = new std::vector<std::pair<int64_t, int64_t>>{
@@ -53,7 +42,7 @@ void CheckCase(const Case& c) {
       absl::StatusOr<RegionKernel> k = CompileRegion(*g, {.use_cache = false});
       ASSERT_TRUE(k.ok()) << what << ": " << k.status();
       const std::vector<Tensor> args = c.args(n, cols, t, n * 131 + cols);
-      const std::vector<Tensor> got = Generated(*k, *g, args);
+      const std::vector<Tensor> got = RunCpuKernel(*k, *g, args);
       const std::vector<Tensor> want = test::rows::Interpret(*g, args);
       ASSERT_EQ(got.size(), want.size());
       for (size_t r = 0; r < got.size(); ++r)
@@ -147,7 +136,7 @@ TEST(RowKernelTest, AmaxRowsPropagateNaNAndOrderLikeFloats) {
     ASSERT_TRUE(g.ok()) << g.status() << "\n" << text;
     absl::StatusOr<RegionKernel> k = CompileRegion(**g, {.use_cache = false});
     ASSERT_TRUE(k.ok()) << k.status();
-    const std::vector<Tensor> got = Generated(*k, **g, {x});
+    const std::vector<Tensor> got = RunCpuKernel(*k, **g, {x});
     const std::vector<float> m = got[0].to_vector<float>();
     for (int64_t r = 0; r < n; ++r) {
       SCOPED_TRACE(absl::StrCat("row ", r, with_use ? " (row phases)" : ""));

@@ -18,21 +18,10 @@
 
 namespace stepjit::codegen::cpu {
 namespace {
+
 using ir::DType;
 using test::rows::Case;
-
-std::vector<Tensor> RunKernel(const RegionKernel& k, const ir::Graph& g,
-                              const std::vector<Tensor>& args) {
-  std::vector<void*> ptrs;
-  for (const Tensor& a : args) ptrs.push_back(a.data_ptr());
-  std::vector<Tensor> out;
-  for (const ir::Value* r : g.returns()) {
-    out.push_back(empty(r->type().shape, {.dtype = r->type().dtype}));
-    ptrs.push_back(out.back().data_ptr());
-  }
-  runtime::cpu::RunRegionKernel(k, ptrs);
-  return out;
-}
+using test::rows::RunCpuKernel;
 
 // (rows, row length): every size of 1, 2, 7, 127, 1000 on both sides.
 const std::vector<std::pair<int64_t, int64_t>>& Sizes() {
@@ -150,8 +139,8 @@ void CheckCase(const Case& c) {
       EXPECT_TRUE(fixed->dims.empty()) << what;
       const std::vector<Tensor> args = c.args(n, cols, t, n * 131 + cols);
       const std::vector<Tensor> want = test::rows::Interpret(*g, args);
-      const std::vector<Tensor> got_fixed = RunKernel(*fixed, *g, args);
-      const std::vector<Tensor> got_generic = RunKernel(*generic, *g, args);
+      const std::vector<Tensor> got_fixed = RunCpuKernel(*fixed, *g, args);
+      const std::vector<Tensor> got_generic = RunCpuKernel(*generic, *g, args);
       ASSERT_EQ(got_generic.size(), want.size());
       const double ulps = t == DType::kBF16 ? 1 : 4;
       const double scale = test::rows::ScaleFor(c, args);
@@ -210,7 +199,7 @@ TEST(ShapeGenericKernelTest, OneCompiledKernelServesTwoSizes) {
   swapped.row = b->row;
   swapped.split_align = b->split_align;
   const std::vector<Tensor> args = c.args(64, 513, DType::kF32, 5);
-  test::rows::ExpectClose(RunKernel(swapped, *large, args)[0],
+  test::rows::ExpectClose(RunCpuKernel(swapped, *large, args)[0],
                           test::rows::Interpret(*large, args)[0], 4, 0,
                           "softmax [64,513] through the [3,17] kernel");
 }

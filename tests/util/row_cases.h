@@ -28,8 +28,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "codegen/cpu/region_kernel.h"
 #include "gtest/gtest.h"
 #include "ir/parser.h"
+#include "runtime/cpu/program/cpu_backend.h"
 #include "runtime/dispatch.h"
 #include "runtime/generator.h"
 #include "runtime/ops.h"
@@ -63,6 +65,21 @@ inline std::vector<Tensor> Interpret(const ir::Graph& g,
   }
   std::vector<Tensor> out;
   for (const ir::Value* r : g.returns()) out.push_back(env.at(r));
+  return out;
+}
+
+// `g`'s generated CPU kernel `k` run on `args`, into fresh outputs.
+inline std::vector<Tensor> RunCpuKernel(const codegen::cpu::RegionKernel& k,
+                                        const ir::Graph& g,
+                                        const std::vector<Tensor>& args) {
+  std::vector<void*> ptrs;
+  for (const Tensor& a : args) ptrs.push_back(a.data_ptr());
+  std::vector<Tensor> out;
+  for (const ir::Value* r : g.returns()) {
+    out.push_back(empty(r->type().shape, {.dtype = r->type().dtype}));
+    ptrs.push_back(out.back().data_ptr());
+  }
+  runtime::cpu::RunRegionKernel(k, ptrs);
   return out;
 }
 
