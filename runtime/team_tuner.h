@@ -57,7 +57,7 @@ class TeamTuner {
   struct Candidate {
     int team = 0;
     bool warmed = false;  // its first replay ran (and was not counted)
-    std::deque<double> ms;
+    std::deque<double> ms = {};
     double best_median = 0;  // the lowest median seen
   };
   double Median(const Candidate& c) const;

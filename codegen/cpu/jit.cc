@@ -79,7 +79,7 @@ class Jit {
                       llvm::JITEventListener::createPerfJITEventListener()) {
                 layer->registerJITEventListener(*perf);
               }
-              return std::move(layer);
+              return layer;
             });
       }
       auto lljit = builder.create();

@@ -46,7 +46,7 @@ struct InitOptions {
   double timeout_s = 0;
   // Where torchrun-launched ranks exchange NCCL's unique id (rank 0 writes,
   // the others read); empty takes STEPJIT_DIST_INIT_FILE.
-  std::string init_file;
+  std::string init_file = "";
 };
 
 // Joins the process group described by the environment. Idempotent (a second

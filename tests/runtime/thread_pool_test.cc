@@ -36,8 +36,9 @@ TEST(ParallelForTest, CoversEveryIndexOnceInDisjointChunks) {
         ASSERT_EQ(hits[i].load(), 1)
             << "n=" << n << " grain=" << grain << " i=" << i;
       EXPECT_LE(static_cast<int>(chunks.size()), NumThreads());
-      if (n < 2 * grain)
+      if (n < 2 * grain) {
         EXPECT_EQ(chunks.size(), 1u) << "n=" << n << " grain=" << grain;
+      }
     }
   }
 }

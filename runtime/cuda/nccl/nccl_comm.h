@@ -45,7 +45,7 @@ struct NcclCommOptions {
   double timeout_s = 300;
   // Called once, with the lock held, when the communicator fails (the dist
   // world is marked unhealthy so).
-  std::function<void(const absl::Status&)> on_failure;
+  std::function<void(const absl::Status&)> on_failure = nullptr;
 };
 
 class NcclComm {
