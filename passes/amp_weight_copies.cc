@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "ir/rewrite.h"
 #include "ir/status.h"
 #include "passes/amp_graph.h"
 
@@ -58,7 +59,7 @@ absl::StatusOr<bool> AmpWeightCopies(ir::Graph& g, PassStats& stats) {
   // One copy per (state, dtype); every cast of it reads the copy.
   absl::flat_hash_map<std::pair<const Value*, DType>, Value*> copies;
   std::vector<std::pair<Value*, Value*>> added;  // (copy, state)
-  ValueReplacer replacer;
+  ir::ValueReplacer replacer;
   for (const auto& node : g.nodes()) {
     const Node* n = node.get();
     if (n->kind() != NodeKind::kOp || n->op() != OpId::kCast) continue;

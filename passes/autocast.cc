@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "ir/infer.h"
+#include "ir/rewrite.h"
 #include "ir/status.h"
 #include "passes/amp_graph.h"
 
@@ -52,7 +53,7 @@ absl::StatusOr<bool> AutocastGraph(ir::Graph& g, DType low, PassStats& stats) {
   // back, and every use (the returned .grad, clip_grad_norm_, the
   // optimizer) reads that copy, so their math runs in f32.
   const absl::flat_hash_set<const Value*> gradients = GradientRoots(g);
-  ValueReplacer restored;
+  ir::ValueReplacer restored;
   for (Node* n : original) {
     restored.ApplyTo(*n);
     if (n->kind() == NodeKind::kAssign) {

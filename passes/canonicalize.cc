@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
 #include "ir/host_math.h"
+#include "ir/rewrite.h"
 #include "ir/scalar_def.h"
 
 namespace stepjit::passes {
@@ -361,7 +362,7 @@ class Canonicalizer {
 
   // Rewrites `graph` and its fusion bodies; returns whether anything fired.
   bool Run(ir::Graph& graph) {
-    ValueReplacer replacer;
+    ir::ValueReplacer replacer;
     bool changed = false;
     uses_ = CountUses(graph);
     for (size_t i = 0; i < graph.nodes().size(); ++i) {

@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
+#include "ir/rewrite.h"
 
 namespace stepjit::passes {
 namespace {
@@ -107,7 +108,7 @@ struct NodeEq {
 // Merges duplicates in `graph` and, separately, in each fusion body;
 // returns how many nodes were merged away.
 int64_t MergeDuplicates(ir::Graph& graph) {
-  ValueReplacer replacer;
+  ir::ValueReplacer replacer;
   absl::flat_hash_set<const ir::Node*, NodeHash, NodeEq> seen;
   absl::flat_hash_set<const ir::Node*> duplicates;
   int64_t merged = 0;

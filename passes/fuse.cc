@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "ir/region_ops.h"
+#include "ir/rewrite.h"
 #include "ir/status.h"
 #include "passes/gemm_epilogue.h"
 
@@ -263,7 +264,7 @@ bool Fuser::Outline(FuseStats* stats) {
   // outside is rewired once, after all regions exist.
   const absl::flat_hash_set<const Value*> returned(g_.returns().begin(),
                                                    g_.returns().end());
-  absl::flat_hash_map<const Value*, Value*> replace;
+  ir::ValueReplacer replace;
   for (size_t root = 0; root < nodes_.size(); ++root) {
     if (Find(static_cast<int>(root)) != static_cast<int>(root)) continue;
     std::vector<int> m = members_[root];
@@ -309,7 +310,7 @@ bool Fuser::Outline(FuseStats* stats) {
     Node* fusion = g_.AddFusion(std::move(body), std::move(outer_inputs));
     position[fusion] = m.front();
     for (size_t k = 0; k < exported.size(); ++k)
-      replace[exported[k]] = fusion->outputs()[k];
+      replace.Replace(exported[k], fusion->outputs()[k]);
     erased.insert(in.begin(), in.end());
     ++region;
     if (stats) {
@@ -318,18 +319,7 @@ bool Fuser::Outline(FuseStats* stats) {
     }
   }
   if (region == 0) return false;
-  for (const auto& n : g_.nodes()) {
-    if (erased.contains(n.get())) continue;
-    for (size_t k = 0; k < n->inputs().size(); ++k) {
-      auto it = replace.find(n->inputs()[k]);
-      if (it != replace.end()) n->ReplaceInput(static_cast<int>(k), it->second);
-    }
-  }
-  std::vector<Value*> rets = g_.returns();
-  for (Value*& r : rets) {
-    if (auto it = replace.find(r); it != replace.end()) r = it->second;
-  }
-  g_.SetReturns(std::move(rets));
+  replace.ApplyToGraph(g_, [&](const Node* n) { return erased.contains(n); });
   // Constants now read only inside regions are dead.
   absl::flat_hash_set<const Value*> used(g_.returns().begin(), g_.returns().end());
   for (const auto& n : g_.nodes()) {

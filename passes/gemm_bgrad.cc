@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "ir/gemm_epilogue.h"
+#include "ir/rewrite.h"
 #include "ir/status.h"
 #include "passes/region_split.h"
 
@@ -199,7 +200,7 @@ void Absorb(ir::Graph& g, Node* mm, const Want& w, const Site& s) {
     priority[view] = {at, 1};
     sum_value = view->output();
   }
-  ValueReplacer replace;
+  ir::ValueReplacer replace;
   replace.Replace(mm->output(), nm->output());
   const Node* erased = s.sum;
   if (s.region == nullptr) {

@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "ir/gemm_epilogue.h"
+#include "ir/rewrite.h"
 
 namespace stepjit::passes {
 
@@ -124,7 +125,7 @@ std::optional<Match> FindAbsorbable(const ir::Graph& g, Node* mm) {
 // matmul's output) feeds the matmul's parameter. Records in `replace` the
 // outer value that stands for each result of the old region.
 void RebuildRegion(ir::Graph& g, const Match& m, Value* carried,
-                   absl::flat_hash_map<const Value*, Value*>& replace) {
+                   ir::ValueReplacer& replace) {
   const ir::Graph& body = *m.user->body();
   const Value* p = body.params()[IndexOf(m.user->inputs(), m.matmul->output())];
   const Value* result = m.act != nullptr ? m.act->output() : m.add->output();
@@ -162,7 +163,7 @@ void RebuildRegion(ir::Graph& g, const Match& m, Value* carried,
   for (size_t i = 0; i < body.returns().size(); ++i) {
     const Value* r = resolve(body.returns()[i]);
     if (body.IsParam(r)) {
-      replace[m.user->outputs()[i]] = outer_of(r);
+      replace.Replace(m.user->outputs()[i], outer_of(r));
     } else {
       kept.emplace_back(static_cast<int>(i), static_cast<int>(returns.size()));
       returns.push_back(map.at(r));
@@ -173,7 +174,7 @@ void RebuildRegion(ir::Graph& g, const Match& m, Value* carried,
   Node* fusion = g.AddFusion(std::move(nb), std::move(inputs));
   g.MoveLastNodeTo(PositionOf(g, m.user));
   for (auto [from, to] : kept)
-    replace[m.user->outputs()[from]] = fusion->outputs()[to];
+    replace.Replace(m.user->outputs()[from], fusion->outputs()[to]);
 }
 
 void Absorb(ir::Graph& g, const Match& m) {
@@ -186,24 +187,14 @@ void Absorb(ir::Graph& g, const Match& m) {
                      {m.matmul->inputs()[0], m.matmul->inputs()[1], m.bias},
                      std::move(attrs), m.matmul->output()->type());
   g.MoveLastNodeTo(PositionOf(g, m.matmul));
-  absl::flat_hash_map<const Value*, Value*> replace;
+  ir::ValueReplacer replace;
   if (m.user->kind() == NodeKind::kOp) {
-    replace[m.user->output()] = mm->output();
+    replace.Replace(m.user->output(), mm->output());
   } else {
     RebuildRegion(g, m, mm->output(), replace);
   }
   g.EraseNodesIf([&](const Node* n) { return n == m.matmul || n == m.user; });
-  for (const auto& n : g.nodes()) {
-    for (size_t k = 0; k < n->inputs().size(); ++k) {
-      auto it = replace.find(n->inputs()[k]);
-      if (it != replace.end()) n->ReplaceInput(static_cast<int>(k), it->second);
-    }
-  }
-  std::vector<Value*> rets = g.returns();
-  for (Value*& r : rets) {
-    if (auto it = replace.find(r); it != replace.end()) r = it->second;
-  }
-  g.SetReturns(std::move(rets));
+  replace.ApplyToGraph(g);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "ir/infer.h"
+#include "ir/rewrite.h"
 #include "ir/status.h"
 
 namespace stepjit::passes {
@@ -129,7 +130,7 @@ absl::StatusOr<bool> InsertGradScalerWith(ir::Graph& g,
 
   std::vector<Node*> order;
   Builder b(g, order);
-  ValueReplacer replace;
+  ir::ValueReplacer replace;
   Value* inv = nullptr;
   Value* found = nullptr;
   int64_t unscaled = 0, predicated = 0;

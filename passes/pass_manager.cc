@@ -437,39 +437,6 @@ std::string PipelineStats::ToString() const {
   return out;
 }
 
-ir::Value* ValueReplacer::Resolve(ir::Value* v) const {
-  for (auto it = map_.find(v); it != map_.end(); it = map_.find(v)) {
-    v = it->second;
-  }
-  return v;
-}
-
-bool ValueReplacer::ApplyTo(ir::Node& node) const {
-  if (map_.empty()) return false;
-  bool changed = false;
-  for (size_t i = 0; i < node.inputs().size(); ++i) {
-    ir::Value* to = Resolve(node.inputs()[i]);
-    if (to != node.inputs()[i]) {
-      node.ReplaceInput(static_cast<int>(i), to);
-      changed = true;
-    }
-  }
-  return changed;
-}
-
-bool ValueReplacer::ApplyToReturns(ir::Graph& graph) const {
-  if (map_.empty()) return false;
-  std::vector<ir::Value*> returns = graph.returns();
-  bool changed = false;
-  for (ir::Value*& v : returns) {
-    ir::Value* to = Resolve(v);
-    changed |= to != v;
-    v = to;
-  }
-  if (changed) graph.SetReturns(std::move(returns));
-  return changed;
-}
-
 std::vector<PassInfo> ListPasses() {
   return std::vector<PassInfo>(std::begin(kPasses), std::end(kPasses));
 }

@@ -215,25 +215,6 @@ absl::Status RunPipeline(ir::Graph& graph, absl::string_view pipeline,
                          const PipelineOptions& options, PipelineStats* stats,
                          absl::Span<const PassInfo> registry);
 
-// Value replacement during a forward walk, shared by the rewriting passes:
-// record `from -> to`, then apply the map to each later node's inputs (which
-// covers assign operands) and finally to the graph's returns. Values of one
-// graph only: a fusion body gets its own replacer.
-class ValueReplacer {
- public:
-  void Replace(ir::Value* from, ir::Value* to) { map_[from] = to; }
-  // `v` after all recorded replacements (chains are followed).
-  ir::Value* Resolve(ir::Value* v) const;
-  // Rewrites the node's inputs; true if any changed.
-  bool ApplyTo(ir::Node& node) const;
-  // Rewrites the graph's returns; true if any changed.
-  bool ApplyToReturns(ir::Graph& graph) const;
-  bool empty() const { return map_.empty(); }
-
- private:
-  absl::flat_hash_map<ir::Value*, ir::Value*> map_;
-};
-
 }  // namespace stepjit::passes
 
 #endif  // STEPJIT_PASSES_PASS_MANAGER_H_

@@ -16,6 +16,7 @@
 #include "ir/graph.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
+#include "ir/rewrite.h"
 #include "passes/grad_scaler.h"
 #include "passes/memory_plan.h"
 
@@ -260,7 +261,7 @@ TEST(PassManagerTest, ValueReplacerFollowsChainsIntoInputsAndReturns) {
   ir::Value* exp0 = nodes[0]->output();
   ir::Value* exp1 = nodes[1]->output();
   ir::Value* neg = nodes[2]->output();
-  ValueReplacer replacer;
+  ir::ValueReplacer replacer;
   replacer.Replace(neg, exp1);
   replacer.Replace(exp1, exp0);
   EXPECT_EQ(replacer.Resolve(neg), exp0);
