@@ -79,8 +79,10 @@ class Scheduler {
   }
 
   // Moves `n` down to just before the first node that reads one of its
-  // results (or writes state back), never across a collective.
-  void Sink(ir::Node* n) {
+  // results (or writes state back), never across a collective or another
+  // node in `waits` (the readers of async results keep their order, so that
+  // a second run moves nothing).
+  void Sink(ir::Node* n, const absl::flat_hash_set<const ir::Node*>& waits) {
     const size_t pos = Pos(n);
     const absl::flat_hash_set<const ir::Value*> results(n->outputs().begin(),
                                                         n->outputs().end());
@@ -89,6 +91,7 @@ class Scheduler {
       const ir::Node* m = order_[target];
       if (m->kind() == ir::NodeKind::kAssign) break;
       if (m->kind() == ir::NodeKind::kOp && ir::IsCollective(m->op())) break;
+      if (waits.contains(m)) break;
       if (std::any_of(m->inputs().begin(), m->inputs().end(),
                       [&](const ir::Value* v) { return results.contains(v); }))
         break;
@@ -173,10 +176,15 @@ absl::StatusOr<bool> PlanBuckets(ir::Graph& graph, PassStats& stats) {
   Scheduler s(graph);
   for (ir::Node* n : launches) s.Hoist(n);
   // Readers sink last-first, so that each one's own readers have moved.
+  std::vector<std::vector<ir::Node*>> readers;
+  absl::flat_hash_set<const ir::Node*> waits;
   for (ir::Node* n : launches) {
-    std::vector<ir::Node*> readers = Readers(s.order(), n->output());
-    for (auto it = readers.rbegin(); it != readers.rend(); ++it) {
-      if ((*it)->kind() != ir::NodeKind::kAssign) s.Sink(*it);
+    readers.push_back(Readers(s.order(), n->output()));
+    waits.insert(readers.back().begin(), readers.back().end());
+  }
+  for (const std::vector<ir::Node*>& of_launch : readers) {
+    for (auto it = of_launch.rbegin(); it != of_launch.rend(); ++it) {
+      if ((*it)->kind() != ir::NodeKind::kAssign) s.Sink(*it, waits);
     }
   }
   int64_t bucket = 0, overlapped_total = 0;
