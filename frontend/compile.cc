@@ -30,6 +30,7 @@
 #include "passes/grad_scaler.h"
 #include "passes/pass_manager.h"
 #include "runtime/autograd/grad_mode.h"
+#include "runtime/dispatch.h"
 #include "runtime/executor.h"
 #include "runtime/profiler.h"
 #include "runtime/thread_pool.h"
@@ -979,6 +980,15 @@ std::optional<std::vector<Tensor>> StepCompiler::Call(
   if (!m.stopped_reason.empty()) {
     ++m.stats.eager_calls;
     ++m.stats.fallbacks;
+    eager();
+    return std::nullopt;
+  }
+  if (runtime::GetDispatchObserver() != nullptr || runtime::InMetaMode()) {
+    // Called while another compiled step traces or checks its host code (a
+    // compiled function inside a compiled step): a replay launches kernels
+    // the outer tracer cannot see, so the host code runs as written and the
+    // outer step records its ops as its own.
+    ++m.stats.eager_calls;
     eager();
     return std::nullopt;
   }

@@ -247,11 +247,15 @@ class CompiledStep {
       });
     } else {
       std::optional<R> eager_result;
+      // Called inside another compiled step's shape-only re-trace, the call
+      // itself is shape-only (it then runs as written).
+      const bool shape_only_call = runtime::InMetaMode();
       auto replayed = core_->Call(inputs, [&] {
         R result = step_(args...);
         std::vector<Tensor> flat = frontend::StepResult<R>::Flatten(result);
         // A shape-only re-trace's results are not the call's.
-        if (!runtime::InMetaMode()) eager_result.emplace(std::move(result));
+        if (shape_only_call || !runtime::InMetaMode())
+          eager_result.emplace(std::move(result));
         return flat;
       });
       if (replayed) return frontend::StepResult<R>::Unflatten(*replayed);

@@ -89,21 +89,20 @@ Tensor MakeView(OpId op, const Tensor& x, const ir::Attrs& attrs,
 }
 
 // The dtype each operand is converted to before the kernel runs.
-ir::DType OperandDType(OpId op, int i, const Tensor& t,
+ir::DType OperandDType(OpId op, int i, ir::DType dtype,
                        absl::Span<const ir::TensorType> types,
                        const ir::TensorType& out) {
   const OpKind kind = ir::GetOpInfo(op).kind;
   if (kind == OpKind::kInplaceUpdate) {
-    return op == OpId::kCopyInplace ? t.dtype() : out.dtype;
+    return op == OpId::kCopyInplace ? dtype : out.dtype;
   }
-  if (op == OpId::kCast) return t.dtype();
+  if (op == OpId::kCast) return dtype;
   if (kind != OpKind::kElementwise) {
     // Non-elementwise ops that promote (cat) read their operands in the
     // result dtype; the others read them as they are.
-    return ir::GetOpInfo(op).amp == ir::AmpPolicy::kPromote ? out.dtype
-                                                            : t.dtype();
+    return ir::GetOpInfo(op).amp == ir::AmpPolicy::kPromote ? out.dtype : dtype;
   }
-  if (op == OpId::kWhere) return i == 0 ? t.dtype() : out.dtype;
+  if (op == OpId::kWhere) return i == 0 ? dtype : out.dtype;
   if (out.dtype == ir::DType::kBool) return ir::ResultType(types);  // comparisons
   return out.dtype;
 }
@@ -314,7 +313,8 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
       if (t.device() != device) t = TransferTensor(t, device);
     }
     for (size_t i = 0; i < converted.size(); ++i) {
-      ir::DType want = OperandDType(op, static_cast<int>(i), inputs[i], types, out_type);
+      ir::DType want = OperandDType(op, static_cast<int>(i), inputs[i].dtype(),
+                                    types, out_type);
       // An in-place op reading another view of its target (x.copy_(x.t()))
       // would read elements it has already overwritten: read from a copy.
       const bool overlaps = ir::IsInplace(op) && i > 0 &&
@@ -344,6 +344,77 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
     if (any && ir::IsFloating(out.dtype())) autograd::RecordOp(op, inputs, attrs, out);
   }
   return out;
+}
+
+PreparedOp::PreparedOp(OpId op, absl::Span<const ir::TensorType> inputs,
+                       absl::Span<const ir::TensorType> results, Device device)
+    : op_(op),
+      view_(ir::GetOpInfo(op).kind == OpKind::kView),
+      inplace_(ir::IsInplace(op)),
+      device_(device),
+      results_(results.begin(), results.end()) {
+  SJ_CHECK(!results.empty(), ir::OpName(op), ": a prepared op without results");
+  if (view_) return;
+  // Null where the device has none: Launch then asks GetKernel, whose error
+  // names the op and device (an op whose operands all stay on the CPU of a
+  // CUDA step needs none).
+  kernel_ = GetDeviceRuntime(device.type).kernels[static_cast<int>(op)];
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    operand_dtypes_.push_back(OperandDType(
+        op, static_cast<int>(i), inputs[i].dtype, inputs, results[0]));
+  }
+}
+
+void PreparedOp::Launch(absl::Span<const Tensor> inputs, const ir::Attrs& attrs,
+                        absl::Span<Tensor> out) const {
+  SJ_CHECK(out.size() == results_.size(), ir::OpName(op_), ": ",
+           results_.size(), " results prepared, ", out.size(), " asked for");
+  if (view_) {
+    out[0] = MakeView(op_, inputs[0], attrs, results_[0]);
+    return;
+  }
+  // The device as Dispatch decides it, with the program's device for
+  // factories: a CUDA step's CPU scalars move over, copy_ reads any device.
+  Device device = device_;
+  if (!inputs.empty()) {
+    device = inputs[0].device();
+    if (op_ != OpId::kCopyInplace) {
+      for (const Tensor& t : inputs) {
+        if (!t.device().is_cpu()) {
+          device = t.device();
+          break;
+        }
+      }
+    }
+  }
+  absl::InlinedVector<Tensor, 4> converted(inputs.begin(), inputs.end());
+  for (size_t i = 0; i < converted.size(); ++i) {
+    Tensor& t = converted[i];
+    if (t.device() != device) t = TransferTensor(t, device);
+    // An in-place op reading another view of its target reads a copy.
+    const bool overlaps =
+        inplace_ && i > 0 && AliasesDifferently(inputs[i], inputs[0]);
+    if (t.dtype() != operand_dtypes_[i] || overlaps) {
+      Tensor c =
+          empty(t.shape(), {.dtype = operand_dtypes_[i], .device = device});
+      GetDeviceRuntime(device.type).copy_into(c, t);
+      t = c;
+    }
+  }
+  if (inplace_) {
+    out[0] = inputs[0];
+  } else {
+    out[0] = empty(results_[0].shape,
+                   {.dtype = results_[0].dtype, .device = device});
+  }
+  for (size_t i = 1; i < results_.size(); ++i)
+    out[i] = empty(results_[i].shape,
+                   {.dtype = results_[i].dtype, .device = device});
+  const Kernel kernel = device == device_ && kernel_ != nullptr
+                            ? kernel_
+                            : GetKernel(op_, device);
+  kernel(KernelArgs{op_, converted, attrs, out[0], out.subspan(1)});
+  if (inplace_) out[0].storage()->BumpVersion();
 }
 
 std::vector<Tensor> DispatchResults(OpId op, absl::Span<const Tensor> inputs,

@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/types/span.h"
 #include "ir/attrs.h"
 #include "ir/infer.h"
@@ -27,6 +28,38 @@ Tensor Dispatch(ir::OpId op, absl::Span<const Tensor> inputs,
 // must already have the op's compute dtypes.
 std::vector<Tensor> DispatchResults(ir::OpId op, absl::Span<const Tensor> inputs,
                                     const ir::Attrs& attrs, int num_results);
+
+struct KernelArgs;
+
+// One op node of a built program, resolved once when the program is built
+// (runtime/program/replay.cc): its result types, the dtype each operand is
+// converted to, its kernel on the program's device. Launch allocates the
+// results and runs the kernel (views just restride); it infers no type,
+// records no autograd and reads none of the calling thread's dispatch state
+// (autocast, meta mode, observer, factory device) that Dispatch reads: a
+// replay runs what the graph says.
+class PreparedOp {
+ public:
+  // `inputs` and `results` are the node's recorded types; `device` the
+  // program's (factory ops and CUDA steps' ops run there).
+  PreparedOp(ir::OpId op, absl::Span<const ir::TensorType> inputs,
+             absl::Span<const ir::TensorType> results, Device device);
+  // Runs the op on `inputs` with `attrs` (the node's, or a random op's
+  // remapped ones) and stores its results in `out` (one per result type).
+  // An in-place op writes inputs[0] and returns it.
+  void Launch(absl::Span<const Tensor> inputs, const ir::Attrs& attrs,
+              absl::Span<Tensor> out) const;
+  ir::OpId op() const { return op_; }
+
+ private:
+  ir::OpId op_;
+  bool view_;
+  bool inplace_;
+  Device device_;
+  void (*kernel_)(const KernelArgs&) = nullptr;
+  absl::InlinedVector<ir::DType, 4> operand_dtypes_;
+  absl::InlinedVector<ir::TensorType, 1> results_;
+};
 
 // Strides of a reshape of a tensor of `old_shape` and `old_strides` to
 // `new_shape` (no -1) that aliases it (PyTorch's computeStride), or nullopt

@@ -23,6 +23,7 @@ absl::StatusOr<Program> Program::Build(const ir::Graph& graph,
   p.options_ = options;
   DumpRegionSources(graph, options);
   p.last_uses_ = CollectLastUses(graph);
+  p.launches_ = PrepareLaunches(graph, options.device);
   p.random_layout_ =
       options.random_layout.span > 0 ? options.random_layout : LayoutOf(graph);
   ASSIGN_OR_RETURN(p.backend_, MakeRegionBackend(graph, options));
@@ -95,6 +96,7 @@ std::vector<RegionCompileTime> Program::region_compile_times() const {
 ReplayPlan Program::Plan() const {
   return {.graph = graph_,
           .last_uses = &last_uses_,
+          .launches = &launches_,
           .regions = &regions_,
           .backend = backend_.get(),
           .device = options_.device,

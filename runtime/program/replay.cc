@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "ir/op.h"
 #include "ir/status.h"
@@ -125,30 +126,23 @@ bool RunGroup(absl::Span<const ir::Node* const> members,
   return true;
 }
 
-void RunOp(const ir::Node& node, std::vector<Tensor>& in,
-           std::vector<Tensor>& env, RunContext& ctx) {
+void RunOp(const ir::Node& node, const PreparedOp& launch,
+           std::vector<Tensor>& in, std::vector<Tensor>& env, RunContext& ctx) {
   // Values are immutable: an update overwrites its input only where memory
   // planning proved the old value dead (`in_place = true`).
   if (ir::IsInplace(node.op()) && !node.attrs().GetBool(AttrKey::kInPlace)) {
     in[0] = in[0].clone();
   }
-  if (node.outputs().size() > 1) {  // a matmul with its bias gradient
-    const std::vector<Tensor> out = DispatchResults(
-        node.op(), in, node.attrs(), static_cast<int>(node.outputs().size()));
-    for (size_t i = 0; i < out.size(); ++i)
-      env[node.outputs()[i]->id()] = out[i];
-    ctx.KeepAlive(in, out);
-    return;
-  }
-  Tensor& out = env[node.output()->id()];
+  absl::InlinedVector<Tensor, 2> out(node.outputs().size());
   if (ir::GetOpInfo(node.op()).kind != ir::OpKind::kRandom) {
-    out = Dispatch(node.op(), in, node.attrs());
+    launch.Launch(in, node.attrs(), absl::MakeSpan(out));
   } else if (ctx.hooks->dispatch_random) {
-    out = ctx.hooks->dispatch_random(node, in);
+    out[0] = ctx.hooks->dispatch_random(node, in);
   } else {
-    out = Dispatch(node.op(), in, ctx.random.Apply(node));
+    launch.Launch(in, ctx.random.Apply(node), absl::MakeSpan(out));
   }
-  ctx.KeepAlive(in, {out});
+  for (size_t i = 0; i < out.size(); ++i) env[node.outputs()[i]->id()] = out[i];
+  ctx.KeepAlive(in, out);
 }
 
 // A fusion node: in a group launch, as generated code, or interpreted.
@@ -274,6 +268,8 @@ void RunAssign(std::vector<Tensor>& in) {
 
 void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
   const std::vector<std::vector<int>>& last_uses = ctx.plan->last_uses->at(&g);
+  const std::vector<std::optional<PreparedOp>>& launches =
+      ctx.plan->launches->at(&g);
   const bool profiling = ProfilingEnabled() && &g == ctx.plan->graph;
   for (size_t pos = 0; pos < g.nodes().size(); ++pos) {
     const ir::Node* node = g.nodes()[pos].get();
@@ -289,7 +285,7 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
       WaitPending(in);
     switch (node->kind()) {
       case NodeKind::kOp:
-        RunOp(*node, in, env, ctx);
+        RunOp(*node, *launches[pos], in, env, ctx);
         break;
       case NodeKind::kFusion:
         RunFusion(*node, in, env, ctx);
@@ -308,6 +304,24 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
 LastUseMap CollectLastUses(const ir::Graph& g) {
   LastUseMap out;
   CollectLastUsesInto(g, out);
+  return out;
+}
+
+LaunchList PrepareLaunches(const ir::Graph& g, Device device) {
+  LaunchList out;
+  std::vector<const ir::Graph*> graphs = {&g};
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    std::vector<std::optional<PreparedOp>>& list = out[graphs[i]];
+    for (const auto& n : graphs[i]->nodes()) {
+      list.emplace_back();
+      if (n->kind() == NodeKind::kFusion) graphs.push_back(n->body());
+      if (n->kind() != NodeKind::kOp) continue;
+      std::vector<ir::TensorType> in, results;
+      for (const ir::Value* v : n->inputs()) in.push_back(v->type());
+      for (const ir::Value* v : n->outputs()) results.push_back(v->type());
+      list.back().emplace(n->op(), in, results, device);
+    }
+  }
   return out;
 }
 

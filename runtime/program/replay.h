@@ -1,15 +1,18 @@
 // The device-neutral replay loop: runs a graph's nodes over bound tensors,
 // fusion regions through a region backend (runtime/program/region_backend.h)
-// or interpreted, everything else through Dispatch.
+// or interpreted, every op through its launch, resolved when the program was
+// built (PrepareLaunches).
 #ifndef STEPJIT_RUNTIME_PROGRAM_REPLAY_H_
 #define STEPJIT_RUNTIME_PROGRAM_REPLAY_H_
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
 #include "ir/graph.h"
+#include "runtime/dispatch.h"
 #include "runtime/program/random_remap.h"
 #include "runtime/program/region_backend.h"
 #include "runtime/region_check.h"
@@ -24,6 +27,14 @@ using LastUseMap =
     absl::flat_hash_map<const ir::Graph*, std::vector<std::vector<int>>>;
 LastUseMap CollectLastUses(const ir::Graph& g);
 
+// Per graph (the top level and each fusion body), for each node position:
+// the op node resolved once (runtime/dispatch.h PreparedOp), nullopt for
+// fusion and assign nodes. The replay loop launches these and never calls
+// Dispatch.
+using LaunchList = absl::flat_hash_map<const ir::Graph*,
+                                       std::vector<std::optional<PreparedOp>>>;
+LaunchList PrepareLaunches(const ir::Graph& g, Device device);
+
 // One launch per op and per fusion region; views launch nothing.
 int CountKernels(const ir::Graph& g);
 
@@ -35,6 +46,7 @@ using CompiledRegions =
 struct ReplayPlan {
   const ir::Graph* graph = nullptr;
   const LastUseMap* last_uses = nullptr;
+  const LaunchList* launches = nullptr;
   const CompiledRegions* regions = nullptr;
   RegionBackend* backend = nullptr;
   // Where the program runs (the profiler asks the device's timer).

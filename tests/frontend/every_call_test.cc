@@ -286,6 +286,54 @@ TEST(EveryCallTest, FrozenWeightsStayPutInTheCompiledStep) {
             at_freeze);
 }
 
+// A compiled function called inside a compiled step (here a compiled,
+// no-grad loss scale computed from the model's current output): while the
+// outer step traces or checks its host code, the inner one runs as written,
+// so that the outer step records its ops and never captures its result as a
+// constant; called on its own between steps, the inner one still replays.
+// Every call's loss, every inner result and the final parameters equal the
+// eager twin's.
+TEST(EveryCallTest, ACompiledFunctionInsideACompiledStepRunsAsWritten) {
+  Trainee compiled_twin(Opt::kAdamW), eager_twin(Opt::kAdamW);
+  auto scale_of = [](Trainee& t, const Tensor& x) {
+    NoGradGuard no_grad;
+    return 1.0 + mean(abs(t.model(x)));
+  };
+  auto inner =
+      compile([&](const Tensor& x) { return scale_of(compiled_twin, x); });
+  auto step_of = [](Trainee& t, const Tensor& x, const Tensor& y,
+                    const Tensor& scale) {
+    t.optimizer->zero_grad();
+    Tensor loss = cross_entropy(t.model(x), y) * scale;
+    loss.backward();
+    t.optimizer->step();
+    return loss;
+  };
+  auto outer = compile([&](const Tensor& x, const Tensor& y) {
+    return step_of(compiled_twin, x, y, inner(x));
+  });
+  Generator data(4);
+  const Tensor x = randn({12, 6}, {}, &data);
+  const Tensor y = randint(0, 3, {12}, {.dtype = DType::kI64}, &data);
+  const Tensor probe = randn({5, 6}, {}, &data);
+  for (int i = 0; i < 40; ++i) {
+    SCOPED_TRACE(i);
+    const Tensor want = step_of(eager_twin, x, y, scale_of(eager_twin, x));
+    ASSERT_EQ(Values(outer(x, y)), Values(want)) << outer.explain();
+    ASSERT_EQ(Values(inner(probe)), Values(scale_of(eager_twin, probe)))
+        << inner.explain();
+  }
+  const auto a = compiled_twin.model.parameters();
+  const auto b = eager_twin.model.parameters();
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(Values(a[i]), Values(b[i])) << "parameter " << i;
+  EXPECT_GE(outer.stats().replays, 30) << outer.explain();
+  // Its own calls on the probe replay; the ones inside the outer step run
+  // as written.
+  EXPECT_GE(inner.stats().replays, 30) << inner.explain();
+  EXPECT_GE(inner.stats().eager_calls, 40) << inner.explain();
+}
+
 // GPT rebuilds its cached positions when the sequence length changes; the
 // recording call must leave a real tensor there, and the step must match
 // eager whatever the length.
