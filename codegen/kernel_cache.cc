@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "codegen/cache_eviction.h"
 #include "codegen/sha256.h"
+#include "config/env.h"
 #include "ir/parse_number.h"
 
 namespace stepjit::codegen {
@@ -208,9 +209,8 @@ std::string Env(const char* name) {
 }
 
 std::string DiskDirFromEnvironment() {
-  if (std::string dir = Env("STEPJIT_CACHE_DIR"); !dir.empty()) {
-    return dir == "off" ? "" : dir;
-  }
+  if (std::optional<std::string> dir = config::Get(config::Env::kCacheDir))
+    return *dir == "off" ? "" : *std::move(dir);
   // The XDG spec says to ignore a relative XDG_CACHE_HOME.
   if (std::string xdg = Env("XDG_CACHE_HOME"); !xdg.empty() && xdg[0] == '/') {
     return xdg + "/stepjit";
@@ -228,19 +228,16 @@ std::string DiskDirFromEnvironment() {
 
 // A bad cap must not stop a training run, nor silently turn into "no cap".
 int64_t MaxDiskBytesFromEnvironment() {
-  const std::string text = Env("STEPJIT_CACHE_MAX_MB");
-  if (text.empty()) return kDefaultMaxDiskMiB << 20;
-  const absl::StatusOr<int64_t> mib =
-      ir::ParseInteger("", text, 1, std::numeric_limits<int64_t>::max() >> 20);
+  // config/env.def bounds it so that the bytes fit in an int64_t.
+  const absl::StatusOr<std::optional<int64_t>> mib =
+      config::GetInt(config::Env::kCacheMaxMb);
   if (!mib.ok()) {
-    Warn(absl::StrCat("STEPJIT_CACHE_MAX_MB='", text,
-                      "' is not a positive whole number of MiB; using the "
-                      "default of ",
+    Warn(absl::StrCat(mib.status().message(), "; using the default of ",
                       kDefaultMaxDiskMiB,
                       " MiB (STEPJIT_CACHE_DIR=off disables the disk cache)"));
     return kDefaultMaxDiskMiB << 20;
   }
-  return *mib << 20;
+  return mib->value_or(kDefaultMaxDiskMiB) << 20;
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "config/env.h"
 #include "frontend/checker.h"
 #include "frontend/event_log.h"
 #include "frontend/guards.h"
@@ -64,8 +65,9 @@ namespace frontend {
 namespace {
 
 bool LogHas(const char* topic) {
-  const char* v = std::getenv("STEPJIT_LOG");
-  return v != nullptr && std::string(v).find(topic) != std::string::npos;
+  const std::vector<std::string> topics =
+      config::ListOrThrow(config::Env::kLog);
+  return absl::c_linear_search(topics, topic);
 }
 bool LogGuards() {
   static const bool on = LogHas("guards");
@@ -930,14 +932,16 @@ StepCompiler::StepCompiler(CompileOptions options)
   Impl& m = *impl_;
   m.specializer = std::make_unique<Specializer>(options);
   m.check_replays = options.check ? options.check_replays : 0;
-  if (const char* env = std::getenv("STEPJIT_CHECK");
-      env != nullptr && *env != '\0') {
+  if (const std::optional<std::string> env = config::Get(config::Env::kCheck)) {
     const absl::StatusOr<int64_t> parsed =
-        ir::ParseInteger("", env, 0, std::numeric_limits<int>::max());
+        ir::ParseInteger("", *env, 0, std::numeric_limits<int>::max());
     SJ_REQUIRE(
-        parsed.ok(), "STEPJIT_CHECK: expected 0 (off), 1 (check the first ",
-        options.check_replays,
-        " replays of each specialization) or N (the first N), got '", env, "'");
+        parsed.ok(),
+        config::Invalid(
+            config::Env::kCheck, *env,
+            absl::StrCat("0 (off), 1 (check the first ", options.check_replays,
+                         " replays of each specialization) or N (the "
+                         "first N)")));
     const int n = static_cast<int>(*parsed);
     m.check_replays = n == 0   ? 0
                       : n == 1 ? std::max(options.check_replays, 1)

@@ -10,6 +10,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "config/env.h"
 #include "frontend/dot_dump.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
@@ -34,9 +35,9 @@ passes::Target TargetOf(Device device) {
 // STEPJIT_DUMP's directory for trace `index` (trace k > 0 dumps into the
 // subdirectory trace<k>), or "" when dumping is off.
 std::string DumpDir(size_t index) {
-  const char* dir = std::getenv("STEPJIT_DUMP");
-  if (dir == nullptr || *dir == '\0') return "";
-  std::filesystem::path path(dir);
+  const std::optional<std::string> dir = config::Get(config::Env::kDump);
+  if (!dir) return "";
+  std::filesystem::path path(*dir);
   if (index > 0) path /= absl::StrCat("trace", index);
   return path.string();
 }

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "config/env.h"
 #include "ir/printer.h"
 #include "ir/status.h"
 #include "ir/verifier.h"
@@ -257,15 +258,6 @@ absl::StatusOr<PipelineEntry> ParseEntry(absl::string_view entry,
   return result;
 }
 
-std::vector<absl::string_view> SplitNames(absl::string_view list) {
-  std::vector<absl::string_view> names;
-  for (absl::string_view name : absl::StrSplit(list, ',')) {
-    name = absl::StripAsciiWhitespace(name);
-    if (!name.empty()) names.push_back(name);
-  }
-  return names;
-}
-
 absl::Status WriteDump(const std::string& dir, int position,
                        absl::string_view pass, const ir::Graph& graph) {
   std::error_code ec;
@@ -466,14 +458,8 @@ std::string PipelineForTarget(absl::string_view pipeline, Target target) {
 
 PipelineOptions FromEnvironment() {
   PipelineOptions options;
-  if (const char* dump = std::getenv("STEPJIT_DUMP"); dump != nullptr) {
-    options.dump_dir = dump;
-  }
-  if (const char* off = std::getenv("STEPJIT_DISABLE"); off != nullptr) {
-    for (absl::string_view name : SplitNames(off)) {
-      options.disabled.emplace_back(name);
-    }
-  }
+  options.dump_dir = config::Get(config::Env::kDump).value_or("");
+  options.disabled = config::ListOrThrow(config::Env::kDisable);
   return options;
 }
 

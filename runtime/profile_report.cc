@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "config/env.h"
 #include "ir/parse_number.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
@@ -21,19 +22,16 @@
 namespace stepjit::runtime {
 namespace {
 
-// A positive number from `name`, or 0 when unset; an unusable value is
+// A positive number from `env`, or 0 when unset; an unusable value is
 // reported and ignored.
-double EnvPeak(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return 0;
-  const absl::StatusOr<double> x =
-      ir::ParseReal(name, v, {.min = 0});  // inf is no peak
+double EnvPeak(config::Env env) {
+  const absl::StatusOr<std::optional<double>> x = config::GetReal(env);
   if (!x.ok()) {
     std::fprintf(stderr, "stepjit: %s; measuring the peak instead\n",
                  std::string(x.status().message()).c_str());
     return 0;
   }
-  return *x;
+  return x->value_or(0);
 }
 
 std::string Rate(double work, double ms, double scale) {
@@ -51,8 +49,8 @@ std::string Share(double work, double ms, double scale, double peak) {
 const MachinePeaks& GetMachinePeaks() {
   static const MachinePeaks peaks = [] {
     MachinePeaks p;
-    const double gflops = EnvPeak("STEPJIT_PEAK_GFLOPS");
-    const double gbs = EnvPeak("STEPJIT_PEAK_GBS");
+    const double gflops = EnvPeak(config::Env::kPeakGflops);
+    const double gbs = EnvPeak(config::Env::kPeakGbs);
     const int threads = NumThreads();
     p.gflops = gflops > 0 ? gflops : MeasureFmaGflops(threads, 1 << 20, 3);
     // 3 arrays of 32 MiB per thread: larger than the caches.

@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "config/env.h"
 #include "ir/shape.h"
 #include "ir/status.h"
 #include "runtime/device_runtime.h"
@@ -313,7 +314,7 @@ namespace {
 // STEPJIT_PROFILE: a session from the start of the process to its exit.
 bool StartEnvSession() {
   const absl::StatusOr<ProfileEnv> env =
-      ParseProfileEnv(std::getenv("STEPJIT_PROFILE"));
+      ParseProfileEnv(config::Get(config::Env::kProfile).value_or("").c_str());
   if (!env.ok()) {
     std::fprintf(stderr, "stepjit: %s; profiling is off\n",
                  std::string(env.status().message()).c_str());

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "config/env.h"
 #include "ir/status.h"
 
 namespace stepjit::runtime {
@@ -90,13 +91,9 @@ int64_t TeamTuner::probes() const {
 }
 
 bool AdaptiveThreads() {
-  const char* v = std::getenv("STEPJIT_ADAPTIVE_THREADS");
-  if (v == nullptr || *v == '\0') return true;
-  const std::string s(v);
-  if (s == "1" || s == "on") return true;
-  if (s == "0" || s == "off") return false;
-  throw Error(absl::StrCat(
-      "STEPJIT_ADAPTIVE_THREADS: expected 1, on, 0 or off, got '", s, "'"));
+  const std::optional<std::string> v =
+      config::ChoiceOrThrow(config::Env::kAdaptiveThreads);
+  return !v || *v == "1" || *v == "on";
 }
 
 }  // namespace stepjit::runtime

@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "config/env.h"
 #include "ir/parse_number.h"
 #include "ir/status.h"
 
@@ -50,12 +51,15 @@ int ParseNumThreads(const char* text) {
   if (text == nullptr || *text == '\0') {
     return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
-  return static_cast<int>(ValueOrThrow(ir::ParseInteger(
-      "STEPJIT_NUM_THREADS (threads)", text, 1, kMaxNumThreads)));
+  return static_cast<int>(
+      ValueOrThrow(config::ParseInt(config::Env::kNumThreads, text)));
 }
 
 int NumThreads() {
-  static const int n = ParseNumThreads(std::getenv("STEPJIT_NUM_THREADS"));
+  static const int n = [] {
+    const std::optional<std::string> v = config::Get(config::Env::kNumThreads);
+    return ParseNumThreads(v ? v->c_str() : nullptr);
+  }();
   return n;
 }
 

@@ -9,10 +9,10 @@
 namespace stepjit::runtime {
 
 // Threads used by kernels: STEPJIT_NUM_THREADS, else the number of cores.
-// A value that is not a whole number from 1 to kMaxNumThreads is an Error
-// naming the variable (thrown by the first call, and every call after it).
+// A value that is not a whole number in the range config/env.def gives
+// (1 to 1024) is an Error naming the variable (thrown by the first call,
+// and every call after it).
 int NumThreads();
-inline constexpr int kMaxNumThreads = 1024;
 // STEPJIT_NUM_THREADS's rule for `text` (null or empty: the cores).
 int ParseNumThreads(const char* text);
 

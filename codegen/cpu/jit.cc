@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/kernel_cache.h"
+#include "config/env.h"
 #include "ir/status.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/ExecutionEngine/JITEventListener.h"
@@ -36,8 +37,7 @@ namespace {
 constexpr char kPipelineTag[] = "O2-nounroll";
 
 bool PerfJitDumpRequested() {
-  const char* v = std::getenv("STEPJIT_PERF");
-  return v != nullptr && std::string_view(v) == "1";
+  return config::ChoiceOrThrow(config::Env::kPerf) == "1";
 }
 
 // One process-wide JIT for the host CPU (its features drive vectorization).

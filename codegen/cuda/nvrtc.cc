@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "config/env.h"
 #include "ir/status.h"
 
 #ifdef STEPJIT_HAVE_NVRTC
@@ -73,9 +74,9 @@ const NvrtcApi& Api() {
   static const NvrtcApi* api = [] {
     auto* a = new NvrtcApi;
     std::vector<std::string> candidates;
-    if (const char* env = std::getenv("STEPJIT_NVRTC_LIBRARY"); env != nullptr && *env) {
-      candidates.push_back(env);
-    }
+    if (std::optional<std::string> env =
+            config::Get(config::Env::kNvrtcLibrary))
+      candidates.push_back(*std::move(env));
     for (const char* name : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}) {
       candidates.push_back(name);
     }

@@ -3,12 +3,13 @@
 // per-thread current stream.
 #include "runtime/cuda/backend.h"
 
-#include <cstdlib>
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "config/env.h"
 #include "ir/status.h"
 #include "runtime/cuda/driver/device.h"
 #include "runtime/cuda/driver/driver_backend.h"
@@ -82,15 +83,14 @@ void Install(Registry& r, std::unique_ptr<Backend> backend) {
 void Detect(Registry& r) {
   if (r.detected) return;
   r.detected = true;
-  const char* env = std::getenv("STEPJIT_CUDA_BACKEND");
-  const std::string choice = env != nullptr ? env : "";
-  if (choice == "emulator") {
-    Install(r, MakeEmulatorBackend());
+  const absl::StatusOr<std::optional<std::string>> choice =
+      config::GetChoice(config::Env::kCudaBackend);
+  if (!choice.ok()) {
+    r.why_none = std::string(choice.status().message());
     return;
   }
-  if (!choice.empty() && choice != "driver" && choice != "auto") {
-    r.why_none = absl::StrCat("STEPJIT_CUDA_BACKEND=", choice,
-                              " is not a backend; expected driver, emulator or auto");
+  if (*choice == "emulator") {
+    Install(r, MakeEmulatorBackend());
     return;
   }
   if (!Availability().available) {

@@ -17,6 +17,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "config/env.h"
 #include "ir/parse_number.h"
 #include "ir/status.h"
 #include "runtime/cpu/kernels.h"
@@ -253,15 +254,9 @@ double TimeoutFrom(const InitOptions& options) {
       "dist::init: InitOptions::timeout_s: expected seconds up to ",
       kMaxTimeoutS, " (<= 0: the default), got ", options.timeout_s);
   if (options.timeout_s > 0) return options.timeout_s;
-  if (const char* v = std::getenv("STEPJIT_DIST_TIMEOUT_S");
-      v != nullptr && *v != '\0') {
-    // At most a week: a timeout must end a hung job, and a larger value
-    // (inf, 1e10) would overflow the deadline's clock arithmetic.
-    return ValueOrThrow(
-        ir::ParseReal("dist::init: STEPJIT_DIST_TIMEOUT_S (seconds)", v,
-                      {.min = 0, .max = kMaxTimeoutS}));
-  }
-  return 300;
+  // At most a week (config/env.def): a timeout must end a hung job, and a
+  // larger value (inf, 1e10) would overflow the deadline's clock arithmetic.
+  return config::RealOrThrow(config::Env::kDistTimeoutS).value_or(300);
 }
 
 int LocalRankFromEnv() {

@@ -4,14 +4,16 @@
 #include <cstdlib>
 #include <utility>
 
+#include "config/env.h"
+
 namespace stepjit::runtime {
 
 ProgramOptions ProgramOptions::WithDumps(std::string dump_dir) {
   ProgramOptions o;
   o.dump_dir = std::move(dump_dir);
-  if (const char* cuda = std::getenv("STEPJIT_DUMP_CUDA");
-      cuda != nullptr && *cuda != '\0') {
-    const std::string v = cuda;
+  if (const std::optional<std::string> cuda =
+          config::Get(config::Env::kDumpCuda)) {
+    const std::string& v = *cuda;
     o.dump_cuda = v != "0";
     if (v.rfind("ptx", 0) == 0)
       o.cuda_ptx_arch = v.size() > 4 ? v.substr(4) : "sm_90";

@@ -152,8 +152,8 @@ TEST(EnvironmentTest, NumThreadsTakesWholeNumbersFrom1To1024) {
       EXPECT_EQ(
           std::string(e.what()),
           std::string(
-              "STEPJIT_NUM_THREADS (threads): expected an integer from 1 to "
-              "1024, got '") +
+              "STEPJIT_NUM_THREADS: expected an integer from 1 to 1024, got "
+              "'") +
               bad + "'");
     }
   }

@@ -10,6 +10,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "config/env.h"
 #include "ir/status.h"
 #include "runtime/cuda/nccl/nccl_library.h"
 #include "runtime/cuda/nccl/unique_id_file.h"
@@ -23,13 +24,11 @@ namespace {
 enum class NcclMode { kAuto, kForce, kOff };
 
 NcclMode ModeFromEnv() {
-  const char* env = std::getenv("STEPJIT_DIST_NCCL");
-  const std::string v = absl::AsciiStrToLower(env != nullptr ? env : "");
-  if (v.empty() || v == "auto") return NcclMode::kAuto;
-  if (v == "force" || v == "on" || v == "1") return NcclMode::kForce;
-  if (v == "off" || v == "0") return NcclMode::kOff;
-  throw Error(absl::StrCat("STEPJIT_DIST_NCCL=", env,
-                           ": expected auto (the default), force or off"));
+  const std::optional<std::string> v =
+      config::ChoiceOrThrow(config::Env::kDistNccl);
+  if (!v || *v == "auto") return NcclMode::kAuto;
+  if (*v == "force" || *v == "on" || *v == "1") return NcclMode::kForce;
+  return NcclMode::kOff;
 }
 
 // Why NCCL cannot run collectives on this backend ("" when it can).

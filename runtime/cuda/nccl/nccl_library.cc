@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "codegen/cuda/nvrtc.h"
+#include "config/env.h"
 #include "ir/status.h"
 #include "runtime/cuda/dl_library.h"
 
@@ -80,11 +81,11 @@ absl::StatusOr<NcclLibrary*> Open() {
   const std::string& path = opened.path;
   const std::vector<std::string>& failures = opened.failures;
   if (lib == nullptr) {
-    const char* env = std::getenv("STEPJIT_NCCL_LIBRARY");
     return absl::NotFoundError(absl::StrCat(
         "NCCL not found",
-        env != nullptr && *env ? " at STEPJIT_NCCL_LIBRARY" : "", ": tried ",
-        absl::StrJoin(failures, "; "),
+        config::Get(config::Env::kNcclLibrary) ? " at STEPJIT_NCCL_LIBRARY"
+                                               : "",
+        ": tried ", absl::StrJoin(failures, "; "),
         ". NCCL runs collectives of CUDA tensors; ", kInstallHint,
         ". Without it they copy through the host (docs/nccl.md)."));
   }
@@ -147,10 +148,8 @@ std::string NcclLibrary::VersionString() const {
 }
 
 std::vector<std::string> NcclCandidates() {
-  if (const char* env = std::getenv("STEPJIT_NCCL_LIBRARY");
-      env != nullptr && *env) {
-    return {env};
-  }
+  if (std::optional<std::string> env = config::Get(config::Env::kNcclLibrary))
+    return {*std::move(env)};
   std::vector<std::string> out = {kLibraryName};
   std::vector<std::string> roots;
   for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "config/env.h"
 
 namespace stepjit::runtime::cuda {
 
@@ -137,8 +138,7 @@ absl::StatusOr<nccl::UniqueId> ReadUniqueIdFile(const std::string& path,
 std::string UniqueIdFilePath(const std::string& init_file) {
   std::string path = init_file;
   if (path.empty()) {
-    if (const char* env = std::getenv("STEPJIT_DIST_INIT_FILE"); env != nullptr)
-      path = env;
+    path = config::Get(config::Env::kDistInitFile).value_or("");
   }
   if (absl::StartsWith(path, "file://")) path = path.substr(7);
   return path;
