@@ -11,6 +11,13 @@
 // entry gone treats it as a miss. A reader that already opened the file
 // keeps reading it (POSIX unlink semantics), so eviction never hands out a
 // partial entry.
+//
+// Not LLVM's pruneCache (llvm/Support/CachePruning.h), which this would
+// otherwise be: in LLVM 14 it considers only files named llvmcache-*, ranks
+// them by last access time (which noatime and relatime mounts do not keep
+// current), cannot spare the entry a store just wrote, and scans at most
+// once per interval (a timestamp file), so a cap could stay exceeded for
+// that long.
 #ifndef STEPJIT_CODEGEN_CACHE_EVICTION_H_
 #define STEPJIT_CODEGEN_CACHE_EVICTION_H_
 
