@@ -125,17 +125,20 @@ StateGuards MakeStateGuards(const Trace& trace) {
   for (const Tensor& t : trace.state) {
     g.state.push_back({t.dtype(), t.shape(), t.strides(), t.offset(), t.storage().get()});
   }
-  g.parameter_epoch = ParameterEpoch();
   return g;
 }
 
 std::string CheckStateGuards(const Trace& trace, const StateGuards& guards) {
-  if (guards.parameter_epoch != ParameterEpoch()) {
-    return "a module parameter was replaced since the step was traced (identity guard)";
-  }
   for (size_t i = 0; i < trace.state.size(); ++i) {
     const Tensor& t = trace.state[i];
     const StateGuards::Meta& m = guards.state[i];
+    if (t.impl()->replaced) {
+      return absl::StrCat(
+          "a module parameter was replaced since the step was traced: state "
+          "tensor s",
+          i, " (", DescribeTensor(t),
+          ") is no longer the module's (identity guard)");
+    }
     if (t.dtype() != m.dtype || t.shape() != m.shape) {
       return absl::StrCat("state tensor s", i, " is now ", DescribeTensor(t), ", traced as ",
                           ir::DTypeName(m.dtype), ir::ShapeToString(m.shape));

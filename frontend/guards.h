@@ -52,7 +52,9 @@ std::vector<std::pair<int, int>> DimsOnlyDiff(
     const Signature& cached, const Signature& now,
     const std::vector<std::pair<int, int>>& allowed);
 
-// Layout of each state tensor when traced, plus the parameter epoch.
+// Layout of each state tensor when traced. CheckStateGuards also refuses a
+// state tensor its module replaced since (TensorImpl::replaced): only the
+// steps that read the replaced parameter are affected.
 struct StateGuards {
   struct Meta {
     DType dtype;
@@ -61,7 +63,6 @@ struct StateGuards {
     const Storage* storage;
   };
   std::vector<Meta> state;
-  uint64_t parameter_epoch = 0;
 };
 StateGuards MakeStateGuards(const Trace& trace);
 // "" when every state guard holds, else what changed.

@@ -62,6 +62,10 @@ struct TensorImpl {
   // bind it by identity. Other tensors a step captures could be rebound by
   // the user without any guard seeing it (frontend/guards.h).
   bool owned_state = false;
+  // Set when its owner put another tensor in its place
+  // (Module::replace_parameter): a compiled step that binds it by identity
+  // would no longer update what the module holds (frontend/guards.h).
+  bool replaced = false;
   mutable ObserverSlot observer;  // the tracer's (runtime/storage.h)
 };
 
@@ -189,10 +193,11 @@ Tensor from_vector(const std::vector<int64_t>& values, ShapeRef shape,
 // BOOL data must hold only bytes 0 and 1.
 Tensor from_blob(const void* data, ShapeRef shape, TensorOptions options = {});
 
-// Counts replacements of module parameters (a compiled step's identity guard
-// compares it with the value it saw when tracing).
 // Marks `t` as state its owner updates only in place (TensorImpl::owned_state).
 void MarkOwnedState(const Tensor& t);
+// Counts replacements of module parameters, in any module (DDP rechecks its
+// hooks when it moved; a compiled step checks TensorImpl::replaced of its
+// own state instead).
 uint64_t ParameterEpoch();
 void BumpParameterEpoch();
 

@@ -73,6 +73,8 @@ Tensor Module::replace_parameter(const std::string& name, Tensor tensor) {
     if (!tensor.is_leaf()) tensor = tensor.detach();
     tensor.set_requires_grad(t.requires_grad());
     MarkOwnedState(tensor);
+    if (t.impl() != tensor.impl()) t.impl()->replaced = true;
+    tensor.impl()->replaced = false;
     t = tensor;
     BumpParameterEpoch();
     OnParameterReplaced(name, tensor);

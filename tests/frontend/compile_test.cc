@@ -190,6 +190,24 @@ TEST(CompileTest, ReplacedParameterIsCaughtByTheIdentityGuard) {
   EXPECT_NE(fast.explain().find("parameter was replaced"), std::string::npos) << fast.explain();
 }
 
+// Replacing a parameter of another model leaves the step alone: the guard is
+// the replaced tensor's own, not a count of replacements in the process.
+TEST(CompileTest, ReplacingAParameterOfAnotherModelKeepsTheStepReplaying) {
+  Fixture a, b, twin;
+  auto fast = compile(a.step);
+  const std::vector<Batch> batches = MakeBatches(6, 8, 1);
+  for (int i = 0; i < 6; ++i) {
+    if (i == 3)
+      b.model.at<nn::LinearImpl>(0)->replace_parameter("weight",
+                                                       zeros({32, 20}));
+    Tensor got = fast(batches[i].x, batches[i].y);
+    Tensor want = twin.step(batches[i].x, batches[i].y);
+    EXPECT_EQ(got.item(), want.item()) << "call " << i;
+  }
+  EXPECT_EQ(fast.stats().traces, 1) << fast.explain();
+  EXPECT_EQ(fast.stats().replays, 4) << fast.explain();
+}
+
 TEST(CompileTest, SetLrBetweenCompiledStepsTakesEffect) {
   Fixture a, b;
   auto fast = compile(a.step);
