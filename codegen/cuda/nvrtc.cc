@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -212,8 +214,11 @@ std::vector<std::string> NvrtcSupportedArchs() {
 }
 
 std::vector<std::string> NvrtcFlags(absl::string_view arch) {
-  return {absl::StrCat("--gpu-architecture=", arch), "--std=c++17",
-          "--fmad=false", absl::StrCat("-I", STEPJIT_CUDA_INCLUDE_DIR)};
+  std::vector<std::string> flags = {absl::StrCat("--gpu-architecture=", arch),
+                                    "--std=c++17", "--fmad=false"};
+  if (const CudaHeaders& h = FoundCudaHeaders(); !h.dir.empty())
+    flags.push_back(absl::StrCat("-I", h.dir));
+  return flags;
 }
 
 #else
@@ -234,6 +239,79 @@ std::vector<std::string> NvrtcFlags(absl::string_view arch) {
 }
 
 #endif  // STEPJIT_HAVE_NVRTC
+
+std::vector<std::string> CudaHeaderCandidates() {
+  std::vector<std::string> out;
+  if (std::optional<std::string> env = config::Get(config::Env::kCudaInclude))
+    out.push_back(*std::move(env));
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (const std::string nvrtc = NvrtcLibraryPath(); !nvrtc.empty()) {
+    const fs::path lib = fs::weakly_canonical(nvrtc, ec).parent_path();
+    out.push_back((lib.parent_path() / "include").string());
+  }
+  if (const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+      !ec && !exe.empty()) {
+    out.push_back((exe.parent_path().parent_path() / "include").string());
+  }
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
+    if (const char* root = std::getenv(var); root != nullptr && *root)
+      out.push_back(absl::StrCat(root, "/include"));
+  }
+  out.push_back("/usr/local/cuda/include");
+  if (const char* venv = std::getenv("VIRTUAL_ENV"); venv != nullptr && *venv) {
+    const fs::path lib = fs::path(venv) / "lib";
+    for (const auto& python : fs::directory_iterator(lib, ec)) {
+      if (absl::StartsWith(python.path().filename().string(), "python3"))
+        out.push_back(
+            (python.path() / "site-packages/nvidia/cu13/include").string());
+    }
+  }
+#ifdef STEPJIT_CUDA_INCLUDE_DIR
+  out.push_back(STEPJIT_CUDA_INCLUDE_DIR);
+#endif
+  std::vector<std::string> unique;
+  for (std::string& c : out) {
+    if (std::find(unique.begin(), unique.end(), c) == unique.end())
+      unique.push_back(std::move(c));
+  }
+  return unique;
+}
+
+CudaHeaders FindCudaHeaders(const std::vector<std::string>& candidates) {
+  CudaHeaders out;
+  std::vector<std::string> why;
+  for (const std::string& dir : candidates) {
+    out.tried.push_back(dir);
+    std::vector<std::string> missing;
+    for (const char* header : {"cuda_fp16.h", "cuda_bf16.h"}) {
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(std::filesystem::path(dir) / header,
+                                            ec))
+        missing.push_back(header);
+    }
+    if (missing.empty()) {
+      out.dir = dir;
+      return out;
+    }
+    why.push_back(
+        absl::StrCat(dir, " (no ", absl::StrJoin(missing, ", no "), ")"));
+  }
+  out.error = absl::StrCat(
+      "the CUDA headers the kernels include (cuda_fp16.h, cuda_bf16.h) are "
+      "in none of the places looked at: ",
+      why.empty() ? "none" : absl::StrJoin(why, "; "),
+      ". Set STEPJIT_CUDA_INCLUDE to a directory that has them (a CUDA "
+      "Toolkit's include/, or the nvidia/cu13/include of the "
+      "nvidia-cuda-runtime and nvidia-cuda-crt wheels)");
+  return out;
+}
+
+const CudaHeaders& FoundCudaHeaders() {
+  static const CudaHeaders* found =
+      new CudaHeaders(FindCudaHeaders(CudaHeaderCandidates()));
+  return *found;
+}
 
 absl::StatusOr<CompiledCuda> CompileCuda(absl::string_view source,
                                          absl::string_view name,
@@ -269,6 +347,12 @@ absl::StatusOr<CompiledCuda> CompileCuda(absl::string_view source,
     }
   }
 #ifdef STEPJIT_HAVE_NVRTC
+  if ((absl::StrContains(source, "cuda_fp16.h") ||
+       absl::StrContains(source, "cuda_bf16.h")) &&
+      FoundCudaHeaders().dir.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot compile ", name, ": ", FoundCudaHeaders().error));
+  }
   RETURN_IF_ERROR(RunNvrtc(source, name, options.arch, options.want_ptx, out));
 #endif
   if (options.use_cache) {

@@ -44,15 +44,39 @@ struct CompiledCuda {
   double compile_ms = 0;  // NVRTC time, or the cache lookup
 };
 
+// The CUDA headers the kernels include (cuda_fp16.h and cuda_bf16.h: NVRTC
+// 13 has no built-in copy of either), found at run time, not where the
+// build was configured: the machine that runs the kernels may keep its
+// toolkit elsewhere, or have only NVIDIA's PyPI wheels or a bundle.
+struct CudaHeaders {
+  std::string dir;                 // the first candidate with both; "" if none
+  std::vector<std::string> tried;  // every candidate looked at, in order
+  // Why there is none: the candidates and what each lacked.
+  std::string error;
+};
+// The candidates, in order: $STEPJIT_CUDA_INCLUDE; the include/ beside the
+// libnvrtc loaded (a toolkit's lib64/ or a wheel's nvidia/cu13/lib/); the
+// include/ beside the running executable's directory (a bundle's bin/);
+// $CUDA_HOME/include, $CUDA_PATH/include, /usr/local/cuda/include; the
+// wheels of $VIRTUAL_ENV; the directory this build was configured with.
+std::vector<std::string> CudaHeaderCandidates();
+// The first of `candidates` holding both headers.
+CudaHeaders FindCudaHeaders(const std::vector<std::string>& candidates);
+// FindCudaHeaders(CudaHeaderCandidates()), searched once per process.
+const CudaHeaders& FoundCudaHeaders();
+
 // The flags every compile for `arch` uses (and keys the cache with). IEEE
 // arithmetic as on the CPU: no --use_fast_math, and --fmad=false so that
-// a * b + c is never contracted into one differently rounded FMA.
+// a * b + c is never contracted into one differently rounded FMA; -I the
+// headers found (FoundCudaHeaders), when there are.
 std::vector<std::string> NvrtcFlags(absl::string_view arch);
 
 // Compiles one translation unit; `name` names it in NVRTC's messages.
 // InvalidArgument with NVRTC's log when the source does not compile (or the
-// arch is not one NVRTC knows), Unimplemented without NVRTC, Internal for
-// other NVRTC failures. Never aborts.
+// arch is not one NVRTC knows), Unimplemented without NVRTC,
+// FailedPrecondition when the source includes cuda_fp16.h or cuda_bf16.h
+// and no candidate has them (naming every path tried), Internal for other
+// NVRTC failures. Never aborts.
 absl::StatusOr<CompiledCuda> CompileCuda(absl::string_view source,
                                          absl::string_view name,
                                          const NvrtcOptions& options = {});

@@ -488,5 +488,78 @@ TEST(CudaNvrtcTest, CompilerIdAndFlags) {
     EXPECT_FALSE(absl::StrContains(f, "fast_math")) << f;
 }
 
+// The CUDA headers are found at run time: the first candidate with both
+// cuda_fp16.h and cuda_bf16.h, or an error naming every place looked at and
+// what it lacked.
+TEST(CudaHeaderSearchTest, TakesTheFirstDirectoryWithBothHeaders) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() /
+                        absl::StrCat("stepjit_cuda_headers_", getpid());
+  fs::remove_all(root);
+  const fs::path none = root / "none", half = root / "half",
+                 both = root / "both", missing = root / "missing";
+  for (const fs::path& d : {none, half, both}) fs::create_directories(d);
+  std::ofstream(half / "cuda_fp16.h") << "// fp16\n";
+  std::ofstream(both / "cuda_fp16.h") << "// fp16\n";
+  std::ofstream(both / "cuda_bf16.h") << "// bf16\n";
+  const CudaHeaders found = FindCudaHeaders(
+      {missing.string(), none.string(), half.string(), both.string()});
+  EXPECT_EQ(found.dir, both.string());
+  EXPECT_EQ(found.tried,
+            (std::vector<std::string>{missing.string(), none.string(),
+                                      half.string(), both.string()}));
+  EXPECT_EQ(found.error, "");
+
+  const CudaHeaders lost =
+      FindCudaHeaders({missing.string(), none.string(), half.string()});
+  EXPECT_EQ(lost.dir, "");
+  EXPECT_EQ(lost.tried.size(), 3u);
+  EXPECT_TRUE(absl::StrContains(
+      lost.error,
+      absl::StrCat(missing.string(), " (no cuda_fp16.h, no cuda_bf16.h)")))
+      << lost.error;
+  EXPECT_TRUE(absl::StrContains(
+      lost.error, absl::StrCat(half.string(), " (no cuda_bf16.h)")))
+      << lost.error;
+  EXPECT_TRUE(absl::StrContains(lost.error, "STEPJIT_CUDA_INCLUDE"))
+      << lost.error;
+  EXPECT_TRUE(absl::StrContains(FindCudaHeaders({}).error, "none"));
+  fs::remove_all(root);
+}
+
+TEST(CudaHeaderSearchTest, CandidatesStartWithTheVariableAndIncludeTheToolkit) {
+  ASSERT_EQ(setenv("STEPJIT_CUDA_INCLUDE", "/opt/my-cuda/include", 1), 0);
+  ASSERT_EQ(setenv("CUDA_HOME", "/opt/cuda-home", 1), 0);
+  const std::vector<std::string> c = CudaHeaderCandidates();
+  unsetenv("STEPJIT_CUDA_INCLUDE");
+  unsetenv("CUDA_HOME");
+  ASSERT_FALSE(c.empty());
+  EXPECT_EQ(c.front(), "/opt/my-cuda/include");
+  const auto home = std::find(c.begin(), c.end(), "/opt/cuda-home/include");
+  const auto local = std::find(c.begin(), c.end(), "/usr/local/cuda/include");
+  ASSERT_NE(home, c.end());
+  ASSERT_NE(local, c.end());
+  EXPECT_LT(home, local);
+  // The bundle's include/, beside the directory of this executable.
+  const std::string bundle = (std::filesystem::read_symlink("/proc/self/exe")
+                                  .parent_path()
+                                  .parent_path() /
+                              "include")
+                                 .string();
+  EXPECT_NE(std::find(c.begin(), c.end(), bundle), c.end());
+  for (size_t i = 0; i < c.size(); ++i) {
+    for (size_t j = i + 1; j < c.size(); ++j) EXPECT_NE(c[i], c[j]);
+  }
+}
+
+TEST(CudaHeaderSearchTest, TheFoundHeadersAreWhatNvrtcIsGiven) {
+  SKIP_WITHOUT_NVRTC();
+  const CudaHeaders& found = FoundCudaHeaders();
+  ASSERT_NE(found.dir, "") << found.error;
+  const std::vector<std::string> flags = NvrtcFlags("sm_90");
+  EXPECT_NE(std::find(flags.begin(), flags.end(), "-I" + found.dir),
+            flags.end());
+}
+
 }  // namespace
 }  // namespace stepjit::codegen::cuda
