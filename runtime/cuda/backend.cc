@@ -35,7 +35,7 @@ class AllocatorBackend : public DeviceMemoryBackend {
     if (HoldActive()) {
       return absl::UnavailableError("no cross-stream reuse while a CUDA graph is captured");
     }
-    absl::StatusOr<Event> e = backend_->CreateEvent();
+    absl::StatusOr<Event> e = backend_->CreateEvent(Backend::EventTiming::kOff);
     if (!e.ok()) return e.status();
     absl::Status s = backend_->RecordEvent(*e, stream);
     if (!s.ok()) {

@@ -100,7 +100,12 @@ class Backend {
   virtual absl::Status SynchronizeStream(Stream stream) = 0;
   virtual absl::Status SynchronizeDevice() = 0;
 
-  virtual absl::StatusOr<Event> CreateEvent() = 0;
+  // `timing` kOn: ElapsedMs may measure between it and another such event
+  // (the profiler's events). kOff: the event only orders work and is
+  // cheaper to record and wait on; ElapsedMs refuses it, as the driver does
+  // (CU_EVENT_DISABLE_TIMING).
+  enum class EventTiming { kOff, kOn };
+  virtual absl::StatusOr<Event> CreateEvent(EventTiming timing) = 0;
   // While `stream` is captured, the record is part of the graph: each
   // launch records the event again (the profiler times graph kernels so).
   virtual absl::Status RecordEvent(Event event, Stream stream) = 0;

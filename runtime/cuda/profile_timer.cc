@@ -96,7 +96,7 @@ class Timer final : public DeviceTimer {
       pool_.pop_back();
       return e;
     }
-    absl::StatusOr<Event> e = b.CreateEvent();
+    absl::StatusOr<Event> e = b.CreateEvent(Backend::EventTiming::kOn);
     return Check(e.status()) ? *e : 0;
   }
 
@@ -106,7 +106,7 @@ class Timer final : public DeviceTimer {
     SyncGeneration();
     if (anchored_) return true;
     if (anchor_ == 0) {
-      absl::StatusOr<Event> e = b.CreateEvent();
+      absl::StatusOr<Event> e = b.CreateEvent(Backend::EventTiming::kOn);
       if (!Check(e.status())) return false;
       anchor_ = *e;
     }

@@ -186,7 +186,8 @@ class DeviceStager {
     Staged s;
     s.device.x = host.x.to(device_, /*non_blocking=*/true);
     s.device.y = host.y.to(device_, /*non_blocking=*/true);
-    s.done = ValueOrThrow(backend_->CreateEvent());
+    s.done = ValueOrThrow(
+        backend_->CreateEvent(runtime::cuda::Backend::EventTiming::kOff));
     ThrowIfError(backend_->RecordEvent(s.done, stream_));
     s.host = std::move(host);
     return s;

@@ -247,8 +247,8 @@ TEST_F(GpuTest, CopiesRoundTripSyncAndAsync) {
 TEST_F(GpuTest, EventsTimeAndOrderStreams) {
   absl::StatusOr<Stream> s1 = b_->CreateStream();
   absl::StatusOr<Stream> s2 = b_->CreateStream();
-  absl::StatusOr<Event> start = b_->CreateEvent();
-  absl::StatusOr<Event> end = b_->CreateEvent();
+  absl::StatusOr<Event> start = b_->CreateEvent(Backend::EventTiming::kOn);
+  absl::StatusOr<Event> end = b_->CreateEvent(Backend::EventTiming::kOn);
   ASSERT_TRUE(s1.ok() && s2.ok() && start.ok() && end.ok());
   constexpr size_t kBytes = size_t{256} << 20;
   absl::StatusOr<void*> big = b_->DeviceAlloc(kBytes);

@@ -103,7 +103,7 @@ class FakeDeviceBackend final : public Backend {
   int DeviceOrdinal() const override { return 0; }
   std::string Describe() const override { return "fake device"; }
   std::string Arch() const override { return "sm_90"; }
-  absl::StatusOr<Event> CreateEvent() override {
+  absl::StatusOr<Event> CreateEvent(EventTiming) override {
     ++live_events;
     return Event{++next_event_};
   }

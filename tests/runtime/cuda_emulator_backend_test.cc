@@ -228,9 +228,14 @@ TEST_F(EmulatorBackendTest, StreamOrderEventsAndCrossStreamWaits) {
   absl::StatusOr<Stream> s1 = backend_->CreateStream();
   absl::StatusOr<Stream> s2 = backend_->CreateStream();
   ASSERT_TRUE(s1.ok() && s2.ok());
-  absl::StatusOr<Event> start = backend_->CreateEvent();
-  absl::StatusOr<Event> done = backend_->CreateEvent();
+  absl::StatusOr<Event> start =
+      backend_->CreateEvent(Backend::EventTiming::kOn);
+  absl::StatusOr<Event> done = backend_->CreateEvent(Backend::EventTiming::kOn);
   ASSERT_TRUE(start.ok() && done.ok());
+  // An event made only to order work cannot be timed, as on the driver.
+  absl::StatusOr<Event> order =
+      backend_->CreateEvent(Backend::EventTiming::kOff);
+  ASSERT_TRUE(order.ok());
   EXPECT_EQ(*backend_->QueryEvent(*done), true);  // never recorded
   EXPECT_EQ(backend_->ElapsedMs(*start, *done).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -252,6 +257,13 @@ TEST_F(EmulatorBackendTest, StreamOrderEventsAndCrossStreamWaits) {
   absl::StatusOr<float> ms = backend_->ElapsedMs(*start, *done);
   ASSERT_TRUE(ms.ok()) << ms.status();
   EXPECT_GT(*ms, 0.0f);
+  ASSERT_TRUE(backend_->RecordEvent(*order, *s1).ok());
+  ASSERT_TRUE(backend_->SynchronizeEvent(*order).ok());
+  EXPECT_EQ(backend_->ElapsedMs(*start, *order).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->ElapsedMs(*order, *done).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  backend_->DestroyEvent(*order);
 
   // The legacy default stream waits for the other streams' earlier work.
   ASSERT_TRUE(DelayFill(*m, a, n, 5.0f, kSpin, *s1).ok());

@@ -102,6 +102,7 @@ inline constexpr int kAttrComputeCapabilityMajor = 75;
 inline constexpr int kAttrComputeCapabilityMinor = 76;
 inline constexpr unsigned kStreamNonBlocking = 0x1;
 inline constexpr unsigned kEventDefault = 0x0;  // timing on
+inline constexpr unsigned kEventDisableTiming = 0x2;
 // cuEventRecordWithFlags in a capture: the record becomes a graph node.
 inline constexpr unsigned kEventRecordExternal = 0x1;
 inline constexpr int kCaptureModeThreadLocal = 1;

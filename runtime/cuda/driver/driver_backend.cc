@@ -248,11 +248,14 @@ class CudaDriverBackend final : public Backend {
     return DriverStatus(d_.CtxSynchronize(), "cuCtxSynchronize");
   }
 
-  absl::StatusOr<Event> CreateEvent() override {
+  absl::StatusOr<Event> CreateEvent(EventTiming timing) override {
     RETURN_IF_ERROR(Bind(d_, ctx_));
     CUevent e = nullptr;
-    RETURN_IF_ERROR(DriverStatus(d_.EventCreate(&e, driver::kEventDefault),
-                                 "cuEventCreate"));
+    RETURN_IF_ERROR(
+        DriverStatus(d_.EventCreate(&e, timing == EventTiming::kOn
+                                            ? driver::kEventDefault
+                                            : driver::kEventDisableTiming),
+                     "cuEventCreate"));
     return reinterpret_cast<Event>(e);
   }
   // Recorded while `stream` is captured, the event becomes an event-record

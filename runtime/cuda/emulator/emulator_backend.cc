@@ -115,7 +115,9 @@ class EmulatorBackend final : public Backend {
     return queues_.SynchronizeDevice();
   }
 
-  absl::StatusOr<Event> CreateEvent() override { return queues_.CreateEvent(); }
+  absl::StatusOr<Event> CreateEvent(EventTiming timing) override {
+    return queues_.CreateEvent(timing == EventTiming::kOn);
+  }
   absl::Status RecordEvent(Event event, Stream stream) override {
     return queues_.RecordEvent(event, stream);
   }

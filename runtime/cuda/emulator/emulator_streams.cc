@@ -25,6 +25,7 @@ struct EmulatorStreams::Mark {
 
 struct EmulatorStreams::EventState {
   std::shared_ptr<Mark> latest;  // null until recorded
+  bool timing = true;
 };
 
 struct EmulatorStreams::Item {
@@ -215,10 +216,12 @@ absl::Status EmulatorStreams::SynchronizeDevice() {
   return TakeError();
 }
 
-absl::StatusOr<Event> EmulatorStreams::CreateEvent() {
+absl::StatusOr<Event> EmulatorStreams::CreateEvent(bool timing) {
   std::lock_guard<std::mutex> lock(mu_);
   const Event id = next_event_++;
-  events_[id] = std::make_shared<EventState>();
+  auto state = std::make_shared<EventState>();
+  state->timing = timing;
+  events_[id] = std::move(state);
   return id;
 }
 
@@ -263,6 +266,11 @@ absl::StatusOr<float> EmulatorStreams::ElapsedMs(Event start, Event end) {
                    FindEvent(start, "ElapsedMs"));
   ASSIGN_OR_RETURN(std::shared_ptr<EventState> b, FindEvent(end, "ElapsedMs"));
   for (const auto& e : {a, b}) {
+    if (!e->timing) {
+      return absl::InvalidArgumentError(
+          "ElapsedMs: an event was created without timing (CUDA: invalid "
+          "handle)");
+    }
     if (e->latest == nullptr) {
       return absl::InvalidArgumentError(
           "ElapsedMs: an event has not been recorded");

@@ -54,7 +54,8 @@ class EmulatorStreams {
   absl::Status DestroyStream(Stream stream);
   absl::Status SynchronizeStream(Stream stream);
   absl::Status SynchronizeDevice();
-  absl::StatusOr<Event> CreateEvent();
+  // `timing`: whether ElapsedMs may measure it (Backend::EventTiming).
+  absl::StatusOr<Event> CreateEvent(bool timing);
   absl::Status RecordEvent(Event event, Stream stream);
   absl::StatusOr<bool> QueryEvent(Event event);
   absl::Status SynchronizeEvent(Event event);

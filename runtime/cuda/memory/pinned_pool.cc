@@ -107,7 +107,7 @@ void RecordPinnedUse(void* ptr, Stream stream) {
   if (p.generation != BackendGeneration()) return;
   auto it = p.blocks.find(ptr);
   if (it == p.blocks.end()) return;
-  absl::StatusOr<Event> e = b->CreateEvent();
+  absl::StatusOr<Event> e = b->CreateEvent(Backend::EventTiming::kOff);
   if (!e.ok()) return;
   if (!b->RecordEvent(*e, stream).ok()) {
     b->DestroyEvent(*e);

@@ -158,7 +158,8 @@ absl::Status NcclComm::Enqueue(const char* what, size_t bytes, Stream stream,
   }
   // Inside a capture the event would be part of the graph: not watched.
   if (CaptureUnderway()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(Event done, backend_.CreateEvent());
+  ASSIGN_OR_RETURN(Event done,
+                   backend_.CreateEvent(Backend::EventTiming::kOff));
   if (absl::Status s = backend_.RecordEvent(done, stream); !s.ok()) {
     backend_.DestroyEvent(done);
     return s;

@@ -44,8 +44,8 @@ class ProgramStream {
   // work (which made the inputs). Returns the caller's stream.
   Stream Begin(Backend& b) {
     if (stream_ == 0) {
-      after_caller_ = ValueOrThrow(b.CreateEvent());
-      after_program_ = ValueOrThrow(b.CreateEvent());
+      after_caller_ = ValueOrThrow(b.CreateEvent(Backend::EventTiming::kOff));
+      after_program_ = ValueOrThrow(b.CreateEvent(Backend::EventTiming::kOff));
       stream_ = ValueOrThrow(b.CreateStream());
     }
     const Stream caller = CurrentStream();

@@ -217,7 +217,7 @@ void CudaGraphReplay::RefreshPhiloxSlots(Backend& b, Stream stream,
   if (philox_copied_ != 0) {
     ThrowIfError(b.SynchronizeEvent(philox_copied_));
   } else {
-    philox_copied_ = ValueOrThrow(b.CreateEvent());
+    philox_copied_ = ValueOrThrow(b.CreateEvent(Backend::EventTiming::kOff));
   }
   uint64_t* host = static_cast<uint64_t*>(philox_host_.data_ptr());
   RandomRemap remap(philox.layout);
