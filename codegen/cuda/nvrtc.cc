@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -270,11 +271,11 @@ std::vector<std::string> CudaHeaderCandidates() {
 #ifdef STEPJIT_CUDA_INCLUDE_DIR
   out.push_back(STEPJIT_CUDA_INCLUDE_DIR);
 #endif
+  // The first place of each directory named twice.
+  absl::flat_hash_set<std::string> seen;
   std::vector<std::string> unique;
-  for (std::string& c : out) {
-    if (std::find(unique.begin(), unique.end(), c) == unique.end())
-      unique.push_back(std::move(c));
-  }
+  for (std::string& c : out)
+    if (seen.insert(c).second) unique.push_back(std::move(c));
   return unique;
 }
 
