@@ -30,6 +30,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/machine_limits.h"
 #include "bench/workloads.h"
+#include "codegen/cuda/nvrtc.h"
 #include "frontend/stepjit.h"
 #include "ir/status.h"
 #include "llvm/Support/CommandLine.h"
@@ -723,6 +724,19 @@ int Main(int argc, char** argv) {
   }
   if (!f.compile_probe.empty()) {
     return CompileProbe(*bench::FindWorkload(f.compile_probe), f);
+  }
+  if (f.device.is_cuda()) {
+    // What the kernels will be compiled with, for the logs of a device run
+    // (bench/gpu/check.sh keeps stderr in check.log).
+    const codegen::cuda::CudaHeaders& headers =
+        codegen::cuda::FoundCudaHeaders();
+    std::fprintf(
+        stderr, "stepjit-bench: %s at %s; CUDA headers: %s\n",
+        codegen::cuda::NvrtcCompilerId().c_str(),
+        codegen::cuda::NvrtcAvailable()
+            ? codegen::cuda::NvrtcLibraryPath().c_str()
+            : codegen::cuda::NvrtcUnavailableReason().c_str(),
+        headers.dir.empty() ? headers.error.c_str() : headers.dir.c_str());
   }
   if (f.background_load > 256) {
     std::fprintf(stderr,
