@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -527,12 +528,33 @@ TEST(CudaHeaderSearchTest, TakesTheFirstDirectoryWithBothHeaders) {
   fs::remove_all(root);
 }
 
+// Sets an environment variable while alive, then puts back what was there.
+class ScopedSetEnv {
+ public:
+  ScopedSetEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedSetEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
 TEST(CudaHeaderSearchTest, CandidatesStartWithTheVariableAndIncludeTheToolkit) {
-  ASSERT_EQ(setenv("STEPJIT_CUDA_INCLUDE", "/opt/my-cuda/include", 1), 0);
-  ASSERT_EQ(setenv("CUDA_HOME", "/opt/cuda-home", 1), 0);
-  const std::vector<std::string> c = CudaHeaderCandidates();
-  unsetenv("STEPJIT_CUDA_INCLUDE");
-  unsetenv("CUDA_HOME");
+  std::vector<std::string> c;
+  {
+    ScopedSetEnv include("STEPJIT_CUDA_INCLUDE", "/opt/my-cuda/include");
+    ScopedSetEnv home("CUDA_HOME", "/opt/cuda-home");
+    c = CudaHeaderCandidates();
+  }
   ASSERT_FALSE(c.empty());
   EXPECT_EQ(c.front(), "/opt/my-cuda/include");
   const auto home = std::find(c.begin(), c.end(), "/opt/cuda-home/include");
