@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <string_view>
 #include <utility>
 
@@ -21,7 +20,6 @@
 #include "codegen/cache_eviction.h"
 #include "codegen/sha256.h"
 #include "config/env.h"
-#include "ir/parse_number.h"
 
 namespace stepjit::codegen {
 namespace {

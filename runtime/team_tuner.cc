@@ -2,12 +2,9 @@
 #include "runtime/team_tuner.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "config/env.h"
-#include "ir/status.h"
 
 namespace stepjit::runtime {
 

@@ -6,7 +6,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -15,7 +14,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "config/env.h"
-#include "ir/parse_number.h"
 #include "ir/status.h"
 
 #if defined(__SANITIZE_THREAD__)

@@ -2,7 +2,6 @@
 #include "codegen/cpu/jit.h"
 
 #include <condition_variable>
-#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <string_view>

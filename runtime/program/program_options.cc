@@ -1,7 +1,6 @@
 // ProgramOptions::WithDumps: the dump switches from the environment.
 #include "runtime/program/program_options.h"
 
-#include <cstdlib>
 #include <utility>
 
 #include "config/env.h"

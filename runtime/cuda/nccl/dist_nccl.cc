@@ -3,12 +3,10 @@
 #include "runtime/cuda/nccl/dist_nccl.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "config/env.h"
 #include "ir/status.h"
