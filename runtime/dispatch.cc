@@ -114,10 +114,11 @@ bool AliasesDifferently(const Tensor& a, const Tensor& b) {
            a.strides() == b.strides());
 }
 
-// The device every operand must be on; CPU scalars and copy_'s source may
-// come from elsewhere and are moved.
-Device CommonDevice(OpId op, absl::Span<const Tensor> inputs) {
-  if (inputs.empty()) return t_factory_device;
+// The device every operand must be on (`none` for an op without operands,
+// a factory); CPU scalars and copy_'s source may come from elsewhere and are
+// moved.
+Device CommonDevice(OpId op, absl::Span<const Tensor> inputs, Device none) {
+  if (inputs.empty()) return none;
   Device device = inputs[0].device();
   if (op != OpId::kCopyInplace) {
     for (const Tensor& t : inputs) {
@@ -137,6 +138,30 @@ Device CommonDevice(OpId op, absl::Span<const Tensor> inputs) {
                "; expected every operand on one device (move it with .to(device))");
   }
   return device;
+}
+
+// `inputs` as the kernel of `op` reads them: on `device`, in the dtype
+// `want(i)` gives each, and an in-place op's other operands that view its
+// target differently (x.copy_(x.t())) as copies, since the kernel would read
+// elements it has already overwritten.
+template <typename Want>
+absl::InlinedVector<Tensor, 4> KernelOperands(OpId op,
+                                              absl::Span<const Tensor> inputs,
+                                              Device device, Want want) {
+  absl::InlinedVector<Tensor, 4> converted(inputs.begin(), inputs.end());
+  for (size_t i = 0; i < converted.size(); ++i) {
+    Tensor& t = converted[i];
+    if (t.device() != device) t = TransferTensor(t, device);
+    const ir::DType dtype = want(i);
+    const bool overlaps =
+        ir::IsInplace(op) && i > 0 && AliasesDifferently(inputs[i], inputs[0]);
+    if (dtype != t.dtype() || overlaps) {
+      Tensor c = empty(t.shape(), {.dtype = dtype, .device = device});
+      GetDeviceRuntime(device.type).copy_into(c, t);
+      t = c;
+    }
+  }
+  return converted;
 }
 
 // An eager op's span (runtime/profiler.h): on the host, and on the device's
@@ -269,7 +294,7 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
   for (size_t i = 0; i < inputs.size(); ++i)
     SJ_REQUIRE(inputs[i].defined(), ir::OpName(op), ": input ", i,
                " is an undefined tensor");
-  const Device device = CommonDevice(op, inputs);
+  const Device device = CommonDevice(op, inputs, t_factory_device);
   // A recording call that matches its record knows the result type.
   const ir::TensorType* expected =
       t_meta && t_observer != nullptr
@@ -308,23 +333,11 @@ Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs
                        0, out_type.dtype);
     }
   } else {
-    absl::InlinedVector<Tensor, 4> converted(inputs.begin(), inputs.end());
-    for (Tensor& t : converted) {
-      if (t.device() != device) t = TransferTensor(t, device);
-    }
-    for (size_t i = 0; i < converted.size(); ++i) {
-      ir::DType want = OperandDType(op, static_cast<int>(i), inputs[i].dtype(),
-                                    types, out_type);
-      // An in-place op reading another view of its target (x.copy_(x.t()))
-      // would read elements it has already overwritten: read from a copy.
-      const bool overlaps = ir::IsInplace(op) && i > 0 &&
-                            AliasesDifferently(inputs[i], inputs[0]);
-      if (want != inputs[i].dtype() || overlaps) {
-        Tensor c = empty(inputs[i].shape(), {.dtype = want, .device = device});
-        GetDeviceRuntime(device.type).copy_into(c, converted[i]);
-        converted[i] = c;
-      }
-    }
+    const absl::InlinedVector<Tensor, 4> converted =
+        KernelOperands(op, inputs, device, [&](size_t i) {
+          return OperandDType(op, static_cast<int>(i), inputs[i].dtype(), types,
+                              out_type);
+        });
     if (ir::IsInplace(op)) {
       out = inputs[0];
     } else {
@@ -375,32 +388,9 @@ void PreparedOp::Launch(absl::Span<const Tensor> inputs, const ir::Attrs& attrs,
   }
   // The device as Dispatch decides it, with the program's device for
   // factories: a CUDA step's CPU scalars move over, copy_ reads any device.
-  Device device = device_;
-  if (!inputs.empty()) {
-    device = inputs[0].device();
-    if (op_ != OpId::kCopyInplace) {
-      for (const Tensor& t : inputs) {
-        if (!t.device().is_cpu()) {
-          device = t.device();
-          break;
-        }
-      }
-    }
-  }
-  absl::InlinedVector<Tensor, 4> converted(inputs.begin(), inputs.end());
-  for (size_t i = 0; i < converted.size(); ++i) {
-    Tensor& t = converted[i];
-    if (t.device() != device) t = TransferTensor(t, device);
-    // An in-place op reading another view of its target reads a copy.
-    const bool overlaps =
-        inplace_ && i > 0 && AliasesDifferently(inputs[i], inputs[0]);
-    if (t.dtype() != operand_dtypes_[i] || overlaps) {
-      Tensor c =
-          empty(t.shape(), {.dtype = operand_dtypes_[i], .device = device});
-      GetDeviceRuntime(device.type).copy_into(c, t);
-      t = c;
-    }
-  }
+  const Device device = CommonDevice(op_, inputs, device_);
+  const absl::InlinedVector<Tensor, 4> converted = KernelOperands(
+      op_, inputs, device, [&](size_t i) { return operand_dtypes_[i]; });
   if (inplace_) {
     out[0] = inputs[0];
   } else {
@@ -427,7 +417,7 @@ std::vector<Tensor> DispatchResults(OpId op, absl::Span<const Tensor> inputs,
   }
   const std::vector<ir::TensorType> out_types =
       ValueOrThrow(ir::InferTypes(op, types, attrs, num_results));
-  const Device device = CommonDevice(op, inputs);
+  const Device device = CommonDevice(op, inputs, t_factory_device);
   absl::InlinedVector<Tensor, 4> converted(inputs.begin(), inputs.end());
   for (Tensor& t : converted) {
     if (t.device() != device) t = TransferTensor(t, device);

@@ -22,7 +22,6 @@ absl::StatusOr<Program> Program::Build(const ir::Graph& graph,
   Program p(&graph);
   p.options_ = options;
   DumpRegionSources(graph, options);
-  p.last_uses_ = CollectLastUses(graph);
   p.launches_ = PrepareLaunches(graph, options.device);
   p.random_layout_ =
       options.random_layout.span > 0 ? options.random_layout : LayoutOf(graph);
@@ -95,7 +94,6 @@ std::vector<RegionCompileTime> Program::region_compile_times() const {
 
 ReplayPlan Program::Plan() const {
   return {.graph = graph_,
-          .last_uses = &last_uses_,
           .launches = &launches_,
           .regions = &regions_,
           .backend = backend_.get(),

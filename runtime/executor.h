@@ -109,7 +109,6 @@ class Program {
   ProgramOptions options_;
   int kernels_per_run_ = 0;
   double codegen_wall_ms_ = 0;
-  LastUseMap last_uses_;
   LaunchList launches_;
   RandomLayout random_layout_;
   // Declared before the backend, which points into them (launch groups),

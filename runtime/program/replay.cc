@@ -37,13 +37,6 @@ std::vector<std::vector<int>> LastUses(const ir::Graph& g) {
   return out;
 }
 
-void CollectLastUsesInto(const ir::Graph& g, LastUseMap& out) {
-  out[&g] = LastUses(g);
-  for (const auto& n : g.nodes()) {
-    if (n->kind() == NodeKind::kFusion) CollectLastUsesInto(*n->body(), out);
-  }
-}
-
 struct RunContext {
   const ReplayPlan* plan = nullptr;
   const RunHooks* hooks = nullptr;
@@ -267,9 +260,7 @@ void RunAssign(std::vector<Tensor>& in) {
 }
 
 void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
-  const std::vector<std::vector<int>>& last_uses = ctx.plan->last_uses->at(&g);
-  const std::vector<std::optional<PreparedOp>>& launches =
-      ctx.plan->launches->at(&g);
+  const GraphLaunches& launches = ctx.plan->launches->at(&g);
   const bool profiling = ProfilingEnabled() && &g == ctx.plan->graph;
   for (size_t pos = 0; pos < g.nodes().size(); ++pos) {
     const ir::Node* node = g.nodes()[pos].get();
@@ -285,7 +276,7 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
       WaitPending(in);
     switch (node->kind()) {
       case NodeKind::kOp:
-        RunOp(*node, *launches[pos], in, env, ctx);
+        RunOp(*node, *launches.ops[pos], in, env, ctx);
         break;
       case NodeKind::kFusion:
         RunFusion(*node, in, env, ctx);
@@ -294,24 +285,20 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
         RunAssign(in);
         break;
     }
-    for (int id : last_uses[pos]) env[id] = Tensor();
+    for (int id : launches.last_uses[pos]) env[id] = Tensor();
     if (profile) profile->End(*node, ctx);
   }
 }
 
 }  // namespace
 
-LastUseMap CollectLastUses(const ir::Graph& g) {
-  LastUseMap out;
-  CollectLastUsesInto(g, out);
-  return out;
-}
-
 LaunchList PrepareLaunches(const ir::Graph& g, Device device) {
   LaunchList out;
   std::vector<const ir::Graph*> graphs = {&g};
   for (size_t i = 0; i < graphs.size(); ++i) {
-    std::vector<std::optional<PreparedOp>>& list = out[graphs[i]];
+    GraphLaunches& launches = out[graphs[i]];
+    launches.last_uses = LastUses(*graphs[i]);
+    std::vector<std::optional<PreparedOp>>& list = launches.ops;
     for (const auto& n : graphs[i]->nodes()) {
       list.emplace_back();
       if (n->kind() == NodeKind::kFusion) graphs.push_back(n->body());

@@ -20,19 +20,16 @@
 
 namespace stepjit::runtime {
 
-// Per graph (the top level and each fusion body): for each node position,
-// the value ids read there for the last time, which the loop drops so that
-// buffers free early.
-using LastUseMap =
-    absl::flat_hash_map<const ir::Graph*, std::vector<std::vector<int>>>;
-LastUseMap CollectLastUses(const ir::Graph& g);
-
-// Per graph (the top level and each fusion body), for each node position:
-// the op node resolved once (runtime/dispatch.h PreparedOp), nullopt for
-// fusion and assign nodes. The replay loop launches these and never calls
-// Dispatch.
-using LaunchList = absl::flat_hash_map<const ir::Graph*,
-                                       std::vector<std::optional<PreparedOp>>>;
+// What the replay loop runs at each node position of one graph (the top
+// level or a fusion body), resolved once when the program is built: the op
+// node's launch (runtime/dispatch.h PreparedOp; nullopt for fusion and
+// assign nodes), so the loop never calls Dispatch, and the value ids read
+// there for the last time, which the loop drops so that buffers free early.
+struct GraphLaunches {
+  std::vector<std::optional<PreparedOp>> ops;
+  std::vector<std::vector<int>> last_uses;
+};
+using LaunchList = absl::flat_hash_map<const ir::Graph*, GraphLaunches>;
 LaunchList PrepareLaunches(const ir::Graph& g, Device device);
 
 // One launch per op and per fusion region; views launch nothing.
@@ -45,7 +42,6 @@ using CompiledRegions =
 // What the loop runs: all of it outlives the run.
 struct ReplayPlan {
   const ir::Graph* graph = nullptr;
-  const LastUseMap* last_uses = nullptr;
   const LaunchList* launches = nullptr;
   const CompiledRegions* regions = nullptr;
   RegionBackend* backend = nullptr;
