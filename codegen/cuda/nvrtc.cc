@@ -4,6 +4,7 @@
 #include "codegen/cuda/nvrtc.h"
 
 #include <dlfcn.h>
+#include <glob.h>
 
 #include <algorithm>
 #include <chrono>
@@ -241,6 +242,29 @@ std::vector<std::string> NvrtcFlags(absl::string_view arch) {
 
 #endif  // STEPJIT_HAVE_NVRTC
 
+std::vector<std::string> CudaInstallRoots() {
+  std::vector<std::string> roots;
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
+    if (const char* root = std::getenv(var); root != nullptr && *root)
+      roots.push_back(root);
+  }
+  roots.push_back("/usr/local/cuda");
+  return roots;
+}
+
+std::vector<std::string> VirtualEnvSitePackages() {
+  std::vector<std::string> out;
+  const char* venv = std::getenv("VIRTUAL_ENV");
+  if (venv == nullptr || *venv == '\0') return out;
+  const std::string pattern = absl::StrCat(venv, "/lib/python3*/site-packages");
+  glob_t g;
+  if (glob(pattern.c_str(), GLOB_ONLYDIR, nullptr, &g) == 0) {
+    for (size_t i = 0; i < g.gl_pathc; ++i) out.push_back(g.gl_pathv[i]);
+  }
+  globfree(&g);
+  return out;
+}
+
 std::vector<std::string> CudaHeaderCandidates() {
   std::vector<std::string> out;
   if (std::optional<std::string> env = config::Get(config::Env::kCudaInclude))
@@ -255,19 +279,10 @@ std::vector<std::string> CudaHeaderCandidates() {
       !ec && !exe.empty()) {
     out.push_back((exe.parent_path().parent_path() / "include").string());
   }
-  for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
-    if (const char* root = std::getenv(var); root != nullptr && *root)
-      out.push_back(absl::StrCat(root, "/include"));
-  }
-  out.push_back("/usr/local/cuda/include");
-  if (const char* venv = std::getenv("VIRTUAL_ENV"); venv != nullptr && *venv) {
-    const fs::path lib = fs::path(venv) / "lib";
-    for (const auto& python : fs::directory_iterator(lib, ec)) {
-      if (absl::StartsWith(python.path().filename().string(), "python3"))
-        out.push_back(
-            (python.path() / "site-packages/nvidia/cu13/include").string());
-    }
-  }
+  for (const std::string& root : CudaInstallRoots())
+    out.push_back(absl::StrCat(root, "/include"));
+  for (const std::string& site : VirtualEnvSitePackages())
+    out.push_back(absl::StrCat(site, "/nvidia/cu13/include"));
 #ifdef STEPJIT_CUDA_INCLUDE_DIR
   out.push_back(STEPJIT_CUDA_INCLUDE_DIR);
 #endif

@@ -44,6 +44,14 @@ struct CompiledCuda {
   double compile_ms = 0;  // NVRTC time, or the cache lookup
 };
 
+// Where CUDA libraries and headers may be installed, shared by the searches
+// for NVRTC's headers (below) and for NCCL (runtime/cuda/nccl): the roots
+// $CUDA_HOME, $CUDA_PATH, /usr/local/cuda in that order, and the
+// site-packages folders of $VIRTUAL_ENV (lib/python3*/site-packages) that
+// exist, where NVIDIA's PyPI wheels install.
+std::vector<std::string> CudaInstallRoots();
+std::vector<std::string> VirtualEnvSitePackages();
+
 // The CUDA headers the kernels include (cuda_fp16.h and cuda_bf16.h: NVRTC
 // 13 has no built-in copy of either), found at run time, not where the
 // build was configured: the machine that runs the kernels may keep its

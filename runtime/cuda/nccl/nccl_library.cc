@@ -151,13 +151,7 @@ std::vector<std::string> NcclCandidates() {
   if (std::optional<std::string> env = config::Get(config::Env::kNcclLibrary))
     return {*std::move(env)};
   std::vector<std::string> out = {kLibraryName};
-  std::vector<std::string> roots;
-  for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
-    if (const char* env = std::getenv(var); env != nullptr && *env)
-      roots.push_back(env);
-  }
-  roots.push_back("/usr/local/cuda");
-  for (const std::string& root : roots) {
+  for (const std::string& root : codegen::cuda::CudaInstallRoots()) {
     for (const char* lib : {"/lib64/", "/lib/"})
       out.push_back(absl::StrCat(root, lib, kLibraryName));
   }
@@ -170,10 +164,8 @@ std::vector<std::string> NcclCandidates() {
       out.push_back(WheelLibrary(nvrtc.substr(0, at)));
     }
   }
-  if (const char* venv = std::getenv("VIRTUAL_ENV"); venv != nullptr && *venv) {
-    AddGlob(WheelLibrary(absl::StrCat(venv, "/lib/python3*/site-packages")),
-            out);
-  }
+  for (const std::string& site : codegen::cuda::VirtualEnvSitePackages())
+    AddGlob(WheelLibrary(site), out);
 #ifdef STEPJIT_SOURCE_DIR
   AddGlob(
       WheelLibrary(STEPJIT_SOURCE_DIR "/.venv-cuda/lib/python3*/site-packages"),
