@@ -36,6 +36,8 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/JSON.h"
 #include "runtime/cuda/api.h"
+#include "runtime/cuda/cublaslt/cublaslt_library.h"
+#include "runtime/cuda/driver/device.h"
 #include "runtime/ops.h"
 #include "runtime/profiler.h"
 #include "runtime/storage.h"
@@ -189,6 +191,21 @@ cl::opt<bool> csv(
              "columns are empty in eager rows (the machine's limits are not\n"
              "printed); with --bandwidth the --bandwidth fields"),
     cl::cat(kFlags));
+cl::opt<OnOff, false, tools::WordParser<OnOff>> compile_times(
+    "compile-times",
+    cl::desc("whether compiled f32 rows measure compile cold and warm in two\n"
+             "child processes (off: both are reported as -1, not measured;\n"
+             "a short device lease has no time for them)"),
+    cl::values(clEnumValN(OnOff::kOn, "on", "(default)"),
+               clEnumValN(OnOff::kOff, "off", "no")),
+    cl::init(OnOff::kOn), cl::cat(kFlags));
+cl::opt<bool> info(
+    "info",
+    cl::desc("instead of the workloads, print what the device has: on CUDA\n"
+             "the GPU, the driver, NVRTC (version and file), the CUDA\n"
+             "headers found and cuBLASLt (version and file); on the CPU its\n"
+             "threads (with --json: one object, key info)"),
+    cl::cat(kFlags));
 // Internal: the child process ColdWarmCompileMs starts.
 cl::opt<std::string, false, WorkloadParser> compile_probe(
     "compile-probe",
@@ -260,6 +277,8 @@ struct Flags {
   bool json = false;
   bool csv = false;
   bool roofline = false;
+  bool compile_times = true;
+  bool info = false;
   int64_t background_load = 0;
 };
 
@@ -278,6 +297,8 @@ Flags FromCommandLine() {
           .json = flags::json,
           .csv = flags::csv,
           .roofline = flags::roofline,
+          .compile_times = flags::compile_times == OnOff::kOn,
+          .info = flags::info,
           .background_load = flags::background_load};
   switch (flags::amp) {
     case Amp::kWorkload:
@@ -307,7 +328,9 @@ const std::vector<std::string> kResultColumns = {
     "peak_bytes",      "background_load",
     "check_us",        "check_ns_per_op",
     "check_pct",       "replay_pct",
-    "traces"};
+    "traces",          "first_loss",
+    "last_loss",       "checks",
+    "check_failures"};
 const std::vector<std::string> kRooflineColumns = {
     "gemm_ms",  "gemm_gflops",    "gemm_pct_peak",
     "fused_ms", "fused_gb_per_s", "fused_pct_triad",
@@ -341,6 +364,12 @@ struct Result {
   // and the traces made.
   double replay_pct = 0;
   int64_t traces = 0;
+  // The loss of the run's first call (warmup included) and of its last
+  // timed step: a benchmarked step that trains wrong shows here.
+  double first_loss = 0, last_loss = 0;
+  // Compiled only: accuracy-checker runs (STEPJIT_CHECK=N checks the first
+  // N replays against eager) and how many found a divergence.
+  int64_t checks = 0, check_failures = 0;
   double CheckNsPerOp() const {
     return ops_per_step > 0 ? 1e3 * check_us / static_cast<double>(ops_per_step)
                             : 0;
@@ -468,7 +497,11 @@ Result Run(const Workload& w, const Flags& f, bool compiled, DType amp,
   int64_t warmup =
       compiled ? std::max<int64_t>(f.warmup, run.StepsToWarm()) : f.warmup;
   if (compiled && varies) warmup += WorkloadRun::kPoolSize;
-  for (int64_t i = 0; i < warmup; ++i) run.Step();
+  Tensor first_loss;
+  for (int64_t i = 0; i < warmup; ++i) {
+    Tensor loss = run.Step();
+    if (i == 0) first_loss = loss;
+  }
   bench::Synchronize(f.device);
 
   Result r{.workload = w.name,
@@ -485,12 +518,18 @@ Result Run(const Workload& w, const Flags& f, bool compiled, DType amp,
             WorkloadRun::kPoolSize;
   std::vector<double> ms;
   ms.reserve(steps);
+  Tensor last_loss;
   for (int64_t i = 0; i < steps; ++i) {
     const auto t0 = Clock::now();
-    Tensor loss = run.Step();
+    last_loss = run.Step();
     bench::Synchronize(f.device);
     ms.push_back(Ms(Clock::now() - t0));
+    if (i == 0 && !first_loss.defined()) first_loss = last_loss;
   }
+  // Read after the clock stopped (a host read synchronizes).
+  r.first_loss = first_loss.to(Device::cpu()).item();
+  r.last_loss = last_loss.to(Device::cpu()).item();
+  first_loss = last_loss = Tensor();
   r.ms_per_step = varies ? std::accumulate(ms.begin(), ms.end(), 0.0) /
                                static_cast<double>(ms.size())
                          : Median(ms);
@@ -520,7 +559,11 @@ Result Run(const Workload& w, const Flags& f, bool compiled, DType amp,
     if (s.calls > 0)
       r.replay_pct = 100.0 * static_cast<double>(s.replays) / s.calls;
     r.traces = s.traces;
-    if (amp == DType::kF32 && !static_shapes) {
+    r.checks = s.checks;
+    r.check_failures = s.check_failures;
+    if (!f.compile_times) {
+      r.compile_ms_cold = r.compile_ms_warm = -1;
+    } else if (amp == DType::kF32 && !static_shapes) {
       std::tie(r.compile_ms_cold, r.compile_ms_warm) = ColdWarmCompileMs(w, f, self);
     }
   }
@@ -574,7 +617,11 @@ llvm::json::Value Json(const Result& r) {
                        {"check_ns_per_op", r.CheckNsPerOp()},
                        {"check_pct", r.CheckPct()},
                        {"replay_pct", r.replay_pct},
-                       {"traces", r.traces}};
+                       {"traces", r.traces},
+                       {"first_loss", r.first_loss},
+                       {"last_loss", r.last_loss},
+                       {"checks", r.checks},
+                       {"check_failures", r.check_failures}};
   if (r.roofline) {
     o["gemm_ms"] = r.gemm_ms;
     o["gemm_gflops"] = r.GemmGflops();
@@ -690,6 +737,48 @@ std::string CheckDevice(Device device) {
   return "";
 }
 
+// --info: what the device has, before anything runs on it (a device that
+// cannot be used still prints, with the reason).
+int PrintInfo(const Flags& f) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  if (f.device.is_cpu()) {
+    rows.push_back({"device", "cpu"});
+    rows.push_back({"threads", absl::StrCat(runtime::NumThreads())});
+  } else {
+    const runtime::cuda::CudaAvailability& a = runtime::cuda::Availability();
+    rows.push_back({"device", cuda::is_available()
+                                  ? cuda::device_name()
+                                  : cuda::unavailable_reason()});
+    rows.push_back({"driver", a.driver_version > 0
+                                  ? absl::StrCat(a.driver_version / 1000, ".",
+                                                 a.driver_version % 1000 / 10)
+                                  : "none"});
+    rows.push_back(
+        {"nvrtc", absl::StrCat(codegen::cuda::NvrtcCompilerId(), " at ",
+                               codegen::cuda::NvrtcAvailable()
+                                   ? codegen::cuda::NvrtcLibraryPath()
+                                   : codegen::cuda::NvrtcUnavailableReason())});
+    const codegen::cuda::CudaHeaders& headers =
+        codegen::cuda::FoundCudaHeaders();
+    rows.push_back(
+        {"cuda_headers", headers.dir.empty() ? headers.error : headers.dir});
+    const absl::StatusOr<const runtime::cuda::CublasLtLibrary*> lt =
+        runtime::cuda::LoadCublasLt();
+    rows.push_back(
+        {"cublaslt", lt.ok() ? absl::StrCat((*lt)->version, " at ", (*lt)->path)
+                             : std::string(lt.status().message())});
+  }
+  if (f.json) {
+    llvm::json::Object o{{"info", DeviceFlag(f.device)}};
+    for (const auto& [key, value] : rows) o[key] = value;
+    PrintJsonLine(std::move(o));
+  } else {
+    for (const auto& [key, value] : rows)
+      std::printf("%-13s %s\n", (key + ":").c_str(), value.c_str());
+  }
+  return 0;
+}
+
 void PrintHeader() {
   std::printf("%-26s %-15s %-5s %9s %8s %13s %12s %12s %9s %9s %8s %7s %9s %7s\n",
               "workload", "mode", "dtype", "ms/step", "speedup", "kernels/step",
@@ -697,13 +786,19 @@ void PrintHeader() {
               "check%", "replayed", "traces");
 }
 
+// A compile time for the table: "-" where it was not measured (< 0).
+std::string CompileCell(double ms) {
+  return ms < 0 ? "-" : absl::StrFormat("%.1fms", ms);
+}
+
 void PrintRow(const Result& r, double eager_ms) {
   std::printf(
-      "%-26s %-15s %-5s %9.3f %7.2fx %13d %10.1fms %10.1fms %9.2f %9.1f %8.0f "
+      "%-26s %-15s %-5s %9.3f %7.2fx %13d %12s %12s %9.2f %9.1f %8.0f "
       "%6.2f%% %8.1f%% %7d\n",
       r.workload.c_str(), r.mode.c_str(), r.dtype.c_str(), r.ms_per_step,
       eager_ms / r.ms_per_step, static_cast<int>(r.kernels_per_step),
-      r.compile_ms_cold, r.compile_ms_warm, r.peak_bytes / 1048576.0,
+      CompileCell(r.compile_ms_cold).c_str(),
+      CompileCell(r.compile_ms_warm).c_str(), r.peak_bytes / 1048576.0,
       r.check_us, r.CheckNsPerOp(), r.CheckPct(), r.replay_pct,
       static_cast<int>(r.traces));
 }
@@ -717,6 +812,7 @@ int Main(int argc, char** argv) {
                  "--json and --csv\n");
     return 2;
   }
+  if (f.info) return PrintInfo(f);
   if (std::string error = CheckDevice(f.device); !error.empty()) {
     std::fprintf(stderr, "stepjit-bench: --device %s: %s\n", DeviceFlag(f.device),
                  error.c_str());

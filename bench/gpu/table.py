@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """The table bench/gpu/check.sh prints: the JSON lines of `stepjit-bench
 --device cuda --json` (and --bandwidth) and of bench/gpu/torch_gpu.py, as
-ms/step per workload and implementation with speedup ratios, then GB/s per
-bandwidth kernel, then what failed or was skipped.
+ms/step per workload and implementation with speedup ratios; then each
+row's first and last loss with the accuracy checker's verdict on the
+compiled steps (STEPJIT_CHECK=N), and peak memory per step; then GB/s per
+bandwidth kernel; then the test summaries, what failed or was skipped, and
+a per-kernel profile when one was taken.
 
-  table.py [--gpu TEXT] [--failures FILE] [--skips FILE] FILE.jsonl...
+  table.py [--gpu TEXT] [--failures FILE] [--skips FILE] [--tests FILE]
+           [--profile FILE] FILE.jsonl...
 """
 
 import argparse
@@ -25,6 +29,15 @@ def ratio(num, den):
     return f"{num / den:.2f}x" if num and den else "-"
 
 
+def check_verdict(r):
+    """The accuracy checker's verdict on a compiled row: "ok N/N",
+    "DIVERGED F of N" or "off" (no checked replay)."""
+    if not r or not r.get("checks"):
+        return "off"
+    n, bad = r["checks"], r.get("check_failures", 0)
+    return f"DIVERGED {bad} of {n}" if bad else f"ok {n}/{n}"
+
+
 def lines(path):
     if not path:
         return []
@@ -41,10 +54,12 @@ def main():
     ap.add_argument("--gpu", default="", help="the device, for the title")
     ap.add_argument("--failures", help="one failed phase per line")
     ap.add_argument("--skips", help="torch_gpu.py's skip lines")
+    ap.add_argument("--tests", help="gtest_summary.py's lines, one per test run")
+    ap.add_argument("--profile", help="a STEPJIT_PROFILE=1 summary to print last")
     ap.add_argument("jsonl", nargs="*")
     args = ap.parse_args()
 
-    steps, bandwidth, workloads = {}, {}, []
+    steps, rows, bandwidth, workloads = {}, {}, {}, []
     for path in args.jsonl:
         for l in lines(path):
             try:
@@ -57,6 +72,7 @@ def main():
                 if r["workload"] not in workloads:
                     workloads.append(r["workload"])
                 steps[(r["workload"], r["mode"])] = r["ms_per_step"]
+                rows[(r["workload"], r["mode"])] = r
 
     print(f"ms/step on {args.gpu or 'the GPU'} (median; each step synchronized)")
     head = "".join(f"{title:>10}" for _, title in COLUMNS)
@@ -76,6 +92,33 @@ def main():
           "\nvs best: the faster torch.compile mode / stepjit compiled (>1: stepjit is faster)")
 
     print()
+    print("loss: first call -> last timed step (the same batches and init for stepjit's rows;"
+          "\ntorch draws its own), and the accuracy checker on stepjit's compiled replays")
+    print(f"{'workload':28}" + "".join(f"{title:>16}" for _, title in COLUMNS) + "  check")
+    for w in workloads:
+        cells = ""
+        for mode, _ in COLUMNS:
+            r = rows.get((w, mode))
+            loss = "-"
+            if r and r.get("first_loss") is not None and r.get("last_loss") is not None:
+                loss = f"{r['first_loss']:.4g}->{r['last_loss']:.4g}"
+            cells += f"{loss:>16}"
+        print(f"{w:28}{cells}  {check_verdict(rows.get((w, 'compiled')))}")
+    if not workloads:
+        print("  (no workload results)")
+
+    print()
+    print("peak MB per step above the steady state (the caching allocator's allocated bytes)")
+    print(f"{'workload':28}" + "".join(f"{title:>10}" for _, title in COLUMNS))
+    for w in workloads:
+        cells = ""
+        for mode, _ in COLUMNS:
+            r = rows.get((w, mode))
+            peak = r.get("peak_bytes") if r else None
+            cells += f"{fmt(None if peak is None else peak / 1048576, '10.1f'):>10}"
+        print(f"{w:28}{cells}")
+
+    print()
     print("bandwidth GB/s (bytes read + written / median time)")
     print(f"{'kernel':28}" + "".join(f"{title:>10}" for _, title in BW_COLUMNS))
     for kernel, by_mode in bandwidth.items():
@@ -83,6 +126,12 @@ def main():
                                        for m, _ in BW_COLUMNS))
     if not bandwidth:
         print("  (no bandwidth results)")
+
+    tests = lines(args.tests)
+    print()
+    print("tests:" + (" none ran" if not tests else ""))
+    for l in tests:
+        print("  " + l)
 
     failures = lines(args.failures)
     skips = lines(args.skips)
@@ -93,6 +142,12 @@ def main():
     if skips:
         print("skipped peers:")
         for l in skips:
+            print("  " + l)
+    profile = lines(args.profile)
+    if profile:
+        print()
+        print("profile (STEPJIT_PROFILE=1):")
+        for l in profile:
             print("  " + l)
     return 0
 

@@ -16,15 +16,17 @@ f32 matmuls stay f32 (PyTorch's default, allow_tf32 off), as in stepjit.
 
 Prints one JSON object per line with stepjit-bench's keys (workload, mode,
 dtype, device, ms_per_step, kernels_per_step, compile_ms_cold,
-compile_ms_warm, peak_bytes). Modes, run mode by mode over all workloads so
-that a time limit still leaves the cheaper ones:
+compile_ms_warm, peak_bytes, first_loss, last_loss). Modes, all three for one
+workload before the next (in the order --workload gives), so that a time
+limit still leaves whole rows:
   torch_eager       plain PyTorch.
   torch_compile     torch.compile of the whole step (mode "default");
                     compile_ms_cold = the first call (compile + one step).
   torch_compile_ro  the same with mode="reduce-overhead" (CUDA graphs).
 peak_bytes = torch.cuda.max_memory_allocated() above the steady state over
 one step; compile_ms_warm is not measured here (it would double the compile
-time on a short lease).
+time on a short lease). first_loss is the loss of the first call (warmup
+included), last_loss that of the last timed step, both read after timing.
 
 --bandwidth instead times a copy (dst.copy_(src)) and y = relu(x * 1.5 +
 0.25) eager and torch.compile'd over --numel f32 elements, with the keys of
@@ -65,19 +67,28 @@ def emit(row):
     print(json.dumps(row), flush=True)
 
 
-def time_calls(call, warmup, runs, pool=((),)):
+def time_calls(call, warmup, runs, pool=((),), results=None):
     """Median ms of `runs` calls, each followed by a device synchronize; call i
-    takes the arguments pool[i % len(pool)]."""
+    takes the arguments pool[i % len(pool)]. With `results` (a list), the
+    first call's and the last timed call's return values are appended to it."""
     import torch
+    first = None
     for i in range(warmup):
-        call(*pool[i % len(pool)])
+        out = call(*pool[i % len(pool)])
+        if i == 0:
+            first = out
     torch.cuda.synchronize()
     ms = []
+    out = None
     for i in range(warmup, warmup + runs):
         t0 = time.perf_counter()
-        call(*pool[i % len(pool)])
+        out = call(*pool[i % len(pool)])
         torch.cuda.synchronize()
         ms.append(1e3 * (time.perf_counter() - t0))
+        if first is None:
+            first = out
+    if results is not None:
+        results.extend([first, out])
     return statistics.median(ms)
 
 
@@ -94,10 +105,15 @@ def run_workload(name, w, mode, args):
         step = torch.compile(step, mode=COMPILE_MODE[mode])
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        step(*pool[0])
+        cold_loss = step(*pool[0])
         torch.cuda.synchronize()
         cold = 1e3 * (time.perf_counter() - t0)
-    ms = time_calls(step, args.warmup, args.steps, pool)
+    losses = []
+    ms = time_calls(step, args.warmup, args.steps, pool, losses)
+    if mode != "torch_eager":
+        losses[0] = cold_loss  # the first call was the compiling one
+    first_loss, last_loss = (float(l.detach().float().cpu()) for l in losses)
+    del losses
     steady = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     step(*pool[1])
@@ -105,7 +121,8 @@ def run_workload(name, w, mode, args):
     peak = torch.cuda.max_memory_allocated() - steady
     emit(dict(workload=name, mode=mode, dtype=w.get("amp", "f32"), device="cuda",
               ms_per_step=round(ms, 4), kernels_per_step=None, compile_ms_cold=round(cold, 3),
-              compile_ms_warm=0.0, peak_bytes=peak))
+              compile_ms_warm=0.0, peak_bytes=peak, first_loss=first_loss,
+              last_loss=last_loss))
 
 
 def run_bandwidth(args):
@@ -172,8 +189,8 @@ def main():
         for m in [m for m in modes if m != "torch_eager"]:
             skip(m, f"torch {torch.__version__} has no torch.compile (needs PyTorch 2.x)")
         modes = [m for m in modes if m == "torch_eager"]
-    for mode in modes:
-        for name in names:
+    for name in names:
+        for mode in modes:
             try:
                 run_workload(name, WORKLOADS[name], mode, args)
             except Exception as e:  # a peer failing must not hide the others

@@ -371,6 +371,43 @@ TEST_F(CudaTest, IndexAndNormalizationKernelsMatchTheCpu) {
       << runtime::cuda::HostFallbackSummary();
 }
 
+// The embedding gradient of a language-model batch: many tokens over a
+// small vocabulary, so that every row gathers tokens from several 256-token
+// chunks of the device kernel's counting sort, plus rows no token picks.
+// The device sums each row's tokens in token order in f64, as the CPU does,
+// so the results are equal to the bit.
+TEST_F(CudaTest, EmbeddingBackwardOfManyTokensEqualsTheCpuBitForBit) {
+  const int64_t before = runtime::cuda::GetEagerStats().host_fallbacks;
+  Generator gen(7);
+  for (int64_t tokens : {1, 255, 256, 257, 1000, 2051}) {
+    for (DType dt : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16}) {
+      const int64_t vocab = 41, dim = 19;
+      // Rows 0..36 only: rows 37..40 get no token and must come back zero.
+      const Tensor idx =
+          randint(0, vocab - 4, {tokens}, {.dtype = DType::kI64}, &gen);
+      const Tensor g = randn({tokens, dim}, {.dtype = dt}, &gen);
+      const std::string what = absl::StrCat("embedding_backward of ", tokens,
+                                            " tokens, ", ir::DTypeName(dt));
+      const Tensor on_device =
+          embedding_backward(g.to(kCuda), idx.to(kCuda), vocab);
+      ExpectSame(on_device, embedding_backward(g, idx, vocab), what);
+      const std::vector<double> v = Values(on_device);
+      for (int64_t r = vocab - 4; r < vocab; ++r) {
+        for (int64_t j = 0; j < dim; ++j)
+          EXPECT_EQ(v[r * dim + j], 0.0) << what;
+      }
+    }
+  }
+  // A [B, T] batch of indices, as a GPT's token embedding takes them.
+  const Tensor idx = randint(0, 65, {16, 64}, {.dtype = DType::kI64}, &gen);
+  const Tensor g = randn({16, 64, 32}, {}, &gen);
+  ExpectSame(embedding_backward(g.to(kCuda), idx.to(kCuda), 65),
+             embedding_backward(g, idx, 65),
+             "embedding_backward of a [16, 64] batch");
+  EXPECT_EQ(runtime::cuda::GetEagerStats().host_fallbacks, before)
+      << runtime::cuda::HostFallbackSummary();
+}
+
 TEST_F(CudaTest, IntegerArgmaxRunsOnTheHostAndI32IndicesOnTheDevice) {
   const int64_t before = runtime::cuda::GetEagerStats().host_fallbacks;
   Tensor ints = from_vector(std::vector<int64_t>{3, -1, 7, 7, 2, 0}, {2, 3});

@@ -67,9 +67,11 @@ TEST(FixedKernelsNvrtcTest, RandomKernelsCompileForSm80AndSm90) {
 }
 
 TEST(FixedKernelsNvrtcTest, IndexKernelsCompileForSm80AndSm90) {
-  std::vector<std::string> kernels = {"sj_arange_i64", "sj_arange_i32"};
-  for (const char* k : {"embedding", "embedding_backward", "from_double",
-                        "arange", "argmax", "var"}) {
+  std::vector<std::string> kernels = {"sj_arange_i64", "sj_arange_i32",
+                                      "sj_embedding_count", "sj_embedding_scan",
+                                      "sj_embedding_place"};
+  for (const char* k :
+       {"embedding", "embedding_backward", "arange", "argmax", "var", "topk"}) {
     for (const char* t : {"f32", "f64", "f16", "bf16"}) {
       kernels.push_back(std::string("sj_") + k + "_" + t);
     }

@@ -69,19 +69,19 @@ __device__ bool sj_topk_before(A a, long long ia, A b, long long ib, int largest
       else sj_put(&out[e], (ACC)0);                                            \
     }                                                                          \
   }                                                                            \
+  /* One thread per weight element: its row's tokens in token order       */ \
+  /* (sj_embedding_place), summed in f64 as the CPU sums them.            */ \
   extern "C" __global__ void sj_embedding_backward_##S(                        \
-      const T* g, const long long* idx, double* acc, long long n, long long dim, \
-      long long rows) {                                                        \
-    SJ_LOOP(j, dim) {                                                          \
-      for (long long i = 0; i < n; ++i) {                                      \
-        const long long r = idx[i];                                            \
-        if (r >= 0 && r < rows) acc[r * dim + j] += sj_ld(g[i * dim + j]);     \
-      }                                                                        \
+      const T* g, const long long* order, const unsigned long long* offsets,   \
+      T* out, long long rows, long long dim, long long chunks) {               \
+    SJ_LOOP(e, rows * dim) {                                                   \
+      const long long r = e / dim, j = e - r * dim;                            \
+      const unsigned long long end = offsets[(r + 1) * chunks];                \
+      double acc = 0;                                                          \
+      for (unsigned long long k = offsets[r * chunks]; k < end; ++k)           \
+        acc += sj_ld(g[order[k] * dim + j]);                                   \
+      sj_put(&out[e], (ACC)acc);                                               \
     }                                                                          \
-  }                                                                            \
-  extern "C" __global__ void sj_from_double_##S(const double* acc, T* out,     \
-                                                long long n) {                 \
-    SJ_LOOP(i, n) sj_put(&out[i], (ACC)acc[i]);                                \
   }                                                                            \
   extern "C" __global__ void sj_arange_##S(T* out, long long n, double start,  \
                                            double step) {                      \
@@ -126,6 +126,63 @@ SJ_INDEX_KERNELS(f32, float, float)
 SJ_INDEX_KERNELS(f64, double, double)
 SJ_INDEX_KERNELS(f16, __half, float)
 SJ_INDEX_KERNELS(bf16, __nv_bfloat16, float)
+// Embedding backward's stable counting sort of the tokens by weight row
+// (sj_embedding_backward_* then sums each row's tokens in token order, as
+// the CPU does). Tokens are taken in chunks of 2^SJ_EMB_CHUNK_LOG2; counts[r
+// * chunks + c] is how many tokens of chunk c pick row r (an index outside
+// [0, rows) picks none, as on the CPU, which refuses it earlier).
+#define SJ_EMB_CHUNK_LOG2 8
+extern "C" __global__ void sj_embedding_count(const long long* idx, long long n,
+                                              long long rows, long long chunks,
+                                              unsigned long long* counts) {
+  SJ_LOOP(i, n) {
+    const long long r = idx[i];
+    if (r >= 0 && r < rows) atomicAdd(&counts[r * chunks + (i >> SJ_EMB_CHUNK_LOG2)], 1ULL);
+  }
+}
+// Exclusive prefix sum of counts[0, m) in place, counts[m] = the total; one
+// block: each thread scans a contiguous slice, the slice totals are scanned
+// by thread 0 in shared memory.
+extern "C" __global__ void sj_embedding_scan(unsigned long long* counts, long long m) {
+  __shared__ unsigned long long part[1024];
+  const long long t = threadIdx.x, nt = blockDim.x;
+  const long long per = (m + nt - 1) / nt;
+  const long long lo = t * per < m ? t * per : m, hi = lo + per < m ? lo + per : m;
+  unsigned long long sum = 0;
+  for (long long i = lo; i < hi; ++i) sum += counts[i];
+  part[t] = sum;
+  __syncthreads();
+  if (t == 0) {
+    unsigned long long run = 0;
+    for (long long k = 0; k < nt; ++k) {
+      const unsigned long long c = part[k];
+      part[k] = run;
+      run += c;
+    }
+    counts[m] = run;
+  }
+  __syncthreads();
+  unsigned long long run = part[t];
+  for (long long i = lo; i < hi; ++i) {
+    const unsigned long long c = counts[i];
+    counts[i] = run;
+    run += c;
+  }
+}
+// order[offsets[r * chunks + c] + (tokens of row r before i in chunk c)] = i.
+extern "C" __global__ void sj_embedding_place(const long long* idx, long long n,
+                                              long long rows, long long chunks,
+                                              const unsigned long long* offsets,
+                                              long long* order) {
+  SJ_LOOP(i, n) {
+    const long long r = idx[i];
+    if (r < 0 || r >= rows) continue;
+    const long long c = i >> SJ_EMB_CHUNK_LOG2;
+    unsigned long long rank = 0;
+    for (long long j = c << SJ_EMB_CHUNK_LOG2; j < i; ++j) rank += idx[j] == r;
+    order[offsets[r * chunks + c] + rank] = i;
+  }
+}
 extern "C" __global__ void sj_arange_i64(long long* out, long long n, double start,
                                          double step) {
   SJ_LOOP(i, n) out[i] = (long long)(start + i * step);
@@ -136,11 +193,11 @@ extern "C" __global__ void sj_arange_i32(int* out, long long n, double start, do
 )";
 
 const FixedModule& Module() {
-  static const FixedModule* m = new FixedModule(
-      FloatKernelModule("sj_index", kIndexKernelBody,
-                        {"embedding", "embedding_backward", "from_double",
-                         "arange", "argmax", "var", "topk"},
-                        {"sj_arange_i64", "sj_arange_i32"}));
+  static const FixedModule* m = new FixedModule(FloatKernelModule(
+      "sj_index", kIndexKernelBody,
+      {"embedding", "embedding_backward", "arange", "argmax", "var", "topk"},
+      {"sj_embedding_count", "sj_embedding_scan", "sj_embedding_place",
+       "sj_arange_i64", "sj_arange_i32"}));
   return *m;
 }
 
@@ -180,27 +237,51 @@ bool SameDType(const KernelArgs& k) {
   return k.inputs[0].dtype() == k.out.dtype();
 }
 
+// Parallel over the weight's elements, deterministic and bit-identical to
+// the CPU kernel (runtime/cpu/nn_kernels.cc), which adds each token's
+// gradient row into an f64 accumulator in token order: the tokens are
+// sorted by row with a stable counting sort (count per row and chunk of
+// 256 tokens, one prefix sum, a rank within the chunk), then each (row,
+// column) sums its row's tokens in token order. Atomics on the sums would
+// be faster still but make the result depend on the schedule; the sort
+// keeps CPU and CUDA equal and costs four small launches.
 bool EmbeddingBackward(Backend& b, const KernelArgs& k) {
   if (!IsFloat(k.inputs[0].dtype()) || !IndexDType(k.inputs[1].dtype()) ||
       !SameDType(k))
     return false;
   const Tensor g = ContiguousOnDevice(k.inputs[0]), idx = I64Indices(k.inputs[1]);
   long long n = idx.numel(), rows = k.out.shape()[0], dim = k.out.shape()[1];
-  long long total = rows * dim;
+  constexpr long long kChunkLog2 = 8;  // SJ_EMB_CHUNK_LOG2
+  long long chunks =
+      std::max<long long>((n + (1LL << kChunkLog2) - 1) >> kChunkLog2, 1);
+  long long m = rows * chunks;
   // Zeroed with a memset: kernels never go through Dispatch (a tracer
   // would see the op).
-  Tensor acc = empty({std::max<long long>(total, 1)}, {.dtype = DType::kF64, .device = g.device()});
-  ThrowIfError(b.Memset(acc.data_ptr(), 0, acc.numel() * acc.element_size(), CurrentStream()));
+  Tensor offsets = empty({m + 1}, {.dtype = DType::kI64, .device = g.device()});
+  Tensor order = empty({std::max<long long>(n, 1)},
+                       {.dtype = DType::kI64, .device = g.device()});
+  ThrowIfError(b.Memset(offsets.data_ptr(), 0,
+                        offsets.numel() * offsets.element_size(),
+                        CurrentStream()));
   const void* gp = g.data_ptr();
   const void* ip = idx.data_ptr();
-  void* ap = acc.data_ptr();
-  if (dim > 0) {
-    Launch(b, absl::StrCat("sj_embedding_backward_", Suffix(g.dtype())), dim,
-           {&gp, &ip, &ap, &n, &dim, &rows});
-  }
-  const void* acp = ap;
+  void* cp = offsets.data_ptr();
+  void* orp = order.data_ptr();
   void* op = k.out.data_ptr();
-  if (total > 0) Launch(b, absl::StrCat("sj_from_double_", Suffix(g.dtype())), total, {&acp, &op, &total});
+  if (n > 0 && rows > 0) {
+    Launch(b, "sj_embedding_count", n, {&ip, &n, &rows, &chunks, &cp});
+  }
+  // One block (b.Limits().preferred_block threads, at most 1024).
+  Launch(b, "sj_embedding_scan", std::min(b.Limits().preferred_block, 1024),
+         {&cp, &m});
+  if (n > 0 && rows > 0) {
+    Launch(b, "sj_embedding_place", n, {&ip, &n, &rows, &chunks, &cp, &orp});
+  }
+  long long total = rows * dim;
+  if (total > 0) {
+    Launch(b, absl::StrCat("sj_embedding_backward_", Suffix(g.dtype())), total,
+           {&gp, &orp, &cp, &op, &rows, &dim, &chunks});
+  }
   return true;
 }
 
