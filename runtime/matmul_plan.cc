@@ -122,7 +122,7 @@ cpu::GemmArgs MatmulPlan::Call(int64_t i) const {
   return g;
 }
 
-MatmulPlan PlanMatmul(const KernelArgs& k, CopyFn copy) {
+MatmulPlan PlanMatmul(const KernelArgs& k, CopyFn copy, bool one_call) {
   const Tensor &a = k.inputs[0], &b = k.inputs[1];
   const bool absorbed = k.inputs.size() == 3;
   const bool bias_grad = !k.more_out.empty();
@@ -143,8 +143,9 @@ MatmulPlan PlanMatmul(const KernelArgs& k, CopyFn copy) {
   const bool ta = k.attrs.GetBool(AttrKey::kTransposeA);
   const bool tb = k.attrs.GetBool(AttrKey::kTransposeB);
   Shape batch(k.out.shape().begin(), k.out.shape().end() - 2);
-  const size_t split =
-      BatchSplit(ExpandedStrides(a, batch), ExpandedStrides(b, batch), batch);
+  const size_t split = one_call ? 0
+                                : BatchSplit(ExpandedStrides(a, batch),
+                                             ExpandedStrides(b, batch), batch);
   Operand pa = Prepare(a, ta, batch, split, copy),
           pb = Prepare(b, tb, batch, split, copy);
   const int64_t m = k.out.shape()[k.out.dim() - 2], n = k.out.shape().back();
@@ -199,6 +200,5 @@ MatmulPlan PlanMatmul(const KernelArgs& k, CopyFn copy) {
   g.ldb = std::max(g.ldb, pb.trans ? kk : n);
   return plan;
 }
-
 
 }  // namespace stepjit::runtime

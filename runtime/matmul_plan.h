@@ -30,11 +30,14 @@ using CopyFn = void (*)(const Tensor& dst, const Tensor& src);
 
 // Operands whose layout a GEMM cannot read (not row- or column-major, or
 // batch dims that collapse neither to one stride nor to two) are copied to
-// contiguous buffers with `copy`. A
+// contiguous buffers with `copy`. With `one_call`, batch dims that do not
+// collapse to one stride are copied too, so that the plan is one strided-
+// batched GEMM (outer == 1): on a GPU one copy kernel and one call over all
+// of attention's B * H products beat B calls of H small ones. A
 // second result (k.more_out, the bias gradient) becomes gemm.bias_grad.
 // Refuses (stepjit::Error) a 3-operand or 2-result matmul whose inputs
 // require grad while grad mode is on: neither has a gradient rule.
-MatmulPlan PlanMatmul(const KernelArgs& k, CopyFn copy);
+MatmulPlan PlanMatmul(const KernelArgs& k, CopyFn copy, bool one_call = false);
 
 }  // namespace stepjit::runtime
 

@@ -202,14 +202,16 @@ bool RunFill(Backend&, const KernelArgs& k) {
   return true;
 }
 
+// One strided-batched GEMM per matmul: batch dims that do not collapse to
+// one stride (attention's q, k and v, permuted views of the fused QKV
+// product) are copied contiguous first (runtime/matmul_plan.h).
 bool RunMatmul(Backend& b, const KernelArgs& k) {
-  MatmulPlan plan = PlanMatmul(k, &CopySameDType);
+  MatmulPlan plan = PlanMatmul(k, &CopySameDType, /*one_call=*/true);
   if (plan.empty) return true;
-  for (int64_t i = 0; i < plan.outer; ++i) {
-    Check(b.Gemm({.gemm = plan.Call(i), .allow_tf32 = AllowTf32()},
-                 CurrentStream()),
-          "CUDA matmul");
-  }
+  SJ_CHECK(plan.outer == 1, "a CUDA matmul planned as ", plan.outer, " calls");
+  Check(b.Gemm({.gemm = plan.Call(0), .allow_tf32 = AllowTf32()},
+               CurrentStream()),
+        "CUDA matmul");
   std::lock_guard<std::mutex> lock(g_mu);
   ++GetCaches(&b).stats.gemms;
   return true;

@@ -16,6 +16,9 @@
 
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
+#include "runtime/cuda/backend.h"
+#include "runtime/cuda/emulator/emulator_backend.h"
+#include "runtime/cuda/ops.h"
 #include "tests/cuda/cuda_test_backend.h"
 #include "tests/util/row_steps.h"
 #include "tests/util/tiny_gpt.h"
@@ -64,6 +67,29 @@ TEST_F(CudaTest, CompiledTinyGptFollowsEagerCpu) {
   ExpectNear(got.values,
              test::TrainTinyGpt(kCpu, false, DType::kF32, 0.1, 30).values);
   ExpectNoneInterpreted(got.explain);
+}
+
+// Every matmul of the GPT's steps, eager and compiled, attention's batched
+// products over permuted q/k/v views included, is one GEMM call on the
+// device (a strided-batched one over all B * H products), not one per batch
+// entry: the backend's GEMM calls equal the matmul ops run.
+TEST_F(CudaTest, EveryMatmulOfAGptStepIsOneGemmCall) {
+  runtime::cuda::Backend* b = runtime::cuda::GetBackend();
+  if (!runtime::cuda::IsEmulatorBackend(*b))
+    GTEST_SKIP() << "counts the emulator's GEMM calls";
+  const int64_t matmuls_before = runtime::cuda::GetEagerStats().gemms;
+  const int64_t calls_before = runtime::cuda::GetEmulatorStats(*b).gemms;
+  // Without CUDA graphs: a graph replay runs its captured GEMMs again
+  // without a matmul op.
+  const test::TinyGptRun run = test::TrainTinyGpt(kCuda, true, DType::kF32, 0.0,
+                                                  6, /*cuda_graphs=*/false);
+  ASSERT_TRUE(b->SynchronizeDevice().ok());
+  const int64_t matmuls = runtime::cuda::GetEagerStats().gemms - matmuls_before;
+  EXPECT_GT(run.stats.replays, 0);
+  // 2 blocks x (QKV, 2 attention products, out projection, 2 MLP) + head,
+  // each with its backward's products, over 6 steps: well over a hundred.
+  EXPECT_GT(matmuls, 100);
+  EXPECT_EQ(runtime::cuda::GetEmulatorStats(*b).gemms - calls_before, matmuls);
 }
 
 }  // namespace

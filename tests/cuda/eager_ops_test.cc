@@ -207,6 +207,57 @@ TEST_F(CudaTest, MatmulMatchesTheCpuGemm) {
               matmul(a.to(DType::kBF16), b.to(DType::kBF16)), 1.0 / 128, 1e-2, "bf16");
 }
 
+// Attention's batched products read q, k and v as permuted views of the
+// fused QKV projection ([B, T, 3, H, D] -> [B, H, T, D]), whose batch dims
+// B and H collapse to no single stride. On the device each is one
+// strided-batched GEMM over all B * H products (the views copied contiguous
+// first), not B calls of H products, and matches the CPU.
+TEST_F(CudaTest, AttentionProductsOverPermutedViewsAreOneBatchedGemmEach) {
+  runtime::cuda::Backend* backend = runtime::cuda::GetBackend();
+  const bool emulated = runtime::cuda::IsEmulatorBackend(*backend);
+  const int64_t B = 4, T = 5, H = 3, D = 2;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const Tensor qkv = Random({B, T, 3, H, D}, DType::kF32).to(dt);
+    auto head = [&](const Tensor& x, int64_t i) {
+      return x.slice(2, i, i + 1)
+          .squeeze(2)
+          .permute({0, 2, 1, 3});  // [B, H, T, D]
+    };
+    const Tensor dqkv = qkv.to(kCuda);
+    const Tensor q = head(qkv, 0), k = head(qkv, 1), v = head(qkv, 2);
+    const Tensor dq = head(dqkv, 0), dk = head(dqkv, 1), dv = head(dqkv, 2);
+    const double tol = dt == DType::kF32 ? 1e-5 : 1.0 / 64;
+    const std::string t(ir::DTypeName(dt));
+    auto gemms = [&] {
+      EXPECT_TRUE(backend->SynchronizeDevice().ok());
+      return emulated ? runtime::cuda::GetEmulatorStats(*backend).gemms : 0;
+    };
+    int64_t before = gemms();
+    const Tensor scores = matmul(dq, dk, false, true);  // q k^T: [B, H, T, T]
+    if (emulated) {
+      EXPECT_EQ(gemms() - before, 1) << "q k^T " << t;
+    }
+    ExpectClose(scores, matmul(q, k, false, true), tol, tol, "q k^T " + t);
+    const Tensor att = softmax(matmul(q, k, false, true), -1);
+    before = gemms();
+    const Tensor out = matmul(att.to(kCuda), dv);  // [B, H, T, D]
+    if (emulated) {
+      EXPECT_EQ(gemms() - before, 1) << "att v " << t;
+    }
+    ExpectClose(out, matmul(att, v), tol, tol, "att v " + t);
+    // The backward's products: dV = att^T dO, dAtt = dO v^T.
+    const Tensor g = Random({B, H, T, D}, DType::kF32).to(dt);
+    before = gemms();
+    const Tensor dvv = matmul(att.to(kCuda), g.to(kCuda), true, false);
+    const Tensor datt = matmul(g.to(kCuda), dv, false, true);
+    if (emulated) {
+      EXPECT_EQ(gemms() - before, 2) << "backward " << t;
+    }
+    ExpectClose(dvv, matmul(att, g, true, false), tol, tol, "att^T dO " + t);
+    ExpectClose(datt, matmul(g, v, false, true), tol, tol, "dO v^T " + t);
+  }
+}
+
 // cat on the device (strided and mixed-dtype operands, a negative dim)
 // equals the CPU's bit for bit, with no host round trip; split and chunk
 // views of device tensors join back to the original.

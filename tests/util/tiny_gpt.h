@@ -24,9 +24,11 @@ struct TinyGptRun {
 };
 
 // `steps` AdamW steps of next-token cross-entropy on random tokens, on
-// `device`, compiled or eager, with `amp` autocast (f32: none).
+// `device`, compiled or eager, with `amp` autocast (f32: none); compiled
+// CUDA steps replay as CUDA graphs unless `cuda_graphs` is false.
 inline TinyGptRun TrainTinyGpt(Device device, bool compiled, DType amp,
-                               double dropout, int steps) {
+                               double dropout, int steps,
+                               bool cuda_graphs = true) {
   using M = TinyGpt;
   manual_seed(21);
   nn::GPT model(nn::GPTOptions{.vocab = M::kVocab,
@@ -51,7 +53,8 @@ inline TinyGptRun TrainTinyGpt(Device device, bool compiled, DType amp,
     return loss;
   };
   auto fast = compile(step, {.mode = compiled ? Mode::kCompiled : Mode::kEager,
-                             .amp = compiled ? amp : DType::kF32});
+                             .amp = compiled ? amp : DType::kF32,
+                             .cuda_graphs = cuda_graphs});
   Generator gen(22);
   TinyGptRun run;
   for (int s = 0; s < steps; ++s) {
