@@ -9,6 +9,7 @@
 #include <mutex>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -148,6 +149,19 @@ struct Algo {
   size_t workspace_bytes = 0;
 };
 
+// A GEMM shape's cuBLASLt call, made once (CublasLtGemm::Impl::Prepare):
+// its descriptors, the heuristic's algorithm, and whether the fused
+// epilogue had to be given up (`plain`: the product alone, bias and
+// activation in our kernels). Calls set the bias pointer (which changes
+// from call to call) and run under `mu`, so that one call's pointer cannot
+// reach another's matmul.
+struct PreparedGemm {
+  std::mutex mu;
+  std::unique_ptr<Descriptors> d;
+  Algo algo;
+  bool plain = false;
+};
+
 }  // namespace
 
 struct CublasLtGemm::Impl {
@@ -156,7 +170,9 @@ struct CublasLtGemm::Impl {
   LtHandle handle = nullptr;
 
   std::mutex mu;
-  absl::flat_hash_map<AlgoKey, Algo> algos;  // guarded by mu
+  // By the fused plan's key (KeyOf): what each GEMM shape needs, made once.
+  absl::flat_hash_map<AlgoKey, std::shared_ptr<PreparedGemm>>
+      prepared;  // guarded by mu
   // By (stream, capture); see Run.
   absl::flat_hash_map<std::pair<Stream, uint64_t>, void*>
       workspaces;  // guarded by mu
@@ -170,6 +186,9 @@ struct CublasLtGemm::Impl {
   absl::flat_hash_map<DType, Kernel> bias_grad_kernels;  // guarded by mu
 
   absl::StatusOr<Algo> FindAlgo(const LtPlan& p, const Descriptors& d);
+  // The cached call for `plan` (made from `args` on first use).
+  absl::StatusOr<std::shared_ptr<PreparedGemm>> Prepare(
+      const LtPlan& plan, const DeviceGemmArgs& args);
   absl::StatusOr<void*> Workspace(Stream stream, uint64_t capture);
   // Compiles and loads `src`; mu must be held.
   absl::StatusOr<Kernel> LoadKernel(const EpilogueKernelSource& src);
@@ -182,14 +201,9 @@ struct CublasLtGemm::Impl {
   absl::Status RunBiasGrad(const LtPlan& p, DType dtype, Stream stream);
 };
 
+// The heuristic's best algorithm for `p` (found = false: none).
 absl::StatusOr<Algo> CublasLtGemm::Impl::FindAlgo(const LtPlan& p,
                                                   const Descriptors& d) {
-  const AlgoKey key = KeyOf(p);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = algos.find(key);
-    if (it != algos.end()) return it->second;
-  }
   LtPreference pref = nullptr;
   RETURN_IF_ERROR(LtCheck(*lt, lt->MatmulPreferenceCreate(&pref),
                           "cublasLtMatmulPreferenceCreate"));
@@ -227,9 +241,42 @@ absl::StatusOr<Algo> CublasLtGemm::Impl::FindAlgo(const LtPlan& p,
   } else if (s != kLtSuccess && s != kLtNotSupported) {
     return LtCheck(*lt, s, "cublasLtMatmulAlgoGetHeuristic");
   }
-  std::lock_guard<std::mutex> lock(mu);
-  algos.emplace(key, algo);
   return algo;
+}
+
+absl::StatusOr<std::shared_ptr<PreparedGemm>> CublasLtGemm::Impl::Prepare(
+    const LtPlan& plan, const DeviceGemmArgs& args) {
+  const AlgoKey key = KeyOf(plan);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = prepared.find(key);
+    if (it != prepared.end()) return it->second;
+  }
+  auto p = std::make_shared<PreparedGemm>();
+  p->d = std::make_unique<Descriptors>();
+  RETURN_IF_ERROR(MakeDescriptors(*lt, plan, *p->d));
+  absl::StatusOr<Algo> algo = FindAlgo(plan, *p->d);
+  if ((!algo.ok() || !algo->found) && plan.epilogue != LtEpilogue::kDefault) {
+    // No kernel with this epilogue for these types (f64, say), or a
+    // heuristic that refused it: the plain product, then bias, activation
+    // and bias gradient in our kernels.
+    ASSIGN_OR_RETURN(LtPlan plain, PlanLtGemm(args, /*fuse_epilogue=*/false));
+    p->d = std::make_unique<Descriptors>();
+    RETURN_IF_ERROR(MakeDescriptors(*lt, plain, *p->d));
+    algo = FindAlgo(plain, *p->d);
+    p->plain = true;
+  }
+  if (!algo.ok()) return algo.status();
+  if (!algo->found) {
+    return absl::UnimplementedError(absl::StrCat(
+        "cuBLASLt has no algorithm for a ", ir::DTypeName(args.gemm.dtype),
+        " GEMM m=", args.gemm.m, " n=", args.gemm.n, " k=", args.gemm.k,
+        " batch=", args.gemm.batch, " on this device"));
+  }
+  p->algo = *algo;
+  std::lock_guard<std::mutex> lock(mu);
+  // Another thread may have prepared the same shape meanwhile: keep one.
+  return prepared.try_emplace(key, std::move(p)).first->second;
 }
 
 absl::StatusOr<void*> CublasLtGemm::Impl::Workspace(Stream stream,
@@ -332,6 +379,25 @@ absl::Status CublasLtGemm::ReleaseStream(Stream stream) {
   return impl_->backend->DeviceFree(w);
 }
 
+absl::Status CublasLtGemm::ReleaseCapture(uint64_t capture) {
+  if (capture == 0) return absl::OkStatus();
+  std::vector<void*> freed;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (auto it = impl_->workspaces.begin(); it != impl_->workspaces.end();) {
+      if (it->first.second == capture) {
+        freed.push_back(it->second);
+        impl_->workspaces.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  absl::Status status;
+  for (void* w : freed) status.Update(impl_->backend->DeviceFree(w));
+  return status;
+}
+
 absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(
     Backend* backend) {
   ASSIGN_OR_RETURN(const CublasLtLibrary* library, LoadCublasLt());
@@ -349,23 +415,12 @@ absl::Status CublasLtGemm::Run(const DeviceGemmArgs& args, Stream stream,
   ASSIGN_OR_RETURN(LtPlan plan, PlanLtGemm(args));
   if (plan.no_work) return s.RunBiasGrad(plan, args.gemm.dtype, stream);
   if (!plan.skip_product) {
-    auto d = std::make_unique<Descriptors>();
-    RETURN_IF_ERROR(MakeDescriptors(*s.lt, plan, *d));
-    ASSIGN_OR_RETURN(Algo algo, s.FindAlgo(plan, *d));
-    if (!algo.found && plan.epilogue != LtEpilogue::kDefault) {
-      // No kernel with this epilogue for these types (f64, say): the plain
-      // product, then bias, activation and bias gradient in our kernels.
+    ASSIGN_OR_RETURN(std::shared_ptr<PreparedGemm> prepared,
+                     s.Prepare(plan, args));
+    if (prepared->plain) {
       ASSIGN_OR_RETURN(plan, PlanLtGemm(args, /*fuse_epilogue=*/false));
-      d = std::make_unique<Descriptors>();
-      RETURN_IF_ERROR(MakeDescriptors(*s.lt, plan, *d));
-      ASSIGN_OR_RETURN(algo, s.FindAlgo(plan, *d));
     }
-    if (!algo.found) {
-      return absl::UnimplementedError(absl::StrCat(
-          "cuBLASLt has no algorithm for a ", ir::DTypeName(args.gemm.dtype),
-          " GEMM m=", args.gemm.m, " n=", args.gemm.n, " k=", args.gemm.k,
-          " batch=", args.gemm.batch, " on this device"));
-    }
+    const Algo& algo = prepared->algo;
     void* workspace = nullptr;
     if (algo.workspace_bytes > 0) {
       ASSIGN_OR_RETURN(workspace, s.Workspace(stream, capture));
@@ -375,11 +430,21 @@ absl::Status CublasLtGemm::Run(const DeviceGemmArgs& args, Stream stream,
     const bool f64 = plan.scale_type == LtDataType::kF64;
     const void* alpha = f64 ? static_cast<const void*>(&plan.alpha) : &alpha32;
     const void* beta = f64 ? static_cast<const void*>(&plan.beta) : &beta32;
+    std::lock_guard<std::mutex> lock(prepared->mu);
+    const Descriptors& d = *prepared->d;
+    if (plan.bias != nullptr) {
+      // The one attribute that changes from call to call.
+      const void* bias = plan.bias;
+      RETURN_IF_ERROR(LtCheck(*s.lt,
+                              s.lt->MatmulDescSetAttribute(
+                                  d.op, kDescBiasPointer, &bias, sizeof(bias)),
+                              "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"));
+    }
     RETURN_IF_ERROR(LtCheck(
         *s.lt,
-        s.lt->Matmul(s.handle, d->op, alpha, plan.a.ptr, d->a, plan.b.ptr, d->b,
-                     beta, plan.c.ptr, d->c, const_cast<void*>(plan.c.ptr),
-                     d->c, &algo.algo, workspace, algo.workspace_bytes,
+        s.lt->Matmul(s.handle, d.op, alpha, plan.a.ptr, d.a, plan.b.ptr, d.b,
+                     beta, plan.c.ptr, d.c, const_cast<void*>(plan.c.ptr), d.c,
+                     &algo.algo, workspace, algo.workspace_bytes,
                      reinterpret_cast<void*>(stream)),
         absl::StrCat("cublasLtMatmul(m=", plan.m, " n=", plan.n, " k=", plan.k,
                      " batch=", plan.batch, ")")));

@@ -31,13 +31,18 @@ class CublasLtGemm {
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
   // `capture` numbers the graph capture in progress on `stream` (0: none).
-  // A capture gets a workspace of its own, kept while this object lives:
-  // its graph may be replayed on any stream, after `stream` is gone.
+  // A capture gets a workspace of its own, kept until ReleaseCapture: its
+  // graph may be replayed on any stream, after `stream` is gone.
+  // Descriptors and the heuristic's algorithm are made once per GEMM shape
+  // (layouts, dtypes, epilogue, alignment) and reused.
   absl::Status Run(const DeviceGemmArgs& args, Stream stream,
                    uint64_t capture = 0);
   // Frees `stream`'s workspace (not its captures'), for a stream about to be
   // destroyed; its queued work must have finished.
   absl::Status ReleaseStream(Stream stream);
+  // Frees capture `capture`'s workspace, for a graph that was destroyed;
+  // no launch of it may still be running.
+  absl::Status ReleaseCapture(uint64_t capture);
 
  private:
   struct Impl;

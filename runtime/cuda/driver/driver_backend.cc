@@ -407,25 +407,48 @@ class CudaDriverBackend final : public Backend {
     return st;
   }
   absl::StatusOr<GraphHandle> EndCapture(Stream stream) override {
+    uint64_t capture = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!capturing_.contains(stream)) {
+      auto it = capturing_.find(stream);
+      if (it == capturing_.end()) {
         return absl::FailedPreconditionError(absl::StrCat(
             "EndCapture: stream ", stream, " is not being captured"));
       }
-      capturing_.erase(stream);
+      capture = it->second;
+      capturing_.erase(it);
     }
+    // A capture that ends without a graph gave its GEMMs a workspace that
+    // nothing will use again.
+    auto release = [&] {
+      CublasLtGemm* lt = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        lt = lt_.get();
+      }
+      if (lt != nullptr) lt->ReleaseCapture(capture).IgnoreError();
+    };
     RETURN_IF_ERROR(Bind(d_, ctx_));
     CUgraph graph = nullptr;
-    RETURN_IF_ERROR(DriverStatus(d_.StreamEndCapture(AsStream(stream), &graph),
-                                 "cuStreamEndCapture"));
+    absl::Status st = DriverStatus(
+        d_.StreamEndCapture(AsStream(stream), &graph), "cuStreamEndCapture");
+    if (!st.ok()) {
+      release();
+      return st;
+    }
     CUgraphExec exec = nullptr;
-    const absl::Status st = DriverStatus(d_.GraphInstantiate(&exec, graph, 0),
-                                         "cuGraphInstantiateWithFlags");
+    st = DriverStatus(d_.GraphInstantiate(&exec, graph, 0),
+                      "cuGraphInstantiateWithFlags");
     // The executable graph is a snapshot; the recording is not needed.
     d_.GraphDestroy(graph);
-    RETURN_IF_ERROR(st);
-    return reinterpret_cast<GraphHandle>(exec);
+    if (!st.ok()) {
+      release();
+      return st;
+    }
+    const auto handle = reinterpret_cast<GraphHandle>(exec);
+    std::lock_guard<std::mutex> lock(mu_);
+    graph_captures_[handle] = capture;
+    return handle;
   }
   absl::Status LaunchGraph(GraphHandle graph, Stream stream) override {
     RETURN_IF_ERROR(Bind(d_, ctx_));
@@ -433,9 +456,27 @@ class CudaDriverBackend final : public Backend {
         d_.GraphLaunch(reinterpret_cast<CUgraphExec>(graph), AsStream(stream)),
         "cuGraphLaunch");
   }
+  // Also frees the workspace the graph's GEMMs were captured with, once no
+  // launch of it can be running (not while another capture is underway,
+  // when synchronizing is not allowed: the workspace is then kept).
   void DestroyGraph(GraphHandle graph) override {
     if (graph == 0 || !Bind(d_, ctx_).ok()) return;
     d_.GraphExecDestroy(reinterpret_cast<CUgraphExec>(graph));
+    uint64_t capture = 0;
+    bool capturing = false;
+    CublasLtGemm* lt = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = graph_captures_.find(graph);
+      if (it == graph_captures_.end()) return;
+      capture = it->second;
+      graph_captures_.erase(it);
+      capturing = !capturing_.empty();
+      lt = lt_.get();
+    }
+    if (lt == nullptr || capturing) return;
+    if (d_.CtxSynchronize() != 0) return;
+    lt->ReleaseCapture(capture).IgnoreError();
   }
 
  private:
@@ -473,6 +514,8 @@ class CudaDriverBackend final : public Backend {
   // Streams being captured, with the number of their capture.
   absl::flat_hash_map<Stream, uint64_t> capturing_;  // guarded by mu_
   uint64_t captures_ = 0;                            // guarded by mu_
+  // The capture each live graph was made by (its GEMMs' workspace).
+  absl::flat_hash_map<GraphHandle, uint64_t> graph_captures_;  // guarded by mu_
   std::unique_ptr<CublasLtGemm> lt_;                 // guarded by mu_
   absl::Status lt_error_;                            // guarded by mu_
 };
