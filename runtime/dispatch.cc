@@ -128,14 +128,20 @@ Device CommonDevice(OpId op, absl::Span<const Tensor> inputs, Device none) {
       }
     }
   }
+  // The operand that decided `device`, for the message.
+  size_t on = 0;
+  while (on + 1 < inputs.size() &&
+         !(inputs[on].defined() && inputs[on].device() == device))
+    ++on;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (!t.defined() || t.device() == device) continue;
     const bool movable = (op == OpId::kCopyInplace && i == 1) ||
                          (t.device().is_cpu() && t.dim() == 0);
-    SJ_REQUIRE(movable, ir::OpName(op), ": input ", i, " is on ", t.device().str(),
-               " but input 0 is on ", inputs[0].device().str(),
-               "; expected every operand on one device (move it with .to(device))");
+    SJ_REQUIRE(
+        movable, ir::OpName(op), ": input ", i, " is on ", t.device().str(),
+        " but input ", on, " is on ", device.str(),
+        "; expected every operand on one device (move it with .to(device))");
   }
   return device;
 }

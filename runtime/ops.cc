@@ -2,6 +2,7 @@
 #include "runtime/ops.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "ir/status.h"
 #include "runtime/dispatch.h"
@@ -150,6 +151,36 @@ Tensor layer_norm(const Tensor& x, ShapeRef normalized_shape, const Tensor& weig
   if (bias.defined()) in.push_back(bias);
   return Dispatch(OpId::kLayerNorm, in,
                   {{AttrKey::kNormalizedNdim, k}, {AttrKey::kEps, eps}});
+}
+
+Tensor rms_norm(const Tensor& x, ShapeRef normalized_shape,
+                const Tensor& weight, std::optional<double> eps) {
+  SJ_REQUIRE(x.defined(), "rms_norm: the input is an undefined tensor");
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  SJ_REQUIRE(k >= 1 && k <= x.dim() &&
+                 ShapeRef(x.shape()).subspan(x.dim() - k) == normalized_shape,
+             "rms_norm: normalized_shape ", ir::ShapeToString(normalized_shape),
+             " must match the trailing dims of input ",
+             ir::ShapeToString(x.shape()));
+  SJ_REQUIRE(ir::IsFloating(x.dtype()),
+             "rms_norm: expected a floating-point input, got ",
+             ir::DTypeName(x.dtype()));
+  SJ_REQUIRE(!weight.defined() || ShapeRef(weight.shape()) == normalized_shape,
+             "rms_norm: weight of shape ", ir::ShapeToString(weight.shape()),
+             ", expected normalized_shape ",
+             ir::ShapeToString(normalized_shape));
+  // PyTorch's opmath type: f32 for the 16-bit types.
+  const DType compute = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+  const double e = eps.value_or(compute == DType::kF64
+                                    ? std::numeric_limits<double>::epsilon()
+                                    : std::numeric_limits<float>::epsilon());
+  SJ_REQUIRE(e >= 0, "rms_norm: eps must not be negative, got ", e);
+  std::vector<int64_t> dims;
+  for (int64_t d = x.dim() - k; d < x.dim(); ++d) dims.push_back(d);
+  const Tensor up = x.to(compute);
+  Tensor y =
+      (up * rsqrt(mean(up * up, dims, /*keepdim=*/true) + e)).to(x.dtype());
+  return weight.defined() ? y * weight : y;
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {

@@ -82,6 +82,16 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 Tensor layer_norm(const Tensor& x, ShapeRef normalized_shape,
                   const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
                   double eps = 1e-5);
+// Root-mean-square normalization over the trailing `normalized_shape` dims,
+// as torch.nn.functional.rms_norm: y = x * rsqrt(mean(x^2) + eps), computed
+// in f32 for f16/bf16/f32 inputs (f64 for f64) and returned in x's dtype,
+// then times `weight` (when given; the usual promotion applies). eps
+// defaults to that compute type's machine epsilon. Written with the ops
+// above, so its gradient, fusion (one row region when compiled) and device
+// kernels come from theirs.
+Tensor rms_norm(const Tensor& x, ShapeRef normalized_shape,
+                const Tensor& weight = Tensor(),
+                std::optional<double> eps = std::nullopt);
 
 // a: [..., M, K] (or [..., K, M] when transpose_a), b: [..., K, N] (or [..., N, K]).
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false,

@@ -322,6 +322,9 @@ void Backward(const Tensor& root, const Tensor& grad) {
   }
   Tensor seed = grad;
   if (!seed.defined()) {
+    // On the root's device: a CPU seed would reach the first grad rule as a
+    // CPU operand (sum's backward expands it to the input's shape).
+    runtime::FactoryDeviceGuard on_root(root.device());
     // Marked, so that a traced step's seed can be found by the grad-scaler
     // pass.
     seed = runtime::Dispatch(

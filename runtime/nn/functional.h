@@ -47,6 +47,11 @@ inline Tensor layer_norm(const Tensor& x, ShapeRef normalized_shape,
                          const Tensor& bias = Tensor(), double eps = 1e-5) {
   return ::stepjit::layer_norm(x, normalized_shape, weight, bias, eps);
 }
+inline Tensor rms_norm(const Tensor& x, ShapeRef normalized_shape,
+                       const Tensor& weight = Tensor(),
+                       std::optional<double> eps = std::nullopt) {
+  return ::stepjit::rms_norm(x, normalized_shape, weight, eps);
+}
 
 inline Tensor dropout(const Tensor& x, double p = 0.5, bool training = true,
                       Generator* gen = nullptr) {

@@ -72,6 +72,30 @@ Tensor LayerNormImpl::forward(const Tensor& input) {
   return layer_norm(input, normalized_shape_, weight, bias, eps_);
 }
 
+RMSNormImpl::RMSNormImpl(std::vector<int64_t> normalized_shape,
+                         std::optional<double> eps, bool elementwise_affine)
+    : normalized_shape_(std::move(normalized_shape)), eps_(eps) {
+  SJ_REQUIRE(!normalized_shape_.empty(),
+             "RMSNorm: normalized_shape must not be empty");
+  for (int64_t d : normalized_shape_) {
+    SJ_REQUIRE(d > 0, "RMSNorm: normalized_shape ",
+               ir::ShapeToString(normalized_shape_), " has a non-positive dim");
+  }
+  SJ_REQUIRE(!eps.has_value() || *eps >= 0,
+             "RMSNorm: eps must not be negative, got ", eps.value_or(0));
+  if (elementwise_affine)
+    weight = register_parameter("weight", ones(normalized_shape_));
+}
+
+Tensor RMSNormImpl::forward(const Tensor& input) {
+  return rms_norm(input, normalized_shape_, weight, eps_);
+}
+
+void RMSNormImpl::OnParameterReplaced(const std::string& name,
+                                      const Tensor& tensor) {
+  weight = tensor;
+}
+
 DropoutImpl::DropoutImpl(double p) : p_(p) {
   SJ_REQUIRE(p >= 0.0 && p <= 1.0,
              "Dropout: probability must be in [0, 1], got ", p);

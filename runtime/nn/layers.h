@@ -1,6 +1,6 @@
-// Standard layers (Linear, ReLU, Tanh, Sigmoid, SiLU, GELU, LayerNorm, Dropout,
-// Embedding, Flatten, Sequential) as Impl modules plus their libtorch-style
-// holder names.
+// Standard layers (Linear, ReLU, Tanh, Sigmoid, SiLU, GELU, LayerNorm, RMSNorm,
+// Dropout, Embedding, Flatten, Sequential) as Impl modules plus their
+// libtorch-style holder names.
 //
 // Initialization matches PyTorch's defaults and draws from the default
 // generator, so stepjit::manual_seed makes a model reproducible.
@@ -10,6 +10,7 @@
 #include <concepts>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,6 +97,34 @@ class LayerNormImpl : public Module {
   double eps_;
 };
 
+// RMSNorm as torch.nn.RMSNorm (llama-style models): rms_norm over the
+// trailing `normalized_shape` dims, times a learnable `weight` (ones at
+// first; none without elementwise_affine). eps nullopt: the machine epsilon
+// of the compute type, as PyTorch.
+class RMSNormImpl : public Module {
+ public:
+  explicit RMSNormImpl(std::vector<int64_t> normalized_shape,
+                       std::optional<double> eps = std::nullopt,
+                       bool elementwise_affine = true);
+  explicit RMSNormImpl(int64_t normalized_size,
+                       std::optional<double> eps = std::nullopt,
+                       bool elementwise_affine = true)
+      : RMSNormImpl(std::vector<int64_t>{normalized_size}, eps,
+                    elementwise_affine) {}
+  Tensor forward(const Tensor& input) override;
+
+ protected:
+  void OnParameterReplaced(const std::string& name,
+                           const Tensor& tensor) override;
+
+ public:
+  Tensor weight;  // undefined without elementwise_affine
+
+ private:
+  std::vector<int64_t> normalized_shape_;
+  std::optional<double> eps_;
+};
+
 // Identity in eval mode; in training zeroes with probability p and scales the
 // rest by 1/(1-p).
 class DropoutImpl : public Module {
@@ -175,6 +204,7 @@ using Tanh = ModuleHolder<TanhImpl>;
 using Sigmoid = ModuleHolder<SigmoidImpl>;
 using SiLU = ModuleHolder<SiLUImpl>;
 using LayerNorm = ModuleHolder<LayerNormImpl>;
+using RMSNorm = ModuleHolder<RMSNormImpl>;
 using Dropout = ModuleHolder<DropoutImpl>;
 using Embedding = ModuleHolder<EmbeddingImpl>;
 using Flatten = ModuleHolder<FlattenImpl>;

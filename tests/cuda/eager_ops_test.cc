@@ -459,6 +459,30 @@ TEST_F(CudaTest, EmbeddingBackwardOfManyTokensEqualsTheCpuBitForBit) {
       << runtime::cuda::HostFallbackSummary();
 }
 
+// rms_norm (written with cast, mul, mean, add and rsqrt) on the device, with
+// its gradients, against the CPU.
+TEST_F(CudaTest, RmsNormAndItsGradientsMatchTheCpu) {
+  const int64_t before = runtime::cuda::GetEagerStats().host_fallbacks;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const Tensor x = Random({6, 10}, DType::kF32).to(dt);
+    const Tensor w = Random({10}, DType::kF32);
+    const double tol = dt == DType::kF32 ? 1e-6 : 1.0 / 128;
+    Tensor dx = x.to(kCuda).set_requires_grad(true);
+    Tensor dw = w.to(kCuda).set_requires_grad(true);
+    Tensor hx = x.clone().set_requires_grad(true);
+    Tensor hw = w.clone().set_requires_grad(true);
+    const Tensor y = rms_norm(dx, {10}, dw), want = rms_norm(hx, {10}, hw);
+    ExpectClose(y, want, tol, tol,
+                "rms_norm " + std::string(ir::DTypeName(dt)));
+    sum(y).backward();
+    sum(want).backward();
+    ExpectClose(dx.grad(), hx.grad(), tol, tol, "rms_norm d/dx");
+    ExpectClose(dw.grad(), hw.grad(), tol, tol, "rms_norm d/dw");
+  }
+  EXPECT_EQ(runtime::cuda::GetEagerStats().host_fallbacks, before)
+      << runtime::cuda::HostFallbackSummary();
+}
+
 TEST_F(CudaTest, IntegerArgmaxRunsOnTheHostAndI32IndicesOnTheDevice) {
   const int64_t before = runtime::cuda::GetEagerStats().host_fallbacks;
   Tensor ints = from_vector(std::vector<int64_t>{3, -1, 7, 7, 2, 0}, {2, 3});
@@ -515,10 +539,22 @@ TEST_F(CudaTest, MixingDevicesIsAClearError) {
     (void)(a + b);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("expected every operand on one device"),
-              std::string::npos)
+    // Names both operands by index and device.
+    EXPECT_NE(
+        std::string(e.what()).find(
+            "add: input 0 is on cpu but input 1 is on cuda:0; expected every "
+            "operand on one device"),
+        std::string::npos)
         << e.what();
   }
+  // A CPU root's seed is no CPU operand of a device graph: sum's backward
+  // expands the seed to its input's shape, on the input's device.
+  Tensor x = ones({2, 3}, {.device = kCuda}).set_requires_grad(true);
+  sum(x * 2.0).backward();
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_TRUE(x.grad().device().is_cuda());
+  EXPECT_EQ(x.grad().to(Device::cpu()).to_vector<float>(),
+            std::vector<float>(6, 2.0f));
   EXPECT_THROW((void)ones({3}, {.device = Device::cuda(7)}), Error);
   EXPECT_THROW((void)b.pin_memory(), Error);
 }
