@@ -1,6 +1,7 @@
 // Eager CPU elementwise kernels: ir/scalar_def.h instantiated with C++ arithmetic.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -102,22 +103,55 @@ void CompareKernel(const KernelArgs& k) {
   });
 }
 
-void WhereKernel(const KernelArgs& k) {
+// where moves bits: elements of `W` (an unsigned integer of the element's
+// size), with a select the compiler vectorizes on contiguous runs.
+template <typename W>
+void WhereLoop(const KernelArgs& k) {
   const Tensor &c = k.inputs[0], &x = k.inputs[1], &y = k.inputs[2];
   std::array<Shape, 4> st = {
       BroadcastByteStrides(k.out, k.out.shape()), BroadcastByteStrides(c, k.out.shape()),
       BroadcastByteStrides(x, k.out.shape()), BroadcastByteStrides(y, k.out.shape())};
-  const int64_t size = k.out.element_size();
-  ForEach<4>(k.out.shape(), st,
-             {static_cast<char*>(k.out.data_ptr()), static_cast<char*>(c.data_ptr()),
-              static_cast<char*>(x.data_ptr()), static_cast<char*>(y.data_ptr())},
-             [&](std::array<char*, 4> p, std::array<int64_t, 4> s, int64_t n) {
-               for (int64_t i = 0; i < n; ++i) {
-                 const bool take_x = *reinterpret_cast<const bool*>(p[1] + i * s[1]);
-                 std::memcpy(p[0] + i * s[0], (take_x ? p[2] + i * s[2] : p[3] + i * s[3]),
-                             size);
-               }
-             });
+  constexpr int64_t kSize = sizeof(W);
+  ForEach<4>(
+      k.out.shape(), st,
+      {static_cast<char*>(k.out.data_ptr()), static_cast<char*>(c.data_ptr()),
+       static_cast<char*>(x.data_ptr()), static_cast<char*>(y.data_ptr())},
+      [&](std::array<char*, 4> p, std::array<int64_t, 4> s, int64_t n) {
+        if (s[0] == kSize && s[1] == 1 && s[2] == kSize && s[3] == kSize) {
+          W* o = reinterpret_cast<W*>(p[0]);
+          // bool is one byte holding 0 or 1.
+          const uint8_t* cond = reinterpret_cast<const uint8_t*>(p[1]);
+          const W* a = reinterpret_cast<const W*>(p[2]);
+          const W* b = reinterpret_cast<const W*>(p[3]);
+          // A mask, not a branch per element.
+          for (int64_t i = 0; i < n; ++i) {
+            const W mask = static_cast<W>(W{0} - static_cast<W>(cond[i]));
+            o[i] = static_cast<W>((a[i] & mask) | (b[i] & ~mask));
+          }
+          return;
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          const bool take_x = *reinterpret_cast<const bool*>(p[1] + i * s[1]);
+          W v;
+          std::memcpy(&v, take_x ? p[2] + i * s[2] : p[3] + i * s[3], kSize);
+          std::memcpy(p[0] + i * s[0], &v, kSize);
+        }
+      });
+}
+
+void WhereKernel(const KernelArgs& k) {
+  switch (k.out.element_size()) {
+    case 1:
+      return WhereLoop<uint8_t>(k);
+    case 2:
+      return WhereLoop<uint16_t>(k);
+    case 4:
+      return WhereLoop<uint32_t>(k);
+    case 8:
+      return WhereLoop<uint64_t>(k);
+    default:
+      SJ_CHECK(false, "where: element size ", k.out.element_size());
+  }
 }
 
 template <OpId op>

@@ -377,6 +377,42 @@ INSTANTIATE_TEST_SUITE_P(AllCompareOps, CompareOpTest,
                            return std::string(info.param.name);
                          });
 
+// where moves each element's bits: every element size (bool and the 16-,
+// 32- and 64-bit types), contiguous runs long enough for the vector loop and
+// its tail, and NaNs, infinities and signed zeros kept exactly.
+TEST(WhereTest, EveryElementSizeKeepsItsBitsExactly) {
+  const int64_t n = 1000;
+  Values cv(n), av(n), bv(n);
+  for (int64_t i = 0; i < n; ++i) {
+    cv[i] = (i * 7 % 3) == 0;
+    av[i] = (i % 5 == 0) ? -0.0 : static_cast<double>(i) * 0.25 - 31;
+    bv[i] = (i % 11 == 0) ? std::numeric_limits<double>::infinity()
+                          : static_cast<double>(i % 17) - 8;
+  }
+  const Tensor cond = Make(cv, {n}, DType::kBool);
+  for (DType dt : {DType::kBool, DType::kBF16, DType::kF16, DType::kF32,
+                   DType::kI32, DType::kF64, DType::kI64}) {
+    const Tensor a = Make(av, {n}, DType::kF64).to(dt);
+    const Tensor b = Make(bv, {n}, DType::kF64).to(dt);
+    const Tensor out = where(cond, a, b);
+    ASSERT_EQ(out.dtype(), dt);
+    const Values va = Read(a), vb = Read(b), vo = Read(out);
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = cv[i] != 0 ? va[i] : vb[i];
+      EXPECT_TRUE(vo[i] == want || (std::isnan(vo[i]) && std::isnan(want)))
+          << ir::DTypeName(dt) << " element " << i << ": " << vo[i] << " vs "
+          << want;
+      if (vo[i] == 0) {
+        EXPECT_EQ(std::signbit(vo[i]), std::signbit(want))
+            << ir::DTypeName(dt) << " signed zero at " << i;
+      }
+    }
+  }
+  const Tensor nan = full({n}, std::numeric_limits<double>::quiet_NaN());
+  const Values vn = Read(where(cond, nan, zeros({n})));
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(std::isnan(vn[i]), cv[i] != 0) << i;
+}
+
 TEST(WhereTest, BroadcastsAllThreeOperandsAndPromotes) {
   const Values cv = {1, 0, 0, 1, 0, 1, 1, 0};
   const Tensor cond = Make(cv, {2, 1, 4}, DType::kBool);
