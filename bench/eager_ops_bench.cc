@@ -30,19 +30,32 @@ struct EagerCase {
 
 const std::vector<EagerCase>& Cases() {
   static const auto* cases = new std::vector<EagerCase>{
-      {"add", 2, [](const Tensor& a, const Tensor& b, const Tensor&) { return a + b; }},
-      {"mul", 2, [](const Tensor& a, const Tensor& b, const Tensor&) { return a * b; }},
-      {"neg", 1, [](const Tensor& a, const Tensor&, const Tensor&) { return -a; }},
-      {"relu", 1, [](const Tensor& a, const Tensor&, const Tensor&) { return relu(a); }},
-      {"abs", 1, [](const Tensor& a, const Tensor&, const Tensor&) { return abs(a); }},
-      {"exp", 1, [](const Tensor& a, const Tensor&, const Tensor&) { return exp(a); }},
-      {"tanh", 1, [](const Tensor& a, const Tensor&, const Tensor&) { return tanh(a); }},
+      {"add", 2,
+       [](const Tensor& a, const Tensor& b, const Tensor&) { return a + b; }},
+      {"mul", 2,
+       [](const Tensor& a, const Tensor& b, const Tensor&) { return a * b; }},
+      {"neg", 1,
+       [](const Tensor& a, const Tensor&, const Tensor&) { return -a; }},
+      {"relu", 1,
+       [](const Tensor& a, const Tensor&, const Tensor&) { return relu(a); }},
+      {"abs", 1,
+       [](const Tensor& a, const Tensor&, const Tensor&) { return abs(a); }},
+      {"exp", 1,
+       [](const Tensor& a, const Tensor&, const Tensor&) { return exp(a); }},
+      {"tanh", 1,
+       [](const Tensor& a, const Tensor&, const Tensor&) { return tanh(a); }},
       {"sigmoid", 1,
-       [](const Tensor& a, const Tensor&, const Tensor&) { return sigmoid(a); }},
-      {"silu", 1, [](const Tensor& a, const Tensor&, const Tensor&) { return silu(a); }},
-      {"gelu", 1, [](const Tensor& a, const Tensor&, const Tensor&) { return gelu(a); }},
+       [](const Tensor& a, const Tensor&, const Tensor&) {
+         return sigmoid(a);
+       }},
+      {"silu", 1,
+       [](const Tensor& a, const Tensor&, const Tensor&) { return silu(a); }},
+      {"gelu", 1,
+       [](const Tensor& a, const Tensor&, const Tensor&) { return gelu(a); }},
       {"where", 2,
-       [](const Tensor& a, const Tensor& b, const Tensor& c) { return where(c, a, b); }},
+       [](const Tensor& a, const Tensor& b, const Tensor& c) {
+         return where(c, a, b);
+       }},
   };
   return *cases;
 }
@@ -58,13 +71,15 @@ void BM_Eager(benchmark::State& state, const EagerCase* c) {
   }
   const int64_t n = kRows * kCols;
   const int64_t bool_bytes = std::string(c->name) == "where" ? n : 0;
-  state.SetBytesProcessed(state.iterations() * (n * 4 * (c->operands + 1) + bool_bytes));
+  state.SetBytesProcessed(state.iterations() *
+                          (n * 4 * (c->operands + 1) + bool_bytes));
 }
 
 const bool registered = [] {
   for (const EagerCase& c : Cases()) {
-    benchmark::RegisterBenchmark(("Eager/" + std::string(c.name) + "/f32_1024x1024").c_str(),
-                                 BM_Eager, &c)
+    benchmark::RegisterBenchmark(
+        ("Eager/" + std::string(c.name) + "/f32_1024x1024").c_str(), BM_Eager,
+        &c)
         ->UseRealTime();
   }
   return true;

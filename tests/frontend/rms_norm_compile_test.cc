@@ -24,9 +24,9 @@ struct LlamaBlock {
   nn::Linear up{kD, kHidden}, down{kHidden, kD}, head{kD, kClasses};
   std::vector<Tensor> parameters() {
     std::vector<Tensor> ps;
-    for (const auto& group : {norm1->parameters(), up->parameters(),
-                              down->parameters(), norm2->parameters(),
-                              head->parameters()}) {
+    for (const auto& group :
+         {norm1->parameters(), up->parameters(), down->parameters(),
+          norm2->parameters(), head->parameters()}) {
       ps.insert(ps.end(), group.begin(), group.end());
     }
     return ps;
@@ -75,7 +75,8 @@ TEST(RmsNormCompileTest, CompiledLlamaBlockStepFollowsEager) {
   std::string explain;
   CompileStats stats;
   const auto got = Train(true, DType::kF32, &explain, &stats);
-  test::ExpectNear(got, Train(false, DType::kF32, nullptr, nullptr), 1e-5, 1e-6);
+  test::ExpectNear(got, Train(false, DType::kF32, nullptr, nullptr), 1e-5,
+                   1e-6);
   EXPECT_GT(stats.replays, 0) << explain;
   test::ExpectNoneInterpreted(explain);
   // rms_norm is written with cast, mul, mean, add, rsqrt and mul: fused,
@@ -87,7 +88,8 @@ TEST(RmsNormCompileTest, CompiledBf16StepFollowsEagerAutocast) {
   std::string explain;
   CompileStats stats;
   const auto got = Train(true, DType::kBF16, &explain, &stats);
-  test::ExpectNear(got, Train(false, DType::kBF16, nullptr, nullptr), 2e-2, 2e-3);
+  test::ExpectNear(got, Train(false, DType::kBF16, nullptr, nullptr), 2e-2,
+                   2e-3);
   EXPECT_GT(stats.replays, 0) << explain;
   test::ExpectNoneInterpreted(explain);
 }

@@ -62,10 +62,12 @@ TEST(RmsNormTest, ForwardMatchesAFloat64Loop) {
       EXPECT_NEAR(got[i], want[i], 2e-6 * std::abs(want[i]) + 1e-7)
           << what << " element " << i;
     // No weight, an explicit eps.
-    const std::vector<double> plain = Doubles(rms_norm(x, c.normalized, {}, 0.5));
+    const std::vector<double> plain =
+        Doubles(rms_norm(x, c.normalized, {}, 0.5));
     const std::vector<double> plain_want = Reference(Doubles(x), {}, n, 0.5);
     for (size_t i = 0; i < plain.size(); ++i)
-      EXPECT_NEAR(plain[i], plain_want[i], 2e-6 * std::abs(plain_want[i]) + 1e-7)
+      EXPECT_NEAR(plain[i], plain_want[i],
+                  2e-6 * std::abs(plain_want[i]) + 1e-7)
           << what << " without weight, element " << i;
   }
 }
@@ -80,9 +82,9 @@ TEST(RmsNormTest, SixteenBitInputsComputeInF32AndF64InF64) {
     const Tensor y = rms_norm(low, {16});
     EXPECT_EQ(y.dtype(), dt);
     // The reference from the rounded input, in f32, rounded to dt.
-    const Tensor want =
-        rms_norm(low.to(DType::kF32), {16}, {}, std::numeric_limits<float>::epsilon())
-            .to(dt);
+    const Tensor want = rms_norm(low.to(DType::kF32), {16}, {},
+                                 std::numeric_limits<float>::epsilon())
+                            .to(dt);
     EXPECT_EQ(Doubles(y), Doubles(want)) << ir::DTypeName(dt);
     // A weight in f32 promotes the result to f32, as in PyTorch.
     EXPECT_EQ(rms_norm(low, {16}, ones({16})).dtype(), DType::kF32);
@@ -92,7 +94,8 @@ TEST(RmsNormTest, SixteenBitInputsComputeInF32AndF64InF64) {
   const std::vector<double> want =
       Reference(Doubles(x64), {}, 16, std::numeric_limits<double>::epsilon());
   for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_NEAR(got[i], want[i], 1e-14 * std::abs(want[i])) << "f64 element " << i;
+    EXPECT_NEAR(got[i], want[i], 1e-14 * std::abs(want[i]))
+        << "f64 element " << i;
 }
 
 // d/dx and d/dw of L = sum(rms_norm(x, w) * r), against central differences
@@ -108,7 +111,8 @@ TEST(RmsNormTest, GradientsMatchFiniteDifferences) {
   Tensor w = w0.clone().set_requires_grad(true);
   sum(rms_norm(x, {n}, w, eps) * r).backward();
   const std::vector<double> xs = Doubles(x0), ws = Doubles(w0), rs = Doubles(r);
-  auto loss = [&](const std::vector<double>& xv, const std::vector<double>& wv) {
+  auto loss = [&](const std::vector<double>& xv,
+                  const std::vector<double>& wv) {
     const std::vector<double> y = Reference(xv, wv, n, eps);
     double l = 0;
     for (size_t i = 0; i < y.size(); ++i) l += y[i] * rs[i];
@@ -139,15 +143,20 @@ TEST(RmsNormTest, ModuleHasPyTorchsParameterAndDefaults) {
   EXPECT_EQ(Doubles(norm->weight), std::vector<double>(8, 1.0));
   Generator gen(6);
   const Tensor x = randn({2, 8}, {}, &gen);
-  EXPECT_EQ(Doubles(norm(x)), Doubles(nn::functional::rms_norm(x, {8}, norm->weight)));
-  EXPECT_TRUE(nn::RMSNorm(std::vector<int64_t>{2, 4}, 1e-6, false)->parameters().empty());
+  EXPECT_EQ(Doubles(norm(x)),
+            Doubles(nn::functional::rms_norm(x, {8}, norm->weight)));
+  EXPECT_TRUE(nn::RMSNorm(std::vector<int64_t>{2, 4}, 1e-6, false)
+                  ->parameters()
+                  .empty());
   // A trained weight scales the result per column.
   {
     NoGradGuard no_grad;
     norm->weight.mul_(2.0);
   }
-  const std::vector<double> twice = Doubles(norm(x)), once = Doubles(rms_norm(x, {8}));
-  for (size_t i = 0; i < twice.size(); ++i) EXPECT_FLOAT_EQ(twice[i], 2 * once[i]);
+  const std::vector<double> twice = Doubles(norm(x)),
+                            once = Doubles(rms_norm(x, {8}));
+  for (size_t i = 0; i < twice.size(); ++i)
+    EXPECT_FLOAT_EQ(twice[i], 2 * once[i]);
 }
 
 TEST(RmsNormTest, BadArgumentsAreRefusedWithWhatWasExpected) {
@@ -160,13 +169,16 @@ TEST(RmsNormTest, BadArgumentsAreRefusedWithWhatWasExpected) {
     }
     return std::string("no error");
   };
-  EXPECT_THAT(message([&] { rms_norm(x, {4}); }),
-              HasSubstr("rms_norm: normalized_shape [4] must match the trailing dims "
-                        "of input [2, 3]"));
+  EXPECT_THAT(
+      message([&] { rms_norm(x, {4}); }),
+      HasSubstr("rms_norm: normalized_shape [4] must match the trailing dims "
+                "of input [2, 3]"));
   EXPECT_THAT(message([&] { rms_norm(x.to(DType::kI64), {3}); }),
               HasSubstr("rms_norm: expected a floating-point input, got i64"));
-  EXPECT_THAT(message([&] { rms_norm(x, {3}, ones({2})); }),
-              HasSubstr("rms_norm: weight of shape [2], expected normalized_shape [3]"));
+  EXPECT_THAT(
+      message([&] { rms_norm(x, {3}, ones({2})); }),
+      HasSubstr(
+          "rms_norm: weight of shape [2], expected normalized_shape [3]"));
   EXPECT_THAT(message([&] { rms_norm(x, {3}, {}, -1.0); }),
               HasSubstr("rms_norm: eps must not be negative, got -1"));
   EXPECT_THAT(message([&] { nn::RMSNorm(std::vector<int64_t>{}); }),
