@@ -110,21 +110,26 @@ cl::opt<DeviceKind, false, tools::WordParser<DeviceKind>> device(
     cl::values(clEnumValN(DeviceKind::kCpu, "cpu", "the CPU (default)"),
                clEnumValN(DeviceKind::kCuda, "cuda", "CUDA device 0")),
     cl::init(DeviceKind::kCpu), cl::cat(kFlags));
-cl::opt<OnOff, false, tools::WordParser<OnOff>> cuda_graphs(
+// A flag taking on or off, on by default.
+class OnOffFlag : public cl::opt<OnOff, false, tools::WordParser<OnOff>> {
+ public:
+  OnOffFlag(llvm::StringRef name, const char* description)
+      : cl::opt<OnOff, false, tools::WordParser<OnOff>>(
+            name, cl::desc(description),
+            cl::values(clEnumValN(OnOff::kOn, "on", "(default)"),
+                       clEnumValN(OnOff::kOff, "off", "no")),
+            cl::init(OnOff::kOn), cl::cat(kFlags)) {}
+  bool on() const { return getValue() == OnOff::kOn; }
+};
+OnOffFlag cuda_graphs(
     "cuda-graphs",
-    cl::desc("CompileOptions::cuda_graphs, whether compiled CUDA steps\n"
-             "replay as one captured CUDA graph"),
-    cl::values(clEnumValN(OnOff::kOn, "on", "(default)"),
-               clEnumValN(OnOff::kOff, "off", "no")),
-    cl::init(OnOff::kOn), cl::cat(kFlags));
-cl::opt<OnOff, false, tools::WordParser<OnOff>> multi_region(
+    "CompileOptions::cuda_graphs, whether compiled CUDA steps\n"
+    "replay as one captured CUDA graph");
+OnOffFlag multi_region(
     "multi-region",
-    cl::desc("CompileOptions::cuda_multi_region, whether consecutive\n"
-             "independent regions (the optimizer updates) launch as one\n"
-             "kernel per phase"),
-    cl::values(clEnumValN(OnOff::kOn, "on", "(default)"),
-               clEnumValN(OnOff::kOff, "off", "no")),
-    cl::init(OnOff::kOn), cl::cat(kFlags));
+    "CompileOptions::cuda_multi_region, whether consecutive\n"
+    "independent regions (the optimizer updates) launch as one\n"
+    "kernel per phase");
 cl::opt<long long, false, tools::IntParser<1>> steps(
     "steps",
     cl::desc("timed steps per workload and mode (default 50); with\n"
@@ -191,14 +196,11 @@ cl::opt<bool> csv(
              "columns are empty in eager rows (the machine's limits are not\n"
              "printed); with --bandwidth the --bandwidth fields"),
     cl::cat(kFlags));
-cl::opt<OnOff, false, tools::WordParser<OnOff>> compile_times(
+OnOffFlag compile_times(
     "compile-times",
-    cl::desc("whether compiled f32 rows measure compile cold and warm in two\n"
-             "child processes (off: both are reported as -1, not measured;\n"
-             "a short device lease has no time for them)"),
-    cl::values(clEnumValN(OnOff::kOn, "on", "(default)"),
-               clEnumValN(OnOff::kOff, "off", "no")),
-    cl::init(OnOff::kOn), cl::cat(kFlags));
+    "whether compiled f32 rows measure compile cold and warm in two\n"
+    "child processes (off: both are reported as -1, not measured;\n"
+    "a short device lease has no time for them)");
 cl::opt<bool> info(
     "info",
     cl::desc("instead of the workloads, print what the device has: on CUDA\n"
@@ -291,13 +293,13 @@ Flags FromCommandLine() {
           .steps = flags::steps,
           .warmup = flags::warmup,
           .numel = flags::numel,
-          .cuda_graphs = flags::cuda_graphs == OnOff::kOn,
-          .multi_region = flags::multi_region == OnOff::kOn,
+          .cuda_graphs = flags::cuda_graphs.on(),
+          .multi_region = flags::multi_region.on(),
           .bandwidth = flags::bandwidth,
           .json = flags::json,
           .csv = flags::csv,
           .roofline = flags::roofline,
-          .compile_times = flags::compile_times == OnOff::kOn,
+          .compile_times = flags::compile_times.on(),
           .info = flags::info,
           .background_load = flags::background_load};
   switch (flags::amp) {

@@ -43,32 +43,17 @@ std::vector<std::vector<float>> Train(bool compiled, DType amp,
   manual_seed(31);
   LlamaBlock model;
   optim::AdamW opt(model.parameters(), {.lr = 3e-3});
-  auto step = [&](const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss;
-    {
-      amp::Autocast ac(amp == DType::kF32 ? DType::kBF16 : amp,
-                       !compiled && amp != DType::kF32);
-      loss = nn::functional::cross_entropy(model(x), y);
-    }
-    loss.backward();
-    opt.step();
-    return loss;
-  };
-  auto fast = compile(step, {.mode = compiled ? Mode::kCompiled : Mode::kEager,
-                             .amp = compiled ? amp : DType::kF32});
   Generator gen(32);
-  std::vector<std::vector<float>> out;
+  std::vector<std::pair<Tensor, Tensor>> batches;
   for (int s = 0; s < 6; ++s) {
     const Tensor x = randn({13, LlamaBlock::kD}, {}, &gen);
     const Tensor y =
         randint(0, LlamaBlock::kClasses, {13}, {.dtype = DType::kI64}, &gen);
-    out.push_back(test::HostValues(fast(x, y)));
+    batches.emplace_back(x, y);
   }
-  for (const Tensor& p : model.parameters()) out.push_back(test::HostValues(p));
-  if (explain != nullptr) *explain = fast.explain();
-  if (stats != nullptr) *stats = fast.stats();
-  return out;
+  return test::TrainCrossEntropy([&](const Tensor& x) { return model(x); }, opt,
+                                 model.parameters(), compiled, amp, batches,
+                                 explain, stats);
 }
 
 TEST(RmsNormCompileTest, CompiledLlamaBlockStepFollowsEager) {

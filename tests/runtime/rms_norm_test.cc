@@ -16,12 +16,10 @@
 #include "runtime/nn/layers.h"
 #include "runtime/ops.h"
 #include "runtime/tensor.h"
+#include "tests/util/expect_error.h"
 
 namespace stepjit {
 namespace {
-
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 
 std::vector<double> Doubles(const Tensor& t) {
   return t.contiguous().to(DType::kF64).to_vector<double>();
@@ -161,30 +159,20 @@ TEST(RmsNormTest, ModuleHasPyTorchsParameterAndDefaults) {
 
 TEST(RmsNormTest, BadArgumentsAreRefusedWithWhatWasExpected) {
   const Tensor x = ones({2, 3});
-  auto message = [](auto&& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_THAT(
-      message([&] { rms_norm(x, {4}); }),
-      HasSubstr("rms_norm: normalized_shape [4] must match the trailing dims "
-                "of input [2, 3]"));
-  EXPECT_THAT(message([&] { rms_norm(x.to(DType::kI64), {3}); }),
-              HasSubstr("rms_norm: expected a floating-point input, got i64"));
-  EXPECT_THAT(
-      message([&] { rms_norm(x, {3}, ones({2})); }),
-      HasSubstr(
-          "rms_norm: weight of shape [2], expected normalized_shape [3]"));
-  EXPECT_THAT(message([&] { rms_norm(x, {3}, {}, -1.0); }),
-              HasSubstr("rms_norm: eps must not be negative, got -1"));
-  EXPECT_THAT(message([&] { nn::RMSNorm(std::vector<int64_t>{}); }),
-              HasSubstr("RMSNorm: normalized_shape must not be empty"));
-  EXPECT_THAT(message([&] { nn::RMSNorm(4, -1e-3); }),
-              HasSubstr("RMSNorm: eps must not be negative"));
+  test::ExpectError([&] { rms_norm(x, {4}); },
+                    {"rms_norm: normalized_shape [4] must match the trailing "
+                     "dims of input [2, 3]"});
+  test::ExpectError([&] { rms_norm(x.to(DType::kI64), {3}); },
+                    {"rms_norm: expected a floating-point input, got i64"});
+  test::ExpectError(
+      [&] { rms_norm(x, {3}, ones({2})); },
+      {"rms_norm: weight of shape [2], expected normalized_shape [3]"});
+  test::ExpectError([&] { rms_norm(x, {3}, {}, -1.0); },
+                    {"rms_norm: eps must not be negative, got -1"});
+  test::ExpectError([&] { nn::RMSNorm(std::vector<int64_t>{}); },
+                    {"RMSNorm: normalized_shape must not be empty"});
+  test::ExpectError([&] { nn::RMSNorm(4, -1e-3); },
+                    {"RMSNorm: eps must not be negative"});
 }
 
 }  // namespace

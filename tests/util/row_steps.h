@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "frontend/stepjit.h"
@@ -48,6 +49,38 @@ inline void ExpectNoneInterpreted(const std::string& explain) {
       << explain;
 }
 
+// Trains with cross-entropy over `forward`'s logits and `opt` on each
+// (x, y) of `batches`, compiled or eager; with `amp` not f32 the compiled
+// step is compiled with that autocast and the eager one runs under
+// amp::Autocast. Returns the losses, then `params` after the last step.
+template <typename Forward>
+std::vector<std::vector<float>> TrainCrossEntropy(
+    Forward&& forward, optim::Optimizer& opt, const std::vector<Tensor>& params,
+    bool compiled, DType amp,
+    const std::vector<std::pair<Tensor, Tensor>>& batches, std::string* explain,
+    CompileStats* stats = nullptr) {
+  auto step = [&](const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      amp::Autocast ac(amp == DType::kF32 ? DType::kBF16 : amp,
+                       !compiled && amp != DType::kF32);
+      loss = nn::functional::cross_entropy(forward(x), y);
+    }
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  auto fast = compile(step, {.mode = compiled ? Mode::kCompiled : Mode::kEager,
+                             .amp = compiled ? amp : DType::kF32});
+  std::vector<std::vector<float>> out;
+  for (const auto& [x, y] : batches) out.push_back(HostValues(fast(x, y)));
+  for (const Tensor& p : params) out.push_back(HostValues(p));
+  if (explain) *explain = fast.explain();
+  if (stats) *stats = fast.stats();
+  return out;
+}
+
 // The Fashion-MNIST step (examples/fashion_mnist.cc) at a smaller width on
 // `device`: MLP, cross-entropy, optimizer `Opt`; with `amp` not f32, the
 // compiled step is compiled with that autocast and the eager one runs under
@@ -61,30 +94,15 @@ std::vector<std::vector<float>> TrainMlp(Device device, bool compiled,
                        nn::ReLU(), nn::Linear(64, 10));
   model->to(device);
   Opt opt(model.parameters(), o);
-  auto step = [&](const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss;
-    {
-      amp::Autocast ac(amp == DType::kF32 ? DType::kBF16 : amp,
-                       !compiled && amp != DType::kF32);
-      loss = nn::functional::cross_entropy(model(x), y);
-    }
-    loss.backward();
-    opt.step();
-    return loss;
-  };
-  auto fast = compile(step, {.mode = compiled ? Mode::kCompiled : Mode::kEager,
-                             .amp = compiled ? amp : DType::kF32});
   Generator gen(5);
-  std::vector<std::vector<float>> out;
+  std::vector<std::pair<Tensor, Tensor>> batches;
   for (int s = 0; s < 5; ++s) {
     Tensor x = randn({32, 784}, {}, &gen).to(device);
     Tensor y = randint(0, 10, {32}, {.dtype = DType::kI64}, &gen).to(device);
-    out.push_back(HostValues(fast(x, y)));
+    batches.emplace_back(x, y);
   }
-  for (const Tensor& p : model.parameters()) out.push_back(HostValues(p));
-  if (explain) *explain = fast.explain();
-  return out;
+  return TrainCrossEntropy([&](const Tensor& x) { return model(x); }, opt,
+                           model.parameters(), compiled, amp, batches, explain);
 }
 
 // A pre-LN transformer block: LayerNorm -> causal single-head attention
