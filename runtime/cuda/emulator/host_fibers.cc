@@ -35,6 +35,7 @@
 #endif
 #endif
 #ifdef SJ_FIBER_ASAN
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 #ifdef SJ_FIBER_TSAN
@@ -217,6 +218,13 @@ void BlockRunner::SwitchToScheduler(Fiber& f, bool exiting) {
 }
 
 void BlockRunner::ResetFiber(Fiber& f) {
+#ifdef SJ_FIBER_ASAN
+  // The stack's previous run ended in a switch, not a return: the
+  // redzones of its frames are still poisoned.
+  __asan_unpoison_memory_region(
+      static_cast<char*>(f.stack) + getpagesize(),
+      kFiberStackBytes - static_cast<size_t>(getpagesize()));
+#endif
 #ifdef SJ_FIBER_FAST_SWITCH
   // What sj_fiber_switch pops, from the 16-byte aligned top down: the
   // return address (FiberMain, entered as if called: rsp = 8 mod 16), six
