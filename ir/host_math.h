@@ -36,7 +36,12 @@ struct HostMath {
   static C Div(C a, C b) { return a / b; }
   // -a, not 0 - a: the sign of a zero matters.
   static C Neg(C a) { return -a; }
-  static C Abs(C a) { return a < C(0) ? -a : a; }
+  static C Abs(C a) {
+    if constexpr (std::is_floating_point_v<C>)
+      return Pick(a < C(0), -a, a);
+    else
+      return a < C(0) ? -a : a;
+  }
   static C Exp(C a) {
     if constexpr (std::is_floating_point_v<C>) {
       HostMath m;
@@ -74,22 +79,34 @@ struct HostMath {
   static C Cos(C a) { return std::cos(a); }
   static C Pow(C a, C b) { return static_cast<C>(std::pow(a, b)); }
   // NaN-propagating, as torch.maximum / torch.minimum.
-  static C Max(C a, C b) { return (a != a || a > b) ? a : b; }
-  static C Min(C a, C b) { return (a != a || a < b) ? a : b; }
-  static C Select(bool c, C a, C b) { return c ? a : b; }
+  static C Max(C a, C b) { return Pick((a != a) | (a > b), a, b); }
+  static C Min(C a, C b) { return Pick((a != a) | (a < b), a, b); }
+  static C Select(bool c, C a, C b) { return Pick(c, a, b); }
   static bool Eq(C a, C b) { return a == b; }
   static bool Ne(C a, C b) { return a != b; }
   static bool Lt(C a, C b) { return a < b; }
   static bool Le(C a, C b) { return a <= b; }
   static bool Gt(C a, C b) { return a > b; }
   static bool Ge(C a, C b) { return a >= b; }
-  // Scalar code runs only the branch it needs (ir/poly_math.h's tanh and
-  // erf); the other would give the same value for this element.
+  // Both sides (pure math, no side effects) and a blend, so that a loop of
+  // it (ir/poly_math.h's tanh and erf) has no branch and vectorizes.
   template <class F, class G>
   static C Choose(bool c, F then, G otherwise) {
-    return c ? then() : otherwise();
+    const C a = then(), b = otherwise();
+    return Pick(c, a, b);
   }
   static I Bits(C a) { return std::bit_cast<I>(a); }
+  // c ? a : b for floats as a bit blend: no branch for the compiler to
+  // thread or keep, so loops of Min/Max (exp's clamp) vectorize.
+  static C Pick(bool c, C a, C b) {
+    if constexpr (std::is_floating_point_v<C>) {
+      const U mask = static_cast<U>(U{0} - static_cast<U>(c));
+      return std::bit_cast<C>(static_cast<U>((std::bit_cast<U>(a) & mask) |
+                                             (std::bit_cast<U>(b) & ~mask)));
+    } else {
+      return c ? a : b;
+    }
+  }
   static C FromBits(I a) { return std::bit_cast<C>(a); }
   static I IConst(int64_t v) { return static_cast<I>(v); }
   static I IAdd(I a, I b) {

@@ -26,20 +26,26 @@ template <typename T, typename Acc, typename F>
 void UnaryLoop(const Tensor& out, const Tensor& x, F f) {
   std::array<Shape, 2> st = {BroadcastByteStrides(out, out.shape()),
                              BroadcastByteStrides(x, out.shape())};
-  ForEach<2>(out.shape(), st,
-             {static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr())},
-             [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
-               T* o = reinterpret_cast<T*>(p[0]);
-               const T* a = reinterpret_cast<const T*>(p[1]);
-               if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
-                 for (int64_t i = 0; i < n; ++i) o[i] = Convert<T>(f(static_cast<Acc>(a[i])));
-               } else {
-                 for (int64_t i = 0; i < n; ++i) {
-                   *reinterpret_cast<T*>(p[0] + i * s[0]) = Convert<T>(
-                       f(static_cast<Acc>(*reinterpret_cast<const T*>(p[1] + i * s[1]))));
-                 }
-               }
-             });
+  ForEach<2>(
+      out.shape(), st,
+      {static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr())},
+      // flatten: the op's math (exp's polynomial, called from many
+      // kernels) is inlined into the loop, which then vectorizes.
+      [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n)
+          __attribute__((flatten)) {
+            T* o = reinterpret_cast<T*>(p[0]);
+            const T* a = reinterpret_cast<const T*>(p[1]);
+            if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
+              for (int64_t i = 0; i < n; ++i)
+                o[i] = Convert<T>(f(static_cast<Acc>(a[i])));
+            } else {
+              for (int64_t i = 0; i < n; ++i) {
+                *reinterpret_cast<T*>(p[0] + i * s[0]) =
+                    Convert<T>(f(static_cast<Acc>(
+                        *reinterpret_cast<const T*>(p[1] + i * s[1]))));
+              }
+            }
+          });
 }
 
 template <typename T, typename Acc, typename Out, typename F>
@@ -47,31 +53,37 @@ void BinaryLoop(const Tensor& out, const Tensor& x, const Tensor& y, F f) {
   std::array<Shape, 3> st = {BroadcastByteStrides(out, out.shape()),
                              BroadcastByteStrides(x, out.shape()),
                              BroadcastByteStrides(y, out.shape())};
-  ForEach<3>(out.shape(), st,
-             {static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr()),
-              static_cast<char*>(y.data_ptr())},
-             [&](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
-               Out* o = reinterpret_cast<Out*>(p[0]);
-               const T* a = reinterpret_cast<const T*>(p[1]);
-               const T* b = reinterpret_cast<const T*>(p[2]);
-               if (s[0] == sizeof(Out) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
-                 for (int64_t i = 0; i < n; ++i) {
-                   o[i] = Convert<Out>(f(static_cast<Acc>(a[i]), static_cast<Acc>(b[i])));
-                 }
-               } else if (s[0] == sizeof(Out) && s[1] == sizeof(T) && s[2] == 0) {
-                 const Acc bv = static_cast<Acc>(b[0]);
-                 for (int64_t i = 0; i < n; ++i) o[i] = Convert<Out>(f(static_cast<Acc>(a[i]), bv));
-               } else if (s[0] == sizeof(Out) && s[1] == 0 && s[2] == sizeof(T)) {
-                 const Acc av = static_cast<Acc>(a[0]);
-                 for (int64_t i = 0; i < n; ++i) o[i] = Convert<Out>(f(av, static_cast<Acc>(b[i])));
-               } else {
-                 for (int64_t i = 0; i < n; ++i) {
-                   *reinterpret_cast<Out*>(p[0] + i * s[0]) = Convert<Out>(
-                       f(static_cast<Acc>(*reinterpret_cast<const T*>(p[1] + i * s[1])),
-                         static_cast<Acc>(*reinterpret_cast<const T*>(p[2] + i * s[2]))));
-                 }
-               }
-             });
+  ForEach<3>(
+      out.shape(), st,
+      {static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr()),
+       static_cast<char*>(y.data_ptr())},
+      [&](std::array<char*, 3> p, std::array<int64_t, 3> s,
+          int64_t n) __attribute__((flatten)) {
+        Out* o = reinterpret_cast<Out*>(p[0]);
+        const T* a = reinterpret_cast<const T*>(p[1]);
+        const T* b = reinterpret_cast<const T*>(p[2]);
+        if (s[0] == sizeof(Out) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
+          for (int64_t i = 0; i < n; ++i) {
+            o[i] =
+                Convert<Out>(f(static_cast<Acc>(a[i]), static_cast<Acc>(b[i])));
+          }
+        } else if (s[0] == sizeof(Out) && s[1] == sizeof(T) && s[2] == 0) {
+          const Acc bv = static_cast<Acc>(b[0]);
+          for (int64_t i = 0; i < n; ++i)
+            o[i] = Convert<Out>(f(static_cast<Acc>(a[i]), bv));
+        } else if (s[0] == sizeof(Out) && s[1] == 0 && s[2] == sizeof(T)) {
+          const Acc av = static_cast<Acc>(a[0]);
+          for (int64_t i = 0; i < n; ++i)
+            o[i] = Convert<Out>(f(av, static_cast<Acc>(b[i])));
+        } else {
+          for (int64_t i = 0; i < n; ++i) {
+            *reinterpret_cast<Out*>(p[0] + i * s[0]) = Convert<Out>(f(
+                static_cast<Acc>(*reinterpret_cast<const T*>(p[1] + i * s[1])),
+                static_cast<Acc>(
+                    *reinterpret_cast<const T*>(p[2] + i * s[2]))));
+          }
+        }
+      });
 }
 
 template <OpId op>
