@@ -3,7 +3,9 @@
 #include "runtime/data/dataloader.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <exception>
 #include <mutex>
 #include <numeric>
@@ -222,11 +224,24 @@ DataLoader::DataLoader(const Dataset& dataset, DataLoaderOptions options)
                options_.sampler->dataset_size(),
                " samples, but the dataset has ", dataset_.size());
   }
-  if (options_.pin_memory || options_.device.is_cuda()) {
+  if (options_.device.is_cuda()) {
     absl::StatusOr<runtime::cuda::Backend*> b = runtime::cuda::RequireBackend();
-    SJ_REQUIRE(b.ok(), "DataLoader: ",
-               options_.pin_memory ? "pin_memory" : ("device " + options_.device.str()),
+    SJ_REQUIRE(b.ok(), "DataLoader: device ", options_.device.str(),
                " needs a CUDA device: ", b.status().message());
+  } else if (options_.pin_memory) {
+    absl::StatusOr<runtime::cuda::Backend*> b = runtime::cuda::RequireBackend();
+    if (!b.ok()) {
+      // PyTorch's DataLoader warns and goes on unpinned.
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true)) {
+        std::fprintf(
+            stderr,
+            "stepjit: warning: DataLoader: pin_memory=true but there is no "
+            "CUDA device (%s); batches are not pinned\n",
+            std::string(b.status().message()).c_str());
+      }
+      options_.pin_memory = false;
+    }
   }
 }
 

@@ -40,8 +40,10 @@ struct DataLoaderOptions {
   // Most batches assembled or being assembled ahead of the consumer (all
   // workers together); ignored when num_workers is 0.
   int prefetch = 2;
-  // Assemble batches in page-locked host memory (needs a CUDA backend), so
-  // that their copies to a GPU can run asynchronously.
+  // Assemble batches in page-locked host memory, so that their copies to a
+  // GPU can run asynchronously. Without a CUDA device the loader warns once
+  // and delivers ordinary batches, as PyTorch does (options() then says
+  // false).
   bool pin_memory = false;
   // Where delivered batches live. On a CUDA device the loader copies each
   // batch itself, on its own stream, one batch ahead: batch k+1's copy runs

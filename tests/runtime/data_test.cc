@@ -13,6 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "ir/status.h"
+#include "runtime/cuda/backend.h"
 #include "runtime/data/dataloader.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/distributed_sampler.h"
@@ -417,6 +418,32 @@ TEST(DataLoaderTest, SameBatchesForAnyWorkerCount) {
   EXPECT_EQ(runs[0].size(), 22u);
   EXPECT_EQ(runs[0], runs[1]);
   EXPECT_EQ(runs[0], runs[2]);
+}
+
+// pin_memory on a machine without a CUDA device: a warning and ordinary
+// batches, as PyTorch's DataLoader; with one (the emulator), pinned batches.
+TEST(DataLoaderTest, PinMemoryWithoutADeviceWarnsAndDeliversUnpinnedBatches) {
+  const Dataset ds = Numbered(23);
+  ::testing::internal::CaptureStderr();
+  DataLoader pinned(ds,
+                    {.batch_size = 5, .num_workers = 2, .pin_memory = true});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  DataLoader plain(ds, {.batch_size = 5});
+  EXPECT_EQ(RunEpoch(pinned), RunEpoch(plain));
+  if (runtime::cuda::RequireBackend().ok()) {
+    EXPECT_TRUE(pinned.options().pin_memory);
+    return;
+  }
+  EXPECT_FALSE(pinned.options().pin_memory);
+  EXPECT_NE(
+      err.find("stepjit: warning: DataLoader: pin_memory=true but there is no "
+               "CUDA device"),
+      std::string::npos)
+      << err;
+  for (Batch& b : pinned) EXPECT_FALSE(b.x.is_pinned());
+  // A device that is asked for is still an error.
+  EXPECT_THROW(DataLoader(ds, {.batch_size = 5, .device = Device::cuda()}),
+               Error);
 }
 
 TEST(DataLoaderTest, EverySampleExactlyOnce) {
