@@ -2,14 +2,17 @@
 // and pass-by-pass rebuilds.
 #include "frontend/specializer.h"
 
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include "absl/algorithm/container.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "config/env.h"
 #include "frontend/dot_dump.h"
 #include "ir/parser.h"
@@ -32,12 +35,36 @@ passes::Target TargetOf(Device device) {
   return device.is_cuda() ? passes::Target::kCuda : passes::Target::kCpu;
 }
 
-// STEPJIT_DUMP's directory for trace `index` (trace k > 0 dumps into the
-// subdirectory trace<k>), or "" when dumping is off.
-std::string DumpDir(size_t index) {
+// STEPJIT_DUMP's folder for a compiled function named `name`: <dir>/<name>,
+// or <dir>/<name>-2, -3, ... for the second, third function of that name in
+// this process (a train and an eval step each keep their files); "" when
+// dumping is off. Characters a folder name should not hold become '_'.
+std::string FunctionDumpRoot(const std::string& name) {
   const std::optional<std::string> dir = config::Get(config::Env::kDump);
   if (!dir) return "";
-  std::filesystem::path path(*dir);
+  std::string safe = name.empty() ? std::string("step") : name;
+  for (char& c : safe) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ||
+          c == '.'))
+      c = '_';
+  }
+  if (safe == "." || safe == "..") safe = "step";
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* seen = new absl::flat_hash_map<std::string, int>;
+  int n = 0;
+  {
+    absl::MutexLock lock(&mu);
+    n = ++(*seen)[safe];
+  }
+  if (n > 1) absl::StrAppend(&safe, "-", n);
+  return (std::filesystem::path(*dir) / safe).string();
+}
+
+// The dump folder of trace `index` of the function dumping into `root`:
+// the root itself for the first trace, trace<k> under it for trace k > 0.
+std::string DumpDir(const std::string& root, size_t index) {
+  if (root.empty()) return "";
+  std::filesystem::path path(root);
   if (index > 0) path /= absl::StrCat("trace", index);
   return path.string();
 }
@@ -53,8 +80,7 @@ bool Writable(const std::string& dir) {
   return ok;
 }
 
-void DumpTrace(const ir::Graph& graph, size_t index) {
-  const std::string dir = DumpDir(index);
+void DumpTrace(const ir::Graph& graph, const std::string& dir) {
   if (dir.empty()) return;
   std::filesystem::path path(dir);
   std::error_code ec;
@@ -81,6 +107,11 @@ Device StepDevice(const Trace& trace, const std::vector<Tensor>& inputs) {
     if (t.defined() && t.device().is_cuda()) return t.device();
   }
   return Device::cpu();
+}
+
+const std::string& Specializer::DumpRoot() const {
+  if (!dump_root_) dump_root_ = FunctionDumpRoot(options_.name);
+  return *dump_root_;
 }
 
 Specializer::Specializer(const CompileOptions& options)
@@ -176,7 +207,7 @@ std::unique_ptr<Specialization> Specializer::Build(Signature signature,
     // The guards cover the state the compiler added too.
     spec->state_guards = MakeStateGuards(spec->trace);
     runtime::ProgramOptions popts =
-        runtime::ProgramOptions::WithDumps(DumpDir(index));
+        runtime::ProgramOptions::WithDumps(DumpDir(DumpRoot(), index));
     popts.device = device;
     popts.random_layout = spec->trace.random;
     popts.cuda_graphs = options_.cuda_graphs;
@@ -203,9 +234,9 @@ std::unique_ptr<Specialization> Specializer::Build(Signature signature,
 // subdirectory trace<k>. Each .dot gets its .svg when Graphviz is installed.
 absl::Status Specializer::Optimize(ir::Graph& graph, size_t index,
                                    Device device, Specialization& spec) const {
-  DumpTrace(graph, index);
+  DumpTrace(graph, DumpDir(DumpRoot(), index));
   passes::PipelineOptions popts = passes::FromEnvironment();
-  popts.dump_dir = DumpDir(index);
+  popts.dump_dir = DumpDir(DumpRoot(), index);
   // A dump that cannot be written is reported (DumpTrace) and skipped: it
   // never turns compilation off.
   if (!popts.dump_dir.empty() && !Writable(popts.dump_dir))

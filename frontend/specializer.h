@@ -11,6 +11,7 @@
 #define STEPJIT_FRONTEND_SPECIALIZER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,6 +70,10 @@ class Specializer {
 
   CompileOptions options_;
   bool loss_scaling_;
+  // STEPJIT_DUMP's folder for this function: options.name, made unique in
+  // the process (name-2, ...), fixed at its first trace; "" when off.
+  const std::string& DumpRoot() const;
+  mutable std::optional<std::string> dump_root_;
   std::vector<std::pair<std::string, Tensor>> compiler_state_;
 };
 

@@ -226,11 +226,15 @@ TEST_F(CudaTest, AKernelThatFailsToCompileFallsBackToEagerAndSaysWhy) {
 }
 
 TEST_F(CudaTest, StepjitDumpWritesTheCudaCOfEveryRegionOfACudaStep) {
-  const std::string dir = "/tmp/stepjit_cuda_dump_test_" + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  setenv("STEPJIT_DUMP", dir.c_str(), 1);
+  const std::string root =
+      "/tmp/stepjit_cuda_dump_test_" + std::to_string(getpid());
+  std::filesystem::remove_all(root);
+  setenv("STEPJIT_DUMP", root.c_str(), 1);
   StepRun run(kCuda, false);
-  auto fast = compile([&](const Tensor& x, const Tensor& y) { return run.Step(x, y); });
+  auto fast =
+      compile([&](const Tensor& x, const Tensor& y) { return run.Step(x, y); },
+              {.name = "cuda_dump_step"});
+  const std::string dir = root + "/cuda_dump_step";
   const auto batches = Batches(3);
   for (int i = 0; i < 3; ++i) fast(batches[i].x.to(kCuda), batches[i].y.to(kCuda));
   unsetenv("STEPJIT_DUMP");
@@ -258,7 +262,7 @@ TEST_F(CudaTest, StepjitDumpWritesTheCudaCOfEveryRegionOfACudaStep) {
   EXPECT_GT(cu, 0);
   EXPECT_EQ(ll, 0);  // no CPU kernels for a step that runs on CUDA
   EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(dir) / "000-trace.ir"));
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // compile(step): replay equals eager bit for bit; guards retrace, fall back and explain.
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "codegen/cuda/nvrtc.h"
@@ -473,12 +474,16 @@ namespace stepjit {
 namespace {
 
 TEST(CompileTest, DumpWritesTraceEveryPassAndKernelIr) {
-  const std::string dir = "/tmp/stepjit_dump_test";
-  std::filesystem::remove_all(dir);
-  setenv("STEPJIT_DUMP", dir.c_str(), 1);
+  const std::string root = "/tmp/stepjit_dump_test";
+  std::filesystem::remove_all(root);
+  setenv("STEPJIT_DUMP", root.c_str(), 1);
   setenv("STEPJIT_DUMP_CUDA", "ptx:sm_80", 1);
   MlpStep step(true);
-  auto fast = compile([&](const Tensor& x, const Tensor& y) { return step(x, y); });
+  auto fast =
+      compile([&](const Tensor& x, const Tensor& y) { return step(x, y); },
+              {.name = "dump_mlp"});
+  // Each compiled function dumps into a folder of its own name.
+  const std::string dir = root + "/dump_mlp";
   Generator gen(9);
   Tensor x = randn({16, 784}, {}, &gen);
   Tensor y = randint(0, 10, {16}, {.dtype = DType::kI64}, &gen);
@@ -504,7 +509,45 @@ TEST(CompileTest, DumpWritesTraceEveryPassAndKernelIr) {
   if (codegen::cuda::NvrtcAvailable()) {
     EXPECT_EQ(ptx, cu);
   }
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(root);
+}
+
+// A train and an eval step compiled in one process keep their own dumps,
+// and so do two functions of the same name (the second gets "-2"); a later
+// trace of a function dumps into trace<k> under its folder.
+TEST(CompileTest, EachCompiledFunctionDumpsIntoItsOwnFolder) {
+  const std::filesystem::path root =
+      std::filesystem::path(::testing::TempDir()) / "stepjit_dump_functions";
+  std::filesystem::remove_all(root);
+  setenv("STEPJIT_DUMP", root.c_str(), 1);
+  auto train = compile([](const Tensor& x) { return x * 2.0 + 1.0; },
+                       {.name = "fn_train"});
+  auto eval =
+      compile([](const Tensor& x) { return relu(x); }, {.name = "fn_eval"});
+  auto again =
+      compile([](const Tensor& x) { return x - 3.0; }, {.name = "fn_train"});
+  for (int i = 0; i < 3; ++i) {
+    train(ones({4}));
+    eval(ones({4}));
+    again(ones({4}));
+  }
+  train(ones({7, 3}));  // a new rank: a second trace of fn_train
+  train(ones({7, 3}));
+  unsetenv("STEPJIT_DUMP");
+  auto trace_of = [&](const std::filesystem::path& dir) {
+    std::ifstream in(dir / "000-trace.ir");
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  EXPECT_NE(trace_of(root / "fn_train").find("mul"), std::string::npos);
+  EXPECT_NE(trace_of(root / "fn_eval").find("relu"), std::string::npos);
+  EXPECT_NE(trace_of(root / "fn_train-2").find("sub"), std::string::npos);
+  EXPECT_EQ(trace_of(root / "fn_eval").find("mul"), std::string::npos);
+  EXPECT_TRUE(
+      std::filesystem::exists(root / "fn_train" / "trace1" / "000-trace.ir"))
+      << train.explain();
+  std::filesystem::remove_all(root);
 }
 
 TEST(CompileTest, ReplayedDropoutFollowsManualSeedLikeEager) {

@@ -69,8 +69,10 @@ std::string LastPassDump(const fs::path& dir) {
 }
 
 TEST(DotDumpTest, ACompiledStepDumpsTheTracedAndFinalGraphs) {
-  const fs::path dir = fs::path(::testing::TempDir()) / "stepjit_dot_dump";
-  fs::remove_all(dir);
+  const fs::path root = fs::path(::testing::TempDir()) / "stepjit_dot_dump";
+  fs::remove_all(root);
+  // The step's own folder under STEPJIT_DUMP.
+  const fs::path dir = root / "dot_step";
   manual_seed(3);
   nn::Sequential model(nn::Linear(12, 16), nn::ReLU(), nn::Linear(16, 4));
   optim::AdamW opt(model->parameters(), {.lr = 1e-2});
@@ -82,8 +84,8 @@ TEST(DotDumpTest, ACompiledStepDumpsTheTracedAndFinalGraphs) {
     return loss;
   };
   {
-    Env dump("STEPJIT_DUMP", dir.string());
-    auto fast = compile(step);
+    Env dump("STEPJIT_DUMP", root.string());
+    auto fast = compile(step, {.name = "dot_step"});
     Generator gen(4);
     const Tensor x = randn({8, 12}, {}, &gen);
     const Tensor y = randint(0, 4, {8}, {.dtype = DType::kI64}, &gen);
@@ -118,7 +120,7 @@ TEST(DotDumpTest, ACompiledStepDumpsTheTracedAndFinalGraphs) {
   EXPECT_GT(fusions, 0);
   EXPECT_EQ(Count(final_dot, "subgraph \"cluster_"), fusions);
   EXPECT_EQ(Count(Read(dir / "000-trace.dot"), "subgraph \"cluster_"), 0);
-  fs::remove_all(dir);
+  fs::remove_all(root);
 }
 
 TEST(DotDumpTest, NoDotOnPathIsNotFoundAndKeepsTheDotFile) {
