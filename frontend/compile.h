@@ -200,8 +200,17 @@ class StepCompiler {
   std::unique_ptr<Impl> impl_;
 };
 
+template <typename>
+inline constexpr bool kNotAStepResult = false;
+// What a step may return: nothing, a Tensor, or tensors as a std::pair,
+// std::tuple or std::vector (whose length may differ from call to call: a
+// different length is a different step, traced again).
 template <typename R>
-struct StepResult;
+struct StepResult {
+  static_assert(kNotAStepResult<R>,
+                "a compiled step returns void, a Tensor, std::pair<Tensor, "
+                "Tensor>, std::tuple<Tensor, ...> or std::vector<Tensor>");
+};
 template <>
 struct StepResult<void> {
   static std::vector<Tensor> Flatten() { return {}; }
@@ -210,6 +219,22 @@ template <>
 struct StepResult<Tensor> {
   static std::vector<Tensor> Flatten(const Tensor& t) { return {t}; }
   static Tensor Unflatten(const std::vector<Tensor>& v) { return v.at(0); }
+};
+template <>
+struct StepResult<std::pair<Tensor, Tensor>> {
+  static std::vector<Tensor> Flatten(const std::pair<Tensor, Tensor>& p) {
+    return {p.first, p.second};
+  }
+  static std::pair<Tensor, Tensor> Unflatten(const std::vector<Tensor>& v) {
+    return {v.at(0), v.at(1)};
+  }
+};
+template <>
+struct StepResult<std::vector<Tensor>> {
+  static std::vector<Tensor> Flatten(const std::vector<Tensor>& v) { return v; }
+  static std::vector<Tensor> Unflatten(const std::vector<Tensor>& v) {
+    return v;
+  }
 };
 template <typename... Ts>
 struct StepResult<std::tuple<Ts...>> {

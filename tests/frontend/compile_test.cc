@@ -512,6 +512,40 @@ TEST(CompileTest, DumpWritesTraceEveryPassAndKernelIr) {
   std::filesystem::remove_all(root);
 }
 
+// A step may return its tensors as a std::pair or a std::vector (of a
+// length that may change from call to call), compiled as eagerly.
+TEST(CompileTest, StepsReturnPairsAndVectorsOfTensors) {
+  Generator gen(12);
+  const Tensor w = randn({5, 3}, {}, &gen);
+  auto pair_step = [&](const Tensor& x) {
+    const Tensor y = matmul(x, w);
+    return std::make_pair(sum(y), relu(y));
+  };
+  auto vec_step = [&](const Tensor& x, const Tensor& k) {
+    std::vector<Tensor> out = {x * 2.0};
+    // The host decides how many results: a different count is a new step.
+    for (int64_t i = 0; i < k.size(0); ++i)
+      out.push_back(x + static_cast<double>(i));
+    return out;
+  };
+  auto fast_pair = compile(pair_step);
+  auto fast_vec = compile(vec_step);
+  for (int call = 0; call < 6; ++call) {
+    const Tensor x = randn({4, 5}, {}, &gen);
+    const auto [s, r] = fast_pair(x);
+    const auto [es, er] = pair_step(x);
+    EXPECT_EQ(s.to_vector<float>(), es.to_vector<float>()) << call;
+    EXPECT_EQ(r.to_vector<float>(), er.to_vector<float>()) << call;
+    const Tensor k = zeros({1 + call % 3});
+    const std::vector<Tensor> got = fast_vec(x, k), want = vec_step(x, k);
+    ASSERT_EQ(got.size(), want.size()) << call;
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(got[i].to_vector<float>(), want[i].to_vector<float>()) << call;
+  }
+  EXPECT_GT(fast_pair.stats().replays, 0) << fast_pair.explain();
+  EXPECT_GT(fast_vec.stats().replays, 0) << fast_vec.explain();
+}
+
 // A train and an eval step compiled in one process keep their own dumps,
 // and so do two functions of the same name (the second gets "-2"); a later
 // trace of a function dumps into trace<k> under its folder.
