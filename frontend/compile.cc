@@ -8,6 +8,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "absl/algorithm/container.h"
@@ -169,11 +170,37 @@ struct StepCompiler::Impl {
   absl::flat_hash_map<int, absl::flat_hash_set<std::string>> shape_kernels;
   absl::flat_hash_map<int, int64_t> shape_regions;
   bool dims_checked = false;  // options.dynamic_dims against the first call
+  // The RunsEagerly causes already warned about.
+  std::set<std::string> warned_causes;
+
+  // Causes after which calls run eagerly: said on stderr the first time
+  // each happens (the rest are counted: explain(), and a line when the step
+  // is destroyed), so that a host read in the step is not silently slow.
+  static bool RunsEagerly(const std::string& cause) {
+    return cause == "eager-only" || cause == "trace limit";
+  }
 
   void Event(const std::string& cause, std::string what) {
-    if (LogGuards())
+    if (LogGuards()) {
       std::cerr << "stepjit[" << options.name << "]: " << what << "\n";
+    } else if (RunsEagerly(cause) && warned_causes.insert(cause).second) {
+      std::cerr << "stepjit[" << options.name << "]: warning: " << what
+                << " (calls like this one run eagerly; said once, counted in "
+                   "explain())\n";
+    }
     events.Add(cause, std::move(what));
+  }
+
+  ~Impl() {
+    if (warned_causes.empty() || stats.fallbacks == 0) return;
+    std::cerr << "stepjit[" << options.name << "]: " << stats.fallbacks
+              << " of " << stats.calls << " calls ran eagerly after tracing (";
+    const char* sep = "";
+    for (const std::string& cause : warned_causes) {
+      std::cerr << sep << cause << ": " << events.count(cause);
+      sep = ", ";
+    }
+    std::cerr << "); explain() says why\n";
   }
 
   // max_traces counts specializations; replacing one (a state guard that

@@ -236,15 +236,32 @@ TEST(CompileTest, ItemInsideTheStepIsAGraphBreak) {
       return loss;
     };
   };
-  auto fast = compile(with_item(a));
   auto eager = with_item(b);
-  for (int i = 0; i < 4; ++i) {
-    Batch in = MakeBatches(1, 8, 20 + i)[0];
-    EXPECT_EQ(Values(fast(in.x, in.y)), Values(eager(in.x, in.y)));
+  std::string explain;
+  ::testing::internal::CaptureStderr();
+  {
+    auto fast = compile(with_item(a), {.name = "item_step"});
+    for (int i = 0; i < 12; ++i) {
+      Batch in = MakeBatches(1, 8, 20 + i)[0];
+      EXPECT_EQ(Values(fast(in.x, in.y)), Values(eager(in.x, in.y)));
+    }
+    EXPECT_EQ(fast.stats().replays, 0);
+    explain = fast.explain();
   }
-  EXPECT_EQ(fast.stats().replays, 0);
-  EXPECT_NE(fast.explain().find("graph break: item() reads f32[]"), std::string::npos)
-      << fast.explain();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(explain.find("graph break: item() reads f32[]"), std::string::npos)
+      << explain;
+  // Said on stderr once, not once per call, then counted when the step goes.
+  const std::string warning =
+      "stepjit[item_step]: warning: marked eager-only: ";
+  ASSERT_NE(err.find(warning), std::string::npos) << err;
+  EXPECT_EQ(err.find(warning, err.find(warning) + 1), std::string::npos) << err;
+  EXPECT_NE(err.find("item() reads f32[]"), std::string::npos) << err;
+  EXPECT_NE(
+      err.find("stepjit[item_step]: 10 of 12 calls ran eagerly after tracing "
+               "(eager-only: 1); explain() says why"),
+      std::string::npos)
+      << err;
 }
 
 TEST(CompileTest, EagerModeNeverTraces) {
