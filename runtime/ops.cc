@@ -137,13 +137,24 @@ Tensor softmax(const Tensor& x, int64_t dim) {
 Tensor log_softmax(const Tensor& x, int64_t dim) {
   return Dispatch(OpId::kLogSoftmax, {x}, {{AttrKey::kDim, dim}});
 }
-Tensor layer_norm(const Tensor& x, ShapeRef normalized_shape, const Tensor& weight,
-                  const Tensor& bias, double eps) {
+namespace {
+// The normalizations' check: `normalized_shape` is x's last k >= 1 dims.
+// Returns k.
+int64_t NormalizedNdim(const char* op, const Tensor& x,
+                       ShapeRef normalized_shape) {
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   SJ_REQUIRE(k >= 1 && k <= x.dim() &&
                  ShapeRef(x.shape()).subspan(x.dim() - k) == normalized_shape,
-             "layer_norm: normalized_shape ", ir::ShapeToString(normalized_shape),
-             " must match the trailing dims of input ", ir::ShapeToString(x.shape()));
+             op, ": normalized_shape ", ir::ShapeToString(normalized_shape),
+             " must match the trailing dims of input ",
+             ir::ShapeToString(x.shape()));
+  return k;
+}
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, ShapeRef normalized_shape,
+                  const Tensor& weight, const Tensor& bias, double eps) {
+  const int64_t k = NormalizedNdim("layer_norm", x, normalized_shape);
   SJ_REQUIRE(weight.defined() || !bias.defined(),
              "layer_norm: a bias without a weight is not supported");
   std::vector<Tensor> in = {x};
@@ -156,12 +167,7 @@ Tensor layer_norm(const Tensor& x, ShapeRef normalized_shape, const Tensor& weig
 Tensor rms_norm(const Tensor& x, ShapeRef normalized_shape,
                 const Tensor& weight, std::optional<double> eps) {
   SJ_REQUIRE(x.defined(), "rms_norm: the input is an undefined tensor");
-  const int64_t k = static_cast<int64_t>(normalized_shape.size());
-  SJ_REQUIRE(k >= 1 && k <= x.dim() &&
-                 ShapeRef(x.shape()).subspan(x.dim() - k) == normalized_shape,
-             "rms_norm: normalized_shape ", ir::ShapeToString(normalized_shape),
-             " must match the trailing dims of input ",
-             ir::ShapeToString(x.shape()));
+  const int64_t k = NormalizedNdim("rms_norm", x, normalized_shape);
   SJ_REQUIRE(ir::IsFloating(x.dtype()),
              "rms_norm: expected a floating-point input, got ",
              ir::DTypeName(x.dtype()));

@@ -16,6 +16,16 @@ Tensor Uniform(ShapeRef shape, double bound) {
   return rand(shape) * (2.0 * bound) - bound;
 }
 
+// LayerNorm's and RMSNorm's check of the shape they normalize over.
+void CheckNormalizedShape(const char* module, ShapeRef normalized_shape) {
+  SJ_REQUIRE(!normalized_shape.empty(), module,
+             ": normalized_shape must not be empty");
+  for (int64_t d : normalized_shape) {
+    SJ_REQUIRE(d > 0, module, ": normalized_shape ",
+               ir::ShapeToString(normalized_shape), " has a non-positive dim");
+  }
+}
+
 }  // namespace
 
 LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool bias)
@@ -55,12 +65,7 @@ Tensor GELUImpl::forward(const Tensor& input) {
 LayerNormImpl::LayerNormImpl(std::vector<int64_t> normalized_shape, double eps,
                              bool elementwise_affine)
     : normalized_shape_(std::move(normalized_shape)), eps_(eps) {
-  SJ_REQUIRE(!normalized_shape_.empty(),
-             "LayerNorm: normalized_shape must not be empty");
-  for (int64_t d : normalized_shape_) {
-    SJ_REQUIRE(d > 0, "LayerNorm: normalized_shape ",
-               ir::ShapeToString(normalized_shape_), " has a non-positive dim");
-  }
+  CheckNormalizedShape("LayerNorm", normalized_shape_);
   SJ_REQUIRE(eps > 0, "LayerNorm: eps must be positive, got ", eps);
   if (elementwise_affine) {
     weight = register_parameter("weight", ones(normalized_shape_));
@@ -75,12 +80,7 @@ Tensor LayerNormImpl::forward(const Tensor& input) {
 RMSNormImpl::RMSNormImpl(std::vector<int64_t> normalized_shape,
                          std::optional<double> eps, bool elementwise_affine)
     : normalized_shape_(std::move(normalized_shape)), eps_(eps) {
-  SJ_REQUIRE(!normalized_shape_.empty(),
-             "RMSNorm: normalized_shape must not be empty");
-  for (int64_t d : normalized_shape_) {
-    SJ_REQUIRE(d > 0, "RMSNorm: normalized_shape ",
-               ir::ShapeToString(normalized_shape_), " has a non-positive dim");
-  }
+  CheckNormalizedShape("RMSNorm", normalized_shape_);
   SJ_REQUIRE(!eps.has_value() || *eps >= 0,
              "RMSNorm: eps must not be negative, got ", eps.value_or(0));
   if (elementwise_affine)
