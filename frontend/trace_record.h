@@ -21,6 +21,7 @@
 #include "absl/types/span.h"
 #include "ir/attrs.h"
 #include "ir/graph.h"
+#include "runtime/device.h"
 
 namespace stepjit {
 struct TensorImpl;
@@ -62,11 +63,26 @@ struct TraceRecord {
   // takes them from here instead of dispatching them.
   // `grads_set`: the .grad bindings the routine made, in order: (index
   // into its tensors of the leaf, the operand bound).
+  // A routine with a result (a module's forward) also has `result` (one of
+  // its nodes, on `result_device`) and whether it required grad; it writes
+  // none of its tensors and binds no .grad.
   struct Routine {
     size_t begin = 0, end = 0;
     std::vector<uint64_t> key;
     std::vector<int> operands, after;
     std::vector<std::pair<int, int>> grads_set;
+    int result = -1;
+    bool result_requires_grad = false;
+    Device result_device;
+    // The host flags (a module's training flag) its ops read, with the
+    // values they had: a later call stands in for it only while they keep
+    // them.
+    struct Flag {
+      std::shared_ptr<const bool> flag;
+      bool value = false;
+      const char* what = "";
+    };
+    std::vector<Flag> flags;
   };
   std::vector<Routine> routines;
   // The routine that begins at node `begin`, or nullptr.

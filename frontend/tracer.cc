@@ -166,6 +166,12 @@ void Tracer::Break(std::string reason) {
 
 void Tracer::OnOp(ir::OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs,
                   const Tensor& output) {
+  if (redo_node_ >= 0) {
+    // Already in the record: only what the result holds.
+    Bind(output, redo_node_);
+    if (output.storage()->is_meta()) made_.push_back(output.impl_ptr());
+    return;
+  }
   if (!break_reason_.empty()) return;
   if (ir::GetOpInfo(op).kind == ir::OpKind::kRandom &&
       static_cast<uint64_t>(attrs.GetInt(AttrKey::kSeed)) != default_generator().seed()) {
@@ -200,7 +206,7 @@ const ir::TensorType* Tracer::ExpectedType(ir::OpId op,
                                            absl::Span<const Tensor> inputs,
                                            const ir::Attrs& attrs) {
   confirmed_ = {};
-  if (!matching_ || !break_reason_.empty() ||
+  if (redo_node_ >= 0 || !matching_ || !break_reason_.empty() ||
       next_node_ >= expected_->nodes.size())
     return nullptr;
   const TraceRecord::Node& node = expected_->nodes[next_node_];
@@ -242,6 +248,7 @@ void Tracer::OnAlias(const Tensor& source, const Tensor& alias) {
 }
 
 void Tracer::OnGradRead(const Tensor& leaf, const Tensor& grad) {
+  if (routine_depth_ > 0 && routine_has_result_) routine_valid_ = false;
   if (!grad_seen_.insert(leaf.impl()).second) return;
   grad_touched_.push_back(leaf);
   grad_guards_.push_back({leaf, grad.defined() ? grad.impl_ptr() : nullptr});
@@ -252,6 +259,7 @@ void Tracer::OnGradRead(const Tensor& leaf, const Tensor& grad) {
 
 void Tracer::OnGradSet(const Tensor& leaf, const Tensor& grad) {
   grad_set_.insert(leaf.impl());
+  if (routine_depth_ > 0 && routine_has_result_) routine_valid_ = false;
   if (routine_depth_ > 0 && routine_valid_) {
     // A routine may bind the .grad of a leaf among its tensors to one of its
     // results (a backward's accumulation); anything else is not recorded.
@@ -281,14 +289,33 @@ void Tracer::OnGradSet(const Tensor& leaf, const Tensor& grad) {
 }
 
 void Tracer::OnFlagRead(const std::shared_ptr<const bool>& flag, const char* what) {
+  if (routine_depth_ > 0) {
+    bool known = false;
+    for (const TraceRecord::Routine::Flag& f : routine_.flags)
+      known |= f.flag == flag;
+    if (!known) routine_.flags.push_back({flag, *flag, what});
+  }
   for (const FlagGuard& g : flag_guards_) {
     if (g.flag == flag) return;
   }
   flag_guards_.push_back({flag, *flag, what});
 }
 
+bool Tracer::MayStandIn(const TraceRecord::Routine& was, bool has_result,
+                        absl::Span<const uint64_t> key) const {
+  if ((was.result >= 0) != has_result || absl::MakeConstSpan(was.key) != key ||
+      was.operands != routine_.operands)
+    return false;
+  for (const TraceRecord::Routine::Flag& f : was.flags) {
+    if (*f.flag != f.value) return false;
+  }
+  return true;
+}
+
 bool Tracer::BeginRoutine(absl::Span<const uint64_t> key,
-                          absl::Span<const Tensor> tensors) {
+                          absl::Span<const Tensor> tensors,
+                          runtime::RoutineResult* result) {
+  if (result != nullptr) result->place = next_node_;
   if (routine_depth_++ > 0 || !break_reason_.empty()) return false;
   confirmed_ = {};
   routine_.begin = next_node_;
@@ -296,8 +323,8 @@ bool Tracer::BeginRoutine(absl::Span<const uint64_t> key,
   for (const Tensor& t : tensors) routine_.operands.push_back(ValueOf(t));
   const TraceRecord::Routine* was =
       matching_ ? expected_->RoutineAt(next_node_) : nullptr;
-  if (was != nullptr && absl::MakeConstSpan(was->key) == key &&
-      was->operands == routine_.operands && break_reason_.empty()) {
+  if (was != nullptr && break_reason_.empty() &&
+      MayStandIn(*was, result != nullptr, key)) {
     // The same routine on the same operands: its nodes, as recorded. The
     // tensors it writes now hold their results (an in-place write, as the
     // routine's own ops would have made).
@@ -318,6 +345,9 @@ bool Tracer::BeginRoutine(absl::Span<const uint64_t> key,
     // (Not stored: a matching call's routines are the expected record's,
     // which FillRecord puts in.)
     routine_depth_ = 0;
+    // The flags its ops read guard this call as if read.
+    for (const TraceRecord::Routine::Flag& f : was->flags)
+      OnFlagRead(f.flag, f.what);
     // The .grads it bound: shape-only tensors holding the recorded results
     // (set_grad reports each to OnGradSet, as the routine's own would).
     for (const auto& [i, v] : was->grads_set) {
@@ -327,57 +357,144 @@ bool Tracer::BeginRoutine(absl::Span<const uint64_t> key,
       made_.push_back(g.impl_ptr());
       tensors[i].set_grad(g);
     }
+    if (result != nullptr) {
+      Tensor r = runtime::MakeMetaTensor(expected_->nodes[was->result].type,
+                                         was->result_device);
+      Bind(r, was->result);
+      made_.push_back(r.impl_ptr());
+      result->tensor = std::move(r);
+      result->requires_grad = was->result_requires_grad;
+    }
     routine_ops_ += static_cast<int>(was->end - was->begin);
     return true;
   }
   routine_.key.assign(key.begin(), key.end());
   routine_.after.clear();
   routine_.grads_set.clear();
+  routine_.flags.clear();
+  routine_.result = -1;
   routine_tensors_.assign(tensors.begin(), tensors.end());
   routine_made_.clear();
   routine_grads_.clear();
   routine_valid_ = true;
+  routine_has_result_ = result != nullptr;
   return false;
 }
 
-void Tracer::EndRoutine() {
-  if (routine_depth_ == 0 || --routine_depth_ > 0) return;
-  const std::vector<Tensor> tensors = std::move(routine_tensors_);
-  routine_tensors_.clear();
-  // A call still matching its expected record takes its routines from
-  // there (FillRecord).
-  if (!break_reason_.empty() || !routine_valid_ || matching_) return;
-  TraceRecord::Routine r = routine_;
+bool Tracer::RoutineRecordable(const std::vector<TraceRecord::Node>& nodes,
+                               const std::vector<Tensor>& tensors,
+                               const Tensor* result) {
+  TraceRecord::Routine& r = routine_;
   r.end = next_node_;
   // Only a routine whose nodes read nothing but its tensors and its own
   // results, draw no random numbers, and leave no tensor behind but its
-  // tensors and the .grads it binds can be stood in for later.
+  // tensors, the .grads it binds and its result can be stood in for later.
+  // A backward may also read the values inside a module's forward recorded
+  // as one routine (the tensors its grad rules saved): it describes that
+  // forward by its place (autograd::RoutineGroup), and a call that matched
+  // the record up to the backward holds the same values there.
+  if (r.end > nodes.size()) return false;
+  const std::vector<TraceRecord::Routine>& recorded =
+      matching_ ? expected_->routines : record_.routines;
+  auto in_forward = [&](int v) {
+    for (const TraceRecord::Routine& f : recorded) {
+      if (f.result >= 0 && static_cast<size_t>(v) >= f.begin &&
+          static_cast<size_t>(v) < f.end)
+        return true;
+    }
+    return false;
+  };
   absl::flat_hash_set<int> from_before(r.operands.begin(), r.operands.end());
-  const std::vector<TraceRecord::Node>& nodes = record_.nodes;
-  if (r.end > nodes.size()) return;
   for (size_t n = r.begin; n < r.end; ++n) {
-    if (nodes[n].kind != ir::NodeKind::kOp || nodes[n].random_draw >= 0) return;
+    if (nodes[n].kind != ir::NodeKind::kOp || nodes[n].random_draw >= 0)
+      return false;
     for (int in : nodes[n].inputs) {
       if ((in < 0 || static_cast<size_t>(in) < r.begin) &&
-          !from_before.contains(in))
-        return;
+          !from_before.contains(in) && (in < 0 || !in_forward(in)))
+        return false;
     }
   }
   absl::flat_hash_set<const TensorImpl*> own;
   for (const Tensor& t : tensors) own.insert(t.impl());
+  if (result != nullptr) own.insert(result->impl());
   for (const std::weak_ptr<TensorImpl>& weak : routine_made_) {
     std::shared_ptr<TensorImpl> alive = weak.lock();
     if (alive != nullptr && !own.contains(alive.get()) &&
         !routine_grads_.contains(alive.get()))
-      return;
+      return false;
   }
   routine_made_.clear();
+  r.after.clear();
   for (const Tensor& t : tensors) {
     const int v = Lookup(t);
-    if (v == kNone) return;
+    if (v == kNone) return false;
     r.after.push_back(v);
   }
-  record_.routines.push_back(std::move(r));
+  if (result == nullptr) return true;
+  // A result: one of its own nodes, in storage none of its tensors share,
+  // and nothing else written or bound.
+  const int v = Lookup(*result);
+  if (v == kNone || v < static_cast<int>(r.begin) ||
+      v >= static_cast<int>(r.end) || r.after != r.operands ||
+      !r.grads_set.empty())
+    return false;
+  for (const Tensor& t : tensors) {
+    if (t.storage() == result->storage()) return false;
+  }
+  r.result = v;
+  r.result_requires_grad = result->requires_grad();
+  r.result_device = result->device();
+  return true;
+}
+
+bool Tracer::EndRoutine(const Tensor* result) {
+  if (routine_depth_ == 0 || --routine_depth_ > 0) return false;
+  const std::vector<Tensor> tensors = std::move(routine_tensors_);
+  routine_tensors_.clear();
+  if (!break_reason_.empty() || !routine_valid_) return false;
+  // A call still matching its expected record takes its routines from
+  // there (FillRecord); it only checks what the routine did.
+  if (!RoutineRecordable(matching_ ? expected_->nodes : record_.nodes, tensors,
+                         result))
+    return false;
+  if (!matching_) record_.routines.push_back(routine_);
+  return true;
+}
+
+Tensor Tracer::RedoRoutine(uint64_t place, absl::Span<const Tensor> tensors) {
+  if (!break_reason_.empty() || redo_node_ >= 0) return Tensor();
+  // The record holding the routine: the expected one while this call still
+  // matches it; else this call's own (which, having diverged, holds the
+  // matched prefix and its routines).
+  const TraceRecord& record = matching_ ? *expected_ : record_;
+  const TraceRecord::Routine* r = record.RoutineAt(place);
+  if (r == nullptr || r->result < 0 || r->end > record.nodes.size() ||
+      r->operands.size() != tensors.size())
+    return Tensor();
+  std::vector<Tensor> made(r->end - r->begin);
+  absl::InlinedVector<Tensor, 4> in;
+  for (size_t n = r->begin; n < r->end; ++n) {
+    const TraceRecord::Node& node = record.nodes[n];
+    in.clear();
+    for (int v : node.inputs) {
+      if (v >= static_cast<int>(r->begin)) {
+        in.push_back(made[v - r->begin]);
+        continue;
+      }
+      const auto at = std::find(r->operands.begin(), r->operands.end(), v);
+      if (at == r->operands.end()) return Tensor();
+      in.push_back(tensors[at - r->operands.begin()]);
+    }
+    redo_node_ = static_cast<int>(n);
+    try {
+      made[n - r->begin] = runtime::Dispatch(node.op, in, node.attrs);
+    } catch (...) {
+      redo_node_ = -1;
+      throw;
+    }
+    redo_node_ = -1;
+  }
+  return made[r->result - r->begin];
 }
 
 Trace Tracer::End(absl::Span<const Tensor> outputs) {

@@ -111,8 +111,10 @@ class Tracer : public runtime::DispatchObserver {
   void OnAlias(const Tensor& source, const Tensor& alias) override;
   void OnFlagRead(const std::shared_ptr<const bool>& flag, const char* what) override;
   bool BeginRoutine(absl::Span<const uint64_t> key,
-                    absl::Span<const Tensor> tensors) override;
-  void EndRoutine() override;
+                    absl::Span<const Tensor> tensors,
+                    runtime::RoutineResult* result) override;
+  bool EndRoutine(const Tensor* result) override;
+  Tensor RedoRoutine(uint64_t place, absl::Span<const Tensor> tensors) override;
 
   // After End: the shape-only (meta) tensors the step recorded that are
   // still alive (the step kept them: a module's cache, lazily created
@@ -193,6 +195,21 @@ class Tracer : public runtime::DispatchObserver {
   // .grad) and whether it did only what can be recorded.
   absl::flat_hash_set<const TensorImpl*> routine_grads_;
   bool routine_valid_ = true;
+  // The routine has a result (a module's forward).
+  bool routine_has_result_ = false;
+  // RedoRoutine: the recorded node the op being dispatched again stands
+  // for (its result is bound to it; nothing is recorded), or -1.
+  int redo_node_ = -1;
+  // Whether the recorded routine `was` may stand for this call's (its
+  // flags still hold their values).
+  bool MayStandIn(const TraceRecord::Routine& was, bool has_result,
+                  absl::Span<const uint64_t> key) const;
+  // Whether the routine that just ended (nodes [routine_.begin, next_node_)
+  // of `nodes`) can be stood in for later; fills routine_.after and, for a
+  // routine with a result, its result fields.
+  bool RoutineRecordable(const std::vector<TraceRecord::Node>& nodes,
+                         const std::vector<Tensor>& tensors,
+                         const Tensor* result);
   // Ops of routines taken from the expected record instead of dispatched.
   int routine_ops_ = 0;
   uint64_t generator_offset_ = 0;  // at Begin

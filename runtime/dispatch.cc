@@ -271,10 +271,41 @@ Tensor MakeMetaTensor(const ir::TensorType& type, Device device) {
 RecordedRoutine::RecordedRoutine(absl::Span<const uint64_t> key,
                                  absl::Span<const Tensor> tensors)
     : observer_(t_observer) {
-  if (observer_ != nullptr) skipped_ = observer_->BeginRoutine(key, tensors);
+  if (observer_ != nullptr)
+    skipped_ = observer_->BeginRoutine(key, tensors, nullptr);
 }
 RecordedRoutine::~RecordedRoutine() {
-  if (observer_ != nullptr && !skipped_) observer_->EndRoutine();
+  if (observer_ != nullptr && !skipped_) observer_->EndRoutine(nullptr);
+}
+
+bool RecordedResultRoutine::Active() {
+  return t_observer != nullptr && !autograd::RoutineScope::InScope();
+}
+
+RecordedResultRoutine::RecordedResultRoutine(absl::Span<const uint64_t> key,
+                                             absl::Span<const Tensor> tensors)
+    : observer_(t_observer) {
+  if (observer_ == nullptr) return;
+  skipped_ = observer_->BeginRoutine(key, tensors, &result_);
+  if (skipped_) {
+    if (result_.requires_grad && GradMode::is_enabled())
+      autograd::SetRoutineResult(result_.tensor, result_.place, tensors);
+    return;
+  }
+  scope_.emplace(result_.place, tensors);
+}
+
+RecordedResultRoutine::~RecordedResultRoutine() {
+  // A routine that threw ends unrecorded.
+  if (observer_ != nullptr && !skipped_ && !finished_)
+    observer_->EndRoutine(nullptr);
+}
+
+Tensor RecordedResultRoutine::Finish(Tensor result) {
+  if (observer_ == nullptr || skipped_ || finished_) return result;
+  finished_ = true;
+  if (observer_->EndRoutine(&result)) scope_->Close();
+  return result;
 }
 
 Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs) {

@@ -10,6 +10,7 @@
 #include "ir/attrs.h"
 #include "ir/infer.h"
 #include "ir/op.h"
+#include "runtime/autograd/engine.h"
 #include "runtime/tensor.h"
 
 namespace stepjit::runtime {
@@ -67,6 +68,13 @@ class PreparedOp {
 std::optional<Shape> ViewStrides(ShapeRef old_shape, ShapeRef old_strides,
                                  ShapeRef new_shape);
 
+// What BeginRoutine tells a routine with a result (DispatchObserver).
+struct RoutineResult {
+  uint64_t place = 0;
+  Tensor tensor;
+  bool requires_grad = false;
+};
+
 // Sees every op after it ran (the tracer attaches here; runtime never
 // includes frontend). Host reads are reported so a tracer can break the graph.
 class DispatchObserver {
@@ -96,19 +104,34 @@ class DispatchObserver {
   // `alias` shares `source`'s data without its autograd history (detach(),
   // and the tensors autograd saves for backward).
   virtual void OnAlias(const Tensor& source, const Tensor& alias) {}
-  // A library routine (backward, an optimizer's step) is about to dispatch
-  // ops that are decided by `key` (its options and structure, as numbers)
-  // and by `tensors` (every tensor it reads or writes that exists before it
-  // starts). True: the observer recorded this routine before with the same
-  // key on the same tensors and has applied its effect (the tensors it
-  // writes now hold its results, the .grads it binds are bound); the routine
-  // then dispatches nothing. False: it runs as usual, and EndRoutine follows
-  // once it is done.
+  // A library routine (backward, an optimizer's step, a module's forward)
+  // is about to dispatch ops that are decided by `key` (its options and
+  // structure, as numbers) and by `tensors` (every tensor it reads or writes
+  // that exists before it starts). True: the observer recorded this routine
+  // before with the same key on the same tensors and has applied its effect
+  // (the tensors it writes now hold its results, the .grads it binds are
+  // bound); the routine then dispatches nothing. False: it runs as usual,
+  // and EndRoutine follows once it is done.
+  // A routine with a result (`result` non-null) learns its place in the
+  // record (result->place) and, when skipped, gets its result: a shape-only
+  // tensor in result->tensor, and whether it requires grad.
   virtual bool BeginRoutine(absl::Span<const uint64_t> key,
-                            absl::Span<const Tensor> tensors) {
+                            absl::Span<const Tensor> tensors,
+                            RoutineResult* result) {
     return false;
   }
-  virtual void EndRoutine() {}
+  // `result`: the result of a routine with one (else null). Returns whether
+  // the observer could record the routine as one (it then knows what its
+  // key and tensors decide).
+  virtual bool EndRoutine(const Tensor* result) { return false; }
+  // A backward reached the node standing for a routine with a result that
+  // this observer stood in for (at `place`, on `tensors`): dispatch its
+  // recorded ops again on `tensors` (shape-only, grad mode on, as recorded)
+  // so that they record their backward nodes, and return its result, or an
+  // undefined tensor when the observer cannot.
+  virtual Tensor RedoRoutine(uint64_t place, absl::Span<const Tensor> tensors) {
+    return Tensor();
+  }
 };
 
 // A shape-only (meta) tensor of `type` on `device`, as meta dispatch makes
@@ -131,6 +154,34 @@ class RecordedRoutine {
   DispatchObserver* observer_;
   bool skipped_ = false;
 };
+
+// A library routine that returns one tensor (a module's forward) as one
+// recorded routine: when the observer stands in for it, result() is its
+// result (shape-only, with one backward node standing for the routine's:
+// autograd::SetRoutineResult); else the routine runs and hands its result
+// to Finish, and the nodes its ops record form one group
+// (autograd::RoutineScope). Only the outermost on a thread is recorded:
+// Active() is false inside one, and without an observer.
+class RecordedResultRoutine {
+ public:
+  static bool Active();
+  RecordedResultRoutine(absl::Span<const uint64_t> key,
+                        absl::Span<const Tensor> tensors);
+  ~RecordedResultRoutine();
+  RecordedResultRoutine(const RecordedResultRoutine&) = delete;
+  RecordedResultRoutine& operator=(const RecordedResultRoutine&) = delete;
+  bool skipped() const { return skipped_; }
+  const Tensor& result() const { return result_.tensor; }
+  Tensor Finish(Tensor result);
+
+ private:
+  DispatchObserver* observer_;
+  bool skipped_ = false;
+  bool finished_ = false;
+  RoutineResult result_;
+  std::optional<autograd::RoutineScope> scope_;
+};
+
 // Installs `observer` for the calling thread (nullptr to detach); returns the
 // previous one.
 DispatchObserver* SetDispatchObserver(DispatchObserver* observer);

@@ -1,12 +1,14 @@
 // The autograd engine: op nodes with saved tensors, leaf accumulation, backward.
 #include "runtime/autograd/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
 #include "runtime/amp/autocast.h"
@@ -30,7 +32,7 @@ class OpNode : public Node {
       inputs_.push_back(t.detach());
       versions_.push_back(t.version());
       needs_.push_back(t.requires_grad());
-      next_.push_back(EdgeFor(t));
+      next_.push_back(GradientEdge(t));
     }
     output_version_ = output.version();
   }
@@ -55,6 +57,9 @@ class OpNode : public Node {
   }
 
   std::string name() const override { return absl::StrCat(ir::OpName(op_), "_backward"); }
+  void set_group(std::shared_ptr<RoutineGroup> group) {
+    group_ = std::move(group);
+  }
 
   // What decides the ops Apply dispatches besides its saved tensors (which
   // identify the recorded op, its attributes and operands): the op, which
@@ -75,8 +80,6 @@ class OpNode : public Node {
   }
 
  private:
-  static std::shared_ptr<Node> EdgeFor(const Tensor& t);
-
   void CheckVersion(const Tensor& t, uint64_t expected, int64_t index) const {
     SJ_REQUIRE(t.version() == expected,
                "one of the tensors needed for the gradient of ", ir::OpName(op_), " (",
@@ -151,15 +154,23 @@ class AccumulateGrad : public Node {
   std::weak_ptr<TensorImpl> leaf_;
 };
 
-std::shared_ptr<Node> OpNode::EdgeFor(const Tensor& t) {
-  if (!t.requires_grad()) return nullptr;
-  AutogradMeta* meta = t.impl()->autograd.get();
-  if (meta->grad_fn) return meta->grad_fn;
-  if (!meta->grad_accumulator) {
-    meta->grad_accumulator = std::make_shared<AccumulateGrad>(t.impl_ptr());
+// Stands for the nodes of a routine a recording call did not run
+// (SetRoutineResult): described as its group. Applied (a backward the
+// recording could not take from its record), it has the observer dispatch
+// the routine's recorded ops again, which records their nodes, and runs
+// the backward through those nodes to its edges.
+class RoutineNode : public Node {
+ public:
+  RoutineNode(std::shared_ptr<RoutineGroup> group) {
+    next_.assign(group->edges.begin(), group->edges.end());
+    group_ = std::move(group);
   }
-  return meta->grad_accumulator;
-}
+  std::vector<Tensor> Apply(Tensor grad) override;
+  std::string name() const override { return "recorded_routine"; }
+};
+
+thread_local RoutineGroup* t_group = nullptr;
+thread_local std::shared_ptr<RoutineGroup>* t_group_owner = nullptr;
 
 // The running backward of this thread: its id and queued callbacks. Nested
 // backwards (one started by a hook or callback) stack through BackwardScope.
@@ -240,10 +251,134 @@ void RunGraph(const std::shared_ptr<Node>& start, const Tensor& seed) {
 
 }  // namespace
 
+std::vector<Tensor> RoutineNode::Apply(Tensor grad) {
+  throw Error(
+      "backward reached a library routine that the recording check stood in "
+      "for without running its ops, and its ops cannot be run again here; "
+      "the recording is inconclusive and the call runs as written");
+}
+
+namespace {
+
+// The node that recording `routine`'s ops again (RedoRoutine) gives its
+// result, or null when the observer cannot.
+std::shared_ptr<Node> Redo(runtime::DispatchObserver& observer,
+                           const RoutineNode& routine) {
+  const bool grad_was = GradMode::is_enabled();
+  GradMode::set_enabled(true);
+  // The record holds autocast's casts as ops of their own.
+  amp::Autocast no_autocast(ir::DType::kBF16, /*enabled=*/false);
+  Tensor result;
+  try {
+    result =
+        observer.RedoRoutine(routine.group()->place, routine.group()->tensors);
+  } catch (...) {
+    GradMode::set_enabled(grad_was);
+    throw;
+  }
+  GradMode::set_enabled(grad_was);
+  return result.defined() ? result.grad_fn() : nullptr;
+}
+
+// Before a backward that runs the graph from `start` op by op: each node
+// standing for a routine a recording call did not run is replaced, in
+// every edge that leads to it, by the nodes its ops record when the
+// observer dispatches them again, so that the backward runs exactly the
+// nodes (in the same order) the routine's own ops would have given it.
+void RedoRoutines(std::shared_ptr<Node>& start) {
+  runtime::DispatchObserver* observer = runtime::GetDispatchObserver();
+  if (observer == nullptr) return;
+  absl::flat_hash_map<const Node*, std::shared_ptr<Node>> redone;
+  auto resolve = [&](std::shared_ptr<Node>& edge) {
+    const auto* routine = dynamic_cast<const RoutineNode*>(edge.get());
+    if (routine == nullptr) return;
+    auto it = redone.find(routine);
+    if (it == redone.end())
+      it = redone.emplace(routine, Redo(*observer, *routine)).first;
+    if (it->second != nullptr) edge = it->second;
+  };
+  resolve(start);
+  std::vector<Node*> stack = {start.get()};
+  absl::flat_hash_set<const Node*> seen = {start.get()};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (size_t i = 0; i < n->next().size(); ++i) {
+      std::shared_ptr<Node>& edge = n->mutable_edge(i);
+      if (!edge) continue;
+      resolve(edge);
+      if (seen.insert(edge.get()).second) stack.push_back(edge.get());
+    }
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<Node> GradientEdge(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return nullptr;
+  AutogradMeta* meta = t.impl()->autograd.get();
+  if (meta->grad_fn) return meta->grad_fn;
+  if (!meta->grad_accumulator) {
+    meta->grad_accumulator = std::make_shared<AccumulateGrad>(t.impl_ptr());
+  }
+  return meta->grad_accumulator;
+}
+
+RoutineScope::RoutineScope(uint64_t place, absl::Span<const Tensor> tensors) {
+  if (t_group != nullptr) return;
+  group_ = std::make_shared<RoutineGroup>();
+  group_->place = place;
+  for (const Tensor& t : tensors) group_->edges.push_back(GradientEdge(t));
+  group_->tensors.assign(tensors.begin(), tensors.end());
+  t_group = group_.get();
+  t_group_owner = &group_;
+}
+
+RoutineScope::~RoutineScope() {
+  if (group_ == nullptr) return;
+  t_group = nullptr;
+  t_group_owner = nullptr;
+}
+
+bool RoutineScope::InScope() { return t_group != nullptr; }
+
+void RoutineScope::Close() {
+  if (group_ == nullptr) return;
+  RoutineGroup& g = *group_;
+  for (const std::weak_ptr<Node>& weak : g.members) {
+    const std::shared_ptr<Node> member = weak.lock();
+    if (member == nullptr) continue;
+    for (const std::shared_ptr<Node>& next : member->next()) {
+      if (next == nullptr || next->group() == &g) continue;
+      if (std::find(g.edges.begin(), g.edges.end(), next) == g.edges.end())
+        return;
+    }
+  }
+  g.members.clear();
+  g.closed = true;
+}
+
+void SetRoutineResult(const Tensor& result, uint64_t place,
+                      absl::Span<const Tensor> tensors) {
+  auto group = std::make_shared<RoutineGroup>();
+  group->place = place;
+  for (const Tensor& t : tensors) group->edges.push_back(GradientEdge(t));
+  group->tensors.assign(tensors.begin(), tensors.end());
+  group->closed = true;
+  TensorImpl* impl = result.impl();
+  if (!impl->autograd) impl->autograd = std::make_unique<AutogradMeta>();
+  impl->autograd->requires_grad = true;
+  impl->autograd->grad_fn = std::make_shared<RoutineNode>(std::move(group));
+}
+
 void RecordOp(ir::OpId op, absl::Span<const Tensor> inputs,
               const ir::Attrs& attrs, const Tensor& output) {
   auto node = std::allocate_shared<OpNode>(runtime::PoolAllocator<OpNode>{}, op,
                                            attrs, inputs, output);
+  if (t_group != nullptr) {
+    node->set_group(*t_group_owner);
+    t_group->members.push_back(node);
+  }
   TensorImpl* impl = output.impl();
   if (!impl->autograd) impl->autograd = std::make_unique<AutogradMeta>();
   impl->autograd->requires_grad = true;
@@ -253,38 +388,54 @@ void RecordOp(ir::OpId op, absl::Span<const Tensor> inputs,
 // For a recording tracer (runtime::RecordedRoutine): what decides the ops a
 // backward from `start` dispatches. Nodes in the order RunGraph counts
 // them, each with its kind, what Describe gives and where its edges lead;
-// the root's explicit gradient. False when some node runs code no key
-// covers (a hook, a node of another kind).
+// the root's explicit gradient. The nodes of a closed routine group count
+// as one, described by its place and its edges (its ops are decided by the
+// routine, which the recording matched). False when some node runs code no
+// key covers (a hook, a node of another kind).
 bool DescribeBackward(const std::shared_ptr<Node>& start, const Tensor& grad,
                       std::vector<uint64_t>& key,
                       std::vector<Tensor>& tensors) {
   // Kept per thread, so that a recording call's backward allocates nothing
   // here after the first.
-  thread_local absl::flat_hash_map<const Node*, uint64_t> index;
+  thread_local absl::flat_hash_map<const void*, uint64_t> index;
   thread_local std::vector<const Node*> order;
   index.clear();
   order.clear();
-  index.emplace(start.get(), 0);
+  // A node's identity in the walk: its closed group, or itself.
+  auto identity = [](const Node* n) -> const void* {
+    const RoutineGroup* g = n->group();
+    return g != nullptr && g->closed ? static_cast<const void*>(g) : n;
+  };
+  auto edges = [](const Node* n) -> absl::Span<const std::shared_ptr<Node>> {
+    const RoutineGroup* g = n->group();
+    if (g != nullptr && g->closed) return g->edges;
+    return n->next();
+  };
+  index.emplace(identity(start.get()), 0);
   order.push_back(start.get());
   for (size_t k = 0; k < order.size(); ++k) {
-    for (const auto& next : order[k]->next()) {
-      if (next && index.try_emplace(next.get(), order.size()).second)
+    for (const auto& next : edges(order[k])) {
+      if (next && index.try_emplace(identity(next.get()), order.size()).second)
         order.push_back(next.get());
     }
   }
   key.push_back(grad.defined());
   if (grad.defined()) tensors.push_back(grad);
   for (const Node* n : order) {
-    if (const auto* op = dynamic_cast<const OpNode*>(n)) {
+    if (const RoutineGroup* g = n->group(); g != nullptr && g->closed) {
+      key.insert(key.end(), {5, g->place, g->tensors.size()});
+      tensors.insert(tensors.end(), g->tensors.begin(), g->tensors.end());
+    } else if (const auto* op = dynamic_cast<const OpNode*>(n)) {
       op->Describe(key, tensors);
     } else if (const auto* acc = dynamic_cast<const AccumulateGrad*>(n)) {
       if (!acc->Describe(key, tensors)) return false;
     } else {
       return false;
     }
-    key.push_back(n->next().size());
-    for (const auto& next : n->next())
-      key.push_back(next ? index.at(next.get()) : ~uint64_t{0});
+    const auto out = edges(n);
+    key.push_back(out.size());
+    for (const auto& next : out)
+      key.push_back(next ? index.at(identity(next.get())) : ~uint64_t{0});
   }
   return true;
 }
@@ -335,6 +486,7 @@ void Backward(const Tensor& root, const Tensor& grad) {
          {ir::AttrKey::kDTypeAttr, root.dtype()},
          {ir::AttrKey::kRole, std::string("grad_seed")}});
   }
+  if (start) RedoRoutines(start);
   NoGradGuard no_grad;
   BackwardScope scope;
   if (start) {

@@ -16,6 +16,25 @@
 
 namespace stepjit::autograd {
 
+class Node;
+
+// The nodes a library routine with a result (a module's forward, recorded
+// as one routine by a recording tracer: runtime::RecordedRoutine) adds to
+// the backward graph. `place` identifies the routine in its record and
+// `edges` are the gradient edges of the routine's `tensors` when it began, so
+// that the group is described the same way (DescribeBackward) whether its
+// ops ran one by one or a recording call stood in for them. Only a `closed`
+// group is described as one: every edge out of its nodes leads to one of
+// `edges` or to another of its nodes.
+struct RoutineGroup {
+  uint64_t place = 0;
+  absl::InlinedVector<std::shared_ptr<Node>, 8> edges;
+  std::vector<Tensor>
+      tensors;  // the routine's tensors (its backward reads them)
+  std::vector<std::weak_ptr<Node>> members;
+  bool closed = false;
+};
+
 // A node of the backward graph: turns the gradient of its one output into
 // gradients for its inputs. next_[i] is null for inputs without gradients.
 class Node {
@@ -27,10 +46,48 @@ class Node {
   // no allocation beyond the node itself.
   using Edges = absl::InlinedVector<std::shared_ptr<Node>, 3>;
   const Edges& next() const { return next_; }
+  // For rewiring the graph before a backward runs (RedoRoutines).
+  std::shared_ptr<Node>& mutable_edge(size_t i) { return next_[i]; }
+  // The routine whose ops recorded this node (RoutineScope), or null.
+  const RoutineGroup* group() const { return group_.get(); }
 
  protected:
   Edges next_;
+  std::shared_ptr<RoutineGroup> group_;
 };
+
+// The node gradients flow to from `t`: its grad_fn, its grad accumulator (a
+// leaf that requires grad; made on first use), or null.
+std::shared_ptr<Node> GradientEdge(const Tensor& t);
+
+// While alive on this thread, the nodes RecordOp makes belong to `group`,
+// which it creates with `place` and the gradient edges of `tensors`. Only
+// the outermost scope on a thread makes a group (active() is false in a
+// nested one). Close() checks that the group is closed (see RoutineGroup)
+// and marks it so.
+class RoutineScope {
+ public:
+  RoutineScope(uint64_t place, absl::Span<const Tensor> tensors);
+  ~RoutineScope();
+  RoutineScope(const RoutineScope&) = delete;
+  RoutineScope& operator=(const RoutineScope&) = delete;
+  bool active() const { return group_ != nullptr; }
+  void Close();
+  // Whether a scope is alive on this thread.
+  static bool InScope();
+
+ private:
+  std::shared_ptr<RoutineGroup> group_;
+};
+
+// For a routine a recording call stood in for: gives `result` (shape-only,
+// without autograd) one node standing for the routine's nodes, in a closed
+// group with `place` and the gradient edges of `tensors`. Backward through
+// that node cannot run (it has none of the routine's saved tensors): it
+// throws, which makes the recording call inconclusive (it then runs as
+// written).
+void SetRoutineResult(const Tensor& result, uint64_t place,
+                      absl::Span<const Tensor> tensors);
 
 // Records `op` (already executed) so that backward can differentiate it.
 // Called by dispatch when grad mode is on and an input requires grad.

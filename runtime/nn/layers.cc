@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "absl/base/casts.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/nn/functional.h"
 #include "runtime/ops.h"
@@ -138,9 +139,11 @@ const std::shared_ptr<Module>& SequentialImpl::operator[](size_t index) const {
 }
 
 Tensor SequentialImpl::forward(const Tensor& input) {
-  Tensor x = input;
-  for (const auto& module : modules_) x = (*module)(x);
-  return x;
+  return RecordedForward(input, [&] {
+    Tensor x = input;
+    for (const auto& module : modules_) x = (*module)(x);
+    return x;
+  });
 }
 
 void LinearImpl::OnParameterReplaced(const std::string& name, const Tensor& tensor) {
@@ -151,6 +154,120 @@ void LayerNormImpl::OnParameterReplaced(const std::string& name, const Tensor& t
 }
 void EmbeddingImpl::OnParameterReplaced(const std::string& name, const Tensor& tensor) {
   weight = tensor;
+}
+
+}  // namespace stepjit::nn
+
+namespace stepjit::nn {
+namespace {
+
+uint64_t Bits(double v) { return absl::bit_cast<uint64_t>(v); }
+
+void DescribeShape(const std::vector<int64_t>& shape,
+                   std::vector<uint64_t>& key) {
+  key.push_back(shape.size());
+  for (int64_t d : shape) key.push_back(static_cast<uint64_t>(d));
+}
+
+// The activations: their tag alone.
+template <typename T>
+bool DescribeTagOnly(const Module& m, ModuleTag tag,
+                     std::vector<uint64_t>& key) {
+  if (!IsExactly<T>(m)) return false;
+  key.push_back(static_cast<uint64_t>(tag));
+  return true;
+}
+
+}  // namespace
+
+bool LinearImpl::DescribeForward(std::vector<uint64_t>& key,
+                                 std::vector<Tensor>& tensors) const {
+  if (!IsExactly<LinearImpl>(*this) || !weight.defined()) return false;
+  key.push_back(static_cast<uint64_t>(ModuleTag::kLinear));
+  tensors.push_back(weight);
+  DescribeOptional(bias, key, tensors);
+  return true;
+}
+
+bool ReLUImpl::DescribeForward(std::vector<uint64_t>& key,
+                               std::vector<Tensor>& tensors) const {
+  return DescribeTagOnly<ReLUImpl>(*this, ModuleTag::kReLU, key);
+}
+bool TanhImpl::DescribeForward(std::vector<uint64_t>& key,
+                               std::vector<Tensor>& tensors) const {
+  return DescribeTagOnly<TanhImpl>(*this, ModuleTag::kTanh, key);
+}
+bool SigmoidImpl::DescribeForward(std::vector<uint64_t>& key,
+                                  std::vector<Tensor>& tensors) const {
+  return DescribeTagOnly<SigmoidImpl>(*this, ModuleTag::kSigmoid, key);
+}
+bool SiLUImpl::DescribeForward(std::vector<uint64_t>& key,
+                               std::vector<Tensor>& tensors) const {
+  return DescribeTagOnly<SiLUImpl>(*this, ModuleTag::kSiLU, key);
+}
+
+bool GELUImpl::DescribeForward(std::vector<uint64_t>& key,
+                               std::vector<Tensor>& tensors) const {
+  if (!DescribeTagOnly<GELUImpl>(*this, ModuleTag::kGELU, key)) return false;
+  key.push_back(approximate_ == "tanh");
+  return true;
+}
+
+bool LayerNormImpl::DescribeForward(std::vector<uint64_t>& key,
+                                    std::vector<Tensor>& tensors) const {
+  if (!IsExactly<LayerNormImpl>(*this)) return false;
+  key.push_back(static_cast<uint64_t>(ModuleTag::kLayerNorm));
+  DescribeShape(normalized_shape_, key);
+  key.push_back(Bits(eps_));
+  DescribeOptional(weight, key, tensors);
+  DescribeOptional(bias, key, tensors);
+  return true;
+}
+
+bool RMSNormImpl::DescribeForward(std::vector<uint64_t>& key,
+                                  std::vector<Tensor>& tensors) const {
+  if (!IsExactly<RMSNormImpl>(*this)) return false;
+  key.push_back(static_cast<uint64_t>(ModuleTag::kRMSNorm));
+  DescribeShape(normalized_shape_, key);
+  key.insert(key.end(), {uint64_t{eps_.has_value()}, Bits(eps_.value_or(0))});
+  DescribeOptional(weight, key, tensors);
+  return true;
+}
+
+bool DropoutImpl::DescribeForward(std::vector<uint64_t>& key,
+                                  std::vector<Tensor>& tensors) const {
+  if (!IsExactly<DropoutImpl>(*this)) return false;
+  key.insert(key.end(), {static_cast<uint64_t>(ModuleTag::kDropout), Bits(p_),
+                         uint64_t{is_training()}});
+  return true;
+}
+
+bool EmbeddingImpl::DescribeForward(std::vector<uint64_t>& key,
+                                    std::vector<Tensor>& tensors) const {
+  if (!IsExactly<EmbeddingImpl>(*this) || !weight.defined()) return false;
+  key.push_back(static_cast<uint64_t>(ModuleTag::kEmbedding));
+  tensors.push_back(weight);
+  return true;
+}
+
+bool FlattenImpl::DescribeForward(std::vector<uint64_t>& key,
+                                  std::vector<Tensor>& tensors) const {
+  if (!IsExactly<FlattenImpl>(*this)) return false;
+  key.insert(key.end(), {static_cast<uint64_t>(ModuleTag::kFlatten),
+                         static_cast<uint64_t>(start_dim_),
+                         static_cast<uint64_t>(end_dim_)});
+  return true;
+}
+
+bool SequentialImpl::DescribeForward(std::vector<uint64_t>& key,
+                                     std::vector<Tensor>& tensors) const {
+  if (!IsExactly<SequentialImpl>(*this)) return false;
+  key.insert(key.end(),
+             {static_cast<uint64_t>(ModuleTag::kSequential), modules_.size()});
+  for (const auto& module : modules_) {
+    if (!DescribeModule(module.get(), key, tensors)) return false;
+  }
+  return true;
 }
 
 }  // namespace stepjit::nn

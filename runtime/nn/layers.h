@@ -26,6 +26,8 @@ class LinearImpl : public Module {
  public:
   LinearImpl(int64_t in_features, int64_t out_features, bool bias = true);
   Tensor forward(const Tensor& input) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       std::vector<Tensor>& tensors) const override;
 
  protected:
   void OnParameterReplaced(const std::string& name, const Tensor& tensor) override;
@@ -46,21 +48,29 @@ class LinearImpl : public Module {
 class ReLUImpl : public Module {
  public:
   Tensor forward(const Tensor& input) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       std::vector<Tensor>& tensors) const override;
 };
 
 class TanhImpl : public Module {
  public:
   Tensor forward(const Tensor& input) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       std::vector<Tensor>& tensors) const override;
 };
 
 class SigmoidImpl : public Module {
  public:
   Tensor forward(const Tensor& input) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       std::vector<Tensor>& tensors) const override;
 };
 
 class SiLUImpl : public Module {
  public:
   Tensor forward(const Tensor& input) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       std::vector<Tensor>& tensors) const override;
 };
 
 class GELUImpl : public Module {
@@ -68,6 +78,8 @@ class GELUImpl : public Module {
   // approximate: "none" (exact erf form) or "tanh".
   explicit GELUImpl(std::string approximate = "none");
   Tensor forward(const Tensor& input) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       std::vector<Tensor>& tensors) const override;
 
  private:
   std::string approximate_;
@@ -83,6 +95,8 @@ class LayerNormImpl : public Module {
       : LayerNormImpl(std::vector<int64_t>{normalized_size}, eps,
                       elementwise_affine) {}
   Tensor forward(const Tensor& input) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       std::vector<Tensor>& tensors) const override;
 
  protected:
   void OnParameterReplaced(const std::string& name, const Tensor& tensor) override;
@@ -112,6 +126,8 @@ class RMSNormImpl : public Module {
       : RMSNormImpl(std::vector<int64_t>{normalized_size}, eps,
                     elementwise_affine) {}
   Tensor forward(const Tensor& input) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       std::vector<Tensor>& tensors) const override;
 
  protected:
   void OnParameterReplaced(const std::string& name,
@@ -131,6 +147,8 @@ class DropoutImpl : public Module {
  public:
   explicit DropoutImpl(double p = 0.5);
   Tensor forward(const Tensor& input) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       std::vector<Tensor>& tensors) const override;
 
  private:
   double p_;
@@ -141,6 +159,8 @@ class EmbeddingImpl : public Module {
  public:
   EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim);
   Tensor forward(const Tensor& indices) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       std::vector<Tensor>& tensors) const override;
 
   Tensor weight;
 
@@ -153,6 +173,8 @@ class FlattenImpl : public Module {
   explicit FlattenImpl(int64_t start_dim = 1, int64_t end_dim = -1)
       : start_dim_(start_dim), end_dim_(end_dim) {}
   Tensor forward(const Tensor& input) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       std::vector<Tensor>& tensors) const override;
 
  private:
   int64_t start_dim_;
@@ -192,6 +214,8 @@ class SequentialImpl : public Module {
   }
 
   Tensor forward(const Tensor& input) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       std::vector<Tensor>& tensors) const override;
 
  private:
   std::vector<std::shared_ptr<Module>> modules_;

@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/amp/autocast.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/dispatch.h"
 
@@ -36,6 +37,52 @@ void ConvertInPlace(const std::vector<Tensor>& params,
 }
 
 }  // namespace
+
+bool DescribeModule(const Module* module, std::vector<uint64_t>& key,
+                    std::vector<Tensor>& tensors) {
+  return module != nullptr && module->DescribeForward(key, tensors);
+}
+
+void DescribeOptional(const Tensor& tensor, std::vector<uint64_t>& key,
+                      std::vector<Tensor>& tensors) {
+  key.push_back(tensor.defined());
+  if (tensor.defined()) tensors.push_back(tensor);
+}
+
+Tensor Module::RecordedForward(const Tensor& input,
+                               absl::FunctionRef<Tensor()> body) const {
+  if (!runtime::RecordedResultRoutine::Active()) return body();
+  // Per thread, so that a recording call allocates nothing here after the
+  // first; free again once the routine has begun (it copies them).
+  thread_local std::vector<uint64_t> key;
+  thread_local std::vector<Tensor> tensors;
+  key.clear();
+  tensors.clear();
+  tensors.push_back(input);
+  if (!DescribeForward(key, tensors)) {
+    tensors.clear();
+    return body();
+  }
+  // What every op's dispatch reads besides its operands, and what decides
+  // the backward nodes: grad mode, autocast, the factory device, and each
+  // tensor's requires_grad and device.
+  const Device factory = runtime::FactoryDevice();
+  key.insert(key.end(), {uint64_t{GradMode::is_enabled()},
+                         uint64_t{amp::IsAutocastEnabled()},
+                         static_cast<uint64_t>(amp::AutocastDType()),
+                         static_cast<uint64_t>(factory.type) << 32 |
+                             static_cast<uint32_t>(factory.index)});
+  for (const Tensor& t : tensors) {
+    const Device d = t.device();
+    key.push_back(uint64_t{t.requires_grad()} |
+                  static_cast<uint64_t>(d.type) << 1 |
+                  static_cast<uint64_t>(static_cast<uint32_t>(d.index)) << 8);
+  }
+  runtime::RecordedResultRoutine routine(key, tensors);
+  tensors.clear();
+  if (routine.skipped()) return routine.result();
+  return routine.Finish(body());
+}
 
 Tensor Module::forward(const Tensor& input) {
   throw Error("nn::Module::forward(Tensor) is not implemented by this module");

@@ -13,10 +13,12 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "ir/status.h"
 #include "runtime/state_dict.h"
 #include "runtime/tensor.h"
@@ -24,6 +26,25 @@
 namespace stepjit::nn {
 
 class Module;
+
+// For DescribeForward: a module tag in a key, one per library module type.
+enum class ModuleTag : uint64_t {
+  kLinear = 0x6d6f6401,
+  kReLU,
+  kTanh,
+  kSigmoid,
+  kSiLU,
+  kGELU,
+  kLayerNorm,
+  kRMSNorm,
+  kDropout,
+  kEmbedding,
+  kFlatten,
+  kSequential,
+  kMultiheadAttention,
+  kTransformerBlock,
+  kGPT,
+};
 
 // A value type that hands out the shared_ptr of the module it wraps.
 template <typename H>
@@ -45,6 +66,19 @@ class Module {
 
   virtual Tensor forward(const Tensor& input);
   Tensor operator()(const Tensor& input) { return forward(input); }
+
+  // What decides the ops forward() dispatches besides its input: a library
+  // module of exactly its library type (not a subclass, whose code may
+  // differ) appends its kind, its options, the flags it reads and its
+  // submodules' descriptions to `key`, and every tensor its forward reads
+  // (parameters, caches) to `tensors`, and returns true. Any other module
+  // returns false: its forward cannot be described. A compiled step's
+  // recording check uses this to stand in for a whole forward at once
+  // (RecordedForward).
+  virtual bool DescribeForward(std::vector<uint64_t>& key,
+                               std::vector<Tensor>& tensors) const {
+    return false;
+  }
 
   // Registers `tensor` under `name` (no dots, unique in this module), sets
   // its requires_grad, and returns a handle sharing its impl.
@@ -106,6 +140,14 @@ class Module {
   void zero_grad(bool set_to_none = true);
 
  protected:
+  // Runs `body` (this module's forward on `input`) as one recorded routine
+  // (runtime::RecordedResultRoutine) when a recording tracer is attached
+  // and DescribeForward describes it, so that a recording call that
+  // matches its record takes the forward's ops from the record instead of
+  // dispatching them; otherwise just runs it.
+  Tensor RecordedForward(const Tensor& input,
+                         absl::FunctionRef<Tensor()> body) const;
+
   // Layers that keep a handle to a parameter (e.g. Linear::weight) update
   // it here when replace_parameter rebinds the name.
   virtual void OnParameterReplaced(const std::string& name, const Tensor& tensor) {}
@@ -126,6 +168,19 @@ class Module {
   // keeping the module alive.
   std::shared_ptr<bool> training_ = std::make_shared<bool>(true);
 };
+
+// Whether `m` is exactly a T (a subclass may run other code in forward).
+template <typename T>
+bool IsExactly(const Module& m) {
+  return typeid(m) == typeid(T);
+}
+
+// DescribeForward of `module`, false when it is null.
+bool DescribeModule(const Module* module, std::vector<uint64_t>& key,
+                    std::vector<Tensor>& tensors);
+// Appends `tensor` to `tensors` when defined, and whether it is to `key`.
+void DescribeOptional(const Tensor& tensor, std::vector<uint64_t>& key,
+                      std::vector<Tensor>& tensors);
 
 // A copyable handle to a shared Impl (libtorch's ModuleHolder): lets users
 // write `nn::Linear fc(4, 8); fc(x); fc.parameters(); fc->weight`.

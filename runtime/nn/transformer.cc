@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
@@ -49,6 +50,10 @@ Tensor MultiheadAttentionImpl::forward(const Tensor& x) {
   SJ_REQUIRE(x.dim() >= 2 && x.shape().back() == embed_dim_,
              "MultiheadAttention: expected input [..., T, ", embed_dim_,
              "], got ", ir::ShapeToString(x.shape()));
+  return RecordedForward(x, [&] { return Attend(x); });
+}
+
+Tensor MultiheadAttentionImpl::Attend(const Tensor& x) {
   const int64_t e = embed_dim_, h = num_heads_, dh = e / h;
   const int64_t t = x.shape()[x.dim() - 2], b = x.numel() / (t * e);
   // One GEMM for q, k and v (bias in its epilogue), then per-head views.
@@ -87,9 +92,11 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t d_model, int64_t num_heads,
 }
 
 Tensor TransformerBlockImpl::forward(const Tensor& x) {
-  const double p = is_training() ? options_.dropout : 0.0;
-  Tensor r = x + dropout(attn(ln1(x)), p, p > 0.0);
-  return r + dropout(fc2(gelu(fc1(ln2(r)))), p, p > 0.0);
+  return RecordedForward(x, [&] {
+    const double p = is_training() ? options_.dropout : 0.0;
+    Tensor r = x + dropout(attn(ln1(x)), p, p > 0.0);
+    return r + dropout(fc2(gelu(fc1(ln2(r)))), p, p > 0.0);
+  });
 }
 
 GPTImpl::GPTImpl(GPTOptions options) : options_(options) {
@@ -119,9 +126,67 @@ Tensor GPTImpl::forward(const Tensor& tokens) {
       positions_.device() != tokens.device())
     positions_ = arange(0.0, static_cast<double>(t), 1.0,
                         {.dtype = DType::kI64, .device = tokens.device()});
-  Tensor x = tok(tokens) + pos(positions_);
-  for (TransformerBlock& b : blocks) x = b(x);
-  return head(ln_f(x));
+  // (positions_ is rebuilt above, outside the recorded routine, which
+  // reads it.)
+  return RecordedForward(tokens, [&] {
+    Tensor x = tok(tokens) + pos(positions_);
+    for (TransformerBlock& b : blocks) x = b(x);
+    return head(ln_f(x));
+  });
+}
+
+namespace {
+uint64_t Bits(double v) { return absl::bit_cast<uint64_t>(v); }
+}  // namespace
+
+bool MultiheadAttentionImpl::DescribeForward(
+    std::vector<uint64_t>& key, std::vector<Tensor>& tensors) const {
+  if (!IsExactly<MultiheadAttentionImpl>(*this) || !in_proj_weight.defined())
+    return false;
+  key.insert(key.end(), {static_cast<uint64_t>(ModuleTag::kMultiheadAttention),
+                         static_cast<uint64_t>(embed_dim_),
+                         static_cast<uint64_t>(num_heads_),
+                         Bits(options_.dropout), uint64_t{options_.bias},
+                         uint64_t{options_.causal}, uint64_t{is_training()}});
+  tensors.push_back(in_proj_weight);
+  DescribeOptional(in_proj_bias, key, tensors);
+  return DescribeModule(out_proj.ptr().get(), key, tensors);
+}
+
+bool TransformerBlockImpl::DescribeForward(std::vector<uint64_t>& key,
+                                           std::vector<Tensor>& tensors) const {
+  if (!IsExactly<TransformerBlockImpl>(*this)) return false;
+  key.insert(key.end(), {static_cast<uint64_t>(ModuleTag::kTransformerBlock),
+                         static_cast<uint64_t>(options_.mlp_ratio),
+                         Bits(options_.dropout), uint64_t{options_.causal},
+                         Bits(options_.eps), uint64_t{is_training()}});
+  return DescribeModule(ln1.ptr().get(), key, tensors) &&
+         DescribeModule(attn.ptr().get(), key, tensors) &&
+         DescribeModule(ln2.ptr().get(), key, tensors) &&
+         DescribeModule(fc1.ptr().get(), key, tensors) &&
+         DescribeModule(fc2.ptr().get(), key, tensors);
+}
+
+bool GPTImpl::DescribeForward(std::vector<uint64_t>& key,
+                              std::vector<Tensor>& tensors) const {
+  if (!IsExactly<GPTImpl>(*this)) return false;
+  key.insert(key.end(),
+             {static_cast<uint64_t>(ModuleTag::kGPT),
+              static_cast<uint64_t>(options_.vocab),
+              static_cast<uint64_t>(options_.context),
+              static_cast<uint64_t>(options_.d_model),
+              static_cast<uint64_t>(options_.heads),
+              static_cast<uint64_t>(options_.layers), Bits(options_.dropout),
+              uint64_t{options_.tie_weights}, blocks.size()});
+  DescribeOptional(positions_, key, tensors);
+  if (!DescribeModule(tok.ptr().get(), key, tensors) ||
+      !DescribeModule(pos.ptr().get(), key, tensors))
+    return false;
+  for (const TransformerBlock& b : blocks) {
+    if (!DescribeModule(b.ptr().get(), key, tensors)) return false;
+  }
+  return DescribeModule(ln_f.ptr().get(), key, tensors) &&
+         DescribeModule(head.ptr().get(), key, tensors);
 }
 
 }  // namespace stepjit::nn

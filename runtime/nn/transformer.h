@@ -27,6 +27,8 @@ class MultiheadAttentionImpl : public Module {
   MultiheadAttentionImpl(int64_t embed_dim, int64_t num_heads,
                          MultiheadAttentionOptions options = {});
   Tensor forward(const Tensor& x) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       std::vector<Tensor>& tensors) const override;
 
   Tensor in_proj_weight;  // [3E, E]: the q, k and v projections stacked
   Tensor in_proj_bias;    // [3E], undefined without bias
@@ -37,6 +39,8 @@ class MultiheadAttentionImpl : public Module {
                            const Tensor& tensor) override;
 
  private:
+  Tensor Attend(const Tensor& x);
+
   int64_t embed_dim_, num_heads_;
   MultiheadAttentionOptions options_;
 };
@@ -54,6 +58,8 @@ class TransformerBlockImpl : public Module {
   TransformerBlockImpl(int64_t d_model, int64_t num_heads,
                        TransformerBlockOptions options = {});
   Tensor forward(const Tensor& x) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       std::vector<Tensor>& tensors) const override;
 
   LayerNorm ln1{nullptr}, ln2{nullptr};
   ModuleHolder<MultiheadAttentionImpl> attn{nullptr};
@@ -84,6 +90,8 @@ class GPTImpl : public Module {
  public:
   explicit GPTImpl(GPTOptions options);
   Tensor forward(const Tensor& tokens) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       std::vector<Tensor>& tensors) const override;
 
   Embedding tok{nullptr}, pos{nullptr};
   std::vector<TransformerBlock> blocks;
