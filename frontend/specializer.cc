@@ -178,6 +178,7 @@ std::unique_ptr<Specialization> Specializer::Build(Signature signature,
   if (spec->trace.graph == nullptr)
     spec->trace.graph = BuildGraph(spec->trace.record, options_.name);
   spec->record = std::move(spec->trace.record);
+  spec->record.IndexLifted();
   for (size_t i = 0; i < spec->record.nodes.size(); ++i) {
     const TraceRecord::Node& n = spec->record.nodes[i];
     if (!n.lifted) continue;

@@ -87,6 +87,15 @@ const TraceRecord::Routine* TraceRecord::RoutineAt(size_t begin) const {
   return it != routines.end() && it->begin == begin ? &*it : nullptr;
 }
 
+void TraceRecord::IndexLifted() {
+  for (Routine& r : routines) {
+    r.lifted.clear();
+    for (size_t n = r.begin; n < r.end && n < nodes.size(); ++n) {
+      if (nodes[n].lifted) r.lifted.push_back(n);
+    }
+  }
+}
+
 bool IsLiftable(const TraceRecord::Node& n) {
   return n.kind == ir::NodeKind::kOp && n.op == ir::OpId::kFull &&
          n.type.shape.empty() && ir::IsFloating(n.type.dtype);

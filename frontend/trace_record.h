@@ -83,10 +83,14 @@ struct TraceRecord {
       const char* what = "";
     };
     std::vector<Flag> flags;
+    // Its lifted nodes (IsLiftable), whose values a stand-in passes on.
+    std::vector<size_t> lifted;
   };
   std::vector<Routine> routines;
   // The routine that begins at node `begin`, or nullptr.
   const Routine* RoutineAt(size_t begin) const;
+  // Sets each routine's `lifted` from its nodes' flags (after they change).
+  void IndexLifted();
 };
 
 // Whether `n` is a host number entering the graph (a 0-d floating-point

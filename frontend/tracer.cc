@@ -58,10 +58,7 @@ Tracer::~Tracer() {
 }
 
 void Tracer::Begin(absl::Span<const Tensor> inputs) {
-  if (expected_ != nullptr) {
-    made_.reserve(expected_->nodes.size());
-    record_.params.reserve(expected_->params.size());
-  }
+  if (expected_ != nullptr) record_.params.reserve(expected_->params.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     SJ_REQUIRE(inputs[i].defined(), "compile: step argument ", i, " is an undefined tensor");
     const int v = AddParam(ir::ParamKind::kInput, inputs[i]);
@@ -148,7 +145,10 @@ int Tracer::Lookup(const Tensor& t) {
 void Tracer::Bind(const Tensor& t, int value) {
   ObserverSlot& storage = t.storage()->observer;
   if (storage.epoch != epoch_) storage = {epoch_, 0, 0};
-  t.impl()->observer = {epoch_, value, storage.writes};
+  ObserverSlot& slot = t.impl()->observer;
+  slot.epoch = epoch_;
+  slot.value = value;
+  slot.writes = storage.writes;
 }
 
 int Tracer::ValueOf(const Tensor& t) {
@@ -247,9 +247,25 @@ void Tracer::OnAlias(const Tensor& source, const Tensor& alias) {
   if (alias.storage()->is_meta()) made_.push_back(alias.impl_ptr());
 }
 
+bool Tracer::MarkGrad(const Tensor& leaf, uint32_t flags) {
+  ObserverSlot& slot = leaf.impl()->observer;
+  if (slot.grad_epoch != epoch_) {
+    slot.grad_epoch = epoch_;
+    slot.grad_flags = 0;
+  }
+  const bool first = (slot.grad_flags & kGradSeen) == 0;
+  slot.grad_flags |= flags | kGradSeen;
+  return first;
+}
+
+bool Tracer::GradWasSet(const Tensor& leaf) const {
+  const ObserverSlot& slot = leaf.impl()->observer;
+  return slot.grad_epoch == epoch_ && (slot.grad_flags & kGradSet) != 0;
+}
+
 void Tracer::OnGradRead(const Tensor& leaf, const Tensor& grad) {
   if (routine_depth_ > 0 && routine_has_result_) routine_valid_ = false;
-  if (!grad_seen_.insert(leaf.impl()).second) return;
+  if (!MarkGrad(leaf, 0)) return;
   grad_touched_.push_back(leaf);
   grad_guards_.push_back({leaf, grad.defined() ? grad.impl_ptr() : nullptr});
   if (remember_grads_) {
@@ -258,7 +274,7 @@ void Tracer::OnGradRead(const Tensor& leaf, const Tensor& grad) {
 }
 
 void Tracer::OnGradSet(const Tensor& leaf, const Tensor& grad) {
-  grad_set_.insert(leaf.impl());
+  const bool first = MarkGrad(leaf, kGradSet);
   if (routine_depth_ > 0 && routine_has_result_) routine_valid_ = false;
   if (routine_depth_ > 0 && routine_valid_) {
     // A routine may bind the .grad of a leaf among its tensors to one of its
@@ -278,7 +294,7 @@ void Tracer::OnGradSet(const Tensor& leaf, const Tensor& grad) {
   }
   // Set before any read: the binding before the step does not matter to the
   // graph (only to a re-trace that must put it back).
-  if (!grad_seen_.insert(leaf.impl()).second) return;
+  if (!first) return;
   grad_touched_.push_back(leaf);
   if (remember_grads_) {
     // Read without leaf.grad(), which would report a read to this tracer.
@@ -335,10 +351,8 @@ bool Tracer::BeginRoutine(absl::Span<const uint64_t> key,
       ++storage.writes;
       Bind(tensors[i], was->after[i]);
     }
-    for (size_t n = was->begin; n < was->end; ++n) {
-      if (expected_->nodes[n].lifted)
-        live_.push_back({n, expected_->nodes[n].attrs});
-    }
+    for (size_t n : was->lifted)
+      live_.push_back({n, expected_->nodes[n].attrs});
     num_ops_ += static_cast<int>(was->end - was->begin);
     if (was->end > was->begin) last_op_ = expected_->nodes[was->end - 1].op;
     next_node_ = was->end;
@@ -519,7 +533,7 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
     for (const Tensor& leaf : grad_touched_) {
       // A .grad that was only read (and maybe updated in place) keeps its
       // tensor; its contents come back through the state write-back.
-      if (!grad_set_.contains(leaf.impl())) continue;
+      if (!GradWasSet(leaf)) continue;
       Tensor g;
       if (leaf.impl()->autograd && leaf.impl()->autograd->grad)
         g = *leaf.impl()->autograd->grad;

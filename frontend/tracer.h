@@ -178,8 +178,12 @@ class Tracer : public runtime::DispatchObserver {
   std::vector<Tensor> state_;
   std::vector<int> state_params_;     // state_[i]'s param operand
   std::vector<Tensor> grad_touched_;  // leaves whose .grad was read or set
-  absl::flat_hash_set<const TensorImpl*> grad_seen_;
-  absl::flat_hash_set<const TensorImpl*> grad_set_;  // rebound during the step
+  // Whether a leaf's .grad was read or set (kGradSeen) and set (kGradSet)
+  // during the step, kept in its ObserverSlot; MarkGrad returns whether this
+  // is the first time it is seen.
+  static constexpr uint32_t kGradSeen = 1, kGradSet = 2;
+  bool MarkGrad(const Tensor& leaf, uint32_t flags);
+  bool GradWasSet(const Tensor& leaf) const;
   std::vector<GradGuard> grad_guards_;
   std::vector<FlagGuard> flag_guards_;
   std::vector<GradBefore> grad_before_;

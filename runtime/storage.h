@@ -23,6 +23,10 @@ struct ObserverSlot {
   uint64_t epoch = 0;
   int value = 0;
   uint32_t writes = 0;
+  // A leaf's .grad as the tracer saw it, valid in recording `grad_epoch`:
+  // bit 0, read or set; bit 1, set.
+  uint64_t grad_epoch = 0;
+  uint32_t grad_flags = 0;
 };
 
 class Storage {
