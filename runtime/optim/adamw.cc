@@ -97,7 +97,7 @@ void AdamW::CreateSlots(size_t index) {
   MarkOwnedState(s.exp_avg_sq);
 }
 
-std::vector<Tensor> AdamW::SlotsOf(size_t index) const {
+AdamW::Slots AdamW::SlotsOf(size_t index) const {
   return {state_.at(index).exp_avg, state_.at(index).exp_avg_sq};
 }
 

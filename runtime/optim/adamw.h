@@ -50,7 +50,7 @@ class AdamW : public Optimizer {
   const AdamWState& state(size_t index) const { return state_.at(index); }
 
  protected:
-  std::vector<Tensor> SlotsOf(size_t index) const override;
+  Slots SlotsOf(size_t index) const override;
   std::vector<std::string> SlotNames() const override {
     return {"exp_avg", "exp_avg_sq"};
   }

@@ -110,7 +110,7 @@ Optimizer::RoutineInputs Optimizer::StepRoutine(
     r.key.push_back(absl::bit_cast<uint64_t>(g.weight_decay));
   r.key.push_back(params_.size());
   std::vector<bool> group_used(groups_.size(), all_lrs);
-  std::vector<std::vector<Tensor>> slots(params_.size());
+  std::vector<Slots> slots(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     uint64_t bits = group_of_[i] << 2 | (grads[i].defined() ? 1 : 0);
     if (grads[i].defined()) {

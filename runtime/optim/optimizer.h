@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "runtime/state_dict.h"
 #include "runtime/tensor.h"
@@ -93,7 +94,9 @@ class Optimizer {
  protected:
   // Parameter `index`'s state tensors by PyTorch's names (undefined before
   // the first step that updates it), in the order of SlotNames().
-  virtual std::vector<Tensor> SlotsOf(size_t index) const { return {}; }
+  // (Inline: the recording check asks for them on every call.)
+  using Slots = absl::InlinedVector<Tensor, 2>;
+  virtual Slots SlotsOf(size_t index) const { return {}; }
   virtual std::vector<std::string> SlotNames() const { return {}; }
   // Creates parameter `index`'s state (zeros), if it has none.
   virtual void CreateSlots(size_t index) {}

@@ -81,7 +81,7 @@ StateDict Optimizer::state_dict() const {
   sd.metadata["type"] = name_;
   const std::vector<std::string> slot_names = SlotNames();
   for (size_t i = 0; i < params_.size(); ++i) {
-    const std::vector<Tensor> slots = SlotsOf(i);
+    const Slots slots = SlotsOf(i);
     if (slots.empty() || !slots.front().defined()) continue;
     if (StepInState())
       sd.tensors.emplace_back(absl::StrCat("state.", i, ".step"),
@@ -235,7 +235,7 @@ absl::Status Optimizer::PlanParameterState(const StateDict& state,
   std::optional<double> step;
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::map<std::string, Tensor>& slots = given[i];
-    const std::vector<Tensor> current = SlotsOf(i);
+    const Slots current = SlotsOf(i);
     const bool has_state = !current.empty() && current.front().defined();
     if (slots.empty()) {
       if (has_state) {
@@ -284,7 +284,7 @@ absl::Status Optimizer::PlanParameterState(const StateDict& state,
     }
     plan.Then([this, i, sources] {
       CreateSlots(i);
-      const std::vector<Tensor> dst = SlotsOf(i);
+      const Slots dst = SlotsOf(i);
       for (size_t s = 0; s < dst.size(); ++s) CopyInPlace(dst[s], sources[s]);
     });
   }

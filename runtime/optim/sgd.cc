@@ -73,7 +73,7 @@ void SGD::step() {
 
 namespace stepjit::optim {
 
-std::vector<Tensor> SGD::SlotsOf(size_t index) const {
+SGD::Slots SGD::SlotsOf(size_t index) const {
   if (options_.momentum == 0.0) return {};
   return {state_.at(index).momentum_buffer};
 }

@@ -46,7 +46,7 @@ class SGD : public Optimizer {
 
  protected:
   // Without momentum there is no state (PyTorch's momentum_buffer is None).
-  std::vector<Tensor> SlotsOf(size_t index) const override;
+  Slots SlotsOf(size_t index) const override;
   std::vector<std::string> SlotNames() const override;
   void CreateSlots(size_t index) override;
   std::vector<std::pair<std::string, std::string>> HyperParameters(
