@@ -1221,7 +1221,8 @@ std::string StepCompiler::explain() const {
      << (m.stats.verifications > 0
              ? absl::StrFormat(
                    ", %.1f us per call; %d ops per call, %d of them taken "
-                   "whole from the record (backward, the optimizer's step)",
+                   "whole from the record (library module forwards, backward, the "
+                   "optimizer's step)",
                    1000 * m.stats.verify_ms / m.stats.verifications,
                    m.stats.verify_ops / m.stats.verifications,
                    m.stats.verify_routine_ops / m.stats.verifications)
