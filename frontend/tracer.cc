@@ -523,8 +523,10 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
   trace.num_ops = num_ops_;
   trace.routine_ops = routine_ops_;
   trace.break_reason = break_reason_;
-  trace.flag_guards = flag_guards_;
-  trace.grad_before = grad_before_;
+  // (End is the tracer's last use but for KeptMetaTensors: what the trace
+  // takes is moved.)
+  trace.flag_guards = std::move(flag_guards_);
+  trace.grad_before = std::move(grad_before_);
   if (break_reason_.empty()) {
     for (const Tensor& t : outputs) record_.returns.push_back(ValueOf(t));
     record_.num_outputs = static_cast<int>(record_.returns.size());
@@ -565,8 +567,8 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
   trace.unfilled_live = std::move(live_);
   trace.num_outputs = record_.num_outputs;
   trace.record = std::move(record_);
-  trace.state = state_;
-  trace.grad_guards = grad_guards_;
+  trace.state = std::move(state_);
+  trace.grad_guards = std::move(grad_guards_);
   if (expected_ == nullptr && break_reason_.empty())
     trace.graph = BuildGraph(trace.record, name_);
   return trace;

@@ -97,7 +97,8 @@ class Tracer : public runtime::DispatchObserver {
 
   // Starts recording on this thread; the step's tensor arguments become inputs.
   void Begin(absl::Span<const Tensor> inputs);
-  // Stops recording; `outputs` become the graph's returns.
+  // Stops recording; `outputs` become the graph's returns. After End the
+  // tracer only answers KeptMetaTensors (the trace takes its state).
   Trace End(absl::Span<const Tensor> outputs);
 
   void OnOp(ir::OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs,

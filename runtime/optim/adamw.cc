@@ -52,10 +52,9 @@ void AdamW::step() {
   const std::vector<Tensor> grads = Grads();
   std::optional<runtime::RecordedRoutine> routine;
   if (runtime::GetDispatchObserver() != nullptr) {
-    const RoutineInputs in =
-        StepRoutine(grads, {options_.beta1, options_.beta2, options_.eps},
-                    {beta1_, beta2_}, /*all_lrs=*/true);
-    routine.emplace(in.key, in.tensors);
+    BeginStepRoutine(routine, grads,
+                     {options_.beta1, options_.beta2, options_.eps},
+                     {beta1_, beta2_}, /*all_lrs=*/true);
     if (routine->skipped()) return;
   }
   IncrementStep();

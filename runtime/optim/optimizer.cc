@@ -101,16 +101,27 @@ std::vector<Tensor> Optimizer::Grads() const {
   return grads;
 }
 
-Optimizer::RoutineInputs Optimizer::StepRoutine(
+void Optimizer::BeginStepRoutine(
+    std::optional<runtime::RecordedRoutine>& routine,
     const std::vector<Tensor>& grads, std::initializer_list<double> options,
     std::initializer_list<Tensor> shared, bool all_lrs) const {
-  RoutineInputs r;
+  // Per thread and reused: a recording call's optimizer step allocates
+  // nothing here after the first (the routine copies them when it begins;
+  // they hold no tensor beyond it).
+  thread_local struct {
+    std::vector<uint64_t> key;
+    std::vector<Tensor> tensors;
+  } r;
+  r.key.clear();
+  r.tensors.clear();
   r.key.push_back(groups_.size());
   for (const Group& g : groups_)
     r.key.push_back(absl::bit_cast<uint64_t>(g.weight_decay));
   r.key.push_back(params_.size());
-  std::vector<bool> group_used(groups_.size(), all_lrs);
-  std::vector<Slots> slots(params_.size());
+  thread_local std::vector<bool> group_used;
+  thread_local std::vector<Slots> slots;
+  group_used.assign(groups_.size(), all_lrs);
+  slots.resize(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     uint64_t bits = group_of_[i] << 2 | (grads[i].defined() ? 1 : 0);
     if (grads[i].defined()) {
@@ -137,7 +148,9 @@ Optimizer::RoutineInputs Optimizer::StepRoutine(
       if (s.defined()) r.tensors.push_back(s);
     }
   }
-  return r;
+  for (Slots& s : slots) s.clear();
+  routine.emplace(r.key, r.tensors);
+  r.tensors.clear();
 }
 
 }  // namespace stepjit::optim

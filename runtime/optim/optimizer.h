@@ -15,6 +15,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
+#include "runtime/dispatch.h"
 #include "runtime/state_dict.h"
 #include "runtime/tensor.h"
 
@@ -118,23 +119,20 @@ class Optimizer {
 
   // Every parameter's .grad (undefined where it has none), read once.
   std::vector<Tensor> Grads() const;
-  // For a step() that a recording tracer may stand in for
-  // (runtime::RecordedRoutine): the numbers that decide its ops besides its
-  // tensors (the group structure, each group's weight decay, which
-  // parameters have a grad and which slots exist, then `options`, the
-  // subclass's own), and the tensors it reads or writes that exist before
-  // it runs: the step count, `shared` (tensors the update reads for all
-  // parameters), each group's lr when `all_lrs` or when one of its
+  // For a step() that a recording tracer may stand in for: begins
+  // `routine` (runtime::RecordedRoutine) with the numbers that decide its
+  // ops besides its tensors (the group structure, each group's weight
+  // decay, which parameters have a grad and which slots exist, then
+  // `options`, the subclass's own), and the tensors it reads or writes that
+  // exist before it runs: the step count, `shared` (tensors the update reads
+  // for all parameters), each group's lr when `all_lrs` or when one of its
   // parameters has a grad, then per parameter with a grad the parameter,
   // its grad and its existing slots.
-  struct RoutineInputs {
-    std::vector<uint64_t> key;
-    std::vector<Tensor> tensors;
-  };
-  RoutineInputs StepRoutine(const std::vector<Tensor>& grads,
-                            std::initializer_list<double> options,
-                            std::initializer_list<Tensor> shared,
-                            bool all_lrs) const;
+  void BeginStepRoutine(std::optional<runtime::RecordedRoutine>& routine,
+                        const std::vector<Tensor>& grads,
+                        std::initializer_list<double> options,
+                        std::initializer_list<Tensor> shared,
+                        bool all_lrs) const;
 
   std::vector<Tensor> params_;
 

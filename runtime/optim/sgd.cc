@@ -41,10 +41,9 @@ void SGD::step() {
   const SGDOptions& o = options_;
   std::optional<runtime::RecordedRoutine> routine;
   if (runtime::GetDispatchObserver() != nullptr) {
-    const RoutineInputs in =
-        StepRoutine(grads, {o.momentum, o.dampening, o.nesterov ? 1.0 : 0.0},
-                    {}, /*all_lrs=*/false);
-    routine.emplace(in.key, in.tensors);
+    BeginStepRoutine(routine, grads,
+                     {o.momentum, o.dampening, o.nesterov ? 1.0 : 0.0}, {},
+                     /*all_lrs=*/false);
     if (routine->skipped()) return;
   }
   IncrementStep();
