@@ -89,14 +89,20 @@ struct MlpTwin {
   double extra = 0.0;  // >0: an extra term after the forward
 };
 
+// Cross-entropy of `logits` [N, C] against `y` [N], plus `extra` times the
+// mean square of the logits when `extra` > 0; backward and an optimizer step.
+Tensor LossBackwardStep(optim::Optimizer& opt, const Tensor& logits,
+                        const Tensor& y, double extra) {
+  Tensor loss = cross_entropy(logits, y);
+  if (extra > 0) loss = loss + extra * mean(logits * logits);
+  loss.backward();
+  opt.step();
+  return loss;
+}
+
 Tensor MlpStep(MlpTwin& t, const Tensor& x, const Tensor& y) {
   t.opt->zero_grad();
-  Tensor out = t.model(x);
-  Tensor loss = cross_entropy(out, y);
-  if (t.extra > 0) loss = loss + t.extra * mean(out * out);
-  loss.backward();
-  t.opt->step();
-  return loss;
+  return LossBackwardStep(*t.opt, t.model(x), y, t.extra);
 }
 
 std::pair<Tensor, Tensor> MlpBatch(int i) {
@@ -186,10 +192,7 @@ TEST(ModuleRoutineTest, TrainAndEvalWithDropoutFlipEveryFewCalls) {
     }
     Tensor Step(const Tensor& x, const Tensor& y) {
       opt->zero_grad();
-      Tensor loss = cross_entropy(model(x), y);
-      loss.backward();
-      opt->step();
-      return loss;
+      return LossBackwardStep(*opt, model(x), y, 0.0);
     }
     nn::Sequential model{nullptr};
     std::unique_ptr<optim::SGD> opt;
@@ -230,12 +233,8 @@ struct GptTwin {
 
 Tensor GptStep(GptTwin& t, const Tensor& x, const Tensor& y) {
   t.opt->zero_grad();
-  Tensor logits = t.model(x);
-  Tensor loss = cross_entropy(logits.reshape({-1, 13}), y.reshape({-1}));
-  if (t.extra > 0) loss = loss + t.extra * mean(logits * logits);
-  loss.backward();
-  t.opt->step();
-  return loss;
+  return LossBackwardStep(*t.opt, t.model(x).reshape({-1, 13}),
+                          y.reshape({-1}), t.extra);
 }
 
 std::pair<Tensor, Tensor> GptBatch(int i) {
