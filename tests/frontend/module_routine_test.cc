@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 
+#include "absl/base/casts.h"
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
 #include "runtime/autograd/engine.h"
@@ -233,8 +234,8 @@ struct GptTwin {
 
 Tensor GptStep(GptTwin& t, const Tensor& x, const Tensor& y) {
   t.opt->zero_grad();
-  return LossBackwardStep(*t.opt, t.model(x).reshape({-1, 13}),
-                          y.reshape({-1}), t.extra);
+  return LossBackwardStep(*t.opt, t.model(x).reshape({-1, 13}), y.reshape({-1}),
+                          t.extra);
 }
 
 std::pair<Tensor, Tensor> GptBatch(int i) {
@@ -279,6 +280,58 @@ TEST(ModuleRoutineTest, AGptInEvalWithoutGradIsStoodInForWithoutAutograd) {
   }
   EXPECT_GE(fast.stats().replays, 8) << fast.explain();
   EXPECT_GT(fast.stats().verify_routine_ops, 0) << fast.explain();
+}
+
+// A user's module that declares what decides its forward (its own tag and
+// its layers), so that a recording call can stand in for it too.
+class DeclaredNetImpl : public nn::Module {
+ public:
+  DeclaredNetImpl() {
+    fc1 = register_module("fc1", nn::Linear(6, 16));
+    fc2 = register_module("fc2", nn::Linear(16, 3));
+  }
+  Tensor forward(const Tensor& x) override {
+    return RecordedForward(x, [&] { return fc2(relu(fc1(x)) * scale); });
+  }
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       std::vector<Tensor>& tensors) const override {
+    if (!nn::IsExactly<DeclaredNetImpl>(*this)) return false;
+    key.insert(key.end(),
+               {0x4e6574 /* "Net" */, absl::bit_cast<uint64_t>(scale)});
+    return nn::DescribeModule(fc1.ptr().get(), key, tensors) &&
+           nn::DescribeModule(fc2.ptr().get(), key, tensors);
+  }
+  nn::Linear fc1{nullptr}, fc2{nullptr};
+  double scale = 1.0;  // read by forward: part of the declaration
+};
+
+TEST(ModuleRoutineTest, AUserModuleThatDeclaresItselfIsStoodInFor) {
+  struct Twin {
+    Twin() {
+      manual_seed(12);
+      net = std::make_shared<DeclaredNetImpl>();
+      opt = std::make_unique<optim::AdamW>(net->parameters(),
+                                           optim::AdamWOptions{.lr = 1e-2});
+    }
+    std::vector<Tensor> parameters() const { return net->parameters(); }
+    std::shared_ptr<DeclaredNetImpl> net;
+    std::unique_ptr<optim::AdamW> opt;
+  };
+  const CompileStats stats = TrainTwins<Twin>(
+      40, [] { return std::make_unique<Twin>(); },
+      [](Twin& t, const Tensor& x, const Tensor& y) {
+        t.opt->zero_grad();
+        return LossBackwardStep(*t.opt, (*t.net)(x), y, 0.0);
+      },
+      [](int i, Twin& t) {
+        if (i == 25) t.net->scale = 0.5;  // a declared value changes
+        if (i == 30) t.net->fc2->bias.set_requires_grad(false);
+      },
+      MlpBatch);
+  EXPECT_GE(static_cast<double>(stats.verify_routine_ops) /
+                static_cast<double>(stats.verify_ops),
+            0.8)
+      << stats.verify_routine_ops << " of " << stats.verify_ops;
 }
 
 }  // namespace
