@@ -465,7 +465,10 @@ bool Tracer::EndRoutine(const Tensor* result) {
   if (routine_depth_ == 0 || --routine_depth_ > 0) return false;
   const std::vector<Tensor> tensors = std::move(routine_tensors_);
   routine_tensors_.clear();
-  if (!break_reason_.empty() || !routine_valid_) return false;
+  // (A routine with a result that ends without one threw.)
+  if (!break_reason_.empty() || !routine_valid_ ||
+      routine_has_result_ != (result != nullptr))
+    return false;
   // A call still matching its expected record takes its routines from
   // there (FillRecord); it only checks what the routine did.
   if (!RoutineRecordable(matching_ ? expected_->nodes : record_.nodes, tensors,
