@@ -85,6 +85,13 @@ struct TraceRecord {
     std::vector<Flag> flags;
     // Its lifted nodes (IsLiftable), whose values a stand-in passes on.
     std::vector<size_t> lifted;
+    // Random draws: its random nodes; the draws it made first (their index
+    // among the call's draws, in order, and their offset from the default
+    // generator's offset when it began); how far it advanced the generator.
+    // A stand-in makes the same draws from where the generator is now.
+    std::vector<size_t> random_nodes;
+    std::vector<std::pair<int, int64_t>> new_draws;
+    uint64_t generator_advance = 0;
   };
   std::vector<Routine> routines;
   // The routine that begins at node `begin`, or nullptr.

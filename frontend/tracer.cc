@@ -87,10 +87,11 @@ int Tracer::AddNode(ir::NodeKind kind, ir::OpId op,
   int draw = -1;
   if (kind == ir::NodeKind::kOp &&
       ir::GetOpInfo(op).kind == ir::OpKind::kRandom) {
-    draw = draw_of_offset_
-               .try_emplace(attrs.GetInt(AttrKey::kOffset),
-                            static_cast<int>(draw_of_offset_.size()))
-               .first->second;
+    const int64_t offset = attrs.GetInt(AttrKey::kOffset);
+    const auto [it, fresh] = draw_of_offset_.try_emplace(
+        offset, static_cast<int>(draw_of_offset_.size()));
+    if (fresh) draw_offsets_.push_back(offset);
+    draw = it->second;
   }
   if (matching_) {
     const bool same =
@@ -325,7 +326,25 @@ bool Tracer::MayStandIn(const TraceRecord::Routine& was, bool has_result,
   for (const TraceRecord::Routine::Flag& f : was.flags) {
     if (*f.flag != f.value) return false;
   }
+  // Its draws: the ones it made first are the next of this call's, and the
+  // ones it made again (a backward regenerating a forward's mask) exist.
+  if (!was.new_draws.empty() &&
+      static_cast<size_t>(was.new_draws.front().first) != draw_offsets_.size())
+    return false;
+  for (size_t n : was.random_nodes) {
+    const int d = expected_->nodes[n].random_draw;
+    if (d < 0 ||
+        static_cast<size_t>(d) >= draw_offsets_.size() + was.new_draws.size())
+      return false;
+  }
   return true;
+}
+
+ir::Attrs Tracer::LiveRandomAttrs(const TraceRecord::Node& node) const {
+  ir::Attrs attrs = node.attrs;
+  attrs.Set(AttrKey::kSeed, static_cast<int64_t>(default_generator().seed()));
+  attrs.Set(AttrKey::kOffset, draw_offsets_.at(node.random_draw));
+  return attrs;
 }
 
 bool Tracer::BeginRoutine(absl::Span<const uint64_t> key,
@@ -353,6 +372,20 @@ bool Tracer::BeginRoutine(absl::Span<const uint64_t> key,
     }
     for (size_t n : was->lifted)
       live_.push_back({n, expected_->nodes[n].attrs});
+    // Its draws, from where the generator is now, as its ops would have
+    // made them.
+    if (!was->random_nodes.empty()) {
+      Generator& g = default_generator();
+      const uint64_t base = g.offset();
+      for (const auto& [draw, rel] : was->new_draws) {
+        const int64_t offset = static_cast<int64_t>(base) + rel;
+        draw_of_offset_.try_emplace(offset, draw);
+        draw_offsets_.push_back(offset);
+      }
+      g.set_offset(base + was->generator_advance);
+      for (size_t n : was->random_nodes)
+        live_.push_back({n, LiveRandomAttrs(expected_->nodes[n])});
+    }
     num_ops_ += static_cast<int>(was->end - was->begin);
     if (was->end > was->begin) last_op_ = expected_->nodes[was->end - 1].op;
     next_node_ = was->end;
@@ -392,6 +425,11 @@ bool Tracer::BeginRoutine(absl::Span<const uint64_t> key,
   routine_grads_.clear();
   routine_valid_ = true;
   routine_has_result_ = result != nullptr;
+  routine_generator_begin_ = default_generator().offset();
+  routine_draws_begin_ = draw_offsets_.size();
+  routine_.random_nodes.clear();
+  routine_.new_draws.clear();
+  routine_.generator_advance = 0;
   return false;
 }
 
@@ -419,15 +457,30 @@ bool Tracer::RoutineRecordable(const std::vector<TraceRecord::Node>& nodes,
     return false;
   };
   absl::flat_hash_set<int> from_before(r.operands.begin(), r.operands.end());
+  // Its random nodes, and the draws it made first: offsets from where the
+  // generator was when it began (draws are numbered in call order).
+  r.random_nodes.clear();
+  r.new_draws.clear();
   for (size_t n = r.begin; n < r.end; ++n) {
-    if (nodes[n].kind != ir::NodeKind::kOp || nodes[n].random_draw >= 0)
-      return false;
+    if (nodes[n].kind != ir::NodeKind::kOp) return false;
+    if (const int d = nodes[n].random_draw; d >= 0) {
+      const int next =
+          static_cast<int>(routine_draws_begin_ + r.new_draws.size());
+      if (d > next || static_cast<size_t>(d) >= draw_offsets_.size())
+        return false;
+      if (d == next)
+        r.new_draws.push_back(
+            {d, draw_offsets_[d] -
+                    static_cast<int64_t>(routine_generator_begin_)});
+      r.random_nodes.push_back(n);
+    }
     for (int in : nodes[n].inputs) {
       if ((in < 0 || static_cast<size_t>(in) < r.begin) &&
           !from_before.contains(in) && (in < 0 || !in_forward(in)))
         return false;
     }
   }
+  r.generator_advance = default_generator().offset() - routine_generator_begin_;
   absl::flat_hash_set<const TensorImpl*> own;
   for (const Tensor& t : tensors) own.insert(t.impl());
   if (result != nullptr) own.insert(result->impl());
@@ -504,7 +557,10 @@ Tensor Tracer::RedoRoutine(uint64_t place, absl::Span<const Tensor> tensors) {
     }
     redo_node_ = static_cast<int>(n);
     try {
-      made[n - r->begin] = runtime::Dispatch(node.op, in, node.attrs);
+      // (A random op draws what this call drew for it.)
+      made[n - r->begin] = runtime::Dispatch(
+          node.op, in,
+          node.random_draw >= 0 ? LiveRandomAttrs(node) : node.attrs);
     } catch (...) {
       redo_node_ = -1;
       throw;

@@ -167,6 +167,11 @@ class Tracer : public runtime::DispatchObserver {
   Confirmed confirmed_;
   std::vector<std::pair<size_t, ir::Attrs>> live_;  // Trace::unfilled_live
   absl::flat_hash_map<int64_t, int> draw_of_offset_;
+  std::vector<int64_t> draw_offsets_;  // by draw: this call's offset
+  uint64_t routine_generator_begin_ = 0;
+  size_t routine_draws_begin_ = 0;
+  // A random node's attributes with this call's seed and offset (its draw's).
+  ir::Attrs LiveRandomAttrs(const TraceRecord::Node& node) const;
   runtime::DispatchObserver* previous_ = nullptr;
   bool active_ = false;
   // What the tracer knows of a tensor lives in its ObserverSlot under this

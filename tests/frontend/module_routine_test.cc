@@ -216,6 +216,73 @@ TEST(ModuleRoutineTest, TrainAndEvalWithDropoutFlipEveryFewCalls) {
   for (size_t i = 0; i < pa.size(); ++i)
     EXPECT_EQ(Values(pa[i]), Values(pb[i])) << "parameter " << i;
   EXPECT_GE(fast.stats().replays, 30) << fast.explain();
+  // Dropout's draws are taken from the record too, from where the
+  // generator is on each call.
+  EXPECT_GE(static_cast<double>(fast.stats().verify_routine_ops) /
+                static_cast<double>(fast.stats().verify_ops),
+            0.9)
+      << fast.explain();
+}
+
+std::pair<Tensor, Tensor> GptBatch(int i);
+
+TEST(ModuleRoutineTest, AGptWithDropoutAndALossPathThatChanges) {
+  struct Twin {
+    Twin() {
+      manual_seed(6);
+      model = nn::GPT(nn::GPTOptions{.vocab = 13,
+                                     .context = 8,
+                                     .d_model = 16,
+                                     .heads = 2,
+                                     .layers = 2,
+                                     .dropout = 0.2});
+      opt = std::make_unique<optim::AdamW>(model->parameters(),
+                                           optim::AdamWOptions{.lr = 1e-2});
+    }
+    Tensor Step(const Tensor& x, const Tensor& y, double extra) {
+      opt->zero_grad();
+      return LossBackwardStep(*opt, model(x).reshape({-1, 13}), y.reshape({-1}),
+                              extra);
+    }
+    nn::GPT model{nullptr};
+    std::unique_ptr<optim::AdamW> opt;
+  };
+  Twin a, b;
+  manual_seed(500);
+  double extra = 0.0;
+  auto fast = compile(
+      [&](const Tensor& x, const Tensor& y) { return a.Step(x, y, extra); });
+  for (int i = 0; i < 30; ++i) {
+    // Every fifth call adds a term after the forward: its backward runs op
+    // by op, through the forward's ops dispatched again with this call's
+    // draws.
+    extra = i % 5 == 4 ? 0.05 : 0.0;
+    // From call 20 a hook on the token embedding: every backward runs op by
+    // op while the call still matches its record.
+    if (i == 20) {
+      for (Twin* t : {&a, &b}) {
+        autograd::AddPostAccumulateGradHook(t->model->tok->weight,
+                                            [](const Tensor& leaf) {
+                                              NoGradGuard no_grad;
+                                              leaf.grad().mul_(0.5);
+                                            });
+      }
+    }
+    const auto [x, y] = GptBatch(i);
+    // Both twins draw from the same offset, which grows from call to call
+    // (a call's draws are not where the recorded call's were).
+    const uint64_t offset = default_generator().offset();
+    const std::vector<float> got = Values(fast(x, y));
+    default_generator().set_offset(offset);
+    const std::vector<float> want = Values(b.Step(x, y, extra));
+    ASSERT_EQ(got, want) << "call " << i << "\n" << fast.explain();
+  }
+  const auto pa = a.model->parameters(), pb = b.model->parameters();
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_EQ(Values(pa[i]), Values(pb[i])) << "parameter " << i;
+  EXPECT_GE(fast.stats().replays, 24) << fast.explain();
+  EXPECT_GT(fast.stats().verify_routine_ops, fast.stats().verify_ops / 2)
+      << fast.explain();
 }
 
 struct GptTwin {
