@@ -88,8 +88,10 @@ int Tracer::AddNode(ir::NodeKind kind, ir::OpId op,
   if (kind == ir::NodeKind::kOp &&
       ir::GetOpInfo(op).kind == ir::OpKind::kRandom) {
     const int64_t offset = attrs.GetInt(AttrKey::kOffset);
+    // (Numbered by draw_offsets_, which a stood-in routine's draws also
+    // extend.)
     const auto [it, fresh] = draw_of_offset_.try_emplace(
-        offset, static_cast<int>(draw_of_offset_.size()));
+        offset, static_cast<int>(draw_offsets_.size()));
     if (fresh) draw_offsets_.push_back(offset);
     draw = it->second;
   }

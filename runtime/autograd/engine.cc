@@ -155,10 +155,9 @@ class AccumulateGrad : public Node {
 };
 
 // Stands for the nodes of a routine a recording call did not run
-// (SetRoutineResult): described as its group. Applied (a backward the
-// recording could not take from its record), it has the observer dispatch
-// the routine's recorded ops again, which records their nodes, and runs
-// the backward through those nodes to its edges.
+// (SetRoutineResult): described as its group. A backward that runs op by op
+// replaces it first (RedoRoutines); one that reaches it anyway (no
+// observer could dispatch its ops again) throws.
 class RoutineNode : public Node {
  public:
   RoutineNode(std::shared_ptr<RoutineGroup> group) {
@@ -264,19 +263,16 @@ namespace {
 // result, or null when the observer cannot.
 std::shared_ptr<Node> Redo(runtime::DispatchObserver& observer,
                            const RoutineNode& routine) {
-  const bool grad_was = GradMode::is_enabled();
-  GradMode::set_enabled(true);
+  // Grad mode on while alive (the routine's ops record their nodes).
+  struct GradOn {
+    const bool was = GradMode::is_enabled();
+    GradOn() { GradMode::set_enabled(true); }
+    ~GradOn() { GradMode::set_enabled(was); }
+  } grad_on;
   // The record holds autocast's casts as ops of their own.
   amp::Autocast no_autocast(ir::DType::kBF16, /*enabled=*/false);
-  Tensor result;
-  try {
-    result =
-        observer.RedoRoutine(routine.group()->place, routine.group()->tensors);
-  } catch (...) {
-    GradMode::set_enabled(grad_was);
-    throw;
-  }
-  GradMode::set_enabled(grad_was);
+  const Tensor result =
+      observer.RedoRoutine(routine.group()->place, routine.group()->tensors);
   return result.defined() ? result.grad_fn() : nullptr;
 }
 
@@ -324,12 +320,23 @@ std::shared_ptr<Node> GradientEdge(const Tensor& t) {
   return meta->grad_accumulator;
 }
 
+namespace {
+
+// A group for the routine at `place` on `tensors`: their gradient edges now.
+std::shared_ptr<RoutineGroup> MakeGroup(uint64_t place,
+                                        absl::Span<const Tensor> tensors) {
+  auto group = std::make_shared<RoutineGroup>();
+  group->place = place;
+  for (const Tensor& t : tensors) group->edges.push_back(GradientEdge(t));
+  group->tensors.assign(tensors.begin(), tensors.end());
+  return group;
+}
+
+}  // namespace
+
 RoutineScope::RoutineScope(uint64_t place, absl::Span<const Tensor> tensors) {
   if (t_group != nullptr) return;
-  group_ = std::make_shared<RoutineGroup>();
-  group_->place = place;
-  for (const Tensor& t : tensors) group_->edges.push_back(GradientEdge(t));
-  group_->tensors.assign(tensors.begin(), tensors.end());
+  group_ = MakeGroup(place, tensors);
   t_group = group_.get();
   t_group_owner = &group_;
 }
@@ -360,10 +367,7 @@ void RoutineScope::Close() {
 
 void SetRoutineResult(const Tensor& result, uint64_t place,
                       absl::Span<const Tensor> tensors) {
-  auto group = std::make_shared<RoutineGroup>();
-  group->place = place;
-  for (const Tensor& t : tensors) group->edges.push_back(GradientEdge(t));
-  group->tensors.assign(tensors.begin(), tensors.end());
+  std::shared_ptr<RoutineGroup> group = MakeGroup(place, tensors);
   group->closed = true;
   TensorImpl* impl = result.impl();
   if (!impl->autograd) impl->autograd = std::make_unique<AutogradMeta>();

@@ -29,8 +29,8 @@ class Node;
 struct RoutineGroup {
   uint64_t place = 0;
   absl::InlinedVector<std::shared_ptr<Node>, 8> edges;
-  std::vector<Tensor>
-      tensors;  // the routine's tensors (its backward reads them)
+  // The routine's tensors (its backward reads them).
+  std::vector<Tensor> tensors;
   std::vector<std::weak_ptr<Node>> members;
   bool closed = false;
 };
@@ -62,16 +62,15 @@ std::shared_ptr<Node> GradientEdge(const Tensor& t);
 
 // While alive on this thread, the nodes RecordOp makes belong to `group`,
 // which it creates with `place` and the gradient edges of `tensors`. Only
-// the outermost scope on a thread makes a group (active() is false in a
-// nested one). Close() checks that the group is closed (see RoutineGroup)
-// and marks it so.
+// the outermost scope on a thread makes a group (a nested one does
+// nothing). Close() checks that the group is closed (see RoutineGroup) and
+// marks it so.
 class RoutineScope {
  public:
   RoutineScope(uint64_t place, absl::Span<const Tensor> tensors);
   ~RoutineScope();
   RoutineScope(const RoutineScope&) = delete;
   RoutineScope& operator=(const RoutineScope&) = delete;
-  bool active() const { return group_ != nullptr; }
   void Close();
   // Whether a scope is alive on this thread.
   static bool InScope();
@@ -82,10 +81,12 @@ class RoutineScope {
 
 // For a routine a recording call stood in for: gives `result` (shape-only,
 // without autograd) one node standing for the routine's nodes, in a closed
-// group with `place` and the gradient edges of `tensors`. Backward through
-// that node cannot run (it has none of the routine's saved tensors): it
-// throws, which makes the recording call inconclusive (it then runs as
-// written).
+// group with `place` and the gradient edges of `tensors`. The node has none
+// of the routine's saved tensors: a backward that runs op by op first has
+// the observer dispatch the routine's ops again (DispatchObserver::
+// RedoRoutine) and runs through the nodes they record; without that,
+// applying the node throws, which makes the recording call inconclusive (it
+// then runs as written).
 void SetRoutineResult(const Tensor& result, uint64_t place,
                       absl::Span<const Tensor> tensors);
 

@@ -3,7 +3,6 @@
 
 #include <cmath>
 
-#include "absl/base/casts.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/nn/functional.h"
 #include "runtime/ops.h"
@@ -25,6 +24,21 @@ void CheckNormalizedShape(const char* module, ShapeRef normalized_shape) {
     SJ_REQUIRE(d > 0, module, ": normalized_shape ",
                ir::ShapeToString(normalized_shape), " has a non-positive dim");
   }
+}
+
+void DescribeShape(const std::vector<int64_t>& shape,
+                   std::vector<uint64_t>& key) {
+  key.push_back(shape.size());
+  for (int64_t d : shape) key.push_back(static_cast<uint64_t>(d));
+}
+
+// The activations: their tag alone.
+template <typename T>
+bool DescribeTagOnly(const Module& m, ModuleTag tag,
+                     std::vector<uint64_t>& key) {
+  if (!IsExactly<T>(m)) return false;
+  key.push_back(static_cast<uint64_t>(tag));
+  return true;
 }
 
 }  // namespace
@@ -156,30 +170,6 @@ void EmbeddingImpl::OnParameterReplaced(const std::string& name, const Tensor& t
   weight = tensor;
 }
 
-}  // namespace stepjit::nn
-
-namespace stepjit::nn {
-namespace {
-
-uint64_t Bits(double v) { return absl::bit_cast<uint64_t>(v); }
-
-void DescribeShape(const std::vector<int64_t>& shape,
-                   std::vector<uint64_t>& key) {
-  key.push_back(shape.size());
-  for (int64_t d : shape) key.push_back(static_cast<uint64_t>(d));
-}
-
-// The activations: their tag alone.
-template <typename T>
-bool DescribeTagOnly(const Module& m, ModuleTag tag,
-                     std::vector<uint64_t>& key) {
-  if (!IsExactly<T>(m)) return false;
-  key.push_back(static_cast<uint64_t>(tag));
-  return true;
-}
-
-}  // namespace
-
 bool LinearImpl::DescribeForward(std::vector<uint64_t>& key,
                                  std::vector<Tensor>& tensors) const {
   if (!IsExactly<LinearImpl>(*this) || !weight.defined()) return false;
@@ -218,7 +208,7 @@ bool LayerNormImpl::DescribeForward(std::vector<uint64_t>& key,
   if (!IsExactly<LayerNormImpl>(*this)) return false;
   key.push_back(static_cast<uint64_t>(ModuleTag::kLayerNorm));
   DescribeShape(normalized_shape_, key);
-  key.push_back(Bits(eps_));
+  key.push_back(KeyBits(eps_));
   DescribeOptional(weight, key, tensors);
   DescribeOptional(bias, key, tensors);
   return true;
@@ -229,7 +219,8 @@ bool RMSNormImpl::DescribeForward(std::vector<uint64_t>& key,
   if (!IsExactly<RMSNormImpl>(*this)) return false;
   key.push_back(static_cast<uint64_t>(ModuleTag::kRMSNorm));
   DescribeShape(normalized_shape_, key);
-  key.insert(key.end(), {uint64_t{eps_.has_value()}, Bits(eps_.value_or(0))});
+  key.insert(key.end(),
+             {uint64_t{eps_.has_value()}, KeyBits(eps_.value_or(0))});
   DescribeOptional(weight, key, tensors);
   return true;
 }
@@ -237,8 +228,8 @@ bool RMSNormImpl::DescribeForward(std::vector<uint64_t>& key,
 bool DropoutImpl::DescribeForward(std::vector<uint64_t>& key,
                                   std::vector<Tensor>& tensors) const {
   if (!IsExactly<DropoutImpl>(*this)) return false;
-  key.insert(key.end(), {static_cast<uint64_t>(ModuleTag::kDropout), Bits(p_),
-                         uint64_t{is_training()}});
+  key.insert(key.end(), {static_cast<uint64_t>(ModuleTag::kDropout),
+                         KeyBits(p_), uint64_t{is_training()}});
   return true;
 }
 

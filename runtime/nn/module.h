@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "ir/status.h"
@@ -181,6 +182,8 @@ bool DescribeModule(const Module* module, std::vector<uint64_t>& key,
 // Appends `tensor` to `tensors` when defined, and whether it is to `key`.
 void DescribeOptional(const Tensor& tensor, std::vector<uint64_t>& key,
                       std::vector<Tensor>& tensors);
+// A double option in a key: its bits.
+inline uint64_t KeyBits(double v) { return absl::bit_cast<uint64_t>(v); }
 
 // A copyable handle to a shared Impl (libtorch's ModuleHolder): lets users
 // write `nn::Linear fc(4, 8); fc(x); fc.parameters(); fc->weight`.

@@ -3,7 +3,6 @@
 
 #include <cmath>
 
-#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
@@ -135,10 +134,6 @@ Tensor GPTImpl::forward(const Tensor& tokens) {
   });
 }
 
-namespace {
-uint64_t Bits(double v) { return absl::bit_cast<uint64_t>(v); }
-}  // namespace
-
 bool MultiheadAttentionImpl::DescribeForward(
     std::vector<uint64_t>& key, std::vector<Tensor>& tensors) const {
   if (!IsExactly<MultiheadAttentionImpl>(*this) || !in_proj_weight.defined())
@@ -146,7 +141,7 @@ bool MultiheadAttentionImpl::DescribeForward(
   key.insert(key.end(), {static_cast<uint64_t>(ModuleTag::kMultiheadAttention),
                          static_cast<uint64_t>(embed_dim_),
                          static_cast<uint64_t>(num_heads_),
-                         Bits(options_.dropout), uint64_t{options_.bias},
+                         KeyBits(options_.dropout), uint64_t{options_.bias},
                          uint64_t{options_.causal}, uint64_t{is_training()}});
   tensors.push_back(in_proj_weight);
   DescribeOptional(in_proj_bias, key, tensors);
@@ -158,8 +153,8 @@ bool TransformerBlockImpl::DescribeForward(std::vector<uint64_t>& key,
   if (!IsExactly<TransformerBlockImpl>(*this)) return false;
   key.insert(key.end(), {static_cast<uint64_t>(ModuleTag::kTransformerBlock),
                          static_cast<uint64_t>(options_.mlp_ratio),
-                         Bits(options_.dropout), uint64_t{options_.causal},
-                         Bits(options_.eps), uint64_t{is_training()}});
+                         KeyBits(options_.dropout), uint64_t{options_.causal},
+                         KeyBits(options_.eps), uint64_t{is_training()}});
   return DescribeModule(ln1.ptr().get(), key, tensors) &&
          DescribeModule(attn.ptr().get(), key, tensors) &&
          DescribeModule(ln2.ptr().get(), key, tensors) &&
@@ -176,7 +171,7 @@ bool GPTImpl::DescribeForward(std::vector<uint64_t>& key,
               static_cast<uint64_t>(options_.context),
               static_cast<uint64_t>(options_.d_model),
               static_cast<uint64_t>(options_.heads),
-              static_cast<uint64_t>(options_.layers), Bits(options_.dropout),
+              static_cast<uint64_t>(options_.layers), KeyBits(options_.dropout),
               uint64_t{options_.tie_weights}, blocks.size()});
   DescribeOptional(positions_, key, tensors);
   if (!DescribeModule(tok.ptr().get(), key, tensors) ||
