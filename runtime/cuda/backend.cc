@@ -13,7 +13,6 @@
 #include "ir/status.h"
 #include "runtime/cuda/driver/device.h"
 #include "runtime/cuda/driver/driver_backend.h"
-#include "runtime/cuda/emulator/emulator_backend.h"
 
 namespace stepjit::runtime::cuda {
 namespace {
@@ -80,6 +79,12 @@ void Install(Registry& r, std::unique_ptr<Backend> backend) {
   }
 }
 
+std::atomic<BackendFactory>& EmulatorFactorySlot() {
+  static std::atomic<BackendFactory> factory{nullptr};
+  return factory;
+}
+BackendFactory EmulatorFactory() { return EmulatorFactorySlot().load(); }
+
 void Detect(Registry& r) {
   if (r.detected) return;
   r.detected = true;
@@ -90,7 +95,15 @@ void Detect(Registry& r) {
     return;
   }
   if (*choice == "emulator") {
-    Install(r, MakeEmulatorBackend());
+    if (EmulatorFactory() == nullptr) {
+      r.why_none =
+          "STEPJIT_CUDA_BACKEND=emulator, but this program does not link the "
+          "host emulator (the test-support library stepjit_cuda_emulator, "
+          "which the tests, stepjit-bench and the examples link; "
+          "libstepjit.a leaves it out)";
+      return;
+    }
+    Install(r, EmulatorFactory()());
     return;
   }
   if (!Availability().available) {
@@ -125,6 +138,10 @@ bool HoldActive() {
 
 }  // namespace
 
+void RegisterEmulatorFactory(BackendFactory factory) {
+  EmulatorFactorySlot().store(factory);
+}
+
 std::unique_ptr<DeviceMemoryBackend> MakeAllocatorBackend(Backend* backend) {
   return std::make_unique<AllocatorBackend>(backend);
 }
@@ -144,7 +161,7 @@ absl::StatusOr<Backend*> RequireBackend() {
   return absl::FailedPreconditionError(absl::StrCat(
       "CUDA is not available: ", r.why_none,
       ". CPU tensors work; STEPJIT_CUDA_BACKEND=emulator runs CUDA code on "
-      "the host for testing"));
+      "the host in programs that link the test-support emulator"));
 }
 
 uint64_t BackendGeneration() {

@@ -157,6 +157,14 @@ uint64_t BackendGeneration();
 
 // GetBackend(), or throws stepjit::Error with RequireBackend()'s message.
 Backend& BackendOrThrow();
+// The host emulator (testing/cuda_emulator/) is not part of the library: a
+// program that links the test-support library stepjit_cuda_emulator (the
+// tests, stepjit-bench, the examples) registers its factory here when it
+// starts, and STEPJIT_CUDA_BACKEND=emulator then installs what it makes. In
+// a program without it, that setting leaves CUDA unavailable and says why.
+using BackendFactory = std::unique_ptr<Backend> (*)();
+void RegisterEmulatorFactory(BackendFactory factory);
+
 // Replaces the process's backend (tests install the host emulator); the
 // previous one, its allocator and its cached modules are destroyed, so no
 // CUDA tensor may be alive. Null goes back to detection.

@@ -1,6 +1,6 @@
 // The generated CUDA C computes the right numbers, checked without a GPU:
 // the kernels are compiled as host C++ against the emulation of the CUDA
-// built-ins (runtime/cuda/emulator/host_emulation.h: each block's threads as
+// built-ins (testing/cuda_emulator/host_emulation.h: each block's threads as
 // fibers, the CPU's math functions, _Float16 and bfloat16 bit tricks for the
 // half types) and launched with a deliberately small grid so every
 // grid-stride and chunk loop wraps. Results
@@ -15,14 +15,14 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/cpu/region_kernel.h"
 #include "codegen/cuda/cuda_emitter.h"
-#include "runtime/cuda/emulator/host_emulation.h"
 #include "codegen/cuda/single_op.h"
 #include "gtest/gtest.h"
-#include "tests/codegen/cuda_test_util.h"
 #include "ir/parser.h"
 #include "runtime/cpu/program/cpu_backend.h"
 #include "runtime/dispatch.h"
 #include "runtime/ops.h"
+#include "testing/cuda_emulator/host_emulation.h"
+#include "tests/codegen/cuda_test_util.h"
 
 namespace stepjit::codegen::cuda {
 namespace {

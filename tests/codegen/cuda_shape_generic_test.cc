@@ -22,7 +22,7 @@
 #include "codegen/cuda/cuda_emitter.h"
 #include "codegen/cuda/cuda_layout.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/emulator/host_emulation.h"
+#include "testing/cuda_emulator/host_emulation.h"
 #include "tests/util/row_cases.h"
 
 namespace stepjit::codegen::cuda {

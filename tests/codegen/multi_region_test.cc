@@ -4,6 +4,8 @@
 // group on the host emulation of CUDA and must give the bytes each region's
 // own kernels give; the module compiles with NVRTC for sm_80 and sm_90; and
 // the grouping rules of runtime/cuda/program/region_groups.h are checked on IR.
+#include "codegen/cuda/multi_region.h"
+
 #include <cstring>
 #include <memory>
 #include <string>
@@ -12,13 +14,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/cuda/cuda_emitter.h"
-#include "runtime/cuda/emulator/host_emulation.h"
-#include "codegen/cuda/multi_region.h"
 #include "codegen/cuda/nvrtc.h"
 #include "gtest/gtest.h"
 #include "ir/parser.h"
-#include "runtime/ops.h"
 #include "runtime/cuda/program/region_groups.h"
+#include "runtime/ops.h"
+#include "testing/cuda_emulator/host_emulation.h"
 #include "tests/codegen/cuda_test_util.h"
 
 namespace stepjit::codegen::cuda {

@@ -16,8 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/emulator/emulator_backend.h"
 #include "runtime/cuda/ops.h"
+#include "testing/cuda_emulator/emulator_backend.h"
 #include "tests/cuda/cuda_test_backend.h"
 
 namespace stepjit {

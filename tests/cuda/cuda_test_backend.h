@@ -10,8 +10,8 @@
 
 #include "gtest/gtest.h"
 #include "runtime/cuda/backend.h"
-#include "runtime/cuda/emulator/emulator_backend.h"
 #include "runtime/tensor.h"
+#include "testing/cuda_emulator/emulator_backend.h"
 
 namespace stepjit::test {
 

@@ -11,8 +11,8 @@
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
 #include "ir/parser.h"
-#include "runtime/cuda/emulator/emulator_backend.h"
 #include "runtime/executor.h"
+#include "testing/cuda_emulator/emulator_backend.h"
 #include "tests/cuda/cuda_test_backend.h"
 
 namespace stepjit {

@@ -10,12 +10,12 @@
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
 #include "runtime/cuda/backend.h"
-#include "runtime/cuda/emulator/emulator_backend.h"
 #include "runtime/cuda/kernels/collective_ops.h"
 #include "runtime/cuda/nccl/dist_nccl.h"
 #include "runtime/dist/dist.h"
 #include "runtime/dist/dist_internal.h"
 #include "runtime/nn/ddp.h"
+#include "testing/cuda_emulator/emulator_backend.h"
 
 namespace stepjit {
 namespace {

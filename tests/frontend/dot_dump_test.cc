@@ -3,6 +3,8 @@
 // rendering reports a missing, failing or hanging `dot` without stopping.
 #include "frontend/dot_dump.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -162,7 +164,13 @@ class FakeDotTest : public ::testing::Test {
     return frontend::RenderSvg((dir_ / "in.dot").string(),
                                (dir_ / "out.svg").string(), timeout);
   }
-  const fs::path dir_ = fs::path(::testing::TempDir()) / "stepjit_fake_dot";
+  // One directory per test and process: ctest runs these tests in parallel.
+  const fs::path dir_ =
+      fs::path(::testing::TempDir()) /
+      ("stepjit_fake_dot_" +
+       std::string(
+           ::testing::UnitTest::GetInstance()->current_test_info()->name()) +
+       "_" + std::to_string(getpid()));
 };
 
 TEST_F(FakeDotTest, AFailingRunNamesTheCommandAndLeavesNoSvg) {

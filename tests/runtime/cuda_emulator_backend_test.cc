@@ -1,5 +1,5 @@
-// The host emulator Backend (runtime/cuda/emulator/emulator_backend.h): memory and
-// provenance errors, out-of-memory with a limit, stream order, events, the
+// The host emulator Backend (testing/cuda_emulator/emulator_backend.h): memory
+// and provenance errors, out-of-memory with a limit, stream order, events, the
 // legacy default stream, kernels with barriers and warp shuffles, compile
 // errors, graph capture and replay, and GEMMs against a float64 loop.
 #include <cmath>
@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cuda/emulator/host_emulation.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/emulator/emulator_backend.h"
+#include "testing/cuda_emulator/emulator_backend.h"
+#include "testing/cuda_emulator/host_emulation.h"
 
 namespace stepjit::runtime::cuda {
 namespace {

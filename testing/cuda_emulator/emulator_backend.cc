@@ -1,6 +1,6 @@
 // The host emulator Backend: host memory with provenance checks, host-compiled
 // kernels and CPU GEMMs, queued on the streams of emulator_streams.h.
-#include "runtime/cuda/emulator/emulator_backend.h"
+#include "testing/cuda_emulator/emulator_backend.h"
 
 #include <algorithm>
 #include <atomic>
@@ -14,9 +14,9 @@
 #include "ir/status.h"
 // The emulator runs GEMMs on the host with the CPU library.
 #include "runtime/cpu/gemm.h"
-#include "runtime/cuda/emulator/emulator_memory.h"
-#include "runtime/cuda/emulator/emulator_streams.h"
-#include "runtime/cuda/emulator/host_emulation.h"
+#include "testing/cuda_emulator/emulator_memory.h"
+#include "testing/cuda_emulator/emulator_streams.h"
+#include "testing/cuda_emulator/host_emulation.h"
 
 namespace stepjit::runtime::cuda {
 namespace {
@@ -361,5 +361,14 @@ EmulatorStats GetEmulatorStats(const Backend& backend) {
            ", which is not the host emulator");
   return emulator->stats();
 }
+
+namespace {
+// A program that links this library (an object library: every object is
+// linked) offers the emulator to STEPJIT_CUDA_BACKEND=emulator.
+const bool kRegistered = [] {
+  RegisterEmulatorFactory([] { return MakeEmulatorBackend(); });
+  return true;
+}();
+}  // namespace
 
 }  // namespace stepjit::runtime::cuda

@@ -2,7 +2,7 @@
 // the calling thread (switched by a few instructions on x86-64, by ucontext
 // elsewhere), with the barriers of __syncthreads and the warp shuffles
 // between them.
-#include "runtime/cuda/emulator/host_fibers.h"
+#include "testing/cuda_emulator/host_fibers.h"
 
 #include <sys/mman.h>
 #include <ucontext.h>

@@ -1,6 +1,6 @@
 // The host emulator's streams: a worker thread per stream running its queue
 // in order, events as markers in the queues, and graphs as recorded tasks.
-#include "runtime/cuda/emulator/emulator_streams.h"
+#include "testing/cuda_emulator/emulator_streams.h"
 
 #include <chrono>
 #include <deque>

@@ -1,5 +1,5 @@
 // The host emulator's allocation table and the provenance checks against it.
-#include "runtime/cuda/emulator/emulator_memory.h"
+#include "testing/cuda_emulator/emulator_memory.h"
 
 #include <cstdlib>
 #include <string>

@@ -1,11 +1,11 @@
 // The text of the header host-compiled modules are built against: the CUDA
 // built-ins emulated on the host, around the C interface to the scheduler.
-#include "runtime/cuda/emulator/host_emulation_header.h"
+#include "testing/cuda_emulator/host_emulation_header.h"
 
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/cuda/emulator/host_emulation.h"
+#include "testing/cuda_emulator/host_emulation.h"
 
 #define SJ_TEXT(...) #__VA_ARGS__
 #define SJ_EXPANDED_TEXT(x) SJ_TEXT(x)

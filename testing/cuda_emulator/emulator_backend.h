@@ -1,10 +1,10 @@
 // The host emulator implementation of the CUDA Backend: device memory is
 // host memory, every stream is an in-order queue run by its own thread,
 // kernels are the generated CUDA C compiled as host C++
-// (runtime/cuda/emulator/host_emulation.h), GEMMs run on the CPU GEMM, and graphs are
-// recorded lists of queued work. It lets everything above the backend run
-// in tests on a machine without a GPU, and checks what a GPU would only
-// crash on: copies are checked against the pointers' provenance.
+// (testing/cuda_emulator/host_emulation.h), GEMMs run on the CPU GEMM, and
+// graphs are recorded lists of queued work. It lets everything above the
+// backend run in tests on a machine without a GPU, and checks what a GPU would
+// only crash on: copies are checked against the pointers' provenance.
 //
 // Streams follow CUDA's legacy default stream: work queued on stream 0 waits
 // for the work already queued on every other stream, and work queued on
@@ -15,8 +15,8 @@
 // An error raised by queued work (a kernel that deadlocks, a GEMM with bad
 // arguments) is reported, once, by the next synchronizing call, as CUDA
 // reports a kernel's faults.
-#ifndef STEPJIT_RUNTIME_CUDA_EMULATOR_EMULATOR_BACKEND_H_
-#define STEPJIT_RUNTIME_CUDA_EMULATOR_EMULATOR_BACKEND_H_
+#ifndef STEPJIT_TESTING_CUDA_EMULATOR_EMULATOR_BACKEND_H_
+#define STEPJIT_TESTING_CUDA_EMULATOR_EMULATOR_BACKEND_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -62,4 +62,4 @@ bool IsEmulatorBackend(const Backend& backend);
 
 }  // namespace stepjit::runtime::cuda
 
-#endif  // STEPJIT_RUNTIME_CUDA_EMULATOR_EMULATOR_BACKEND_H_
+#endif  // STEPJIT_TESTING_CUDA_EMULATOR_EMULATOR_BACKEND_H_

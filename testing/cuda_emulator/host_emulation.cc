@@ -1,6 +1,6 @@
 // Host emulation of CUDA kernels: the host compile through the kernel cache,
 // loading the module, and launching its kernels on the fiber scheduler.
-#include "runtime/cuda/emulator/host_emulation.h"
+#include "testing/cuda_emulator/host_emulation.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -20,10 +20,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/cuda/emulator/host_emulation_header.h"
-#include "runtime/cuda/emulator/host_fibers.h"
 #include "codegen/kernel_cache.h"
 #include "ir/status.h"
+#include "testing/cuda_emulator/host_emulation_header.h"
+#include "testing/cuda_emulator/host_fibers.h"
 
 namespace stepjit::codegen::cuda {
 

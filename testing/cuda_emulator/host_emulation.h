@@ -20,8 +20,8 @@
 //   * exp, log, tanh and f32 erf are the CPU kernels' (ir/poly_math.h),
 //     so results match the CPU backend's bit for bit (a GPU's are CUDA's,
 //     within a few ulps); the other math functions are the host's libm.
-#ifndef STEPJIT_RUNTIME_CUDA_EMULATOR_HOST_EMULATION_H_
-#define STEPJIT_RUNTIME_CUDA_EMULATOR_HOST_EMULATION_H_
+#ifndef STEPJIT_TESTING_CUDA_EMULATOR_HOST_EMULATION_H_
+#define STEPJIT_TESTING_CUDA_EMULATOR_HOST_EMULATION_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -102,4 +102,4 @@ absl::StatusOr<HostModule> CompileForHost(
 
 }  // namespace stepjit::codegen::cuda
 
-#endif  // STEPJIT_RUNTIME_CUDA_EMULATOR_HOST_EMULATION_H_
+#endif  // STEPJIT_TESTING_CUDA_EMULATOR_HOST_EMULATION_H_

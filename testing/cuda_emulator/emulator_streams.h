@@ -1,6 +1,6 @@
 // The streams, events and graphs of the host emulator: in-order work queues.
-#ifndef STEPJIT_RUNTIME_CUDA_EMULATOR_EMULATOR_STREAMS_H_
-#define STEPJIT_RUNTIME_CUDA_EMULATOR_EMULATOR_STREAMS_H_
+#ifndef STEPJIT_TESTING_CUDA_EMULATOR_EMULATOR_STREAMS_H_
+#define STEPJIT_TESTING_CUDA_EMULATOR_EMULATOR_STREAMS_H_
 
 #include <atomic>
 #include <condition_variable>
@@ -106,4 +106,4 @@ class EmulatorStreams {
 
 }  // namespace stepjit::runtime::cuda
 
-#endif  // STEPJIT_RUNTIME_CUDA_EMULATOR_EMULATOR_STREAMS_H_
+#endif  // STEPJIT_TESTING_CUDA_EMULATOR_EMULATOR_STREAMS_H_

@@ -1,6 +1,6 @@
 // The C interface between the host emulation and a host-compiled module.
-#ifndef STEPJIT_RUNTIME_CUDA_EMULATOR_HOST_EMULATION_HEADER_H_
-#define STEPJIT_RUNTIME_CUDA_EMULATOR_HOST_EMULATION_HEADER_H_
+#ifndef STEPJIT_TESTING_CUDA_EMULATOR_HOST_EMULATION_HEADER_H_
+#define STEPJIT_TESTING_CUDA_EMULATOR_HOST_EMULATION_HEADER_H_
 
 // Written once: compiled here, and pasted as text into the emulation header
 // (HostEmulationHeader(), host_emulation_header.cc) modules are built against.
@@ -31,4 +31,4 @@ namespace stepjit::codegen::cuda::abi {
 SJ_EMULATION_ABI
 }  // namespace stepjit::codegen::cuda::abi
 
-#endif  // STEPJIT_RUNTIME_CUDA_EMULATOR_HOST_EMULATION_HEADER_H_
+#endif  // STEPJIT_TESTING_CUDA_EMULATOR_HOST_EMULATION_HEADER_H_

@@ -1,10 +1,10 @@
 // The fiber scheduler that runs the blocks of a host-compiled kernel.
-#ifndef STEPJIT_RUNTIME_CUDA_EMULATOR_HOST_FIBERS_H_
-#define STEPJIT_RUNTIME_CUDA_EMULATOR_HOST_FIBERS_H_
+#ifndef STEPJIT_TESTING_CUDA_EMULATOR_HOST_FIBERS_H_
+#define STEPJIT_TESTING_CUDA_EMULATOR_HOST_FIBERS_H_
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "runtime/cuda/emulator/host_emulation_header.h"
+#include "testing/cuda_emulator/host_emulation_header.h"
 
 namespace stepjit::codegen::cuda {
 
@@ -20,4 +20,4 @@ absl::Status RunOnFibers(const abi::sj_kernel_desc& kernel,
 
 }  // namespace stepjit::codegen::cuda
 
-#endif  // STEPJIT_RUNTIME_CUDA_EMULATOR_HOST_FIBERS_H_
+#endif  // STEPJIT_TESTING_CUDA_EMULATOR_HOST_FIBERS_H_

@@ -1,6 +1,6 @@
 // The host emulator's memory: host allocations by start address, checked.
-#ifndef STEPJIT_RUNTIME_CUDA_EMULATOR_EMULATOR_MEMORY_H_
-#define STEPJIT_RUNTIME_CUDA_EMULATOR_EMULATOR_MEMORY_H_
+#ifndef STEPJIT_TESTING_CUDA_EMULATOR_EMULATOR_MEMORY_H_
+#define STEPJIT_TESTING_CUDA_EMULATOR_EMULATOR_MEMORY_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -56,4 +56,4 @@ class EmulatorMemory {
 
 }  // namespace stepjit::runtime::cuda
 
-#endif  // STEPJIT_RUNTIME_CUDA_EMULATOR_EMULATOR_MEMORY_H_
+#endif  // STEPJIT_TESTING_CUDA_EMULATOR_EMULATOR_MEMORY_H_
