@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "examples/ddp.h"
 #include "examples/progress.h"
 #include "frontend/stepjit.h"
 #include "ir/status.h"
@@ -401,28 +402,8 @@ llvm::json::Object Json(const RunResult& r, const Config& c) {
                        {"kernels_per_step", r.kernels_per_step},
                        {"interpreted_regions", r.interpreted_regions},
                        {"sample", r.sample}};
-  if (c.ddp) {
-    o["world_size"] = c.world_size;
-    o["per_rank_batch"] = c.rank_batch;
-    o["samples_per_s"] = r.samples_per_s;
-    o["buckets"] = r.buckets;
-  }
+  if (c.ddp) examples::AddDdpFields(o, r, c.world_size, c.rank_batch);
   return o;
-}
-
-// --ddp: the throughput of all ranks together.
-void PrintDdpSummary(const std::vector<RunResult>& rows, const Config& c) {
-  std::printf(
-      "\ndata-parallel: world size %d, per-rank batch %lld, global batch "
-      "%lld\n",
-      c.world_size, static_cast<long long>(c.rank_batch),
-      static_cast<long long>(c.batch));
-  std::printf("%-14s %12s %8s %8s\n", "mode", "samples/s", "ms/step",
-              "buckets");
-  for (const RunResult& r : rows) {
-    std::printf("%-14s %12.1f %8.3f %8d\n", r.mode.c_str(), r.samples_per_s,
-                r.ms_per_step, static_cast<int>(r.buckets));
-  }
 }
 
 int Main(int argc, char** argv) {
@@ -553,7 +534,8 @@ int Main(int argc, char** argv) {
                 rows[0].ms_per_step / r.ms_per_step, r.final_loss, r.val_loss,
                 r.kernels_per_step);
   }
-  if (c.ddp) PrintDdpSummary(rows, c);
+  if (c.ddp)
+    examples::PrintDdpSummary(rows, c.world_size, c.rank_batch, c.batch);
   if (c.sample > 0)
     std::printf("\nsample (%s):\n%s\n", rows.back().mode.c_str(),
                 rows.back().sample.c_str());
@@ -563,15 +545,5 @@ int Main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return Main(argc, argv);
-  } catch (const stepjit::Error& e) {
-    // Under mpirun every rank's error reaches the same terminal.
-    const std::string rank =
-        stepjit::dist::world_size() > 1
-            ? absl::StrCat("rank ", stepjit::dist::rank(), ": ")
-            : "";
-    std::fprintf(stderr, "char_lm: %serror: %s\n", rank.c_str(), e.what());
-    return 1;
-  }
+  return stepjit::examples::RunMain("char_lm", Main, argc, argv);
 }

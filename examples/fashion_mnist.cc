@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "examples/ddp.h"
 #include "examples/progress.h"
 #include "frontend/compile.h"
 #include "ir/status.h"
@@ -482,12 +483,7 @@ llvm::json::Object Json(const RunResult& r, const Flags& f) {
                        {"final_loss", r.final_loss},
                        {"test_accuracy", r.test_accuracy},
                        {"skipped_steps", r.skipped_steps}};
-  if (f.ddp) {
-    o["world_size"] = f.world_size;
-    o["per_rank_batch"] = f.rank_batch;
-    o["samples_per_s"] = r.samples_per_s;
-    o["buckets"] = r.buckets;
-  }
+  if (f.ddp) examples::AddDdpFields(o, r, f.world_size, f.rank_batch);
   return o;
 }
 
@@ -500,21 +496,6 @@ void PrintSummary(const std::vector<RunResult>& rows) {
                 r.ms_per_step, 1e3 / r.ms_per_step, rows[0].ms_per_step / r.ms_per_step,
                 r.train_ms_per_step, r.final_loss, 100 * r.test_accuracy,
                 static_cast<int>(r.skipped_steps));
-  }
-}
-
-// --ddp: the throughput of all ranks together.
-void PrintDdpSummary(const std::vector<RunResult>& rows, const Flags& f) {
-  std::printf(
-      "\ndata-parallel: world size %d, per-rank batch %lld, global batch "
-      "%lld\n",
-      f.world_size, static_cast<long long>(f.rank_batch),
-      static_cast<long long>(f.batch_size));
-  std::printf("%-14s %12s %8s %8s\n", "mode", "samples/s", "ms/step",
-              "buckets");
-  for (const RunResult& r : rows) {
-    std::printf("%-14s %12.1f %8.3f %8d\n", r.mode.c_str(), r.samples_per_s,
-                r.ms_per_step, static_cast<int>(r.buckets));
   }
 }
 
@@ -637,7 +618,8 @@ int Main(int argc, char** argv) {
   }
   if (!f.json) {
     PrintSummary(rows);
-    if (f.ddp) PrintDdpSummary(rows, f);
+    if (f.ddp)
+      examples::PrintDdpSummary(rows, f.world_size, f.rank_batch, f.batch_size);
   } else if (rows.size() > 2 || f.compare_amp) {
     // --compare-amp: one line per run, each naming its mode and precision.
     for (const RunResult& r : rows) tools::PrintJsonLine(Json(r, f));
@@ -656,16 +638,5 @@ int Main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return Main(argc, argv);
-  } catch (const stepjit::Error& e) {
-    // Under mpirun every rank's error reaches the same terminal.
-    const std::string rank =
-        stepjit::dist::world_size() > 1
-            ? absl::StrCat("rank ", stepjit::dist::rank(), ": ")
-            : "";
-    std::fprintf(stderr, "fashion_mnist: %serror: %s\n", rank.c_str(),
-                 e.what());
-    return 1;
-  }
+  return stepjit::examples::RunMain("fashion_mnist", Main, argc, argv);
 }
