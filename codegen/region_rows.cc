@@ -257,20 +257,22 @@ absl::StatusOr<Plan> AnalyzeRows(const ir::Graph& body,
 }
 
 RowPassWork RowPass(const ir::Graph& body, const Plan& plan, int phase) {
+  RowPassWork work;
   std::vector<const ir::Value*> stack;
   const bool final = phase > plan.row_phases;
   for (const auto& n : body.nodes()) {
     if (!final && IsReduction(n->op()) &&
         plan.domain.at(n->output()) == Domain::kReduced &&
-        plan.level.at(n->output()) == phase)
+        plan.level.at(n->output()) == phase) {
+      work.reductions.push_back(n.get());
       stack.push_back(n->inputs()[0]);
+    }
   }
   if (final) {
     for (const ir::Value* r : body.returns()) {
       if (plan.domain.at(r) == Domain::kFull) stack.push_back(r);
     }
   }
-  RowPassWork work;
   work.read.insert(stack.begin(), stack.end());
   while (!stack.empty()) {
     const ir::Value* v = stack.back();

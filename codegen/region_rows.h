@@ -2,6 +2,8 @@
 #ifndef STEPJIT_CODEGEN_REGION_ROWS_H_
 #define STEPJIT_CODEGEN_REGION_ROWS_H_
 
+#include <vector>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "codegen/region_plan.h"
@@ -13,11 +15,13 @@ namespace stepjit::codegen {
 absl::StatusOr<Plan> AnalyzeRows(const ir::Graph& body,
                                  const AnalyzeOptions& options);
 
-// What one pass over a row of a row plan computes: the full-domain nodes
-// feeding phase `phase`'s reductions (phase > plan.row_phases: the final
-// pass, feeding the full-size returns), and every value those nodes and the
-// pass's roots read. Both code generators lower a pass from this.
+// What one pass over a row of a row plan computes: phase `phase`'s
+// reductions, the full-domain nodes feeding them (phase > plan.row_phases:
+// the final pass, no reductions, feeding the full-size returns), and every
+// value those nodes and the pass's roots read. Both code generators lower a
+// pass from this.
 struct RowPassWork {
+  std::vector<const ir::Node*> reductions;  // in body order
   absl::flat_hash_set<const ir::Node*> nodes;
   absl::flat_hash_set<const ir::Value*> read;
 };

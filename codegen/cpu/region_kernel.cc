@@ -885,8 +885,9 @@ class Lowering {
   // inputs in registers; the final pass stores the full returns.
   absl::Status EmitPass(Row& w, int phase) {
     const bool final = phase > plan_.row_phases;
-    const absl::flat_hash_set<const Node*> nodes =
-        codegen::RowPass(body_, plan_, phase).nodes;
+    const RowPassWork work = codegen::RowPass(body_, plan_, phase);
+    const absl::flat_hash_set<const Node*>& nodes = work.nodes;
+    const std::vector<const Node*>& reds = work.reductions;
     llvm::Function* fn = b_.GetInsertBlock()->getParent();
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     auto* loop = llvm::BasicBlock::Create(ctx_, "pass", fn);
@@ -896,15 +897,9 @@ class Lowering {
     group_ = llvm::MDNode::getDistinct(ctx_, {});
     llvm::PHINode* j = b_.CreatePHI(I64(), 2);
     j->addIncoming(b_.getInt64(0), pre);
-    std::vector<const Node*> reds;
     std::vector<llvm::PHINode*> acc;
     std::vector<llvm::Value*> next;
-    for (const auto& n : body_.nodes()) {
-      if (final || !IsReduction(n->op()) ||
-          plan_.domain.at(n->output()) != Domain::kReduced ||
-          plan_.level.at(n->output()) != phase)
-        continue;
-      reds.push_back(n.get());
+    for (const Node* n : reds) {
       acc.push_back(b_.CreatePHI(RegisterType(n->op()), 2));
       acc.back()->addIncoming(RegisterInit(n->op()), pre);  // a constant
     }

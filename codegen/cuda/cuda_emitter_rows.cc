@@ -166,15 +166,8 @@ absl::Status Emitter::RowPass(int phase, Env& env, CudaStatements& s) {
   const bool final = phase > plan_.row_phases;
   const bool warp = row_strategy_ == ReductionStrategy::kRowPerWarp;
   const bool thread = row_strategy_ == ReductionStrategy::kRowPerThread;
-  std::vector<const Node*> reds;
-  for (const auto& n : body_.nodes()) {
-    if (final || !IsReduction(n->op()) ||
-        plan_.domain.at(n->output()) != Domain::kReduced ||
-        plan_.level.at(n->output()) != phase)
-      continue;
-    reds.push_back(n.get());
-  }
   const RowPassWork work = codegen::RowPass(body_, plan_, phase);
+  const std::vector<const Node*>& reds = work.reductions;
   const absl::flat_hash_set<const Node*>& nodes = work.nodes;
   const absl::flat_hash_set<const Value*>& read = work.read;
   s.Line(final ? "// final pass: the full-size returns"
