@@ -24,10 +24,6 @@ using ir::Value;
 
 namespace {
 
-absl::Status Unsupported(absl::string_view why) {
-  return absl::UnimplementedError(why);
-}
-
 bool DTypeSupported(DType t, const AnalyzeOptions& options) {
   return IsFloat(t) || t == DType::kBool || (options.allow_integers && ir::IsIntegral(t));
 }

@@ -43,7 +43,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "ir/graph.h"
 
 namespace stepjit::codegen {
@@ -100,6 +102,12 @@ struct AnalyzeOptions {
 // reduced values broadcast back over F.
 absl::StatusOr<Plan> Analyze(const ir::Graph& body,
                              const AnalyzeOptions& options = {});
+
+// Unimplemented with `why`: how Analyze and the code generators refuse a
+// body they do not lower.
+inline absl::Status Unsupported(absl::string_view why) {
+  return absl::UnimplementedError(why);
+}
 
 inline bool IsHalf(ir::DType t) {
   return t == ir::DType::kF16 || t == ir::DType::kBF16;

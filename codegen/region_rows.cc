@@ -19,10 +19,6 @@ using ir::Value;
 
 namespace {
 
-absl::Status Unsupported(absl::string_view why) {
-  return absl::UnimplementedError(why);
-}
-
 // The reduction with the largest input fixes F and the row dims.
 absl::Status FindRows(const ir::Graph& body, const AnalyzeOptions& options,
                       Plan& plan) {

@@ -38,10 +38,6 @@ namespace {
 // so stale cache entries are never reused.
 constexpr char kLoweringVersion[] = "region-lowering-5";
 
-absl::Status Unsupported(absl::string_view why) {
-  return absl::UnimplementedError(why);
-}
-
 // The register type a value of dtype `t` lives in (half types compute in f32).
 llvm::Type* RegType(llvm::LLVMContext& c, DType t) {
   switch (t) {

@@ -39,10 +39,6 @@ constexpr char kLoweringVersion[] = "cuda-lowering-1";
 // it after its code).
 constexpr char kGenericName[] = "sj_generic_region";
 
-absl::Status Unsupported(absl::string_view why) {
-  return absl::UnimplementedError(why);
-}
-
 }  // namespace
 
 namespace detail {
