@@ -311,8 +311,7 @@ Tensor RecordedResultRoutine::Finish(Tensor result) {
 Tensor Dispatch(OpId op, absl::Span<const Tensor> inputs, const ir::Attrs& attrs) {
   // An operand an async collective is still writing is waited for first
   // (views only restride: their readers wait, as they share the storage).
-  if (AnyPending() && ir::GetOpInfo(op).kind != OpKind::kView)
-    WaitPending(inputs);
+  if (ir::GetOpInfo(op).kind != OpKind::kView) WaitPending(inputs);
   // Autocast: cast inputs as the op's AmpPolicy asks, through the cast op,
   // so that autograd and the tracer see the casts.
   if (amp::IsAutocastEnabled()) {

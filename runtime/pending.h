@@ -1,10 +1,12 @@
 // Results still being written off the calling thread (an async collective's
-// output): whoever reads such a storage first waits for it.
+// output). The storage being written holds the work writing it (no registry
+// keyed by address): whoever reads the storage first waits for it.
 //
-// Dispatch waits for its operands, the replay loop for every node's inputs
-// and for all pending work at the end of a run, so an async result can be
-// used like any tensor; the registry costs one relaxed atomic load per op
-// while nothing is pending.
+// Dispatch and the replay loop wait for every operand's work before an op
+// reads it, so an async result can be used like any tensor; that costs one
+// pointer test per operand while nothing is pending. A collective's caller
+// may also wait itself (dist::Work::wait, as torch.distributed's async
+// handles).
 #ifndef STEPJIT_RUNTIME_PENDING_H_
 #define STEPJIT_RUNTIME_PENDING_H_
 
@@ -23,14 +25,13 @@ class PendingWork {
   virtual void Wait() = 0;
 };
 
-// `storage` is written by `work` until it finishes.
-void RegisterPending(const Storage* storage, std::shared_ptr<PendingWork> work);
-// Waits for the work writing any of `tensors`' storages.
-void WaitPending(absl::Span<const Tensor> tensors);
+// `storage` is written by `work` until it finishes (it replaces any work
+// already marked there, which must have been waited for).
+void SetPending(Storage& storage, std::shared_ptr<PendingWork> work);
+// Waits for the work writing `tensor`'s storage, if any, and clears the
+// mark (a later reader does not wait again).
 void WaitPending(const Tensor& tensor);
-// Waits for every registered work (in registration order).
-void WaitAllPending();
-bool AnyPending();
+void WaitPending(absl::Span<const Tensor> tensors);
 
 }  // namespace stepjit::runtime
 

@@ -7,10 +7,15 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "runtime/device.h"
 
 namespace stepjit {
+
+namespace runtime {
+class PendingWork;  // runtime/pending.h
+}  // namespace runtime
 
 // Where the dispatch observer that records a step (the tracer) keeps what it
 // knows of a tensor or storage, so that looking a tensor up costs no hash
@@ -60,7 +65,19 @@ class Storage {
 
   mutable ObserverSlot observer;
 
+  // The work still writing this storage (an async collective's result;
+  // runtime/pending.h), which its first reader waits for. Set and taken on
+  // the thread that issued the work.
+  bool has_pending() const { return pending_ != nullptr; }
+  void set_pending(std::shared_ptr<runtime::PendingWork> work) {
+    pending_ = std::move(work);
+  }
+  std::shared_ptr<runtime::PendingWork> TakePending() {
+    return std::move(pending_);
+  }
+
  private:
+  std::shared_ptr<runtime::PendingWork> pending_;
   void* data_ = nullptr;
   int64_t nbytes_ = 0;
   Device device_;

@@ -117,6 +117,9 @@ struct World {
   std::condition_variable queue_cv;
   std::deque<std::shared_ptr<Work>> queue;
   bool stop = false;
+  // The work submitted last: the thread runs works in order, so once it is
+  // done every earlier one is (wait_all).
+  std::shared_ptr<Work> last;
 
   void Loop() {
     for (;;) {
@@ -161,6 +164,9 @@ void Work::Run() {
     }
     if (st.ok()) st = fn_();
   }
+  // Drops the tensors the collective held: its result's storage may hold
+  // this work (runtime/pending.h), which must not keep that storage alive.
+  fn_ = nullptr;
   const double busy = NowSeconds() - start;
   if (runtime::ProfilingEnabled()) {
     runtime::TraceEvent e;
@@ -225,9 +231,21 @@ std::shared_ptr<Work> Submit(
   {
     std::lock_guard<std::mutex> lock(w.queue_mu);
     w.queue.push_back(work);
+    w.last = work;
   }
   w.queue_cv.notify_one();
   return work;
+}
+
+// Waits for every work submitted so far (the last one: they run in order).
+void WaitForAll() {
+  World& w = W();
+  std::shared_ptr<Work> last;
+  {
+    std::lock_guard<std::mutex> lock(w.queue_mu);
+    last = w.last;
+  }
+  if (last != nullptr) last->Wait();
 }
 
 std::optional<int> EnvInt(const char* name) {
@@ -299,7 +317,7 @@ void Shutdown(World& w, bool at_exit) {
     return;
   }
   try {
-    runtime::WaitAllPending();
+    WaitForAll();
     Submit(
         "MPI_Finalize",
         [] {
@@ -437,15 +455,22 @@ Tensor all_gather(const Tensor& x) {
 
 void barrier() { runtime::Dispatch(OpId::kBarrier, {}, {}); }
 
-Tensor all_reduce_async(const Tensor& x, ReduceOp op, int64_t bucket) {
+void Work::wait() const { runtime::WaitPending(result_); }
+
+const Tensor& Work::result() const {
+  wait();
+  return result_;
+}
+
+Work all_reduce_async(const Tensor& x, ReduceOp op, int64_t bucket) {
   ir::Attrs attrs{{AttrKey::kReduceOp, std::string(ReduceOpName(op))},
                   {AttrKey::kAsync, true}};
   if (bucket >= 0) attrs.Set(AttrKey::kBucket, bucket);
   // (the bucket only labels the work in messages and profiles)
-  return runtime::Dispatch(OpId::kAllReduce, {x}, attrs);
+  return Work(runtime::Dispatch(OpId::kAllReduce, {x}, attrs));
 }
 
-void wait_all() { runtime::WaitAllPending(); }
+void wait_all() { internal::WaitForAll(); }
 
 namespace internal {
 namespace {
@@ -629,7 +654,7 @@ void RunHostCollective(const runtime::KernelArgs& k) {
       SJ_CHECK(false, "not a collective: ", ir::OpName(k.op));
   }
   if (async && out.defined()) {
-    runtime::RegisterPending(out.storage().get(), work);
+    runtime::SetPending(*out.storage(), work);
   } else {
     work->Wait();
   }

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "runtime/tensor.h"
 
@@ -92,14 +93,33 @@ Tensor all_gather(const Tensor& x);
 // Returns when every rank has reached it.
 void barrier();
 
-// Starts all_reduce(x, op) on the communication thread and returns its
-// result at once; the result's storage is pending until the reduction ends,
-// and any op that reads it (runtime::WaitPending) waits for it first. Used by
-// nn::DistributedDataParallel to overlap gradient reduction with backward.
-// Records an `all_reduce {async = true}` node when traced.
-Tensor all_reduce_async(const Tensor& x, ReduceOp op = ReduceOp::kAvg,
-                        int64_t bucket = -1);
-// Waits for every pending collective of this process.
+// A collective started without waiting for it, as torch.distributed's
+// async_op=True handle: wait() blocks until it finished (throws
+// stepjit::Error naming the collective if it failed or timed out), result()
+// waits and returns what it wrote. The result's storage holds the work too,
+// so an op that reads the result before wait() waits for it first
+// (runtime/pending.h). In a world of one, and in a traced step's shape-only
+// runs, there is nothing to wait for.
+class Work {
+ public:
+  Work() = default;
+  explicit Work(Tensor result) : result_(std::move(result)) {}
+  void wait() const;
+  const Tensor& result() const;
+  bool defined() const { return result_.defined(); }
+
+ private:
+  Tensor result_;
+};
+
+// Starts all_reduce(x, op) on the communication thread and returns at once.
+// Used by nn::DistributedDataParallel to overlap gradient reduction with
+// backward. Records an `all_reduce {async = true}` node when traced; a
+// compiled step waits for it before the first op that reads its result, and
+// before the step returns.
+Work all_reduce_async(const Tensor& x, ReduceOp op = ReduceOp::kAvg,
+                      int64_t bucket = -1);
+// Waits for every collective this process has started.
 void wait_all();
 
 // Counters for tests and reports.

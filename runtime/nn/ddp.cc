@@ -161,7 +161,7 @@ class DistributedDataParallelImpl::Reducer {
     pending_.clear();
     for (const Bucket& b : buckets_)
       pending_.push_back(static_cast<int>(b.params.size()));
-    reduced_.assign(buckets_.size(), Tensor());
+    reduced_.assign(buckets_.size(), dist::Work());
     next_launch_ = 0;
     autograd::QueueCallback([this] { Finish(); });
   }
@@ -184,12 +184,12 @@ class DistributedDataParallelImpl::Reducer {
   }
 
   // End of backward: launch the rest in order, then write each reduced
-  // slice back into its .grad in place (reading a result waits for it).
+  // slice back into its .grad in place (waiting for each bucket's work).
   void Finish() {
     while (next_launch_ < static_cast<int>(buckets_.size()))
       Launch(next_launch_++);
     for (size_t b = 0; b < buckets_.size(); ++b) {
-      const Tensor& flat = reduced_[b];
+      const Tensor& flat = reduced_[b].result();
       for (int i : buckets_[b].params) {
         const Tensor& p = params_[i];
         const int64_t begin = slots_[i].offset;
@@ -221,7 +221,7 @@ class DistributedDataParallelImpl::Reducer {
   uint64_t backward_ = 0;
   std::vector<bool> ready_;
   std::vector<int> pending_;  // per bucket: gradients not yet accumulated
-  std::vector<Tensor> reduced_;
+  std::vector<dist::Work> reduced_;
   int next_launch_ = 0;
   int64_t num_syncs_ = 0;
 };

@@ -45,6 +45,9 @@ struct RunContext {
   absl::flat_hash_set<const ir::Node*> ran_in_group;
   // In RunChecked: compares each generated region with its interpretation.
   RegionChecker* checker = nullptr;
+  // The results of the collectives this run started: one still being
+  // written (all_reduce {async}) is waited for before the run returns.
+  std::vector<Tensor> collective_results;
 
   void KeepAlive(absl::Span<const Tensor> in, absl::Span<const Tensor> out) {
     if (hooks->keep_alive == nullptr) return;
@@ -285,6 +288,9 @@ void RunGraph(const ir::Graph& g, std::vector<Tensor>& env, RunContext& ctx) {
         RunAssign(in);
         break;
     }
+    if (node->kind() == NodeKind::kOp && ir::IsCollective(node->op()) &&
+        !node->outputs().empty())
+      ctx.collective_results.push_back(env[node->outputs()[0]->id()]);
     for (int id : launches.last_uses[pos]) env[id] = Tensor();
     if (profile) profile->End(*node, ctx);
   }
@@ -350,7 +356,7 @@ std::vector<Tensor> RunReplay(const ReplayPlan& plan,
   ctx.hooks = &hooks;
   ctx.checker = checker;
   RunGraph(graph, env, ctx);
-  WaitAllPending();
+  WaitPending(ctx.collective_results);
   std::vector<Tensor> out;
   for (const ir::Value* v : graph.returns()) out.push_back(env[v->id()]);
   return out;

@@ -21,6 +21,7 @@
 #include "runtime/cuda/nccl/nccl_library.h"
 #include "runtime/dist/dist.h"
 #include "tests/cuda/cuda_test_backend.h"
+#include "tests/util/adamw_mlp.h"
 #include "tests/util/scoped_env.h"
 
 namespace stepjit {
@@ -65,9 +66,9 @@ void ExpectEveryCollectiveReturnsItsInput() {
   Tensor inplace = x.clone();
   dist::all_reduce_(inplace, dist::ReduceOp::kAvg);
   EXPECT_EQ(Values(inplace), want);
-  const Tensor a = dist::all_reduce_async(x, dist::ReduceOp::kAvg);
+  const dist::Work a = dist::all_reduce_async(x, dist::ReduceOp::kAvg);
   dist::wait_all();
-  EXPECT_EQ(Values(a), want);
+  EXPECT_EQ(Values(a.result()), want);
 }
 
 TEST_F(CudaCollectiveTest, WorldOfOneRunsOnTheDevice) {
@@ -122,20 +123,11 @@ TEST_F(CudaCollectiveTest, UnknownModeIsRefused) {
 // A data-parallel step: gradients averaged over the world before the
 // optimizer step. In a world of one the average is the gradient, so the
 // compiled step must match a plain step on the CPU.
-struct DdpRun {
-  nn::Sequential model;
-  std::unique_ptr<optim::AdamW> opt;
+struct DdpRun : test::AdamWMlp {
   bool reduce = true;
 
-  DdpRun(Device device, bool with_reduce) : reduce(with_reduce) {
-    manual_seed(7);
-    model.push_back(nn::Linear(12, 16));
-    model.push_back(nn::ReLU());
-    model.push_back(nn::Linear(16, 4));
-    model->to(device);
-    opt = std::make_unique<optim::AdamW>(model.parameters(),
-                                         optim::AdamWOptions{.lr = 1e-2});
-  }
+  DdpRun(Device device, bool with_reduce)
+      : AdamWMlp({12, 16, 4}, 7, device), reduce(with_reduce) {}
   Tensor Step(const Tensor& x, const Tensor& y) {
     opt->zero_grad();
     Tensor loss = cross_entropy(model(x), y);

@@ -100,16 +100,48 @@ TEST_F(Collectives, AllGatherInRankOrder) {
     EXPECT_EQ(scalar.data<float>()[r], r * 10.0);
 }
 
-TEST_F(Collectives, AsyncResultIsWaitedForByItsReader) {
-  // Large enough to still be in flight when the reader runs.
+TEST_F(Collectives, AsyncWorkIsWaitedForThroughItsHandle) {
+  // Large enough to still be in flight when the handle is waited for.
   const int64_t n = 1 << 22;
   Tensor x = full({n}, rank() + 1.0);
-  Tensor r = dist::all_reduce_async(x, dist::ReduceOp::kAvg);
-  Tensor y = r * 2.0;  // dispatch waits for r
-  EXPECT_FALSE(runtime::AnyPending());
+  const dist::Work work = dist::all_reduce_async(x, dist::ReduceOp::kAvg);
+  ASSERT_TRUE(work.defined());
+  work.wait();
+  // Waited: the result's storage no longer holds the work.
+  EXPECT_FALSE(work.result().storage()->has_pending());
+  Tensor y = work.result() * 2.0;
   const double want = 2.0 * (world() + 1) / 2.0;
   EXPECT_EQ(y.data<float>()[0], want);
   EXPECT_EQ(y.data<float>()[n - 1], want);
+  // Two at once, waited for together by wait_all, then read.
+  const dist::Work a = dist::all_reduce_async(x, dist::ReduceOp::kSum);
+  const dist::Work b = dist::all_reduce_async(x * 2.0, dist::ReduceOp::kMax);
+  dist::wait_all();
+  EXPECT_EQ(a.result().data<float>()[n - 1], world() * (world() + 1) / 2.0);
+  EXPECT_EQ(b.result().data<float>()[0], 2.0 * world());
+}
+
+// The result's storage holds the work (not a registry keyed by address): an
+// op that reads it before anyone waited waits for it first.
+TEST_F(Collectives, AnAsyncResultIsWaitedForByItsFirstReader) {
+  const int64_t n = 1 << 22;
+  Tensor x = full({n}, rank() + 1.0);
+  auto step = [](const Tensor& in) {
+    const dist::Work work = dist::all_reduce_async(in, dist::ReduceOp::kAvg);
+    // Work in between overlaps the reduction; the reader waits.
+    Tensor other = in * 3.0;
+    return work.result() * 2.0 + other;
+  };
+  auto fast = compile(step);
+  for (int call = 0; call < 4; ++call) {
+    Tensor y = fast(x * (call + 1.0));
+    const double want =
+        (call + 1.0) * (2.0 * (world() + 1) / 2.0 + 3.0 * (rank() + 1.0));
+    EXPECT_EQ(y.data<float>()[0], want) << call;
+    EXPECT_EQ(y.data<float>()[n - 1], want) << call;
+    EXPECT_FALSE(y.storage()->has_pending());
+  }
+  EXPECT_GE(fast.stats().replays, 1);
 }
 
 TEST_F(Collectives, BarrierAndStats) {
@@ -133,9 +165,9 @@ TEST_F(Collectives, CompiledStepReplaysCollectives) {
     Tensor s = dist::all_reduce(x * 2.0, dist::ReduceOp::kSum);
     Tensor g = dist::all_gather(s + w);
     Tensor b = dist::broadcast(g, world() - 1);
-    Tensor a = dist::all_reduce_async(b * 0.5, dist::ReduceOp::kAvg);
+    const dist::Work a = dist::all_reduce_async(b * 0.5, dist::ReduceOp::kAvg);
     w.add_(scalar_tensor(1.0));
-    return a + 1.0;
+    return a.result() + 1.0;
   };
   auto fast = compile(step);
   const double ranks_sum = world() * (world() + 1) / 2.0;
