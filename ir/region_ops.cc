@@ -83,4 +83,9 @@ std::optional<RowExtent> RowExtentOf(const Node& n) {
   return e;
 }
 
+bool IsScalarConstant(const Node* n) {
+  return n != nullptr && n->kind() == NodeKind::kOp && n->op() == OpId::kFull &&
+         n->output()->type().shape.empty();
+}
+
 }  // namespace stepjit::ir

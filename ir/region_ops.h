@@ -35,6 +35,10 @@ struct RowExtent {
 };
 std::optional<RowExtent> RowExtentOf(const Node& n);
 
+// A 0-d full, a constant: fuse and region splitting copy it into each
+// region that reads it instead of making it a region input. False for null.
+bool IsScalarConstant(const Node* n);
+
 }  // namespace stepjit::ir
 
 #endif  // STEPJIT_IR_REGION_OPS_H_

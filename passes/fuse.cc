@@ -18,17 +18,11 @@ namespace stepjit::passes {
 
 using ir::Node;
 using ir::NodeKind;
-using ir::OpId;
 using ir::Value;
 
 namespace {
 
 enum class Role { kNone, kElementwise, kReduce };
-
-bool IsConstant(const Node* n) {
-  return n->kind() == NodeKind::kOp && n->op() == OpId::kFull &&
-         n->output()->type().shape.empty();
-}
 
 // The role comes from ir::RegionRoleOf, the rule the region code generators
 // admit by (codegen::Analyze), so fuse forms only regions they can lower.
@@ -91,7 +85,8 @@ class Fuser {
       if (RoleOf(nodes_[i]) == Role::kNone) continue;
       for (const Value* v : nodes_[i]->inputs()) {
         const Node* p = Producer(v);
-        if (p == nullptr || IsConstant(p) || RoleOf(p) == Role::kNone) continue;
+        if (p == nullptr || ir::IsScalarConstant(p) || RoleOf(p) == Role::kNone)
+          continue;
         TryMerge(Find(static_cast<int>(i)), Find(index_.at(p)));
       }
     }
@@ -283,7 +278,7 @@ bool Fuser::Outline(FuseStats* stats) {
         if (it == map.end()) {
           const Node* p = v->producer();
           Value* inner;
-          if (p != nullptr && IsConstant(p)) {  // R1: copy the constant in
+          if (ir::IsScalarConstant(p)) {  // R1: copy the constant in
             inner = body->AddOp(p->op(), {}, p->attrs(), p->output()->type())->output();
           } else {
             inner = body->AddParam(absl::StrCat("p", outer_inputs.size()), v->type(),
@@ -327,7 +322,8 @@ bool Fuser::Outline(FuseStats* stats) {
     for (const Value* v : n->inputs()) used.insert(v);
   }
   g_.EraseNodesIf([&](const Node* n) {
-    return erased.contains(n) || (IsConstant(n) && !used.contains(n->output()));
+    return erased.contains(n) ||
+           (ir::IsScalarConstant(n) && !used.contains(n->output()));
   });
   // Regions sit where their first member was; a stable topological sort
   // moves whatever a region reads ahead of it. Assigns stay last, in order.

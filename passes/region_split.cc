@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "ir/region_ops.h"
 
 namespace stepjit::passes {
 
@@ -17,11 +18,6 @@ using ir::OpId;
 using ir::Value;
 
 namespace {
-
-bool IsConstant(const Node* n) {
-  return n != nullptr && n->kind() == NodeKind::kOp && n->op() == OpId::kFull &&
-         n->output()->type().shape.empty();
-}
 
 int IndexOf(const std::vector<Value*>& values, const Value* v) {
   for (size_t i = 0; i < values.size(); ++i) {
@@ -109,7 +105,8 @@ RegionSplit SplitRegionAtReduction(ir::Graph& g, const Node& region,
     if (!after.contains(n.get()) || n.get() == reduction) continue;
     for (const Value* v : n->inputs()) {
       const Node* p = v->producer();
-      if (p != nullptr && !after.contains(p) && !IsConstant(p)) add_first(v);
+      if (p != nullptr && !after.contains(p) && !ir::IsScalarConstant(p))
+        add_first(v);
     }
   }
   // The first part: only the members those values need.
@@ -159,9 +156,9 @@ RegionSplit SplitRegionAtReduction(ir::Graph& g, const Node& region,
       return inner_reduction;
     }
     const Node* p = v->producer();
-    Value* inner = p == nullptr    ? second.Param(outer_param(v))
-                   : IsConstant(p) ? second.Copy(*p, {})
-                                   : second.Param(from_first.at(v));
+    Value* inner = p == nullptr              ? second.Param(outer_param(v))
+                   : ir::IsScalarConstant(p) ? second.Copy(*p, {})
+                                             : second.Param(from_first.at(v));
     map[v] = inner;
     return inner;
   };
