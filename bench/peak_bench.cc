@@ -14,6 +14,21 @@
 namespace stepjit::bench {
 namespace {
 
+// Times `loop` (a peak loop of machine_limits.h) and counts GFLOPS:
+// `flops_per_iter` per accumulator and iteration.
+void TimePeakLoop(benchmark::State& state, float (*loop)(int64_t),
+                  double flops_per_iter) {
+  constexpr int64_t kIters = 1 << 20;
+  for (auto _ : state) {
+    int64_t iters = kIters;
+    benchmark::DoNotOptimize(iters);  // not hoisted out of the timed loop
+    benchmark::DoNotOptimize(loop(iters));
+  }
+  state.counters["GFLOPS"] = benchmark::Counter(
+      flops_per_iter * kAccumulators * kIters * state.iterations(),
+      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
 // bf16 dot-product peak (FLOP/s = 2 per bf16 multiply-add), where the CPU
 // has AVX512_BF16.
 void BM_PeakDpBf16(benchmark::State& state) {
@@ -21,15 +36,7 @@ void BM_PeakDpBf16(benchmark::State& state) {
     state.SkipWithError("no AVX512_BF16 on this CPU");
     return;
   }
-  constexpr int64_t kIters = 1 << 20;
-  for (auto _ : state) {
-    int64_t iters = kIters;
-    benchmark::DoNotOptimize(iters);  // not hoisted out of the timed loop
-    benchmark::DoNotOptimize(DpBf16Loop(iters));
-  }
-  state.counters["GFLOPS"] = benchmark::Counter(
-      2.0 * 32 * kAccumulators * kIters * state.iterations(),
-      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  TimePeakLoop(state, DpBf16Loop, 2.0 * 32);
 }
 BENCHMARK(BM_PeakDpBf16)
     ->Name("Peak/dp_bf16")
@@ -45,15 +52,7 @@ void BM_PeakFmaF32(benchmark::State& state) {
     state.SkipWithError("no FMA on this CPU");
     return;
   }
-  constexpr int64_t kIters = 1 << 20;
-  for (auto _ : state) {
-    int64_t iters = kIters;
-    benchmark::DoNotOptimize(iters);  // not hoisted out of the timed loop
-    benchmark::DoNotOptimize(FmaLoop(iters));
-  }
-  state.counters["GFLOPS"] = benchmark::Counter(
-      2.0 * lanes * kAccumulators * kIters * state.iterations(),
-      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  TimePeakLoop(state, FmaLoop, 2.0 * lanes);
   state.SetLabel(FmaIsa());
 }
 BENCHMARK(BM_PeakFmaF32)
