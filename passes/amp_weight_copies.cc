@@ -15,7 +15,6 @@
 
 namespace stepjit::passes {
 
-using ir::AttrKey;
 using ir::DType;
 using ir::Node;
 using ir::NodeKind;

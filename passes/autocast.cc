@@ -19,11 +19,9 @@ using amp_graph::Builder;
 using amp_graph::GradientRoots;
 using amp_graph::IsExactWidening;
 using amp_graph::RequireUnfused;
-using ir::AttrKey;
 using ir::DType;
 using ir::Node;
 using ir::NodeKind;
-using ir::OpId;
 using ir::TensorType;
 using ir::Value;
 
