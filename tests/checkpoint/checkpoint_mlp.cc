@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "frontend/stepjit.h"
+#include "tests/util/train_step.h"
 
 namespace {
 
@@ -86,13 +87,7 @@ int Main(int argc, char** argv) {
   };
   StateDict out;
   out.tensors.emplace_back("logits_before", eval());
-  auto step = [&](const Tensor& xb, const Tensor& yb) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy(model(xb), yb);
-    loss.backward();
-    opt.step();
-    return loss;
-  };
+  auto step = test::CrossEntropyStep(model, opt);
   auto run = compile(step, {.mode = compiled ? Mode::kCompiled : Mode::kEager});
   std::vector<float> losses;
   for (int b = first; b < last; ++b) {

@@ -13,6 +13,7 @@
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
 #include "tests/cuda/cuda_test_backend.h"
+#include "tests/util/adamw_mlp.h"
 
 namespace stepjit {
 namespace {
@@ -22,30 +23,8 @@ using test::Values;
 
 const Device kCuda = Device::cuda(0);
 
-struct Mlp {
-  nn::Sequential model;
-  std::unique_ptr<optim::AdamW> opt;
-
-  Mlp() {
-    manual_seed(21);
-    model.push_back(nn::Linear(20, 32));
-    model.push_back(nn::ReLU());
-    model.push_back(nn::Linear(32, 6));
-    model->to(kCuda);
-    opt = std::make_unique<optim::AdamW>(model.parameters(),
-                                         optim::AdamWOptions{.lr = 1e-2});
-  }
-  Tensor Step(const Tensor& x, const Tensor& y) {
-    opt->zero_grad();
-    Tensor loss = cross_entropy(model(x), y);
-    loss.backward();
-    opt->step();
-    return loss;
-  }
-};
-
 TEST_F(CudaTest, KeptBf16WeightCopiesMatchCastingEveryStepInsideACudaGraph) {
-  Mlp kept, each;
+  test::AdamWMlp kept({20, 32, 6}, 21, kCuda), each({20, 32, 6}, 21, kCuda);
   const CompileOptions options{.amp = DType::kBF16};
   auto fast_kept =
       compile([&](const Tensor& x, const Tensor& y) { return kept.Step(x, y); },

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "runtime/dispatch.h"
 #include "tests/cuda/cuda_test_backend.h"
+#include "tests/util/adamw_mlp.h"
 
 namespace stepjit {
 namespace {
@@ -26,29 +27,9 @@ using ::testing::Not;
 
 const Device kCuda = Device::cuda(0);
 
-struct Mlp {
-  nn::Linear l1{nullptr}, l2{nullptr};
-  nn::Sequential model;
-  std::unique_ptr<optim::AdamW> opt;
-
-  explicit Mlp(Device device) {
-    manual_seed(21);
-    l1 = nn::Linear(20, 32);
-    l2 = nn::Linear(32, 6);
-    model.push_back(l1);
-    model.push_back(nn::ReLU());
-    model.push_back(l2);
-    model->to(device);
-    opt = std::make_unique<optim::AdamW>(model.parameters(),
-                                         optim::AdamWOptions{.lr = 1e-2});
-  }
-  Tensor Step(const Tensor& x, const Tensor& y) {
-    opt->zero_grad();
-    Tensor loss = cross_entropy(model(x), y);
-    loss.backward();
-    opt->step();
-    return loss;
-  }
+struct Mlp : test::AdamWMlp {
+  explicit Mlp(Device device) : AdamWMlp({20, 32, 6}, 21, device) {}
+  nn::Linear l1 = linears[0], l2 = linears[1];
 };
 
 // |a - b| <= rtol |b| + atol, elementwise, naming the first misses.

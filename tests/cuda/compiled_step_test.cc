@@ -19,6 +19,8 @@
 #include "runtime/cuda/ops.h"
 #include "testing/cuda_emulator/emulator_backend.h"
 #include "tests/cuda/cuda_test_backend.h"
+#include "tests/util/adamw_mlp.h"
+#include "tests/util/train_step.h"
 
 namespace stepjit {
 namespace {
@@ -28,19 +30,11 @@ using test::Values;
 
 const Device kCuda = Device::cuda(0);
 
-struct StepRun {
-  nn::Sequential model;
-  std::unique_ptr<optim::AdamW> opt;
+struct StepRun : test::AdamWMlp {
   bool dropout = false;
 
-  StepRun(Device device, bool with_dropout) : dropout(with_dropout) {
-    manual_seed(11);
-    model.push_back(nn::Linear(20, 32));
-    model.push_back(nn::ReLU());
-    model.push_back(nn::Linear(32, 6));
-    model->to(device);
-    opt = std::make_unique<optim::AdamW>(model.parameters(), optim::AdamWOptions{.lr = 1e-2});
-  }
+  StepRun(Device device, bool with_dropout)
+      : AdamWMlp({20, 32, 6}, 11, device), dropout(with_dropout) {}
   Tensor Step(const Tensor& x, const Tensor& y) {
     opt->zero_grad();
     Tensor h = model(x);
@@ -52,16 +46,10 @@ struct StepRun {
   }
 };
 
-struct Batch {
-  Tensor x, y;
-};
+using test::Batch;
 std::vector<Batch> Batches(int n) {
-  Generator g(5);
-  std::vector<Batch> out;
-  for (int i = 0; i < n; ++i) {
-    out.push_back({randn({16, 20}, {}, &g), randint(0, 6, {16}, {.dtype = DType::kI64}, &g)});
-  }
-  return out;
+  return test::RandomBatches(n, /*seed=*/5, /*rows=*/16, /*features=*/20,
+                             /*classes=*/6);
 }
 
 // Trains `steps` steps compiled (with or without CUDA graphs) and eagerly on

@@ -13,6 +13,7 @@
 #include "runtime/dist/dist.h"
 #include "runtime/nn/ddp.h"
 #include "tests/cuda/cuda_test_backend.h"
+#include "tests/util/train_step.h"
 
 namespace stepjit {
 namespace {
@@ -64,13 +65,7 @@ TEST_F(DdpCudaTest, CompiledStepReplaysEager) {
     model.to(kCuda);
     nn::DistributedDataParallel ddp(model, {.bucket_cap_mb = 0.001});
     optim::SGD opt(ddp->parameters(), {.lr = 0.05, .momentum = 0.9});
-    auto step = [&](const Tensor& x, const Tensor& y) {
-      opt.zero_grad();
-      Tensor loss = cross_entropy(ddp(x), y);
-      loss.backward();
-      opt.step();
-      return loss;
-    };
+    auto step = test::CrossEntropyStep(ddp, opt);
     auto fast = compile(step, {.mode = mode});
     Generator gen(4);
     std::vector<std::vector<double>> out;

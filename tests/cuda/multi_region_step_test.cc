@@ -14,6 +14,7 @@
 #include "runtime/executor.h"
 #include "testing/cuda_emulator/emulator_backend.h"
 #include "tests/cuda/cuda_test_backend.h"
+#include "tests/util/adamw_mlp.h"
 
 namespace stepjit {
 namespace {
@@ -24,26 +25,8 @@ using test::Values;
 const Device kCuda = Device::cuda(0);
 
 // A three-layer MLP trained with AdamW: six parameters, six update regions.
-struct Mlp {
-  nn::Sequential model;
-  std::unique_ptr<optim::AdamW> opt;
-  explicit Mlp(Device device) {
-    manual_seed(3);
-    model.push_back(nn::Linear(12, 24));
-    model.push_back(nn::ReLU());
-    model.push_back(nn::Linear(24, 24));
-    model.push_back(nn::ReLU());
-    model.push_back(nn::Linear(24, 5));
-    model->to(device);
-    opt = std::make_unique<optim::AdamW>(model.parameters(), optim::AdamWOptions{.lr = 1e-2});
-  }
-  Tensor Step(const Tensor& x, const Tensor& y) {
-    opt->zero_grad();
-    Tensor loss = cross_entropy(model(x), y);
-    loss.backward();
-    opt->step();
-    return loss;
-  }
+struct Mlp : test::AdamWMlp {
+  explicit Mlp(Device device) : AdamWMlp({12, 24, 24, 5}, 3, device) {}
 };
 
 int64_t Launches() {

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "runtime/testing_hooks.h"
 #include "tests/cuda/cuda_test_backend.h"
+#include "tests/util/adamw_mlp.h"
 
 namespace stepjit {
 namespace {
@@ -18,18 +19,8 @@ using test::CudaTest;
 
 const Device kCuda = Device::cuda(0);
 
-struct Net {
-  nn::Sequential model;
-  std::unique_ptr<optim::AdamW> opt;
-  Net() {
-    manual_seed(13);
-    model.push_back(nn::Linear(12, 16));
-    model.push_back(nn::ReLU());
-    model.push_back(nn::Linear(16, 4));
-    model->to(kCuda);
-    opt = std::make_unique<optim::AdamW>(model.parameters(),
-                                         optim::AdamWOptions{.lr = 1e-2});
-  }
+struct Net : test::AdamWMlp {
+  Net() : AdamWMlp({12, 16, 4}, 13, kCuda) {}
   Tensor Step(const Tensor& x, const Tensor& y, double scale) {
     opt->zero_grad();
     Tensor loss = cross_entropy(model(x) * scale, y);

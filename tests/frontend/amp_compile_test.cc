@@ -8,8 +8,9 @@
 
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
-#include "tests/amp_task.h"
 #include "ir/printer.h"
+#include "tests/amp_task.h"
+#include "tests/util/train_step.h"
 
 namespace stepjit {
 namespace {
@@ -116,13 +117,7 @@ namespace {
 void CheckCompilerAmpMatchesHandWritten(DType low, bool scaling) {
   AmpRun ref = Make(), comp = Make();
   const amp::GradScalerOptions sopts{.init_scale = 1024.0, .growth_interval = 4};
-  auto plain = [&comp](const Tensor& x, const Tensor& y) {
-    comp.opt->zero_grad();
-    Tensor loss = cross_entropy(comp.model(x), y);
-    loss.backward();
-    comp.opt->step();
-    return loss;
-  };
+  auto plain = test::CrossEntropyStep(comp.model, *comp.opt);
   auto fast = compile(plain, {.amp = low, .loss_scaling = scaling, .scaler = sopts});
   amp::GradScaler scaler(sopts);
   const auto batches = Batches(12, scaling ? std::vector<int>{6} : std::vector<int>{});
@@ -195,13 +190,7 @@ TEST(AmpCompileTest, CompilerF16InsertsTheScalerAndMatchesHandWrittenScaler) {
 
 TEST(AmpCompileTest, AutocastStateIsGuarded) {
   AmpRun r = Make();
-  auto step = [&r](const Tensor& x, const Tensor& y) {
-    r.opt->zero_grad();
-    Tensor loss = cross_entropy(r.model(x), y);
-    loss.backward();
-    r.opt->step();
-    return loss;
-  };
+  auto step = test::CrossEntropyStep(r.model, *r.opt);
   auto fast = compile(step);
   const auto batches = Batches(6, {});
   for (int i = 0; i < 3; ++i) fast(batches[i].first, batches[i].second);
@@ -233,15 +222,7 @@ TEST(AmpCompileTest, CompiledBf16TrainingTracksF32) {
   auto train = [&](DType amp_dtype) {
     nn::Sequential model = testing_task::TaskMlp();
     optim::AdamW opt(model.parameters(), {.lr = 3e-3});
-    auto fast = compile(
-        [&](const Tensor& x, const Tensor& y) {
-          opt.zero_grad();
-          Tensor loss = cross_entropy(model(x), y);
-          loss.backward();
-          opt.step();
-          return loss;
-        },
-        {.amp = amp_dtype});
+    auto fast = compile(test::CrossEntropyStep(model, opt), {.amp = amp_dtype});
     double tail = 0;
     for (int step = 0; step < 200; ++step) {
       const int64_t b = (step * 64) % n;

@@ -6,6 +6,8 @@
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
 #include "runtime/testing_hooks.h"
+#include "tests/util/expect_error.h"
+#include "tests/util/train_step.h"
 
 namespace stepjit {
 namespace {
@@ -21,11 +23,7 @@ struct Twin {
   }();
   optim::AdamW opt{model.parameters(), optim::AdamWOptions{.lr = 1e-2}};
   Tensor Step(const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy(model(x), y);
-    loss.backward();
-    opt.step();
-    return loss;
+    return test::CrossEntropyStep(model, opt)(x, y);
   }
 };
 
@@ -47,16 +45,21 @@ void ExpectSameParameters(Twin& a, Twin& b) {
   }
 }
 
+// Each batch of `d` through `fast` and through `eager`'s step: the same loss.
+template <typename Fast>
+void ExpectSameLosses(Fast& fast, Twin& eager, const Data& d) {
+  for (size_t i = 0; i < d.x.size(); ++i) {
+    EXPECT_EQ(Values(fast(d.x[i], d.y[i])), Values(eager.Step(d.x[i], d.y[i])))
+        << "step " << i;
+  }
+}
+
 TEST(CheckerTest, CleanStepPassesAndStaysBitIdenticalToEager) {
   Twin a, b;
   auto fast =
       compile([&](const Tensor& x, const Tensor& y) { return a.Step(x, y); },
               {.check = true, .check_replays = 3});
-  Data d(8);
-  for (int i = 0; i < 8; ++i) {
-    EXPECT_EQ(Values(fast(d.x[i], d.y[i])), Values(b.Step(d.x[i], d.y[i])))
-        << "step " << i;
-  }
+  ExpectSameLosses(fast, b, Data(8));
   ExpectSameParameters(a, b);
   const CompileStats s = fast.stats();
   EXPECT_EQ(s.checks, 3);
@@ -79,11 +82,7 @@ TEST(CheckerTest, MiscompiledRegionIsCaughtAndNamedAndTheEagerResultIsKept) {
   auto fast =
       compile([&](const Tensor& x, const Tensor& y) { return a.Step(x, y); },
               {.check = true, .check_replays = 1});
-  Data d(6);
-  for (int i = 0; i < 6; ++i) {
-    EXPECT_EQ(Values(fast(d.x[i], d.y[i])), Values(b.Step(d.x[i], d.y[i])))
-        << "step " << i;
-  }
+  ExpectSameLosses(fast, b, Data(6));
   ASSERT_EQ(hook->miscompiled().size(), 1u);
   const std::string region = hook->miscompiled()[0];
   // The checked call kept the eager results, and later calls run eagerly.
@@ -157,21 +156,8 @@ TEST(CheckerTest, BadCheckOptionsAreRefused) {
     return compile([](const Tensor& x) { return x * 2.0; },
                    {.check = true, .check_replays = -1});
   };
-  try {
-    make();
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("check_replays must be >= 0, got -1"),
-              std::string::npos)
-        << e.what();
-  }
+  test::ExpectError(make, {"check_replays must be >= 0, got -1"});
 }
-
-}  // namespace
-}  // namespace stepjit
-
-namespace stepjit {
-namespace {
 
 // Mixed precision applied by the compiler: the eager reference runs in f32
 // without a scaler, so the comparison uses f16's tolerance. SGD exposes a
@@ -198,12 +184,6 @@ TEST(CheckerTest, CompilerAppliedF16WithSgdAndClippingAgreesWithEager) {
   EXPECT_EQ(fast.stats().check_failures, 0) << fast.check_report();
 }
 
-}  // namespace
-}  // namespace stepjit
-
-namespace stepjit {
-namespace {
-
 // With compiler-applied loss scaling, a batch whose gradients overflow is
 // skipped, while the eager step (which has no scaler) applies NaN updates: a
 // legitimate divergence that no generated region explains. The pass
@@ -212,15 +192,8 @@ TEST(CheckerTest, PassBisectionNamesThePassAfterWhichTheGraphDisagrees) {
   manual_seed(21);
   nn::Sequential model(nn::Linear(6, 16), nn::ReLU(), nn::Linear(16, 3));
   optim::SGD opt(model.parameters(), optim::SGDOptions{.lr = 0.05});
-  auto fast = compile(
-      [&](const Tensor& x, const Tensor& y) {
-        opt.zero_grad();
-        Tensor loss = cross_entropy(model(x), y);
-        loss.backward();
-        opt.step();
-        return loss;
-      },
-      {.amp = DType::kBF16, .loss_scaling = true});
+  auto fast = compile(test::CrossEntropyStep(model, opt),
+                      {.amp = DType::kBF16, .loss_scaling = true});
   Data d(5);
   for (int i = 0; i < 4; ++i) fast(d.x[i], d.y[i]);
   fast.check_next();
@@ -236,12 +209,6 @@ TEST(CheckerTest, PassBisectionNamesThePassAfterWhichTheGraphDisagrees) {
             std::string::npos)
       << report;
 }
-
-}  // namespace
-}  // namespace stepjit
-
-namespace stepjit {
-namespace {
 
 TEST(CheckerTest, StepjitCheckEnvironmentTurnsTheCheckerOn) {
   struct Env {

@@ -9,6 +9,7 @@
 
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
+#include "tests/util/train_step.h"
 
 namespace stepjit {
 namespace {
@@ -17,17 +18,10 @@ std::vector<float> Values(const Tensor& t) {
   return t.contiguous().to(DType::kF32).to_vector<float>();
 }
 
-struct Batch {
-  Tensor x, y;
-};
+using test::Batch;
 std::vector<Batch> Batches(int n, uint64_t seed) {
-  Generator gen(seed);
-  std::vector<Batch> out;
-  for (int i = 0; i < n; ++i) {
-    out.push_back({randn({16, 20}, {}, &gen),
-                   randint(0, 5, {16}, {.dtype = DType::kI64}, &gen)});
-  }
-  return out;
+  return test::RandomBatches(n, seed, /*rows=*/16, /*features=*/20,
+                             /*classes=*/5);
 }
 
 struct Trainer {
@@ -60,13 +54,7 @@ TEST(CheckpointCompileTest, CompiledStepAfterLoadContinuesLikeEager) {
   const std::vector<Batch> after = Batches(5, 6);
   // Compiled from seed 2: traced and replaying before the load.
   Trainer compiled(2);
-  auto step = [&compiled](const Tensor& x, const Tensor& y) {
-    compiled.opt.zero_grad();
-    Tensor loss = cross_entropy(compiled.model(x), y);
-    loss.backward();
-    compiled.opt.step();
-    return loss;
-  };
+  auto step = test::CrossEntropyStep(compiled.model, compiled.opt);
   auto fast = compile(step);
   for (const Batch& b : Batches(5, 7)) fast(b.x, b.y);
   ASSERT_EQ(fast.stats().replays, 3);
@@ -115,13 +103,7 @@ TEST(CheckpointCompileTest, AmpWeightCopiesFollowALoad) {
     ASSERT_TRUE(SaveCheckpoint(path, {.model = saved.model.ptr()}).ok());
   }
   Trainer compiled(2);
-  auto step = [&compiled](const Tensor& x, const Tensor& y) {
-    compiled.opt.zero_grad();
-    Tensor loss = cross_entropy(compiled.model(x), y);
-    loss.backward();
-    compiled.opt.step();
-    return loss;
-  };
+  auto step = test::CrossEntropyStep(compiled.model, compiled.opt);
   auto fast = compile(step, {.amp = DType::kBF16});
   for (const Batch& b : Batches(4, 7)) fast(b.x, b.y);
   ASSERT_EQ(fast.stats().replays, 2);

@@ -9,23 +9,18 @@
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
+#include "tests/util/train_step.h"
 
 namespace stepjit {
 namespace {
 
 std::vector<float> Values(const Tensor& t) { return t.contiguous().to(DType::kF32).to_vector<float>(); }
 
-struct Batch {
-  Tensor x, y;
-};
+using test::Batch;
 
 std::vector<Batch> MakeBatches(int n, int64_t batch, uint64_t seed) {
-  Generator gen(seed);
-  std::vector<Batch> out;
-  for (int i = 0; i < n; ++i) {
-    out.push_back({randn({batch, 20}, {}, &gen), randint(0, 5, {batch}, {.dtype = DType::kI64}, &gen)});
-  }
-  return out;
+  return test::RandomBatches(n, seed, /*rows=*/batch, /*features=*/20,
+                             /*classes=*/5);
 }
 
 nn::Sequential MakeModel() {
@@ -41,13 +36,7 @@ std::vector<std::vector<float>> Train(bool compiled, Options opt_options, int st
                                       std::string* ir = nullptr, CompileStats* stats = nullptr) {
   nn::Sequential model = MakeModel();
   Opt opt(model.parameters(), opt_options);
-  auto step = [&](const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy(model(x), y);
-    loss.backward();
-    opt.step();
-    return loss;
-  };
+  auto step = test::CrossEntropyStep(model, opt);
   auto fast = compile(step, {.mode = compiled ? Mode::kCompiled : Mode::kEager});
   std::vector<std::vector<float>> out;
   for (const Batch& b : MakeBatches(steps, 16, 3)) out.push_back(Values(fast(b.x, b.y)));
@@ -299,12 +288,6 @@ TEST(CompileTest, TupleResults) {
   EXPECT_EQ(fast.stats().replays, 2);
 }
 
-}  // namespace
-}  // namespace stepjit
-
-namespace stepjit {
-namespace {
-
 TEST(CompileTest, AccumulatingGradsInPlaceMatchesEager) {
   // zero_grad(set_to_none = false) keeps each .grad tensor and zeroes it, so
   // the replay must write into the same tensors the eager step would.
@@ -339,12 +322,6 @@ TEST(CompileTest, AccumulatingGradsInPlaceMatchesEager) {
   EXPECT_EQ(run(false), run(true));
 }
 
-}  // namespace
-}  // namespace stepjit
-
-namespace stepjit {
-namespace {
-
 TEST(CompileTest, ReadingAViewAfterAnInPlaceWriteIsAGraphBreak) {
   Tensor state = zeros({4});
   auto step = [&](const Tensor& x) {
@@ -367,12 +344,6 @@ TEST(CompileTest, ReadingAViewAfterAnInPlaceWriteIsAGraphBreak) {
             std::string::npos)
       << fast.explain();
 }
-
-}  // namespace
-}  // namespace stepjit
-
-namespace stepjit {
-namespace {
 
 // The example's step (MLP 784-512-512-10, batch 128) with AdamW or SGD.
 struct MlpStep {
@@ -463,12 +434,6 @@ TEST(CompileTest, CompiledPeakMemoryDoesNotExceedEager) {
   EXPECT_LE(compiled_peak, eager_peak);
 }
 
-}  // namespace
-}  // namespace stepjit
-
-namespace stepjit {
-namespace {
-
 TEST(CompileTest, DumpedIrOfTheExampleStepRoundTrips) {
   MlpStep step(true);
   auto fast = compile([&](const Tensor& x, const Tensor& y) { return step(x, y); });
@@ -484,12 +449,6 @@ TEST(CompileTest, DumpedIrOfTheExampleStepRoundTrips) {
   EXPECT_EQ(ir::Print(**parsed), os.str());
   EXPECT_NE(os.str().find("fusion @fused_"), std::string::npos);
 }
-
-}  // namespace
-}  // namespace stepjit
-
-namespace stepjit {
-namespace {
 
 TEST(CompileTest, DumpWritesTraceEveryPassAndKernelIr) {
   const std::string root = "/tmp/stepjit_dump_test";

@@ -9,6 +9,7 @@
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
 #include "tests/util/expect_error.h"
+#include "tests/util/train_step.h"
 
 namespace stepjit {
 namespace {
@@ -134,13 +135,9 @@ std::vector<std::vector<float>> TrainScheduled(bool compiled,
   optim::AdamW opt(optim::DecayGroups(*model.ptr(), 0.1), {.lr = 1e-2});
   optim::lr_scheduler::WarmupCosineLR sched(
       opt, {.warmup_steps = 4, .total_steps = 12});
-  auto step = [&](const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss = nn::functional::cross_entropy(model(x), y);
-    loss.backward();
-    opt.step();
-    return loss;
-  };
+  auto step = test::OptimizerStep(opt, [&](const Tensor& x, const Tensor& y) {
+    return nn::functional::cross_entropy(model(x), y);
+  });
   auto fast =
       compile(step, {.mode = compiled ? Mode::kCompiled : Mode::kEager});
   Generator gen(6);

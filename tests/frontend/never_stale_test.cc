@@ -9,6 +9,7 @@
 
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
+#include "tests/util/train_step.h"
 
 namespace stepjit {
 namespace {
@@ -27,12 +28,12 @@ struct DropoutTwin {
   nn::Sequential model = DropoutModel();
   optim::SGD opt{model.parameters(),
                  optim::SGDOptions{.lr = 0.05, .momentum = 0.9}};
+  // In eval mode (dropout off) when `eval`.
+  explicit DropoutTwin(bool eval = false) {
+    if (eval) model.eval();
+  }
   Tensor Step(const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy(model(x), y);
-    loss.backward();
-    opt.step();
-    return loss;
+    return test::CrossEntropyStep(model, opt)(x, y);
   }
 };
 
@@ -156,9 +157,7 @@ TEST(NeverStaleTest, VerifyOffKeepsTheTracedConstantAndSaysSo) {
 }
 
 TEST(NeverStaleTest, SetLrInsideTheStepFollowsTheScheduleWhenVerifiedAlways) {
-  DropoutTwin a, b;
-  a.model.eval();
-  b.model.eval();
+  DropoutTwin a(/*eval=*/true), b(/*eval=*/true);
   int calls_a = 0, calls_b = 0;
   auto schedule = [](int i) { return 0.1 / (1 + i); };
   auto fast = compile(
@@ -183,14 +182,11 @@ TEST(NeverStaleTest, SetLrInsideTheStepFollowsTheScheduleWhenVerifiedAlways) {
 }
 
 TEST(NeverStaleTest, ReplacingAParameterEveryCallStopsRetracingAtTheLimit) {
-  DropoutTwin a, b;
-  a.model.eval();
-  b.model.eval();
+  DropoutTwin a(/*eval=*/true), b(/*eval=*/true);
   auto fast =
       compile([&](const Tensor& x, const Tensor& y) { return a.Step(x, y); });
-  Generator data(5);
-  Tensor x = randn({4, 6}, {}, &data);
-  Tensor y = randint(0, 3, {4}, {.dtype = DType::kI64}, &data);
+  auto [x, y] = test::RandomBatches(1, /*seed=*/5, /*rows=*/4,
+                                    /*features=*/6, /*classes=*/3)[0];
   std::shared_ptr<nn::LinearImpl> fa = a.model.at<nn::LinearImpl>(0);
   std::shared_ptr<nn::LinearImpl> fb = b.model.at<nn::LinearImpl>(0);
   size_t explain_size_at_150 = 0;
@@ -217,14 +213,11 @@ TEST(NeverStaleTest, ReplacingAParameterEveryCallStopsRetracingAtTheLimit) {
 }
 
 TEST(NeverStaleTest, ReplacingAParameterOnceRetracesOnce) {
-  DropoutTwin a, b;
-  a.model.eval();
-  b.model.eval();
+  DropoutTwin a(/*eval=*/true), b(/*eval=*/true);
   auto fast =
       compile([&](const Tensor& x, const Tensor& y) { return a.Step(x, y); });
-  Generator data(6);
-  Tensor x = randn({4, 6}, {}, &data);
-  Tensor y = randint(0, 3, {4}, {.dtype = DType::kI64}, &data);
+  auto [x, y] = test::RandomBatches(1, /*seed=*/6, /*rows=*/4,
+                                    /*features=*/6, /*classes=*/3)[0];
   for (int i = 0; i < 12; ++i) {
     if (i == 5) {
       Tensor w = full({3, 16}, 0.02);
@@ -235,12 +228,6 @@ TEST(NeverStaleTest, ReplacingAParameterOnceRetracesOnce) {
   }
   EXPECT_EQ(fast.stats().traces, 2) << fast.explain();
 }
-
-}  // namespace
-}  // namespace stepjit
-
-namespace stepjit {
-namespace {
 
 // Traced with one tensor passed twice, the graph reads both uses from the
 // first argument; called with two different tensors it must not replay that.
@@ -259,12 +246,6 @@ TEST(NeverStaleTest, ArgumentsAliasedDifferentlyFromTheTraceRetrace) {
       std::string::npos)
       << fast.explain();
 }
-
-}  // namespace
-}  // namespace stepjit
-
-namespace stepjit {
-namespace {
 
 // A step that keeps a tensor it made (here in a captured history) keeps a
 // shape-only one from the recording call too: the compiler makes it real
@@ -320,12 +301,6 @@ TEST(NeverStaleTest, StepKeepingAnIntermediateGetsItsRealValue) {
   EXPECT_EQ(fast.stats().kept_calls, 3) << fast.explain();
   EXPECT_GE(fast.stats().replays, 30) << fast.explain();
 }
-
-}  // namespace
-}  // namespace stepjit
-
-namespace stepjit {
-namespace {
 
 TEST(NeverStaleTest, BadTraceAndVerifyOptionsAreRefused) {
   auto expect_refused = [](CompileOptions options, const std::string& message) {

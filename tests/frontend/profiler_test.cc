@@ -11,6 +11,7 @@
 
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
+#include "tests/util/expect_error.h"
 #include "tests/util/profiled_mlp.h"
 #include "tests/util/trace_check.h"
 
@@ -234,14 +235,7 @@ TEST_F(ProfilerTest, BadTracePathsAreClearErrors) {
 
 TEST_F(ProfilerTest, OneSessionAtATime) {
   Profiler profile;
-  try {
-    Profiler second;
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("profiling is already on"),
-              std::string::npos)
-        << e.what();
-  }
+  test::ExpectError([] { Profiler second; }, {"profiling is already on"});
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
 #include "ir/scalar_def.h"
+#include "tests/util/train_step.h"
 
 namespace stepjit {
 namespace {
@@ -123,13 +124,9 @@ std::vector<std::vector<double>> Train(bool compiled, int steps,
   manual_seed(3);
   SiluMlp model;
   optim::SGD opt(model.parameters(), {.lr = 0.05, .momentum = 0.9});
-  auto step = [&](const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss = mse_loss(model.fc2(silu(model.fc1(x))), y);
-    loss.backward();
-    opt.step();
-    return loss;
-  };
+  auto step = test::OptimizerStep(opt, [&](const Tensor& x, const Tensor& y) {
+    return mse_loss(model.fc2(silu(model.fc1(x))), y);
+  });
   auto fast =
       compile(step, {.mode = compiled ? Mode::kCompiled : Mode::kEager});
   Generator gen(4);

@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/io/safetensors.h"
+#include "tests/util/train_step.h"
 
 namespace stepjit {
 namespace {
@@ -51,17 +52,10 @@ nn::Sequential Mlp(uint64_t seed) {
   return nn::Sequential(nn::Linear(6, 8), nn::ReLU(), nn::Linear(8, 3));
 }
 
-struct Batch {
-  Tensor x, y;
-};
+using test::Batch;
 std::vector<Batch> Batches(int n) {
-  Generator gen(11);
-  std::vector<Batch> out;
-  for (int i = 0; i < n; ++i) {
-    out.push_back({randn({5, 6}, {}, &gen),
-                   randint(0, 3, {5}, {.dtype = DType::kI64}, &gen)});
-  }
-  return out;
+  return test::RandomBatches(n, /*seed=*/11, /*rows=*/5, /*features=*/6,
+                             /*classes=*/3);
 }
 
 // Everything a run's future depends on, flattened.

@@ -3,37 +3,15 @@
 #ifndef STEPJIT_TESTS_UTIL_PROFILED_MLP_H_
 #define STEPJIT_TESTS_UTIL_PROFILED_MLP_H_
 
-#include <memory>
-
 #include "runtime/device.h"
-#include "runtime/generator.h"
-#include "runtime/nn/layers.h"
-#include "runtime/ops.h"
-#include "runtime/optim/adamw.h"
-#include "runtime/tensor.h"
+#include "tests/util/adamw_mlp.h"
 
 namespace stepjit::test {
 
 // x[16, 20] -> Linear(20, 32) -> ReLU -> Linear(32, 6), AdamW, on `device`.
-struct ProfiledMlp {
-  nn::Sequential model;
-  std::unique_ptr<optim::AdamW> opt;
-  explicit ProfiledMlp(Device device = Device::cpu()) {
-    manual_seed(3);
-    model.push_back(nn::Linear(20, 32));
-    model.push_back(nn::ReLU());
-    model.push_back(nn::Linear(32, 6));
-    if (!device.is_cpu()) model->to(device);
-    opt = std::make_unique<optim::AdamW>(model.parameters(),
-                                         optim::AdamWOptions{.lr = 1e-2});
-  }
-  Tensor Step(const Tensor& x, const Tensor& y) {
-    opt->zero_grad();
-    Tensor loss = cross_entropy(model(x), y);
-    loss.backward();
-    opt->step();
-    return loss;
-  }
+struct ProfiledMlp : AdamWMlp {
+  explicit ProfiledMlp(Device device = Device::cpu())
+      : AdamWMlp({20, 32, 6}, 3, device) {}
 };
 
 // The GEMMs of one step, by hand (2 FLOPs per multiply-add): forward

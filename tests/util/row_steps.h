@@ -14,6 +14,7 @@
 
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
+#include "tests/util/train_step.h"
 
 namespace stepjit::test {
 
@@ -152,15 +153,11 @@ inline std::vector<std::vector<float>> TrainBlock(Device device, bool compiled,
     for (int64_t j = 0; j < kT; ++j) causal[i * kT + j] = j <= i ? 1 : 0;
   const Tensor mask =
       gt(from_vector(causal, {kT, kT}), full({}, 0.5)).to(device);
-  auto step = [&](const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
+  auto step = OptimizerStep(opt, [&](const Tensor& x, const Tensor& y) {
     Tensor logits = block(x, mask);
-    Tensor loss = nn::functional::cross_entropy(
+    return nn::functional::cross_entropy(
         logits.reshape({kT, TransformerBlock::kVocab}), y);
-    loss.backward();
-    opt.step();
-    return loss;
-  };
+  });
   auto fast =
       compile(step, {.mode = compiled ? Mode::kCompiled : Mode::kEager});
   Generator gen(9);
