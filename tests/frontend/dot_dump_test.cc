@@ -15,6 +15,8 @@
 #include "gtest/gtest.h"
 #include "ir/dot.h"
 #include "ir/parser.h"
+#include "tests/util/count.h"
+#include "tests/util/train_step.h"
 
 namespace stepjit {
 namespace {
@@ -47,14 +49,7 @@ std::string Read(const fs::path& path) {
   return text.str();
 }
 
-int Count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos;
-       at = text.find(what, at + what.size())) {
-    ++n;
-  }
-  return n;
-}
+using ::stepjit::test::Count;
 
 bool GraphvizInstalled() {
   return std::system("command -v dot >/dev/null 2>&1") == 0;
@@ -78,13 +73,7 @@ TEST(DotDumpTest, ACompiledStepDumpsTheTracedAndFinalGraphs) {
   manual_seed(3);
   nn::Sequential model(nn::Linear(12, 16), nn::ReLU(), nn::Linear(16, 4));
   optim::AdamW opt(model->parameters(), {.lr = 1e-2});
-  auto step = [&](const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy(model(x), y);
-    loss.backward();
-    opt.step();
-    return loss;
-  };
+  auto step = test::CrossEntropyStep(model, opt);
   {
     Env dump("STEPJIT_DUMP", root.string());
     auto fast = compile(step, {.name = "dot_step"});

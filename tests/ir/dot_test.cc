@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "ir/graph.h"
 #include "ir/parser.h"
+#include "tests/util/count.h"
 
 namespace stepjit::ir {
 namespace {
@@ -70,14 +71,7 @@ std::string NodeLine(const std::string& dot, const std::string& id) {
   return "";
 }
 
-int Count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos;
-       at = text.find(what, at + what.size())) {
-    ++n;
-  }
-  return n;
-}
+using ::stepjit::test::Count;
 
 // The ids ir/dot.h promises, computed from the graph: p<i>, n<k>, and inside
 // node k's region n<k>_p<i> and n<k>_<j>.

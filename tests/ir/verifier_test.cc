@@ -8,17 +8,12 @@
 #include "gtest/gtest.h"
 #include "ir/graph.h"
 #include "ir/parser.h"
+#include "tests/util/ir_types.h"
 
 namespace stepjit::ir {
 namespace {
 
-// Built in place: returning a moved empty Shape trips a GCC 12
-// -Wmaybe-uninitialized false positive inside absl::InlinedVector.
-TensorType F32(std::initializer_list<int64_t> dims) {
-  TensorType type;
-  type.shape.assign(dims.begin(), dims.end());
-  return type;
-}
+using ::stepjit::test::F32;
 
 std::string VerifyText(const std::string& text) {
   auto g = ParseGraph(text);
