@@ -15,6 +15,7 @@
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
 #include "runtime/autograd/engine.h"
+#include "tests/util/gpt_twins.h"
 
 namespace stepjit {
 namespace {
@@ -338,26 +339,9 @@ TEST(EveryCallTest, ACompiledFunctionInsideACompiledStepRunsAsWritten) {
 // recording call must leave a real tensor there, and the step must match
 // eager whatever the length.
 TEST(EveryCallTest, GptWithASequenceLengthThatChangesEveryCall) {
-  auto make = [] {
-    manual_seed(5);
-    return nn::GPT(nn::GPTOptions{
-        .vocab = 17, .context = 16, .d_model = 16, .heads = 2, .layers = 1});
-  };
-  nn::GPT a = make(), b = make();
-  optim::AdamW opt_a(a->parameters(), {.lr = 1e-2});
-  optim::AdamW opt_b(b->parameters(), {.lr = 1e-2});
-  auto step = [](nn::GPT& model, optim::AdamW& opt, const Tensor& tokens,
-                 const Tensor& targets) {
-    opt.zero_grad();
-    Tensor logits = model(tokens);
-    Tensor loss =
-        cross_entropy(logits.reshape({-1, 17}), targets.reshape({-1}));
-    loss.backward();
-    opt.step();
-    return loss;
-  };
+  test::GptTwins twins(/*context=*/16);
   auto fast = compile(
-      [&](const Tensor& x, const Tensor& y) { return step(a, opt_a, x, y); });
+      [&](const Tensor& x, const Tensor& y) { return twins.StepA(x, y); });
   Generator data(9);
   const int lengths[] = {4, 7, 4, 16, 7, 4, 1, 4, 9, 7};
   for (int i = 0; i < 60; ++i) {
@@ -365,12 +349,14 @@ TEST(EveryCallTest, GptWithASequenceLengthThatChangesEveryCall) {
     const Tensor x = randint(0, 17, {2, t}, {.dtype = DType::kI64}, &data);
     const Tensor y = randint(0, 17, {2, t}, {.dtype = DType::kI64}, &data);
     const std::vector<float> got = Values(fast(x, y));
-    const std::vector<float> want = Values(step(b, opt_b, x, y));
+    const std::vector<float> want = Values(twins.StepB(x, y));
     ASSERT_EQ(got, want) << "call " << i << " (T = " << t << ")\n"
                          << fast.explain();
   }
-  for (size_t i = 0; i < a->parameters().size(); ++i)
-    EXPECT_EQ(Values(a->parameters()[i]), Values(b->parameters()[i])) << i;
+  for (size_t i = 0; i < twins.a->parameters().size(); ++i)
+    EXPECT_EQ(Values(twins.a->parameters()[i]),
+              Values(twins.b->parameters()[i]))
+        << i;
   EXPECT_GT(fast.stats().replays, 20) << fast.explain();
 }
 

@@ -56,14 +56,20 @@ std::vector<std::vector<float>> Train(bool compiled, DType amp,
                                  explain, stats);
 }
 
+// The step trained compiled and eagerly with `amp` autocast: within (rtol,
+// atol), replayed, no region interpreted.
+void ExpectCompiledFollowsEager(DType amp, double rtol, double atol,
+                                std::string& explain, CompileStats& stats) {
+  const auto got = Train(true, amp, &explain, &stats);
+  test::ExpectNear(got, Train(false, amp, nullptr, nullptr), rtol, atol);
+  EXPECT_GT(stats.replays, 0) << explain;
+  test::ExpectNoneInterpreted(explain);
+}
+
 TEST(RmsNormCompileTest, CompiledLlamaBlockStepFollowsEager) {
   std::string explain;
   CompileStats stats;
-  const auto got = Train(true, DType::kF32, &explain, &stats);
-  test::ExpectNear(got, Train(false, DType::kF32, nullptr, nullptr), 1e-5,
-                   1e-6);
-  EXPECT_GT(stats.replays, 0) << explain;
-  test::ExpectNoneInterpreted(explain);
+  ExpectCompiledFollowsEager(DType::kF32, 1e-5, 1e-6, explain, stats);
   // rms_norm is written with cast, mul, mean, add, rsqrt and mul: fused,
   // the step launches far fewer kernels than it dispatches ops.
   EXPECT_LT(stats.kernels_per_step * 2, stats.ops_per_step) << explain;
@@ -72,11 +78,7 @@ TEST(RmsNormCompileTest, CompiledLlamaBlockStepFollowsEager) {
 TEST(RmsNormCompileTest, CompiledBf16StepFollowsEagerAutocast) {
   std::string explain;
   CompileStats stats;
-  const auto got = Train(true, DType::kBF16, &explain, &stats);
-  test::ExpectNear(got, Train(false, DType::kBF16, nullptr, nullptr), 2e-2,
-                   2e-3);
-  EXPECT_GT(stats.replays, 0) << explain;
-  test::ExpectNoneInterpreted(explain);
+  ExpectCompiledFollowsEager(DType::kBF16, 2e-2, 2e-3, explain, stats);
 }
 
 }  // namespace

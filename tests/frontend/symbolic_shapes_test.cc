@@ -13,6 +13,7 @@
 
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
+#include "tests/util/gpt_twins.h"
 
 namespace stepjit {
 namespace {
@@ -266,39 +267,23 @@ TEST(SymbolicShapesTest, AHostBranchOnASizeIsItsOwnSpecialization) {
 // length is a concrete shape (positions rebuilt in a recording call are made
 // real before the replay).
 TEST(SymbolicShapesTest, GptSequenceLengthsAreShapesOfOneSpecialization) {
-  auto make = [] {
-    manual_seed(5);
-    return nn::GPT(nn::GPTOptions{
-        .vocab = 17, .context = 32, .d_model = 16, .heads = 2, .layers = 1});
-  };
-  nn::GPT a = make(), b = make();
-  optim::AdamW opt_a(a->parameters(), {.lr = 1e-2});
-  optim::AdamW opt_b(b->parameters(), {.lr = 1e-2});
-  auto step = [](nn::GPT& model, optim::AdamW& opt, const Tensor& tokens,
-                 const Tensor& targets) {
-    opt.zero_grad();
-    Tensor logits = model(tokens);
-    Tensor loss =
-        cross_entropy(logits.reshape({-1, 17}), targets.reshape({-1}));
-    loss.backward();
-    nn::utils::clip_grad_norm_(model->parameters(), 1.0);
-    opt.step();
-    return loss;
-  };
+  test::GptTwins twins(/*context=*/32, /*clip_grads=*/true);
   auto fast = compile(
-      [&](const Tensor& x, const Tensor& y) { return step(a, opt_a, x, y); });
+      [&](const Tensor& x, const Tensor& y) { return twins.StepA(x, y); });
   Generator data(9);
   const int lengths[] = {8, 13, 2, 31, 7, 8, 20, 13, 27, 5, 3};
   for (int i = 0; i < 44; ++i) {
     const int64_t t = lengths[i % 11];
     const Tensor x = randint(0, 17, {3, t}, {.dtype = DType::kI64}, &data);
     const Tensor y = randint(0, 17, {3, t}, {.dtype = DType::kI64}, &data);
-    ASSERT_EQ(Values(fast(x, y)), Values(step(b, opt_b, x, y)))
+    ASSERT_EQ(Values(fast(x, y)), Values(twins.StepB(x, y)))
         << "call " << i << " (T = " << t << ")\n"
         << fast.explain();
   }
-  for (size_t i = 0; i < a->parameters().size(); ++i)
-    EXPECT_EQ(Values(a->parameters()[i]), Values(b->parameters()[i])) << i;
+  for (size_t i = 0; i < twins.a->parameters().size(); ++i)
+    EXPECT_EQ(Values(twins.a->parameters()[i]),
+              Values(twins.b->parameters()[i]))
+        << i;
   const CompileStats s = fast.stats();
   EXPECT_EQ(s.traces, 1) << fast.explain();
   EXPECT_EQ(s.replays, 42) << fast.explain();
