@@ -8,7 +8,6 @@
 // and the CPU backend's kernels within the rounding of a reordered sum.
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -27,8 +26,6 @@
 namespace stepjit::codegen::cuda {
 namespace {
 
-namespace fs = std::filesystem;
-using test::ReadFile;
 using ir::AttrKey;
 using ir::DType;
 using ir::OpId;
@@ -170,15 +167,10 @@ TEST_P(EmulatedSingleOps, MatchEagerBitForBit) {
   };
   const TensorType v{dt, {301}}, s{dt, {}}, one{dt, {1}}, row{dt, {75}},
       mat{dt, {4, 75}};
-  for (int i = 0; i < ir::kNumOps; ++i) {
-    const OpId op = static_cast<OpId>(i);
+  for (const OpId op : test::ElementwiseOps()) {
     const ir::OpInfo& info = ir::GetOpInfo(op);
-    if (info.kind != ir::OpKind::kElementwise &&
-        info.kind != ir::OpKind::kInplaceUpdate)
-      continue;
     if (op == OpId::kCast) {
-      for (DType to : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16,
-                       DType::kBool}) {
+      for (DType to : test::kCastDTypes) {
         if (to != dt) add(op, {v}, {{AttrKey::kDTypeAttr, to}});
       }
       add(op, {{DType::kBool, {301}}}, {{AttrKey::kDTypeAttr, dt}});
@@ -244,44 +236,12 @@ INSTANTIATE_TEST_SUITE_P(FloatDTypes, EmulatedSingleOps,
 TEST(CudaEmulationTest, FusedRegionsMatchTheCpuBackend) {
   if (HostCompiler().empty())
     GTEST_SKIP() << "no host C++ compiler to build the emulation";
-  std::vector<std::string> texts;
-  for (const fs::path& file : test::GoldenFiles(/*skip_huge=*/true)) {
-    texts.push_back(ReadFile(file));
-  }
-  texts.push_back(R"(graph @mixed(%p0: f16[6,50,40] input, %p1: f32[50] input) {
-  %0 = cast %p0 {dtype = f32} : f32[6,50,40]
-  %1 = mul %0, %0 : f32[6,50,40]
-  %2 = sum %1 {dims = [0, 2], keepdim = false} : f32[50]
-  %3 = amax %0 {dims = [0, 2], keepdim = false} : f32[50]
-  %4 = full {shape = [], value = 0.9, dtype = f32} : f32[]
-  %5 = lerp_ %p1, %2, %4 {in_place = true} : f32[50]
-  %6 = sqrt %5 : f32[50]
-  %7 = maximum %6, %3 : f32[50]
-  return %7, %5, %1
-})");
-  texts.push_back(
-      R"(graph @middle(%p0: f32[6,50,40] input, %p1: f64[6,1,40] input) {
-  %0 = sub %p0, %p1 : f32[6,50,40]
-  %1 = mean %0 {dims = [1], keepdim = true} : f32[6,1,40]
-  %2 = mul %1, %1 : f32[6,1,40]
-  return %0, %2
-})");
+  std::vector<std::string> texts = test::GoldenTexts(/*skip_huge=*/true);
+  texts.push_back(test::MixedRegion("%7, %5, %1"));
+  texts.push_back(test::kMiddleRegion);
   // Many chunks per row (a full reduction) and per column (few columns).
-  texts.push_back(R"(graph @norm(%p0: bf16[64,256] input) {
-  %0 = cast %p0 {dtype = f32} : f32[64,256]
-  %1 = mul %0, %0 : f32[64,256]
-  %2 = sum %1 {dims = [], keepdim = false} : f32[]
-  %3 = sqrt %2 : f32[]
-  return %3
-})");
-  texts.push_back(R"(graph @cols(%p0: f32[5000,3] input, %p1: f32[] input) {
-  %0 = mul %p0, %p1 : f32[5000,3]
-  %1 = amax %0 {dims = [0], keepdim = false} : f32[3]
-  %2 = sum %0 {dims = [0], keepdim = true} : f32[1,3]
-  %3 = reshape %2 {shape = [3]} : f32[3]
-  %4 = sub %3, %1 : f32[3]
-  return %4, %1
-})");
+  texts.push_back(test::NormRegion(64, 256));
+  texts.push_back(test::kColumnsRegion);
   texts.push_back(
       R"(graph @scaler(%p0: f32[] input, %p1: f16[300,7] input, %p2: bool[] input, %p3: f32[7] input) {
   %0 = full {shape = [], value = 1.0, dtype = f32} : f32[]
@@ -328,14 +288,7 @@ TEST(CudaEmulationTest, FusedRegionsMatchTheCpuBackend) {
     std::vector<Tensor> args;
     for (const ir::Value* p : body.params())
       args.push_back(RandomInput(p->type(), gen, p->type().shape.empty()));
-    std::vector<void*> ptrs;
-    std::vector<Tensor> expect;
-    for (const Tensor& a : args) ptrs.push_back(a.data_ptr());
-    for (const ir::Value* r : body.returns()) {
-      expect.push_back(empty(r->type().shape, {.dtype = r->type().dtype}));
-      ptrs.push_back(expect.back().data_ptr());
-    }
-    runtime::cpu::RunRegionKernel(*cpu, ptrs);
+    const std::vector<Tensor> expect = test::RunOnCpu(*cpu, body, args);
     const bool reduces = regions[k].reduced_numel > 0;
     // Only elementwise regions have a vector path to avoid.
     for (bool misalign : {false, true}) {

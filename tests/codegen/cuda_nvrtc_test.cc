@@ -30,7 +30,6 @@ namespace stepjit::codegen::cuda {
 namespace {
 
 namespace fs = std::filesystem;
-using test::ReadFile;
 using ir::AttrKey;
 using ir::DType;
 using ir::OpId;
@@ -112,15 +111,10 @@ std::vector<RegionSource> SingleOpKernels(DType dt,
   };
   const TensorType full{dt, {1000}}, scalar{dt, {}}, one{dt, {1}},
       row{dt, {125}}, mat{dt, {8, 125}};
-  for (int i = 0; i < ir::kNumOps; ++i) {
-    const OpId op = static_cast<OpId>(i);
+  for (const OpId op : test::ElementwiseOps()) {
     const ir::OpInfo& info = ir::GetOpInfo(op);
-    if (info.kind != ir::OpKind::kElementwise &&
-        info.kind != ir::OpKind::kInplaceUpdate)
-      continue;
     if (op == OpId::kCast) {
-      for (DType to : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16,
-                       DType::kBool}) {
+      for (DType to : test::kCastDTypes) {
         if (to != dt) add(op, {full}, {{AttrKey::kDTypeAttr, to}});
       }
       add(op, {{DType::kBool, {1000}}}, {{AttrKey::kDTypeAttr, dt}});
@@ -237,37 +231,12 @@ TEST(CudaNvrtcTest, IntegerKernelsCompileForSm80AndSm90) {
 // The golden fused regions and a few more shapes, in one translation unit.
 TEST(CudaNvrtcTest, FusedRegionsCompileForSm80AndSm90) {
   SKIP_WITHOUT_NVRTC();
-  std::vector<std::string> texts;
-  for (const fs::path& file : test::GoldenFiles(/*skip_huge=*/false)) {
-    texts.push_back(ReadFile(file));
-  }
+  std::vector<std::string> texts = test::GoldenTexts(/*skip_huge=*/false);
   // Reduced dims around a kept one (a block per output, 2-d unravel of q),
   // and a kept dim around a reduced one (a thread per output).
-  texts.push_back(R"(graph @mixed(%p0: f16[6,50,40] input, %p1: f32[50] input) {
-  %0 = cast %p0 {dtype = f32} : f32[6,50,40]
-  %1 = mul %0, %0 : f32[6,50,40]
-  %2 = sum %1 {dims = [0, 2], keepdim = false} : f32[50]
-  %3 = amax %0 {dims = [0, 2], keepdim = false} : f32[50]
-  %4 = full {shape = [], value = 0.9, dtype = f32} : f32[]
-  %5 = lerp_ %p1, %2, %4 {in_place = true} : f32[50]
-  %6 = sqrt %5 : f32[50]
-  %7 = maximum %6, %3 : f32[50]
-  return %7, %5
-})");
-  texts.push_back(
-      R"(graph @middle(%p0: f32[6,50,40] input, %p1: f64[6,1,40] input) {
-  %0 = sub %p0, %p1 : f32[6,50,40]
-  %1 = mean %0 {dims = [1], keepdim = true} : f32[6,1,40]
-  %2 = mul %1, %1 : f32[6,1,40]
-  return %0, %2
-})");
-  texts.push_back(R"(graph @norm(%p0: bf16[2048,4096] input) {
-  %0 = cast %p0 {dtype = f32} : f32[2048,4096]
-  %1 = mul %0, %0 : f32[2048,4096]
-  %2 = sum %1 {dims = [], keepdim = false} : f32[]
-  %3 = sqrt %2 : f32[]
-  return %3
-})");
+  texts.push_back(test::MixedRegion("%7, %5"));
+  texts.push_back(test::kMiddleRegion);
+  texts.push_back(test::NormRegion(2048, 4096));
   texts.push_back(
       R"(graph @found_inf(%p0: f32[] input, %p1: f16[300,7] input, %p2: bool[] input) {
   %0 = full {shape = [], value = 1.0, dtype = f32} : f32[]

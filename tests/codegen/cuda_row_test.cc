@@ -23,58 +23,27 @@
 #include "codegen/cuda/multi_region.h"
 #include "gtest/gtest.h"
 #include "testing/cuda_emulator/host_emulation.h"
+#include "tests/codegen/cuda_test_util.h"
 #include "tests/util/row_cases.h"
 
 namespace stepjit::codegen::cuda {
 namespace {
 
 using ir::DType;
-namespace rows = test::rows;
+namespace rows = ::stepjit::test::rows;
 using rows::Case;
 using rows::ExpectClose;
 using rows::Interpret;
 using rows::Logits;
 using rows::Parse;
 using rows::ScaleFor;
+using test::Bind;
+using test::Bound;
+using test::Launch;
+using test::SameBytes;
 
 constexpr int kBlock = 64;
 constexpr int64_t kGridCap = 3;
-
-// A region's buffers: outputs (NaN-filled), scratch slots and partials.
-struct Bound {
-  std::vector<Tensor> outs;
-  std::vector<std::unique_ptr<std::vector<double>>> temps;
-};
-void Bind(const RegionSource& src, const ir::Graph& body,
-          const std::vector<Tensor>& args, Bound& b, std::vector<void*>& ptrs) {
-  for (const Tensor& a : args) ptrs.push_back(a.data_ptr());
-  for (const ir::Value* r : body.returns()) {
-    b.outs.push_back(
-        full(r->type().shape, std::nan(""), {.dtype = r->type().dtype}));
-    ptrs.push_back(b.outs.back().data_ptr());
-  }
-  b.temps.push_back(std::make_unique<std::vector<double>>(
-      static_cast<size_t>(src.num_slots) + 1, std::nan("")));
-  ptrs.push_back(b.temps.back()->data());
-  for (int a = 0; a < src.num_accumulators; ++a) {
-    b.temps.push_back(std::make_unique<std::vector<double>>(
-        static_cast<size_t>(std::max<int64_t>(src.partials, 1)), std::nan("")));
-    ptrs.push_back(b.temps.back()->data());
-  }
-}
-
-void Launch(const HostModule& module, const RegionSource& src,
-            std::vector<void*>& ptrs, int64_t grid_cap) {
-  std::vector<void*> args;
-  for (void*& p : ptrs) args.push_back(&p);
-  for (const KernelLaunch& k : src.kernels) {
-    absl::StatusOr<HostKernel> kernel = module.Kernel(k.name);
-    ASSERT_TRUE(kernel.ok()) << kernel.status();
-    const absl::Status run =
-        kernel->Launch(args.data(), std::min(k.grid, grid_cap), k.block);
-    ASSERT_TRUE(run.ok()) << k.name << ": " << run;
-  }
-}
 
 std::vector<Tensor> Emulate(const HostModule& module, const RegionSource& src,
                             const ir::Graph& body,
@@ -85,12 +54,6 @@ std::vector<Tensor> Emulate(const HostModule& module, const RegionSource& src,
   Bind(src, body, args, b, ptrs);
   Launch(module, src, ptrs, grid_cap);
   return b.outs;
-}
-
-bool SameBytes(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         std::memcmp(a.data_ptr(), b.data_ptr(),
-                     a.numel() * a.element_size()) == 0;
 }
 
 // Row lengths 1, 7, 33, 1000 (a warp per row) and 4097 (a block per row);

@@ -29,21 +29,16 @@ using ir::DType;
 
 constexpr int kBlock = 64;
 
-// Column reductions over many rows (a thread per output) beside the golden
-// regions' row reductions.
-constexpr char kColumns[] = R"(graph @cols(%p0: f32[5000,3] input, %p1: f32[] input) {
-  %0 = mul %p0, %p1 : f32[5000,3]
-  %1 = amax %0 {dims = [0], keepdim = false} : f32[3]
-  %2 = sum %0 {dims = [0], keepdim = true} : f32[1,3]
-  %3 = reshape %2 {shape = [3]} : f32[3]
-  %4 = sub %3, %1 : f32[3]
-  return %4, %1
-})";
+using test::Bind;
+using test::Bound;
+using test::Launch;
+using test::SameBytes;
 
+// The golden regions, and column reductions over many rows (a thread per
+// output) beside their row reductions.
 std::vector<std::unique_ptr<ir::Graph>> Bodies() {
-  std::vector<std::string> texts;
-  for (const auto& f : test::GoldenFiles(/*skip_huge=*/true)) texts.push_back(test::ReadFile(f));
-  texts.push_back(kColumns);
+  std::vector<std::string> texts = test::GoldenTexts(/*skip_huge=*/true);
+  texts.push_back(test::kColumnsRegion);
   std::vector<std::unique_ptr<ir::Graph>> out;
   for (const std::string& t : texts) {
     absl::StatusOr<std::unique_ptr<ir::Graph>> g = ir::ParseGraph(t);
@@ -53,50 +48,12 @@ std::vector<std::unique_ptr<ir::Graph>> Bodies() {
   return out;
 }
 
-// One region's operands, results (NaN-filled, so a skipped store shows) and
-// temporaries, appended to `ptrs` in kernel argument order.
-struct Bound {
-  std::vector<Tensor> outs;
-  std::vector<std::unique_ptr<std::vector<double>>> temps;
-};
-void Bind(const RegionSource& src, const ir::Graph& body,
-          const std::vector<Tensor>& args, Bound& b, std::vector<void*>& ptrs) {
-  for (const Tensor& a : args) ptrs.push_back(a.data_ptr());
-  for (const ir::Value* r : body.returns()) {
-    b.outs.push_back(full(r->type().shape, std::nan(""), {.dtype = r->type().dtype}));
-    ptrs.push_back(b.outs.back().data_ptr());
-  }
-  b.temps.push_back(std::make_unique<std::vector<double>>(src.num_slots + 1, std::nan("")));
-  ptrs.push_back(b.temps.back()->data());
-  for (int a = 0; a < src.num_accumulators; ++a) {
-    b.temps.push_back(std::make_unique<std::vector<double>>(src.partials, std::nan("")));
-    ptrs.push_back(b.temps.back()->data());
-  }
-}
-
-void Launch(const HostModule& module, const RegionSource& src, std::vector<void*>& ptrs,
-            int64_t grid_cap) {
-  std::vector<void*> args;
-  for (void*& p : ptrs) args.push_back(&p);
-  for (const KernelLaunch& k : src.kernels) {
-    absl::StatusOr<HostKernel> kernel = module.Kernel(k.name);
-    ASSERT_TRUE(kernel.ok()) << kernel.status();
-    const absl::Status run = kernel->Launch(args.data(), std::min(k.grid, grid_cap), k.block);
-    ASSERT_TRUE(run.ok()) << k.name << ": " << run;
-  }
-}
-
 Tensor RandomInput(const ir::TensorType& t, Generator& gen) {
   if (t.dtype == DType::kBool) return gt(randn(t.shape, {}, &gen), scalar_tensor(0.0));
   // 0-d operands are step counts and scales: keep them positive.
   Tensor x = t.shape.empty() ? rand(t.shape, {}, &gen) + 1.5
                                       : randn(t.shape, {}, &gen) * 2.0;
   return x.to(t.dtype);
-}
-
-bool SameBytes(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         std::memcmp(a.data_ptr(), b.data_ptr(), a.numel() * a.element_size()) == 0;
 }
 
 TEST(MultiRegionTest, EmulatedGroupMatchesEachRegionRunAlone) {

@@ -166,15 +166,8 @@ TEST(CudaDeviceTest, GeneratedRegionsMatchTheCpuBackend) {
     std::vector<Tensor> args;
     for (const ir::Value* p : body.params())
       args.push_back(RandomInput(p->type(), gen));
-    // The CPU kernel writes its own output buffers; the inputs stay intact.
-    std::vector<void*> ptrs;
-    std::vector<Tensor> expect;
-    for (const Tensor& a : args) ptrs.push_back(a.data_ptr());
-    for (const ir::Value* r : body.returns()) {
-      expect.push_back(empty(r->type().shape, {.dtype = r->type().dtype}));
-      ptrs.push_back(expect.back().data_ptr());
-    }
-    runtime::cpu::RunRegionKernel(*cpu, ptrs);
+    const std::vector<Tensor> expect =
+        codegen::cuda::test::RunOnCpu(*cpu, body, args);
     absl::StatusOr<std::vector<Tensor>> got =
         RunOnDevice(*src, bin->cubin, body, args);
     ASSERT_TRUE(got.ok()) << file.filename() << ": " << got.status();
