@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -20,16 +21,22 @@ namespace {
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
+// Each of `bad` refused by `parse` with `expected` and the value quoted.
+template <typename Parse>
+void ExpectRefused(Parse parse, std::initializer_list<const char*> bad,
+                   const std::string& expected) {
+  for (const char* value : bad) {
+    EXPECT_EQ(Message(parse(value).status()), expected + value + "'") << value;
+  }
+}
+
 TEST(EnvTest, IntegersInTheDeclaredRange) {
   EXPECT_EQ(*ParseInt(Env::kNumThreads, "1"), 1);
   EXPECT_EQ(*ParseInt(Env::kNumThreads, "1024"), 1024);
-  for (const char* bad : {"0", "1025", "-1", "abc", "4 ", "1.5", ""}) {
-    EXPECT_EQ(Message(ParseInt(Env::kNumThreads, bad).status()),
-              std::string("STEPJIT_NUM_THREADS: expected an integer from 1 to "
-                          "1024, got '") +
-                  bad + "'")
-        << bad;
-  }
+  ExpectRefused(
+      [](const char* v) { return ParseInt(Env::kNumThreads, v); },
+      {"0", "1025", "-1", "abc", "4 ", "1.5", ""},
+      "STEPJIT_NUM_THREADS: expected an integer from 1 to 1024, got '");
   // An upper bound that keeps MiB -> bytes inside an int64_t.
   EXPECT_EQ(*ParseInt(Env::kCacheMaxMb, "8796093022207"), 8796093022207);
   EXPECT_FALSE(ParseInt(Env::kCacheMaxMb, "8796093022208").ok());
@@ -38,13 +45,10 @@ TEST(EnvTest, IntegersInTheDeclaredRange) {
 TEST(EnvTest, RealsWithAnOpenLowerBound) {
   EXPECT_EQ(*ParseReal(Env::kDistTimeoutS, "0.5"), 0.5);
   EXPECT_EQ(*ParseReal(Env::kDistTimeoutS, "604800"), 604800);
-  for (const char* bad : {"0", "-1", "604801", "inf", "nan", "5s"}) {
-    EXPECT_EQ(Message(ParseReal(Env::kDistTimeoutS, bad).status()),
-              std::string("STEPJIT_DIST_TIMEOUT_S: expected a finite number "
-                          "> 0 and <= 604800, got '") +
-                  bad + "'")
-        << bad;
-  }
+  ExpectRefused([](const char* v) { return ParseReal(Env::kDistTimeoutS, v); },
+                {"0", "-1", "604801", "inf", "nan", "5s"},
+                "STEPJIT_DIST_TIMEOUT_S: expected a finite number > 0 and <= "
+                "604800, got '");
   EXPECT_EQ(*ParseReal(Env::kPeakGflops, "1e6"), 1e6);
   EXPECT_FALSE(ParseReal(Env::kPeakGflops, "0").ok());
 }

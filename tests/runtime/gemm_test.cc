@@ -242,8 +242,9 @@ INSTANTIATE_TEST_SUITE_P(
                                          GemmBackend::kAuto)),
     ParamName);
 
-GemmArgs ValidF32(float* a, float* b, float* c) {
-  return GemmArgs{.dtype = DType::kF32,
+// A valid 2x4 . 4x3 product of `dtype` elements, packed.
+GemmArgs Valid(DType dtype, void* a, void* b, void* c) {
+  return GemmArgs{.dtype = dtype,
                   .m = 2,
                   .n = 3,
                   .k = 4,
@@ -253,6 +254,10 @@ GemmArgs ValidF32(float* a, float* b, float* c) {
                   .ldb = 3,
                   .c = c,
                   .ldc = 3};
+}
+
+GemmArgs ValidF32(float* a, float* b, float* c) {
+  return Valid(DType::kF32, a, b, c);
 }
 
 TEST(GemmErrorTest, ShortLeadingDimensionNamesExpectedAndFound) {
@@ -273,16 +278,7 @@ TEST(GemmErrorTest, ShortLeadingDimensionNamesExpectedAndFound) {
 
 TEST(GemmErrorTest, UnsupportedDTypeIsNamed) {
   int64_t a[16] = {}, b[16] = {}, c[16] = {};
-  GemmArgs args{.dtype = DType::kI64,
-                .m = 2,
-                .n = 3,
-                .k = 4,
-                .a = a,
-                .lda = 4,
-                .b = b,
-                .ldb = 3,
-                .c = c,
-                .ldc = 3};
+  GemmArgs args = Valid(DType::kI64, a, b, c);
   absl::Status st = Gemm(args);
   EXPECT_TRUE(absl::IsInvalidArgument(st));
   EXPECT_THAT(st.message(),
@@ -305,17 +301,8 @@ TEST(GemmErrorTest, NegativeSizesNullPointersAndAliasedBatches) {
 
 TEST(GemmErrorTest, F64OnOneDnnIsUnimplemented) {
   double a[16] = {}, b[16] = {}, c[16] = {};
-  GemmArgs args{.dtype = DType::kF64,
-                .m = 2,
-                .n = 3,
-                .k = 4,
-                .a = a,
-                .lda = 4,
-                .b = b,
-                .ldb = 3,
-                .c = c,
-                .ldc = 3,
-                .backend = GemmBackend::kOneDnn};
+  GemmArgs args = Valid(DType::kF64, a, b, c);
+  args.backend = GemmBackend::kOneDnn;
   absl::Status st = Gemm(args);
   EXPECT_TRUE(absl::IsUnimplemented(st));
   EXPECT_THAT(st.message(), HasSubstr("no f64 matmul"));

@@ -29,6 +29,8 @@
 namespace stepjit::runtime {
 namespace {
 
+using test::BuildProgram;
+using test::ExpectSame;
 using test::kStep;
 using test::ParseVerified;
 using test::Start;
@@ -165,24 +167,6 @@ class ScopedCountingBackend {
   ScopedRegionBackend scope_;
 };
 
-Program Build(const ir::Graph& g, bool codegen = true) {
-  ProgramOptions options;
-  options.codegen = codegen;
-  absl::StatusOr<Program> p = Program::Build(g, options);
-  SJ_CHECK(p.ok(), p.status().message());
-  return *std::move(p);
-}
-
-// Bit for bit (NaN equal to NaN).
-void ExpectSame(const std::vector<Tensor>& got, const std::vector<Tensor>& want,
-                const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const TensorDiff d = CompareTensors(got[i], want[i], {0, 0});
-    EXPECT_TRUE(d.ok()) << what << " " << i << ": "
-                        << ToString(d, want[i].shape());
-  }
-}
 // Within DefaultTolerance.
 void ExpectClose(const std::vector<Tensor>& got,
                  const std::vector<Tensor>& want, const char* what) {
@@ -213,7 +197,7 @@ TEST(RegionBackendTest, ProgramCompilesAndLaunchesRegionsThroughTheRegistry) {
   TwoRuns got;
   int kernels = 0;
   {
-    const Program p = Build(*g);
+    const Program p = BuildProgram(*g);
     EXPECT_EQ(counting.counts.compiled, 3);
     EXPECT_EQ(counting.counts.finished, 1);
     EXPECT_EQ(p.compiled_regions(), 3);
@@ -224,7 +208,7 @@ TEST(RegionBackendTest, ProgramCompilesAndLaunchesRegionsThroughTheRegistry) {
   }
   // A program without codegen still gets its backend, which compiles
   // nothing: every region runs interpreted.
-  const Program interpreted = Build(*g, /*codegen=*/false);
+  const Program interpreted = BuildProgram(*g, /*codegen=*/false);
   EXPECT_EQ(interpreted.compiled_regions(), 0);
   EXPECT_EQ(counting.counts.compiled, 3);
   const TwoRuns eager = RunTwice(interpreted, start);
@@ -233,7 +217,7 @@ TEST(RegionBackendTest, ProgramCompilesAndLaunchesRegionsThroughTheRegistry) {
 
   // The same kernels as the CPU backend's own, so the same bits.
   ScopedRegionBackend plain(DeviceType::kCPU, cpu::MakeCpuRegionBackend);
-  const Program cpu = Build(*g);
+  const Program cpu = BuildProgram(*g);
   EXPECT_EQ(cpu.kernels_per_run(), kernels);
   const TwoRuns want = RunTwice(cpu, start);
   ExpectSame(got.out, want.out, "output");
@@ -246,7 +230,7 @@ TEST(RegionBackendTest, DeclinedRegionRunsInterpretedAndProfilesSayWho) {
   ASSERT_NE(g, nullptr);
   const Start start(4);
   ScopedCountingBackend counting({.decline = "post", .group = {}});
-  const Program p = Build(*g);
+  const Program p = BuildProgram(*g);
   EXPECT_EQ(counting.counts.declined, 1);
   EXPECT_EQ(p.compiled_regions(), 2);
   const bool was_profiling = ProfilingEnabled();
@@ -264,7 +248,7 @@ TEST(RegionBackendTest, DeclinedRegionRunsInterpretedAndProfilesSayWho) {
   }
   EXPECT_EQ(counted, 4);
   EXPECT_EQ(interpreted, 2);
-  const TwoRuns want = RunTwice(Build(*g, /*codegen=*/false), start);
+  const TwoRuns want = RunTwice(BuildProgram(*g, /*codegen=*/false), start);
   ExpectClose(got.out, want.out, "output");
   ExpectClose(got.state, want.state, "state");
 }
@@ -276,13 +260,13 @@ TEST(RegionBackendTest, GroupLaunchAndCheckedRunGoThroughTheBackend) {
   TwoRuns want;
   int plain_kernels = 0;
   {
-    const Program cpu = Build(*g);
+    const Program cpu = BuildProgram(*g);
     plain_kernels = cpu.kernels_per_run();
     want = RunTwice(cpu, start);
   }
   // post and adamw are consecutive and independent.
   ScopedCountingBackend counting({.decline = "", .group = {"post", "adamw"}});
-  const Program p = Build(*g);
+  const Program p = BuildProgram(*g);
   EXPECT_EQ(p.cuda_region_groups(), 1);
   EXPECT_EQ(p.cuda_grouped_regions(), 2);
   EXPECT_EQ(p.kernels_per_run(), plain_kernels - 1);

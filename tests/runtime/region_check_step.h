@@ -1,16 +1,21 @@
 // The program the accuracy checker's tests run
 // (tests/runtime/region_check_test.cc on the CPU,
-// tests/cuda/region_check_cuda_test.cc on CUDA), and its inputs.
+// tests/cuda/region_check_cuda_test.cc on CUDA), and its inputs; building
+// programs and comparing their results bit for bit.
 #ifndef STEPJIT_TESTS_RUNTIME_REGION_CHECK_STEP_H_
 #define STEPJIT_TESTS_RUNTIME_REGION_CHECK_STEP_H_
 
 #include <memory>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "gtest/gtest.h"
 #include "ir/parser.h"
+#include "ir/status.h"
 #include "ir/verifier.h"
+#include "runtime/executor.h"
 #include "runtime/ops.h"
+#include "runtime/region_check.h"
 
 namespace stepjit::test {
 
@@ -84,6 +89,28 @@ struct Start {
     return out;
   }
 };
+
+// `g` as a program, its regions generated kernels when `codegen` (else
+// interpreted).
+inline runtime::Program BuildProgram(const ir::Graph& g, bool codegen = true) {
+  runtime::ProgramOptions options;
+  options.codegen = codegen;
+  absl::StatusOr<runtime::Program> p = runtime::Program::Build(g, options);
+  SJ_CHECK(p.ok(), p.status().message());
+  return *std::move(p);
+}
+
+// Bit for bit (NaN equal to NaN).
+inline void ExpectSame(const std::vector<Tensor>& got,
+                       const std::vector<Tensor>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const runtime::TensorDiff d =
+        runtime::CompareTensors(got[i], want[i], {0, 0});
+    EXPECT_TRUE(d.ok()) << what << " " << i << ": "
+                        << runtime::ToString(d, want[i].shape());
+  }
+}
 
 }  // namespace stepjit::test
 

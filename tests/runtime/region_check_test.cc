@@ -28,6 +28,8 @@ namespace stepjit::runtime {
 namespace {
 
 using ir::OpId;
+using test::BuildProgram;
+using test::ExpectSame;
 using test::kStep;
 using test::ParseVerified;
 using test::Start;
@@ -36,29 +38,11 @@ std::vector<double> Values(const Tensor& t) {
   return t.to(DType::kF64).contiguous().to_vector<double>();
 }
 
-// Bit for bit (NaN equal to NaN).
-void ExpectSame(const std::vector<Tensor>& got, const std::vector<Tensor>& want,
-                const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const TensorDiff d = CompareTensors(got[i], want[i], {0, 0});
-    EXPECT_TRUE(d.ok()) << what << " " << i << ": "
-                        << ToString(d, want[i].shape());
-  }
-}
-
-Program Build(const ir::Graph& g, bool codegen = true) {
-  ProgramOptions options;
-  options.codegen = codegen;
-  absl::StatusOr<Program> p = Program::Build(g, options);
-  SJ_CHECK(p.ok(), p.status().message());
-  return *std::move(p);
-}
-
 TEST(RegionCheckTest, CleanProgramHasNoMismatchAndRunsAsRun) {
   std::unique_ptr<ir::Graph> g = ParseVerified(kStep);
   ASSERT_NE(g, nullptr);
-  const Program compiled = Build(*g), interpreted = Build(*g, false);
+  const Program compiled = BuildProgram(*g),
+                interpreted = BuildProgram(*g, false);
   ASSERT_EQ(compiled.compiled_regions(), 3);
   const Start start(1);
   std::vector<Tensor> checked_state = start.StateCopy(),
@@ -95,7 +79,7 @@ TEST(RegionCheckTest, MiscompiledRegionIsNamedWithItsResultOpAndError) {
     // AdamW's bias correction 1 - beta^t becomes 1 + beta^t: the update of
     // v (result 2, from addcmul_) is wrong, m and the step count are not.
     ScopedMiscompileRegion miscompile("adamw", OpId::kSub, OpId::kAdd);
-    const Program compiled = Build(*g);
+    const Program compiled = BuildProgram(*g);
     EXPECT_EQ(miscompile.miscompiled(), std::vector<std::string>{"adamw"});
     EXPECT_EQ(ir::Print(*g), ir_before);  // only the kernel is wrong
     checked_state = start.StateCopy();
@@ -139,7 +123,7 @@ TEST(RegionCheckTest, ResultOfTheFlippedOpIsNamedAndLaterRegionsStayClean) {
   {
     // Empty name: the first region holding a tanh (the chain).
     ScopedMiscompileRegion miscompile("", OpId::kTanh, OpId::kSigmoid);
-    const Program compiled = Build(*g);
+    const Program compiled = BuildProgram(*g);
     EXPECT_EQ(miscompile.miscompiled(), std::vector<std::string>{"chain"});
     const Start start(3);
     std::vector<Tensor> state = start.StateCopy();
@@ -164,7 +148,7 @@ TEST(RegionCheckTest, HookOutsideItsScopeChangesNothing) {
   std::unique_ptr<ir::Graph> g = ParseVerified(kStep);
   ASSERT_NE(g, nullptr);
   { ScopedMiscompileRegion miscompile("post", OpId::kMul, OpId::kAdd); }
-  const Program compiled = Build(*g);
+  const Program compiled = BuildProgram(*g);
   const Start start(4);
   std::vector<Tensor> state = start.StateCopy();
   std::vector<RegionMismatch> mismatches;
@@ -176,7 +160,7 @@ TEST(RegionCheckTest, InterpretedProgramHasNothingToCheck) {
   std::unique_ptr<ir::Graph> g = ParseVerified(kStep);
   ASSERT_NE(g, nullptr);
   ScopedMiscompileRegion miscompile("adamw", OpId::kSub, OpId::kAdd);
-  const Program interpreted = Build(*g, false);
+  const Program interpreted = BuildProgram(*g, false);
   EXPECT_TRUE(miscompile.miscompiled().empty());
   const Start start(5);
   std::vector<Tensor> state = start.StateCopy();
@@ -190,7 +174,7 @@ TEST(RegionCheckTest, InterpretedProgramHasNothingToCheck) {
 TEST(RegionCheckTest, NanAndInfinityAgreeWithThemselves) {
   std::unique_ptr<ir::Graph> g = ParseVerified(kStep);
   ASSERT_NE(g, nullptr);
-  const Program compiled = Build(*g);
+  const Program compiled = BuildProgram(*g);
   Start start(6);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();

@@ -118,20 +118,24 @@ TEST(RmsNormTest, GradientsMatchFiniteDifferences) {
   };
   const double h = 1e-6;
   const std::vector<double> gx = Doubles(x.grad()), gw = Doubles(w.grad());
-  for (size_t i = 0; i < xs.size(); ++i) {
-    std::vector<double> up = xs, down = xs;
-    up[i] += h;
-    down[i] -= h;
-    const double fd = (loss(up, ws) - loss(down, ws)) / (2 * h);
-    EXPECT_NEAR(gx[i], fd, 1e-6 * std::abs(fd) + 1e-7) << "d/dx " << i;
-  }
-  for (size_t j = 0; j < ws.size(); ++j) {
-    std::vector<double> up = ws, down = ws;
-    up[j] += h;
-    down[j] -= h;
-    const double fd = (loss(xs, up) - loss(xs, down)) / (2 * h);
-    EXPECT_NEAR(gw[j], fd, 1e-6 * std::abs(fd) + 1e-7) << "d/dw " << j;
-  }
+  // Each element of `at` moved by +-h, through `f`, against `grad`.
+  auto check = [&](const std::vector<double>& at,
+                   const std::vector<double>& grad, const auto& f,
+                   const char* what) {
+    for (size_t i = 0; i < at.size(); ++i) {
+      std::vector<double> up = at, down = at;
+      up[i] += h;
+      down[i] -= h;
+      const double fd = (f(up) - f(down)) / (2 * h);
+      EXPECT_NEAR(grad[i], fd, 1e-6 * std::abs(fd) + 1e-7) << what << " " << i;
+    }
+  };
+  check(
+      xs, gx, [&](const std::vector<double>& v) { return loss(v, ws); },
+      "d/dx");
+  check(
+      ws, gw, [&](const std::vector<double>& v) { return loss(xs, v); },
+      "d/dw");
 }
 
 TEST(RmsNormTest, ModuleHasPyTorchsParameterAndDefaults) {
