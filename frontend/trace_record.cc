@@ -257,6 +257,17 @@ std::unique_ptr<ir::Graph> BuildGraph(const TraceRecord& record,
   auto value = [&](int id) {
     return id < 0 ? params[-id - 1] : results[static_cast<size_t>(id)];
   };
+  // Random ops draw from the graph's random state (ops.def), which the
+  // program binds on every run: fresh draws each replay, the same ones an
+  // eager step would make.
+  ir::Value* random = nullptr;
+  for (const TraceRecord::Node& n : record.nodes) {
+    if (n.kind == ir::NodeKind::kOp && ir::IsRandom(n.op)) {
+      random = graph->AddParam("rng", ir::TensorType{ir::DType::kI64, {2}},
+                               ir::ParamKind::kRandom);
+      break;
+    }
+  }
   for (size_t i = 0; i < record.nodes.size(); ++i) {
     const TraceRecord::Node& n = record.nodes[i];
     if (n.kind == ir::NodeKind::kAssign) {
@@ -268,6 +279,7 @@ std::unique_ptr<ir::Graph> BuildGraph(const TraceRecord& record,
     std::vector<ir::Value*> in;
     in.reserve(n.inputs.size());
     for (int id : n.inputs) in.push_back(value(id));
+    if (ir::IsRandom(n.op)) in.push_back(random);
     results[i] = graph->AddOp(n.op, std::move(in), n.attrs, n.type)->output();
   }
   std::vector<ir::Value*> returns;

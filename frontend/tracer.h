@@ -13,7 +13,7 @@
 #include "frontend/trace_record.h"
 #include "ir/graph.h"
 #include "runtime/dispatch.h"
-#include "runtime/program/random_remap.h"
+#include "runtime/program/random_layout.h"
 #include "runtime/tensor.h"
 
 namespace stepjit::frontend {

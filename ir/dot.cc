@@ -85,7 +85,7 @@ class DotWriter {
       const std::string id = absl::StrCat("p", i);
       WriteNode(id,
                 absl::StrCat("%", p->name(), "\n", PrintType(p->type()), "\n",
-                             state ? "state" : "input"),
+                             ParamKindName(graph.param_kind(p))),
                 state ? kStateStyle : kInputStyle, 2);
       ids_[p] = id;
     }

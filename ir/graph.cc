@@ -49,6 +49,25 @@ ParamKind Graph::param_kind(const Value* param) const {
   return param_kinds_[std::distance(params_.begin(), it)];
 }
 
+const char* ParamKindName(ParamKind kind) {
+  switch (kind) {
+    case ParamKind::kInput:
+      return "input";
+    case ParamKind::kState:
+      return "state";
+    case ParamKind::kRandom:
+      return "random";
+  }
+  return "input";
+}
+
+const Value* Graph::random_state() const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (param_kinds_[i] == ParamKind::kRandom) return params_[i];
+  }
+  return nullptr;
+}
+
 bool Graph::IsParam(const Value* v) const {
   return std::find(params_.begin(), params_.end(), v) != params_.end();
 }

@@ -27,7 +27,14 @@ namespace stepjit::ir {
 class Node;
 class Graph;
 
-enum class ParamKind : uint8_t { kInput, kState };
+// kRandom: the graph's random state, i64[2] (the seed a run draws with and
+// how far its draws are shifted from the traced offsets), which the program
+// binds itself on every run (at most one per graph; random ops take it as
+// their last operand, ops.def).
+enum class ParamKind : uint8_t { kInput, kState, kRandom };
+
+// "input", "state", "random" (the text form).
+const char* ParamKindName(ParamKind kind);
 
 // A parameter or graph name: one or more of [A-Za-z0-9_.], not all digits
 // (all-digit names are the printed numbers of node results).
@@ -91,6 +98,8 @@ class Graph {
   Value* AddParam(std::string name, TensorType type, ParamKind kind);
   const std::vector<Value*>& params() const { return params_; }
   ParamKind param_kind(const Value* param) const;
+  // The kRandom parameter, or null.
+  const Value* random_state() const;
   bool IsParam(const Value* v) const;
 
   // Appends an op node; its output type is given (callers infer it).

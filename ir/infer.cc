@@ -504,6 +504,15 @@ absl::StatusOr<TensorType> InferDataMovement(OpId op,
 absl::StatusOr<TensorType> InferGenerator(OpId op,
                                           absl::Span<const TensorType> in,
                                           const Attrs& attrs) {
+  if (TakesRandomState(op, in.size())) {
+    const TensorType& state = in.back();
+    if (state.dtype != DType::kI64 || state.shape != Shape{2}) {
+      return InvalidInputs(op, in,
+                           "its last operand, the graph's random state, must "
+                           "be i64[2] (seed, shift)");
+    }
+    in.remove_suffix(1);
+  }
   if (op == OpId::kMultinomial) {
     if (!IsFloating(in[0].dtype) || in[0].shape.empty() ||
         in[0].shape.back() == 0) {

@@ -79,6 +79,13 @@ inline bool IsPure(OpId op) { return GetOpInfo(op).flags & kPure; }
 inline bool IsCollective(OpId op) {
   return GetOpInfo(op).kind == OpKind::kCollective;
 }
+inline bool IsRandom(OpId op) { return GetOpInfo(op).kind == OpKind::kRandom; }
+// Whether a random op with `num_inputs` operands takes the graph's random
+// state as its last one (ops.def: one operand more than its own).
+inline bool TakesRandomState(OpId op, size_t num_inputs) {
+  return IsRandom(op) &&
+         num_inputs == static_cast<size_t>(GetOpInfo(op).min_arity) + 1;
+}
 inline bool HasFloatResult(OpId op) {
   return GetOpInfo(op).flags & kFloatResult;
 }

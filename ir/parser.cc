@@ -98,15 +98,18 @@ class Parser : public TokenStream {
           Expect(':', absl::StrCat("after parameter %", name.text)));
       ASSIGN_OR_RETURN(TensorType type, ParseType());
       const Token& kind = Peek();
-      if (!kind.IsIdent("input") && !kind.IsIdent("state")) {
-        return Unexpected(kind, absl::StrCat("`input` or `state` after the "
-                                             "type of %",
-                                             name.text));
+      if (!kind.IsIdent("input") && !kind.IsIdent("state") &&
+          !kind.IsIdent("random")) {
+        return Unexpected(kind,
+                          absl::StrCat("`input`, `state` or `random` after "
+                                       "the type of %",
+                                       name.text));
       }
       Next();
-      Value* v = graph.AddParam(
-          name.text, std::move(type),
-          kind.text == "state" ? ParamKind::kState : ParamKind::kInput);
+      Value* v = graph.AddParam(name.text, std::move(type),
+                                kind.text == "state"    ? ParamKind::kState
+                                : kind.text == "random" ? ParamKind::kRandom
+                                                        : ParamKind::kInput);
       scope.symbols[name.text] = Symbol{{v}, "", name.line, name.col};
       if (Peek().Is(')')) {
         Next();

@@ -114,8 +114,7 @@ void PrintGraph(const Graph& graph, std::ostream& os, int indent) {
   for (size_t i = 0; i < graph.params().size(); ++i) {
     const Value* p = graph.params()[i];
     os << (i == 0 ? "" : ", ") << "%" << p->name() << ": "
-       << PrintType(p->type()) << " "
-       << (graph.param_kind(p) == ParamKind::kState ? "state" : "input");
+       << PrintType(p->type()) << " " << ParamKindName(graph.param_kind(p));
   }
   os << ") {\n";
   for (const auto& node : graph.nodes()) {

@@ -24,6 +24,7 @@ class GraphVerifier {
       return Invalid(
           absl::StrCat("graph name @", graph_.name(), " is not a valid name"));
     }
+    RETURN_IF_ERROR(CheckRandomParam());
     for (size_t pos = 0; pos < graph_.nodes().size(); ++pos) {
       const Node& node = *graph_.nodes()[pos];
       const std::string header = PrintNodeHeader(node, names_);
@@ -92,9 +93,42 @@ class GraphVerifier {
     return absl::OkStatus();
   }
 
+  // At most one `random` parameter, i64[2], and none in a fusion body
+  // (random ops are not fused).
+  absl::Status CheckRandomParam() const {
+    const Value* found = nullptr;
+    for (const Value* p : graph_.params()) {
+      if (graph_.param_kind(p) != ParamKind::kRandom) continue;
+      if (in_fusion()) {
+        return Invalid(absl::StrCat("fusion body @", graph_.name(),
+                                    " has a random parameter %", p->name(),
+                                    "; only a top-level graph has one"));
+      }
+      if (found != nullptr) {
+        return Invalid(absl::StrCat("graph @", graph_.name(),
+                                    " has two random parameters, %",
+                                    found->name(), " and %", p->name()));
+      }
+      if (p->type() != TensorType{DType::kI64, {2}}) {
+        return Invalid(absl::StrCat("random parameter %", p->name(),
+                                    " must be i64[2] (seed, shift), got ",
+                                    PrintType(p->type())));
+      }
+      found = p;
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status CheckOp(const Node& node, const std::string& header) const {
     const OpInfo& info = GetOpInfo(node.op());
     const int n = static_cast<int>(node.inputs().size());
+    if (TakesRandomState(node.op(), node.inputs().size()) &&
+        node.inputs().back() != graph_.random_state()) {
+      return Invalid(absl::StrCat(
+          header, ": its last operand ", names_.Name(node.inputs().back()),
+          " must be the graph's random parameter (a `random` param, "
+          "i64[2])"));
+    }
     if (n < info.min_arity || n > info.max_arity) {
       return Invalid(absl::StrCat(header, ": `", info.name, "` expects ",
                                   info.min_arity,

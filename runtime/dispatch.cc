@@ -239,6 +239,20 @@ std::optional<Shape> ViewStrides(ShapeRef old_shape, ShapeRef old_strides,
   return out;
 }
 
+PhiloxStart RandomStart(const KernelArgs& k) {
+  const auto offset =
+      static_cast<uint64_t>(k.attrs.GetInt(ir::AttrKey::kOffset));
+  if (!ir::TakesRandomState(k.op, k.inputs.size())) {
+    return {static_cast<uint64_t>(k.attrs.GetInt(ir::AttrKey::kSeed)), offset};
+  }
+  const Tensor& state = k.inputs.back();
+  SJ_CHECK(state.dtype() == DType::kI64 && state.numel() == 2 &&
+               state.device().is_cpu(),
+           "a random op's state operand must be a host i64[2]");
+  const auto* s = state.data<int64_t>();
+  return {static_cast<uint64_t>(s[0]), offset + static_cast<uint64_t>(s[1])};
+}
+
 CpuKernel GetCpuKernel(OpId op) {
   return cpu::Runtime().kernels[static_cast<int>(op)];
 }

@@ -215,6 +215,15 @@ struct KernelArgs {
   absl::Span<const Tensor> more_out = {};
 };
 using CpuKernel = void (*)(const KernelArgs&);
+// A random op's Philox seed and first offset: its `seed` and `offset`
+// attributes, or, when it takes a graph's random state as its last operand
+// (ops.def; i64[2] on the host: the seed and a shift), that seed and its
+// offset shifted.
+struct PhiloxStart {
+  uint64_t seed;
+  uint64_t offset;
+};
+PhiloxStart RandomStart(const KernelArgs& k);
 // The CPU kernel of `op` (null for views, which have none).
 CpuKernel GetCpuKernel(ir::OpId op);
 

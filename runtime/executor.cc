@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "ir/status.h"
+#include "runtime/generator.h"
+#include "runtime/ops.h"
 #include "runtime/testing_hooks.h"
 #include "runtime/thread_pool.h"
 
@@ -101,9 +103,31 @@ ReplayPlan Program::Plan() const {
           .random_layout = random_layout_};
 }
 
-std::vector<Tensor> Program::Run(absl::Span<const Tensor> inputs,
+std::vector<Tensor> Program::WithRandomState(
+    absl::Span<const Tensor> inputs) const {
+  std::vector<Tensor> all(inputs.begin(), inputs.end());
+  if (graph_->random_state() == nullptr) return all;
+  // This run's draws: the span the eager step reserved, reserved now from
+  // the default generator (under its current seed: manual_seed between
+  // calls changes them as it changes eager's), each random op at its traced
+  // place in it.
+  Generator& g = default_generator();
+  const uint64_t base =
+      random_layout_.span > 0
+          ? g.Reserve(static_cast<uint64_t>(random_layout_.span))
+          : g.offset();
+  Tensor host = empty({2}, {.dtype = DType::kI64});
+  host.data<int64_t>()[0] = static_cast<int64_t>(g.seed());
+  host.data<int64_t>()[1] =
+      static_cast<int64_t>(base - static_cast<uint64_t>(random_layout_.first));
+  all.push_back(options_.device.is_cpu() ? host : host.to(options_.device));
+  return all;
+}
+
+std::vector<Tensor> Program::Run(absl::Span<const Tensor> inputs_in,
                                  absl::Span<const Tensor> state) const {
   const ReplayPlan plan = Plan();
+  const std::vector<Tensor> inputs = WithRandomState(inputs_in);
   auto run = [&] {
     return backend_->Run(
         inputs, state,
@@ -132,7 +156,7 @@ std::vector<Tensor> Program::RunChecked(
   RegionChecker checker(*graph_);
   const ReplayPlan plan = Plan();
   std::vector<Tensor> out = backend_->RunUncaptured(
-      inputs, state,
+      WithRandomState(inputs), state,
       [&plan, &checker](absl::Span<const Tensor> in,
                         absl::Span<const Tensor> st, const RunHooks& hooks) {
         return RunReplay(plan, in, st, hooks, &checker);

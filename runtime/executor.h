@@ -104,6 +104,10 @@ class Program {
   explicit Program(const ir::Graph* graph) : graph_(graph) {}
   const BackendStats& stats() const { return backend_->stats(); }
   ReplayPlan Plan() const;
+  // `inputs`, and when the graph has a random param, this run's random
+  // state (seed, shift) on the program's device after them; reserves the
+  // run's draws from the default generator.
+  std::vector<Tensor> WithRandomState(absl::Span<const Tensor> inputs) const;
 
   const ir::Graph* graph_;
   ProgramOptions options_;

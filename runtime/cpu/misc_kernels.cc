@@ -88,8 +88,7 @@ float UniformFor(uint32_t bits) {
 // Element i of a draw uses Philox word (offset + i): threads need no coordination.
 template <OpId op>
 void RandomKernel(const KernelArgs& k) {
-  const uint64_t seed = static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kSeed));
-  const uint64_t offset = static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kOffset));
+  const auto [seed, offset] = RandomStart(k);
   const int64_t low = k.attrs.GetInt(AttrKey::kLow), high = k.attrs.GetInt(AttrKey::kHigh);
   SJ_DISPATCH_ALL(k.out.dtype(), ir::OpName(op), {
     T* o = k.out.data<T>();

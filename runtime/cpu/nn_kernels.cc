@@ -233,8 +233,7 @@ void SliceBackwardKernel(const KernelArgs& k) {
 void DropoutKernel(const KernelArgs& k) {
   const Tensor x = ContiguousCopyIfNeeded(k.inputs[0]);
   const double p = k.attrs.GetDouble(AttrKey::kP);
-  const uint64_t seed = static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kSeed));
-  const uint64_t offset = static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kOffset));
+  const auto [seed, offset] = RandomStart(k);
   const double scale = 1.0 / (1.0 - p);
   SJ_DISPATCH_FLOAT(x.dtype(), "dropout", {
     const T* xp = x.data<T>();

@@ -85,9 +85,7 @@ void MultinomialKernel(const KernelArgs& k) {
   const Tensor& w = k.inputs[0];
   const int64_t samples = k.attrs.GetInt(AttrKey::kNumSamples);
   const bool replacement = k.attrs.GetBool(AttrKey::kReplacement);
-  const uint64_t seed = static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kSeed));
-  const uint64_t offset =
-      static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kOffset));
+  const auto [seed, offset] = RandomStart(k);
   const Rows r = RowsAlong(w, w.dim() - 1);
   // The weights as doubles, checked before any draw.
   std::vector<double> weights(static_cast<size_t>(r.count * r.n));

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "runtime/device.h"
-#include "runtime/program/random_remap.h"
+#include "runtime/program/random_layout.h"
 
 namespace stepjit::runtime {
 

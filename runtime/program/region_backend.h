@@ -88,11 +88,6 @@ struct RunHooks {
   // Every operand and result the run makes or reads is appended here: a
   // captured run's buffers must live as long as the capture.
   std::vector<Tensor>* keep_alive = nullptr;
-  // Dispatches a random node (its inputs `in`) in place of the loop's fresh
-  // draw from the default generator: a captured run reads its seed and
-  // offset from where a replay refreshes them.
-  std::function<Tensor(const ir::Node& node, const std::vector<Tensor>& in)>
-      dispatch_random;
 };
 
 // One run of the replay loop over `inputs` and `state` (in param order)

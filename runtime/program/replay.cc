@@ -14,7 +14,7 @@
 #include "runtime/dispatch.h"
 #include "runtime/pending.h"
 #include "runtime/profiler.h"
-#include "runtime/program/random_remap.h"
+#include "runtime/program/random_layout.h"
 
 namespace stepjit::runtime {
 
@@ -40,7 +40,6 @@ std::vector<std::vector<int>> LastUses(const ir::Graph& g) {
 struct RunContext {
   const ReplayPlan* plan = nullptr;
   const RunHooks* hooks = nullptr;
-  RandomRemap random;
   // Group members whose results a group launch has stored already.
   absl::flat_hash_set<const ir::Node*> ran_in_group;
   // In RunChecked: compares each generated region with its interpretation.
@@ -129,14 +128,9 @@ void RunOp(const ir::Node& node, const PreparedOp& launch,
   if (ir::IsInplace(node.op()) && !node.attrs().GetBool(AttrKey::kInPlace)) {
     in[0] = in[0].clone();
   }
+  // (A random op reads the run's random state, its last operand.)
   absl::InlinedVector<Tensor, 2> out(node.outputs().size());
-  if (ir::GetOpInfo(node.op()).kind != ir::OpKind::kRandom) {
-    launch.Launch(in, node.attrs(), absl::MakeSpan(out));
-  } else if (ctx.hooks->dispatch_random) {
-    out[0] = ctx.hooks->dispatch_random(node, in);
-  } else {
-    launch.Launch(in, ctx.random.Apply(node), absl::MakeSpan(out));
-  }
+  launch.Launch(in, node.attrs(), absl::MakeSpan(out));
   for (size_t i = 0; i < out.size(); ++i) env[node.outputs()[i]->id()] = out[i];
   ctx.KeepAlive(in, out);
 }
@@ -338,20 +332,25 @@ std::vector<Tensor> RunReplay(const ReplayPlan& plan,
   const ir::Graph& graph = *plan.graph;
   std::vector<Tensor> env(graph.num_values());
   size_t next_input = 0, next_state = 0;
+  // The random state, if any, is the last input (Program::Run adds it).
+  const ir::Value* random = graph.random_state();
+  const size_t step_inputs = inputs.size() - (random != nullptr ? 1 : 0);
+  SJ_CHECK(random == nullptr || !inputs.empty(), "no random state bound");
+  if (random != nullptr) env[random->id()] = inputs.back();
   for (const ir::Value* param : graph.params()) {
     if (graph.param_kind(param) == ir::ParamKind::kInput) {
-      SJ_CHECK(next_input < inputs.size(), "too few inputs bound");
+      SJ_CHECK(next_input < step_inputs, "too few inputs bound");
       env[param->id()] = inputs[next_input++];
-    } else {
+    } else if (graph.param_kind(param) == ir::ParamKind::kState) {
       SJ_CHECK(next_state < state.size(), "too few state tensors bound");
       env[param->id()] = state[next_state++];
     }
   }
+  if (random != nullptr) ++next_input;
   SJ_CHECK(next_input == inputs.size() && next_state == state.size(), "bound ",
            inputs.size(), " inputs and ", state.size(),
            " state tensors to a graph with ", next_input, " and ", next_state);
   RunContext ctx;
-  ctx.random = RandomRemap(plan.random_layout);
   ctx.plan = &plan;
   ctx.hooks = &hooks;
   ctx.checker = checker;

@@ -13,7 +13,7 @@
 #include "absl/types/span.h"
 #include "ir/graph.h"
 #include "runtime/dispatch.h"
-#include "runtime/program/random_remap.h"
+#include "runtime/program/random_layout.h"
 #include "runtime/program/region_backend.h"
 #include "runtime/region_check.h"
 #include "runtime/tensor.h"
@@ -51,10 +51,11 @@ struct ReplayPlan {
 };
 
 // Binds `inputs` and `state` to the graph's input and state params (each in
-// param order), runs every node with autograd off, and returns the graph's
-// returns. With `checker` (Program::RunChecked) every region that runs as
-// generated code also runs interpreted on copies of its operands, and the
-// two are compared.
+// param order; a graph with a random param takes its state as the last
+// input, which Program::Run makes), runs every node with autograd off, and
+// returns the graph's returns. With `checker` (Program::RunChecked) every
+// region that runs as generated code also runs interpreted on copies of its
+// operands, and the two are compared.
 std::vector<Tensor> RunReplay(const ReplayPlan& plan,
                               absl::Span<const Tensor> inputs,
                               absl::Span<const Tensor> state,

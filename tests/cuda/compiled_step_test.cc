@@ -108,9 +108,9 @@ TEST_F(CudaTest, CompiledStepWithoutGraphsMatchesEager) {
 }
 
 TEST_F(CudaTest, DropoutStepsReplayAsACudaGraphDrawingFreshMasks) {
-  // The graph's dropout kernels read seed and offset from device slots that
-  // are refreshed before every launch: each replay draws the masks the
-  // eager step draws, also after manual_seed.
+  // The graph's dropout kernels read the graph's random state, a captured
+  // input that each replay copies afresh like any other: each replay draws
+  // the masks the eager step draws, also after manual_seed.
   StepRun eager(kCuda, true), compiled(kCuda, true);
   auto fast = compile([&](const Tensor& x, const Tensor& y) { return compiled.Step(x, y); });
   const auto batches = Batches(7);

@@ -168,7 +168,8 @@ TEST(ParserTest, ErrorMessages) {
       {"graph @g(%a: f32[-2] input) {}",
        "t.ir:1:18: error: dimension sizes must be non-negative, found -2"},
       {"graph @g(%a: f32[2] inout) {}",
-       "t.ir:1:21: error: expected `input` or `state` after the type of %a, "
+       "t.ir:1:21: error: expected `input`, `state` or `random` after the type "
+       "of %a, "
        "found `inout`"},
       {"graph @g(%a: f32[2] input %b) {}",
        "t.ir:1:27: error: expected `,` or `)` after a parameter, found %b"},

@@ -121,6 +121,40 @@ TEST(VerifierTest, ErrorMessagesOnText) {
   }
 }
 
+// The graph's random state: one `random` param, i64[2], at the top level;
+// a random op that takes a state operand takes that param.
+TEST(VerifierTest, RandomState) {
+  const Case cases[] = {
+      {"graph @g(%a: f32[2] input, %r: i64[2] random) {"
+       " %0 = dropout %a, %r {p = 0.5, seed = 0, offset = 0} : f32[2]"
+       " %1 = rand %r {shape = [3], dtype = f32, seed = 0, offset = 2}"
+       " : f32[3] return %0, %1 }",
+       "ok"},
+      {"graph @g(%a: f32[2] input, %r: i64[3] random) { return }",
+       "random parameter %r must be i64[2] (seed, shift), got i64[3]"},
+      {"graph @g(%r: i64[2] random, %q: i64[2] random) { return }",
+       "graph @g has two random parameters, %r and %q"},
+      {"graph @g(%a: f32[2] input, %i: i64[2] input) {"
+       " %0 = dropout %a, %i {p = 0.5, seed = 0, offset = 0} : f32[2]"
+       " return %0 }",
+       "%0 = dropout %a, %i: its last operand %i must be the graph's random "
+       "parameter (a `random` param, i64[2])"},
+      {"graph @g(%a: f32[2] input, %r: i64[2] random) {"
+       " %0 = fusion @k(%r) : () { graph @k(%p: i64[2] random) {"
+       " return } } return }",
+       "in fusion @k: fusion body @k has a random parameter %p; only a "
+       "top-level graph has one"},
+      {"graph @g(%a: f32[2] input, %b: f32[2] input) {"
+       " %0 = dropout %a, %b {p = 0.5, seed = 0, offset = 0} : f32[2]"
+       " return %0 }",
+       "%0 = dropout %a, %b: its last operand %b must be the graph's random "
+       "parameter (a `random` param, i64[2])"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(VerifyText(c.body), c.message) << "input: " << c.body;
+  }
+}
+
 TEST(VerifierTest, NullOperand) {
   Graph g("g");
   g.AddOp(OpId::kNeg, {nullptr}, {}, F32({2}));

@@ -67,14 +67,16 @@ __device__ __forceinline__ double sj_multinomial_key(double w, unsigned bits) {
   if (!(w > 0)) return __longlong_as_double(0x7ff0000000000000LL);
   return -log(1.0 - (double)sj_uniform(bits)) / w;
 }
-// Seed and offset come from the arguments, or from two values in device
-// memory when `philox` is set (a CUDA graph's draws, refreshed per replay).
+// Seed and offset come from the arguments, or, when `philox` is set (the
+// graph's random state operand, in device memory: a compiled step's run binds
+// it, and a captured CUDA graph reads it from its static input), the seed
+// from it and the offset shifted by it.
 #define SJ_PHILOX_PARAMS                                                       \
   const unsigned long long *philox, unsigned long long seed_arg,              \
       unsigned long long offset_arg
 #define SJ_PHILOX_READ                                                         \
   const unsigned long long seed = philox ? philox[0] : seed_arg;              \
-  const unsigned long long offset = philox ? philox[1] : offset_arg
+  const unsigned long long offset = philox ? offset_arg + philox[1] : offset_arg
 #define SJ_LOOP(i, n) SJ_GRID_LOOP(i, n)
 #define SJ_RANDOM_KERNELS(S, T, ACC, UNIFORM)                                  \
   extern "C" __global__ void sj_rand_##S(T* out, long long n,                  \
@@ -172,14 +174,17 @@ void Launch(Backend& b, const std::string& kernel, int64_t threads, void** args)
   LaunchFixed(b, Module(), kernel, threads, args);
 }
 
-thread_local const uint64_t* t_philox_slot = nullptr;
+// The graph's random state operand (ops.def), in device memory, or null.
+const void* RandomState(const KernelArgs& k) {
+  if (!ir::TakesRandomState(k.op, k.inputs.size())) return nullptr;
+  const Tensor& state = k.inputs.back();
+  SJ_CHECK(state.dtype() == DType::kI64 && state.numel() == 2 &&
+               !state.device().is_cpu(),
+           "a CUDA random op's state operand must be a device i64[2]");
+  return state.data_ptr();
+}
 
 }  // namespace
-
-PhiloxSlotGuard::PhiloxSlotGuard(const uint64_t* device_slot) : previous_(t_philox_slot) {
-  t_philox_slot = device_slot;
-}
-PhiloxSlotGuard::~PhiloxSlotGuard() { t_philox_slot = previous_; }
 
 bool RunsOnDeviceAsRandom(ir::OpId op, DType out) {
   if (op == OpId::kRandint || op == OpId::kMultinomial)
@@ -207,7 +212,7 @@ bool Multinomial(Backend& b, const KernelArgs& k) {
       static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kOffset));
   const void* wp = w.data_ptr();
   void* out = k.out.data_ptr();
-  const void* slot = t_philox_slot;
+  const void* slot = RandomState(k);
   void* args[] = {&wp,          &out,  &rows, &n,     &samples,
                   &replacement, &slot, &seed, &offset};
   Launch(b, absl::StrCat("sj_multinomial_", ir::DTypeName(w.dtype())), rows,
@@ -226,7 +231,7 @@ bool RunRandomOp(Backend& b, const KernelArgs& k) {
     long long low = k.attrs.GetInt(AttrKey::kLow);
     unsigned long long range = static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kHigh) - low);
     void* out = k.out.data_ptr();
-    const void* slot = t_philox_slot;
+    const void* slot = RandomState(k);
     void* args[] = {&out, &n, &slot, &seed, &offset, &low, &range};
     Launch(b, "sj_randint_i64", n, args);
     return true;
@@ -239,7 +244,7 @@ bool RunRandomOp(Backend& b, const KernelArgs& k) {
   unsigned long long seed = static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kSeed));
   unsigned long long offset = static_cast<uint64_t>(k.attrs.GetInt(AttrKey::kOffset));
   void* out = k.out.data_ptr();
-  const void* slot = t_philox_slot;
+  const void* slot = RandomState(k);
   Tensor x;
   const void* xp = nullptr;
   double p = 0, scale = 1;

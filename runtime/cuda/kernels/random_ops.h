@@ -19,21 +19,6 @@ namespace stepjit::runtime::cuda {
 // Whether the random ops' device paths cover `op` with result dtype `out`.
 bool RunsOnDeviceAsRandom(ir::OpId op, ir::DType out);
 
-// While one is alive on this thread, random kernels read their seed and
-// offset from `device_slot` (two uint64 in device memory) instead of the
-// op's attributes: a captured CUDA graph then draws new values on every
-// replay once the slot is refreshed before the launch.
-class PhiloxSlotGuard {
- public:
-  explicit PhiloxSlotGuard(const uint64_t* device_slot);
-  ~PhiloxSlotGuard();
-  PhiloxSlotGuard(const PhiloxSlotGuard&) = delete;
-  PhiloxSlotGuard& operator=(const PhiloxSlotGuard&) = delete;
-
- private:
-  const uint64_t* previous_;
-};
-
 // Sets the device paths of the ops this module runs (rand, randn, randint and
 // dropout).
 void AddRandomPaths(DevicePaths& paths);

@@ -107,8 +107,6 @@ class CudaRegionBackend final : public RegionBackend {
                                 ? NotCapturable(graph_, compiled_)
                                 : "turned off (cuda_graphs = false)";
     stats_.replays_captured_run = stats_.capture_reason.empty();
-    philox_ = std::make_unique<PhiloxSlots>(graph_, compiled_,
-                                            options_.random_layout);
   }
 
   std::vector<Tensor> Run(absl::Span<const Tensor> inputs,
@@ -177,8 +175,7 @@ class CudaRegionBackend final : public RegionBackend {
       graph_replay_.reset();
       stats_.captured_replays = 0;
       absl::StatusOr<std::unique_ptr<CudaGraphReplay>> captured =
-          CudaGraphReplay::Capture(b, stream_.stream(), options_.device,
-                                   *philox_, inputs, state, loop);
+          CudaGraphReplay::Capture(b, stream_.stream(), inputs, state, loop);
       if (!captured.ok()) {
         stats_.replays_captured_run = false;
         stats_.capture_reason = std::string(captured.status().message());
@@ -187,7 +184,7 @@ class CudaRegionBackend final : public RegionBackend {
       graph_replay_ = *std::move(captured);
     }
     std::vector<Tensor> out =
-        graph_replay_->Replay(b, stream_.stream(), inputs, *philox_);
+        graph_replay_->Replay(b, stream_.stream(), inputs);
     stats_.captured_replays = graph_replay_->replays();
     return out;
   }
@@ -200,7 +197,6 @@ class CudaRegionBackend final : public RegionBackend {
   // By each group's first member.
   absl::flat_hash_map<const ir::Node*, std::shared_ptr<const RegionGroup>>
       groups_;
-  std::unique_ptr<PhiloxSlots> philox_;
   int64_t runs_ = 0;
   // Destroyed before the stream: the graph's destructor waits for the
   // device.

@@ -1,5 +1,6 @@
-// CUDA-graph capture and replay of a whole run, with Philox slots that give
-// every replay fresh random draws.
+// CUDA-graph capture and replay of a whole run. Random ops read the graph's
+// random state, an input like any other: each replay copies this run's into
+// the captured one, so it draws fresh numbers.
 #include "runtime/cuda/program/cuda_graph.h"
 
 #include <exception>
@@ -12,7 +13,7 @@
 #include "runtime/cuda/kernels/random_ops.h"
 #include "runtime/cuda/ops.h"
 #include "runtime/dispatch.h"
-#include "runtime/program/random_remap.h"
+#include "runtime/program/random_layout.h"
 
 namespace stepjit::runtime::cuda {
 
@@ -47,36 +48,9 @@ std::string NotCapturable(const ir::Graph& g, const CudaRegions& compiled) {
   return "";
 }
 
-namespace {
-
-void CollectRandomNodes(const ir::Graph& g, const CudaRegions& compiled,
-                        std::vector<const ir::Node*>& out) {
-  for (const auto& n : g.nodes()) {
-    if (n->kind() == NodeKind::kFusion && !compiled.contains(n.get())) {
-      CollectRandomNodes(*n->body(), compiled, out);
-    } else if (n->kind() == NodeKind::kOp &&
-               ir::GetOpInfo(n->op()).kind == ir::OpKind::kRandom) {
-      out.push_back(n.get());
-    }
-  }
-}
-
-}  // namespace
-
-PhiloxSlots::PhiloxSlots(const ir::Graph& g, const CudaRegions& compiled,
-                         RandomLayout traced) {
-  CollectRandomNodes(g, compiled, random_nodes);
-  layout = traced.span > 0 ? traced : LayoutOf(random_nodes);
-  for (const ir::Node* n : random_nodes) {
-    slots.emplace(n->attrs().GetInt(ir::AttrKey::kOffset),
-                  static_cast<int>(slots.size()));
-  }
-}
-
 absl::StatusOr<std::unique_ptr<CudaGraphReplay>> CudaGraphReplay::Capture(
-    Backend& b, Stream stream, Device device, const PhiloxSlots& philox,
-    absl::Span<const Tensor> inputs, absl::Span<const Tensor> state,
-    const ReplayLoop& loop) {
+    Backend& b, Stream stream, absl::Span<const Tensor> inputs,
+    absl::Span<const Tensor> state, const ReplayLoop& loop) {
   std::unique_ptr<CudaGraphReplay> g(new CudaGraphReplay);
   for (const Tensor& t : inputs) {
     Tensor s = empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
@@ -84,24 +58,8 @@ absl::StatusOr<std::unique_ptr<CudaGraphReplay>> CudaGraphReplay::Capture(
     g->static_inputs_.push_back(s);
   }
   for (const Tensor& t : state) g->state_ptrs_.push_back(t.data_ptr());
-  if (!philox.slots.empty()) {
-    const int64_t n = 2 * static_cast<int64_t>(philox.slots.size());
-    g->philox_host_ = empty({n}, {.dtype = DType::kI64}).pin_memory();
-    g->philox_device_ = empty({n}, {.dtype = DType::kI64, .device = device});
-  }
   RunHooks hooks;
   hooks.keep_alive = &g->keep_alive_;
-  if (g->philox_device_.defined()) {
-    const auto* slots =
-        static_cast<const uint64_t*>(g->philox_device_.data_ptr());
-    hooks.dispatch_random = [slots, &philox](const ir::Node& node,
-                                             const std::vector<Tensor>& in) {
-      const int slot =
-          philox.slots.at(node.attrs().GetInt(ir::AttrKey::kOffset));
-      PhiloxSlotGuard from_slot(slots + 2 * slot);
-      return Dispatch(node.op(), in, node.attrs());
-    };
-  }
   FreeHold hold;
   if (absl::Status st = b.BeginCapture(stream); !st.ok()) {
     return absl::InternalError(
@@ -150,7 +108,6 @@ CudaGraphReplay::~CudaGraphReplay() {
       b->DestroyEvent(s.end);
     }
     if (graph_ != 0) b->DestroyGraph(graph_);
-    if (philox_copied_ != 0) b->DestroyEvent(philox_copied_);
     for (void* p : held_) (void)DeviceAllocator().Free(p);
   }
 }
@@ -164,13 +121,11 @@ bool CudaGraphReplay::SameState(absl::Span<const Tensor> state) const {
 }
 
 std::vector<Tensor> CudaGraphReplay::Replay(Backend& b, Stream stream,
-                                            absl::Span<const Tensor> inputs,
-                                            const PhiloxSlots& philox) {
+                                            absl::Span<const Tensor> inputs) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].is_same(static_inputs_[i]))
       CopyInto(static_inputs_[i], inputs[i]);
   }
-  RefreshPhiloxSlots(b, stream, philox);
   Launch(b, stream);
   ++replays_;
   std::vector<Tensor> out;
@@ -209,29 +164,6 @@ void CudaGraphReplay::Launch(Backend& b, Stream stream) {
   e.name = absl::StrCat("cuda graph replay (", spans_.size(), " timed spans)");
   timer->Stop(start, std::move(e));
   ReplayedGraphSpans(spans_);
-}
-
-void CudaGraphReplay::RefreshPhiloxSlots(Backend& b, Stream stream,
-                                         const PhiloxSlots& philox) {
-  if (philox.slots.empty()) return;
-  if (philox_copied_ != 0) {
-    ThrowIfError(b.SynchronizeEvent(philox_copied_));
-  } else {
-    philox_copied_ = ValueOrThrow(b.CreateEvent(Backend::EventTiming::kOff));
-  }
-  uint64_t* host = static_cast<uint64_t*>(philox_host_.data_ptr());
-  RandomRemap remap(philox.layout);
-  for (const ir::Node* n : philox.random_nodes) {
-    const int64_t traced = n->attrs().GetInt(ir::AttrKey::kOffset);
-    const auto [seed, offset] = remap.Draw(traced, RandomWords(*n));
-    const int slot = philox.slots.at(traced);
-    host[2 * slot] = seed;
-    host[2 * slot + 1] = offset;
-  }
-  ThrowIfError(b.Copy(philox_device_.data_ptr(), host,
-                      philox_host_.numel() * sizeof(uint64_t),
-                      CopyKind::kHostToDevice, stream));
-  ThrowIfError(b.RecordEvent(philox_copied_, stream));
 }
 
 }  // namespace stepjit::runtime::cuda

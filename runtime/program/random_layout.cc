@@ -1,5 +1,5 @@
-// RandomRemap: a replay's random nodes draw from the default generator.
-#include "runtime/program/random_remap.h"
+// Where a graph's random draws lie in the generator's stream.
+#include "runtime/program/random_layout.h"
 
 #include <algorithm>
 #include <limits>
@@ -50,44 +50,6 @@ RandomLayout LayoutOf(const ir::Graph& graph) {
   int64_t first = std::numeric_limits<int64_t>::max(), end = 0;
   ExtendOver(graph, first, end);
   return Layout(first, end);
-}
-
-RandomLayout LayoutOf(absl::Span<const ir::Node* const> random_nodes) {
-  int64_t first = std::numeric_limits<int64_t>::max(), end = 0;
-  for (const ir::Node* n : random_nodes) Extend(*n, first, end);
-  return Layout(first, end);
-}
-
-std::pair<uint64_t, uint64_t> RandomRemap::Draw(int64_t traced_offset,
-                                                int64_t words) {
-  if (layout_.span > 0 && traced_offset >= layout_.first &&
-      traced_offset + words <= layout_.first + layout_.span) {
-    if (!reserved_) {
-      base_ = default_generator().Reserve(static_cast<uint64_t>(layout_.span));
-      reserved_ = true;
-    }
-    return {default_generator().seed(),
-            base_ + static_cast<uint64_t>(traced_offset - layout_.first)};
-  }
-  auto it = offsets_.find(traced_offset);
-  if (it == offsets_.end()) {
-    it = offsets_
-             .emplace(traced_offset,
-                      default_generator().Reserve(static_cast<uint64_t>(words)))
-             .first;
-  }
-  // The generator's current seed: manual_seed between calls must change a
-  // replay's draws as it changes the eager step's.
-  return {default_generator().seed(), it->second};
-}
-
-ir::Attrs RandomRemap::Apply(const ir::Node& node) {
-  ir::Attrs attrs = node.attrs();
-  const auto [seed, offset] =
-      Draw(attrs.GetInt(AttrKey::kOffset), RandomWords(node));
-  attrs.Set(AttrKey::kOffset, static_cast<int64_t>(offset));
-  attrs.Set(AttrKey::kSeed, static_cast<int64_t>(seed));
-  return attrs;
 }
 
 }  // namespace stepjit::runtime
