@@ -10,17 +10,12 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "codegen/ir_names.h"
 #include "ir/infer.h"
 #include "ir/region_ops.h"
 #include "ir/status.h"
 
 namespace stepjit::codegen {
-
-using ir::AttrKey;
-using ir::DType;
-using ir::Node;
-using ir::OpId;
-using ir::Value;
 
 namespace {
 

@@ -9,18 +9,13 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "codegen/ir_names.h"
 #include "codegen/region_expand.h"
 #include "codegen/region_rows.h"
 #include "ir/region_ops.h"
 #include "ir/status.h"
 
 namespace stepjit::codegen {
-
-using ir::AttrKey;
-using ir::DType;
-using ir::Node;
-using ir::OpId;
-using ir::Value;
 
 namespace {
 

@@ -7,15 +7,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/ir_names.h"
 #include "ir/infer.h"
 #include "ir/status.h"
 
 namespace stepjit::codegen {
-
-using ir::AttrKey;
-using ir::Node;
-using ir::OpId;
-using ir::Value;
 
 namespace {
 

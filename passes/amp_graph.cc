@@ -7,16 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "ir/infer.h"
 #include "ir/status.h"
+#include "passes/ir_names.h"
 
 namespace stepjit::passes::amp_graph {
-
-using ir::AttrKey;
-using ir::DType;
-using ir::Node;
-using ir::NodeKind;
-using ir::OpId;
-using ir::TensorType;
-using ir::Value;
 
 absl::StatusOr<Value*> Builder::Op(OpId op, std::vector<Value*> in,
                                    ir::Attrs attrs) {

@@ -12,14 +12,9 @@
 #include "ir/rewrite.h"
 #include "ir/status.h"
 #include "passes/amp_graph.h"
+#include "passes/ir_names.h"
 
 namespace stepjit::passes {
-
-using ir::DType;
-using ir::Node;
-using ir::NodeKind;
-using ir::OpId;
-using ir::Value;
 
 namespace {
 

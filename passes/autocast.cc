@@ -12,6 +12,7 @@
 #include "ir/rewrite.h"
 #include "ir/status.h"
 #include "passes/amp_graph.h"
+#include "passes/ir_names.h"
 
 namespace stepjit::passes {
 
@@ -19,11 +20,6 @@ using amp_graph::Builder;
 using amp_graph::GradientRoots;
 using amp_graph::IsExactWidening;
 using amp_graph::RequireUnfused;
-using ir::DType;
-using ir::Node;
-using ir::NodeKind;
-using ir::TensorType;
-using ir::Value;
 
 absl::StatusOr<bool> AutocastGraph(ir::Graph& g, DType low, PassStats& stats) {
   RETURN_IF_ERROR(RequireUnfused(g, "autocast"));

@@ -14,13 +14,10 @@
 #include "ir/host_math.h"
 #include "ir/rewrite.h"
 #include "ir/scalar_def.h"
+#include "passes/ir_names.h"
 
 namespace stepjit::passes {
 namespace {
-
-using ir::AttrKey;
-using ir::DType;
-using ir::OpId;
 
 // ---- Constant evaluation, replicating runtime/cpu (loops.h Convert,
 // elementwise.cc CpuMath, dispatch.cc operand conversion) without its

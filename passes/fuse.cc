@@ -13,12 +13,9 @@
 #include "ir/rewrite.h"
 #include "ir/status.h"
 #include "passes/gemm_epilogue.h"
+#include "passes/ir_names.h"
 
 namespace stepjit::passes {
-
-using ir::Node;
-using ir::NodeKind;
-using ir::Value;
 
 namespace {
 

@@ -10,13 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "ir/gemm_epilogue.h"
 #include "ir/rewrite.h"
+#include "passes/ir_names.h"
 
 namespace stepjit::passes {
-
-using ir::Node;
-using ir::NodeKind;
-using ir::OpId;
-using ir::Value;
 
 namespace {
 

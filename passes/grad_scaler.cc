@@ -11,6 +11,7 @@
 #include "ir/infer.h"
 #include "ir/rewrite.h"
 #include "ir/status.h"
+#include "passes/ir_names.h"
 
 namespace stepjit::passes {
 
@@ -19,13 +20,6 @@ using amp_graph::GradientRoots;
 using amp_graph::GradSeeds;
 using amp_graph::IsExactWidening;
 using amp_graph::RequireUnfused;
-using ir::AttrKey;
-using ir::DType;
-using ir::Node;
-using ir::NodeKind;
-using ir::OpId;
-using ir::TensorType;
-using ir::Value;
 
 GradScalerPassConfig GradScalerPassConfig::From(const PassOptions& options) {
   return {.init_scale = options.Double("init_scale"),

@@ -9,13 +9,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "ir/region_ops.h"
+#include "passes/ir_names.h"
 
 namespace stepjit::passes {
-
-using ir::Node;
-using ir::NodeKind;
-using ir::OpId;
-using ir::Value;
 
 namespace {
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/cpu/jit.h"
 #include "codegen/cpu/llvm_math.h"
+#include "codegen/ir_names.h"
 #include "codegen/region_expand.h"
 #include "codegen/region_plan.h"
 #include "codegen/region_rows.h"
@@ -25,12 +26,6 @@
 #include "llvm/Support/raw_ostream.h"
 
 namespace stepjit::codegen::cpu {
-
-using ir::AttrKey;
-using ir::DType;
-using ir::Node;
-using ir::OpId;
-using ir::Value;
 
 namespace {
 

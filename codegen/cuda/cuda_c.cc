@@ -5,10 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "codegen/cuda/cuda_math.h"
+#include "codegen/ir_names.h"
 
 namespace stepjit::codegen::cuda {
-
-using ir::DType;
 
 const char* MemType(DType t) {
   switch (t) {

@@ -15,6 +15,7 @@
 #include "codegen/cuda/cuda_layout.h"
 #include "codegen/cuda/cuda_math.h"
 #include "codegen/cuda/region_emitter.h"
+#include "codegen/ir_names.h"
 #include "codegen/region_expand.h"
 #include "codegen/region_plan.h"
 #include "codegen/scalar_op.h"
@@ -23,12 +24,6 @@
 #include "ir/status.h"
 
 namespace stepjit::codegen::cuda {
-
-using ir::AttrKey;
-using ir::DType;
-using ir::Node;
-using ir::OpId;
-using ir::Value;
 
 namespace {
 

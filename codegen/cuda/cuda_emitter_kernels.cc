@@ -7,13 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "codegen/cuda/region_emitter.h"
+#include "codegen/ir_names.h"
 #include "ir/status.h"
 
 namespace stepjit::codegen::cuda::detail {
-
-using ir::DType;
-using ir::OpId;
-using ir::Value;
 
 absl::Status Emitter::EmitScalar(RegionSource& out) {
   CudaStatements s;

@@ -10,15 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "codegen/cuda/region_emitter.h"
+#include "codegen/ir_names.h"
 #include "codegen/region_rows.h"
 #include "ir/status.h"
 
 namespace stepjit::codegen::cuda::detail {
-
-using ir::DType;
-using ir::Node;
-using ir::OpId;
-using ir::Value;
 
 namespace {
 

@@ -17,13 +17,11 @@
 #include "codegen/cuda/cuda_c.h"
 #include "codegen/cuda/cuda_emitter.h"
 #include "codegen/cuda/cuda_layout.h"
+#include "codegen/ir_names.h"
 #include "codegen/region_plan.h"
 #include "ir/graph.h"
 
 namespace stepjit::codegen::cuda::detail {
-
-using ir::Node;
-using ir::Value;
 
 // Elements per thread and vector in pure elementwise regions.
 inline constexpr int kVector = 4;
