@@ -148,6 +148,19 @@ Report Measure(const Fn& f, const std::vector<T>& xs) {
   return r;
 }
 
+// Measures `f` on `xs`, prints the worst case, and expects it within
+// kMaxUlp and every result the eager kernel's.
+template <typename T>
+void ExpectAccurate(const Fn& f, const std::vector<T>& xs) {
+  const Report r = Measure(f, xs);
+  std::printf("%s %-4s %zu values: max %.3Lf ulp at %a\n",
+              std::is_same_v<T, float> ? "f32" : "f64", f.name, xs.size(),
+              r.worst, r.at);
+  EXPECT_LE(r.worst, kMaxUlp) << f.name << " at " << r.at;
+  EXPECT_EQ(r.differ, 0) << f.name
+                         << ": results that differ from the eager kernel's";
+}
+
 // Every `stride`-th f32 bit pattern in [lo, hi] (both signs), plus the
 // specials: about 4M values a function.
 std::vector<float> Sweep(float lo, float hi) {
@@ -165,13 +178,7 @@ std::vector<float> Sweep(float lo, float hi) {
 
 TEST(PolyMathTest, F32WithinTwoUlpOverDenseSweeps) {
   for (const Fn& f : kFns) {
-    const std::vector<float> xs = Sweep(f.lo, f.hi);
-    const Report r = Measure(f, xs);
-    std::printf("f32 %-4s %zu values: max %.3Lf ulp at %a\n", f.name, xs.size(),
-                r.worst, r.at);
-    EXPECT_LE(r.worst, kMaxUlp) << f.name << " at " << r.at;
-    EXPECT_EQ(r.differ, 0) << f.name
-                           << ": results that differ from the eager kernel's";
+    ExpectAccurate(f, Sweep(f.lo, f.hi));
   }
 }
 
@@ -204,12 +211,7 @@ TEST(PolyMathTest, F64WithinTwoUlpOverSamples) {
                        (i % 4 < 2 ? 1 : -1));
       }
     }
-    const Report r = Measure(f, xs);
-    std::printf("f64 %-4s %zu values: max %.3Lf ulp at %a\n", f.name, xs.size(),
-                r.worst, r.at);
-    EXPECT_LE(r.worst, kMaxUlp) << f.name << " at " << r.at;
-    EXPECT_EQ(r.differ, 0) << f.name
-                           << ": results that differ from the eager kernel's";
+    ExpectAccurate(f, xs);
   }
 }
 

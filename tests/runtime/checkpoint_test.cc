@@ -41,6 +41,15 @@ std::string TempPath(const std::string& name) {
       .string();
 }
 
+// A safetensors file by hand: the header's length (under 256) in 8 bytes,
+// the header, then the data.
+std::string SafetensorsBytes(const std::string& header,
+                             const std::string& data) {
+  std::string file(8, '\0');
+  file[0] = static_cast<char>(header.size());
+  return file + header + data;
+}
+
 std::vector<std::string> Names(const NamedTensors& sd) {
   std::vector<std::string> out;
   for (const auto& [n, t] : sd) out.push_back(n);
@@ -72,6 +81,16 @@ float Step(nn::Sequential& model, Opt& opt, const Batch& b) {
   loss.backward();
   opt.step();
   return static_cast<float>(loss.item());
+}
+
+// Trains `model` two AdamW steps, then saves it with that optimizer and a
+// default grad scaler to `path`.
+absl::Status TrainAndSave(nn::Sequential& model, const std::string& path) {
+  optim::AdamW opt(model.parameters(), {.lr = 1e-2});
+  amp::GradScaler scaler;
+  for (const Batch& b : Batches(2)) Step(model, opt, b);
+  return SaveCheckpoint(
+      path, {.model = model.ptr(), .optimizer = &opt, .scaler = &scaler});
 }
 
 TEST(StateDictTest, NamesFollowPyTorch) {
@@ -204,19 +223,15 @@ TEST(SafetensorsFileTest, UnsupportedDTypeAndBadBoolAreErrors) {
   // A U8 tensor written by hand: the format allows it, stepjit has no U8.
   const std::string header =
       R"({"x":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})";
-  std::string file(8, '\0');
-  file[0] = static_cast<char>(header.size());
-  file += header + "ab";
-  ASSERT_TRUE(io::WriteFileAtomically(path, file).ok());
+  ASSERT_TRUE(
+      io::WriteFileAtomically(path, SafetensorsBytes(header, "ab")).ok());
   EXPECT_THAT(
       std::string(LoadSafetensors(path).status().message()),
       HasSubstr("tensor 'x' has dtype U8, which stepjit has no dtype for"));
   const std::string bool_header =
       R"({"x":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})";
-  std::string bad_bool(8, '\0');
-  bad_bool[0] = static_cast<char>(bool_header.size());
-  bad_bool += bool_header + "ab";
-  ASSERT_TRUE(io::WriteFileAtomically(path, bad_bool).ok());
+  ASSERT_TRUE(
+      io::WriteFileAtomically(path, SafetensorsBytes(bool_header, "ab")).ok());
   EXPECT_THAT(std::string(LoadSafetensors(path).status().message()),
               HasSubstr("(BOOL) holds byte 97 at element 0; expected 0 or 1"));
   std::remove(path.c_str());
@@ -569,14 +584,8 @@ TEST(CheckpointTest, SuspectValuesLoadWithAWarningNamingTheTensor) {
 // with a message and changes nothing. Never a crash.
 TEST(CheckpointTest, ValueMutationsLoadCleanlyOrChangeNothing) {
   nn::Sequential model = Mlp(1);
-  optim::AdamW opt(model.parameters(), {.lr = 1e-2});
-  amp::GradScaler scaler;
-  for (const Batch& b : Batches(2)) Step(model, opt, b);
   const std::string path = TempPath("mutated.safetensors");
-  ASSERT_TRUE(
-      SaveCheckpoint(
-          path, {.model = model.ptr(), .optimizer = &opt, .scaler = &scaler})
-          .ok());
+  ASSERT_TRUE(TrainAndSave(model, path).ok());
   std::string original;
   {
     std::ifstream in(path, std::ios::binary);
@@ -695,14 +704,8 @@ TEST(CheckpointTest, ValueMutationsLoadCleanlyOrChangeNothing) {
 
 TEST(CheckpointTest, AFailedLoadChangesNothingAnywhere) {
   nn::Sequential model = Mlp(1);
-  optim::AdamW opt(model.parameters(), {.lr = 1e-2});
-  amp::GradScaler scaler;
-  for (const Batch& b : Batches(2)) Step(model, opt, b);
   const std::string path = TempPath("all.safetensors");
-  ASSERT_TRUE(
-      SaveCheckpoint(
-          path, {.model = model.ptr(), .optimizer = &opt, .scaler = &scaler})
-          .ok());
+  ASSERT_TRUE(TrainAndSave(model, path).ok());
 
   // The model and scaler would load; the optimizer's options differ.
   nn::Sequential target = Mlp(5);

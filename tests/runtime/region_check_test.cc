@@ -38,6 +38,14 @@ std::vector<double> Values(const Tensor& t) {
   return t.to(DType::kF64).contiguous().to_vector<double>();
 }
 
+// The mismatches of one checked run of `p` from `start`.
+std::vector<RegionMismatch> CheckedRun(const Program& p, const Start& start) {
+  std::vector<Tensor> state = start.StateCopy();
+  std::vector<RegionMismatch> mismatches;
+  p.RunChecked(start.inputs, state, &mismatches);
+  return mismatches;
+}
+
 TEST(RegionCheckTest, CleanProgramHasNoMismatchAndRunsAsRun) {
   std::unique_ptr<ir::Graph> g = ParseVerified(kStep);
   ASSERT_NE(g, nullptr);
@@ -125,9 +133,7 @@ TEST(RegionCheckTest, ResultOfTheFlippedOpIsNamedAndLaterRegionsStayClean) {
     ScopedMiscompileRegion miscompile("", OpId::kTanh, OpId::kSigmoid);
     const Program compiled = BuildProgram(*g);
     EXPECT_EQ(miscompile.miscompiled(), std::vector<std::string>{"chain"});
-    const Start start(3);
-    std::vector<Tensor> state = start.StateCopy();
-    compiled.RunChecked(start.inputs, state, &mismatches);
+    mismatches = CheckedRun(compiled, Start(3));
   }
   // Both results of the chain are wrong; `post`, which reads the chain's
   // wrong sum, is compared with its own interpretation of that sum: clean.
@@ -149,11 +155,7 @@ TEST(RegionCheckTest, HookOutsideItsScopeChangesNothing) {
   ASSERT_NE(g, nullptr);
   { ScopedMiscompileRegion miscompile("post", OpId::kMul, OpId::kAdd); }
   const Program compiled = BuildProgram(*g);
-  const Start start(4);
-  std::vector<Tensor> state = start.StateCopy();
-  std::vector<RegionMismatch> mismatches;
-  compiled.RunChecked(start.inputs, state, &mismatches);
-  EXPECT_TRUE(mismatches.empty());
+  EXPECT_TRUE(CheckedRun(compiled, Start(4)).empty());
 }
 
 TEST(RegionCheckTest, InterpretedProgramHasNothingToCheck) {
@@ -162,11 +164,7 @@ TEST(RegionCheckTest, InterpretedProgramHasNothingToCheck) {
   ScopedMiscompileRegion miscompile("adamw", OpId::kSub, OpId::kAdd);
   const Program interpreted = BuildProgram(*g, false);
   EXPECT_TRUE(miscompile.miscompiled().empty());
-  const Start start(5);
-  std::vector<Tensor> state = start.StateCopy();
-  std::vector<RegionMismatch> mismatches;
-  interpreted.RunChecked(start.inputs, state, &mismatches);
-  EXPECT_TRUE(mismatches.empty());
+  EXPECT_TRUE(CheckedRun(interpreted, Start(5)).empty());
 }
 
 // NaN and inf flow through a generated region: the same NaNs and the same
