@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "ir/dtype.h"
 #include "ir/op.h"
@@ -49,6 +50,24 @@ struct GemmArgs {
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;
   GemmBackend backend = GemmBackend::kAuto;
 };
+
+// How a device words and bounds the checks of ValidateGemmArgs.
+struct GemmChecks {
+  // The messages' first words: "Gemm", "device Gemm".
+  absl::string_view who;
+  // An ld message adds ", transposed" for an operand that op() transposes.
+  bool says_transposed = false;
+  // The most an ld and an operand's stored rows may be (the LP64 OpenBLAS
+  // takes them as int); none when nullopt.
+  std::optional<int64_t> max_extent = std::nullopt;
+};
+
+// InvalidArgumentError naming the first bad argument of `g`: a dtype other
+// than f32, f64, f16 or bf16, negative sizes or batch strides, a batch with
+// stride_c == 0, an ld shorter than its operand's stored row (or above
+// max_extent), a null A, B or C the call reads, a bias_grad with batch != 1
+// or with a null A that has terms. OK otherwise.
+absl::Status ValidateGemmArgs(const GemmArgs& g, const GemmChecks& checks);
 
 // "auto", "openblas" or "onednn".
 absl::string_view GemmBackendName(GemmBackend b);

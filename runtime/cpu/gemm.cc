@@ -23,6 +23,7 @@
 #include "ir/scalar_def.h"
 #include "ir/status.h"
 #include "runtime/cpu/gemm_bias_grad.h"
+#include "runtime/cpu/loops.h"
 
 namespace stepjit::runtime::cpu {
 namespace {
@@ -38,64 +39,6 @@ Extent StoredA(const GemmArgs& g) {
 }
 Extent StoredB(const GemmArgs& g) {
   return g.trans_b ? Extent{g.n, g.k} : Extent{g.k, g.n};
-}
-
-absl::Status Validate(const GemmArgs& g) {
-  if (!ir::IsFloating(g.dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Gemm: expected dtype f32, f64, f16 or bf16, got ",
-                     ir::DTypeName(g.dtype)));
-  }
-  if (g.m < 0 || g.n < 0 || g.k < 0 || g.batch < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Gemm: expected non-negative sizes, got m=", g.m,
-                     " n=", g.n, " k=", g.k, " batch=", g.batch));
-  }
-  if (g.stride_a < 0 || g.stride_b < 0 || g.stride_c < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Gemm: expected non-negative batch strides, got stride_a=", g.stride_a,
-        " stride_b=", g.stride_b, " stride_c=", g.stride_c));
-  }
-  if (g.batch > 1 && g.stride_c == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Gemm: expected stride_c > 0 for batch=", g.batch,
-                     " (each product needs its own C), got 0"));
-  }
-  const struct {
-    const char* ld_name;
-    int64_t ld;
-    const char* name;
-    Extent stored;
-    bool trans;
-    const void* ptr;
-  } operands[] = {{"lda", g.lda, "A", StoredA(g), g.trans_a, g.a},
-                  {"ldb", g.ldb, "B", StoredB(g), g.trans_b, g.b},
-                  {"ldc", g.ldc, "C", {g.m, g.n}, false, g.c}};
-  for (const auto& op : operands) {
-    const int64_t need = std::max<int64_t>(1, op.stored.cols);
-    if (op.ld < need) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Gemm: expected ", op.ld_name, " >= ", need, " (", op.name,
-          " is stored ", op.stored.rows, "x", op.stored.cols,
-          op.trans ? ", transposed" : "", "), got ", op.ld));
-    }
-    // This OpenBLAS is the LP64 build: sizes and pitches travel as int.
-    if (op.ld > INT_MAX || op.stored.rows > INT_MAX) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Gemm: expected ", op.name, " dimensions and ",
-                       op.ld_name, " <= ", INT_MAX, ", got ", op.stored.rows,
-                       "x", op.stored.cols, " with ", op.ld_name, "=", op.ld));
-    }
-    // A and B are only read when the product has terms; C when it has cells.
-    const bool read =
-        g.batch > 0 && g.m > 0 && g.n > 0 && (op.name[0] == 'C' || g.k > 0);
-    if (op.ptr == nullptr && read) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Gemm: expected a non-null pointer for ", op.name, " (",
-                       op.stored.rows, "x", op.stored.cols, "), got null"));
-    }
-  }
-  return absl::OkStatus();
 }
 
 // ---- Epilogue in one pass over C (OpenBLAS, and k == 0). ----
@@ -135,19 +78,9 @@ void ApplyEpilogue(const GemmArgs& g) {
            " is not a GEMM activation");
 }
 
+// ValidateGemmArgs rejected the other dtypes.
 void ApplyEpilogueAnyDType(const GemmArgs& g) {
-  switch (g.dtype) {
-    case DType::kF32:
-      return ApplyEpilogue<float>(g);
-    case DType::kF64:
-      return ApplyEpilogue<double>(g);
-    case DType::kF16:
-      return ApplyEpilogue<ir::Half>(g);
-    case DType::kBF16:
-      return ApplyEpilogue<ir::BFloat16>(g);
-    default:
-      return;  // Validate rejected the other dtypes
-  }
+  SJ_DISPATCH_FLOAT(g.dtype, "Gemm", ApplyEpilogue<T>(g));
 }
 
 // ---- OpenBLAS (f32, f64). No batched cblas in 0.3.21, so loop. ----
@@ -546,8 +479,9 @@ GemmBackend ChooseBackend(const GemmArgs& g) {
 }
 
 absl::Status Gemm(const GemmArgs& g) {
-  RETURN_IF_ERROR(Validate(g));
-  RETURN_IF_ERROR(ValidateBiasGrad(g));
+  // This OpenBLAS is the LP64 build: sizes and pitches travel as int.
+  RETURN_IF_ERROR(ValidateGemmArgs(
+      g, {.who = "Gemm", .says_transposed = true, .max_extent = INT_MAX}));
   if (g.bias_grad != nullptr) ComputeBiasGrad(g);
   if (g.batch == 0 || g.m == 0 || g.n == 0) return absl::OkStatus();
   if (g.k == 0) {
@@ -583,7 +517,7 @@ absl::Status Gemm(const GemmArgs& g) {
       return LowPrecisionGemm<ir::Half>(g, backend);
     case DType::kBF16:
       return LowPrecisionGemm<ir::BFloat16>(g, backend);
-    default:  // Validate rejected the other dtypes
+    default:  // ValidateGemmArgs rejected the other dtypes
       return absl::InvalidArgumentError(
           absl::StrCat("Gemm: unsupported dtype ", ir::DTypeName(g.dtype)));
   }

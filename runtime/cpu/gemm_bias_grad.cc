@@ -4,13 +4,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "ir/dtype.h"
+#include "runtime/cpu/loops.h"
 
 namespace stepjit::runtime::cpu {
 namespace {
-
-using ir::DType;
 
 template <typename T>
 void RowSums(const GemmArgs& g) {
@@ -37,35 +35,9 @@ void RowSums(const GemmArgs& g) {
 
 }  // namespace
 
-absl::Status ValidateBiasGrad(const GemmArgs& g) {
-  if (g.bias_grad == nullptr) return absl::OkStatus();
-  if (g.batch != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Gemm: expected batch = 1 with bias_grad (the bias gradient of one "
-        "product), got batch=",
-        g.batch));
-  }
-  if (g.a == nullptr && g.m > 0 && g.k > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Gemm: expected a non-null pointer for A (", g.trans_a ? g.k : g.m, "x",
-        g.trans_a ? g.m : g.k, ") to sum into bias_grad, got null"));
-  }
-  return absl::OkStatus();
-}
-
+// ValidateGemmArgs rejected the other dtypes.
 void ComputeBiasGrad(const GemmArgs& g) {
-  switch (g.dtype) {
-    case DType::kF32:
-      return RowSums<float>(g);
-    case DType::kF64:
-      return RowSums<double>(g);
-    case DType::kF16:
-      return RowSums<ir::Half>(g);
-    case DType::kBF16:
-      return RowSums<ir::BFloat16>(g);
-    default:
-      return;  // Validate rejected the other dtypes
-  }
+  SJ_DISPATCH_FLOAT(g.dtype, "Gemm", RowSums<T>(g));
 }
 
 }  // namespace stepjit::runtime::cpu

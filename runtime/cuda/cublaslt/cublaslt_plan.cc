@@ -1,7 +1,6 @@
 // PlanLtGemm: validates a device GEMM and maps it onto cuBLASLt's view.
 #include "runtime/cuda/cublaslt/cublaslt_plan.h"
 
-#include <algorithm>
 #include <climits>
 
 #include "absl/strings/str_cat.h"
@@ -58,73 +57,12 @@ LtDataType DataType(DType t) {
   }
 }
 
-absl::Status ValidateGemm(const GemmArgs& g) {
-  if (!ir::IsFloating(g.dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device Gemm: expected dtype f32, f64, f16 or bf16, got ",
-                     ir::DTypeName(g.dtype)));
-  }
-  if (g.m < 0 || g.n < 0 || g.k < 0 || g.batch < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device Gemm: expected non-negative sizes, got m=", g.m,
-                     " n=", g.n, " k=", g.k, " batch=", g.batch));
-  }
-  if (g.stride_a < 0 || g.stride_b < 0 || g.stride_c < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "device Gemm: expected non-negative batch strides, got stride_a=",
-        g.stride_a, " stride_b=", g.stride_b, " stride_c=", g.stride_c));
-  }
-  if (g.batch > 1 && g.stride_c == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device Gemm: expected stride_c > 0 for batch=", g.batch,
-                     " (each product needs its own C), got 0"));
-  }
-  const struct {
-    const char* ld_name;
-    int64_t ld;
-    const char* name;
-    int64_t rows, cols;  // as stored, row-major
-    const void* ptr;
-  } operands[] = {
-      {"lda", g.lda, "A", g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.a},
-      {"ldb", g.ldb, "B", g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.b},
-      {"ldc", g.ldc, "C", g.m, g.n, g.c}};
-  for (const auto& op : operands) {
-    const int64_t need = std::max<int64_t>(1, op.cols);
-    if (op.ld < need) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "device Gemm: expected ", op.ld_name, " >= ", need, " (", op.name,
-          " is stored ", op.rows, "x", op.cols, "), got ", op.ld));
-    }
-    const bool read =
-        g.batch > 0 && g.m > 0 && g.n > 0 && (op.name[0] == 'C' || g.k > 0);
-    if (op.ptr == nullptr && read) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("device Gemm: expected a non-null pointer for ", op.name,
-                       " (", op.rows, "x", op.cols, "), got null"));
-    }
-  }
-  if (g.bias_grad != nullptr && g.batch != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "device Gemm: expected batch = 1 with bias_grad (the bias gradient "
-        "of one product), got batch=",
-        g.batch));
-  }
-  if (g.bias_grad != nullptr && g.a == nullptr && g.m > 0 && g.k > 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device Gemm: expected a non-null pointer for A (",
-                     g.trans_a ? g.k : g.m, "x", g.trans_a ? g.m : g.k,
-                     ") to sum into bias_grad, got null"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<LtPlan> PlanLtGemm(const DeviceGemmArgs& args,
                                   bool fuse_epilogue) {
   const GemmArgs& g = args.gemm;
-  RETURN_IF_ERROR(ValidateGemm(g));
+  RETURN_IF_ERROR(ValidateGemmArgs(g, {.who = "device Gemm"}));
   if (g.batch > INT32_MAX) {
     return absl::InvalidArgumentError(
         absl::StrCat("device Gemm: expected batch <= ", INT32_MAX,
