@@ -150,7 +150,7 @@ std::string CheckStateGuards(const Trace& trace, const StateGuards& guards) {
   }
   for (const GradGuard& g : trace.grad_guards) {
     const AutogradMeta* meta = g.leaf.impl()->autograd.get();
-    const TensorImpl* now = meta && meta->grad ? meta->grad->impl() : nullptr;
+    const TensorImpl* now = meta != nullptr ? meta->grad.get() : nullptr;
     if (now != g.grad.get()) {
       return absl::StrCat("the .grad of a ", DescribeTensor(g.leaf), " leaf is ",
                           now ? "a different tensor" : "unset", " now, but the traced step read ",

@@ -58,7 +58,14 @@ Tracer::~Tracer() {
 }
 
 void Tracer::Begin(absl::Span<const Tensor> inputs) {
-  if (expected_ != nullptr) record_.params.reserve(expected_->params.size());
+  if (expected_ != nullptr) {
+    // What a matching call fills, sized once.
+    record_.params.reserve(expected_->params.size());
+    state_.reserve(expected_->params.size());
+    state_params_.reserve(expected_->params.size());
+    grad_touched_.reserve(expected_->grad_bindings.size());
+    if (remember_grads_) grad_before_.reserve(expected_->grad_bindings.size());
+  }
   for (size_t i = 0; i < inputs.size(); ++i) {
     SJ_REQUIRE(inputs[i].defined(), "compile: step argument ", i, " is an undefined tensor");
     const int v = AddParam(ir::ParamKind::kInput, inputs[i]);
@@ -72,8 +79,17 @@ void Tracer::Begin(absl::Span<const Tensor> inputs) {
 
 int Tracer::AddParam(ir::ParamKind kind, const Tensor& t) {
   const size_t p = record_.params.size();
-  record_.params.push_back(
-      {kind, TypeOf(t), kind == ir::ParamKind::kState ? t.impl() : nullptr});
+  const TensorImpl* state = kind == ir::ParamKind::kState ? t.impl() : nullptr;
+  if (matching_ && p < expected_->params.size()) {
+    // As expected (the common case): copied, without building the type.
+    const TraceRecord::Param& e = expected_->params[p];
+    if (e.kind == kind && e.state == state && e.type.dtype == t.dtype() &&
+        e.type.shape == t.shape()) {
+      record_.params.push_back(e);
+      return TraceRecord::ParamId(p);
+    }
+  }
+  record_.params.push_back({kind, TypeOf(t), state});
   if (matching_ && (p >= expected_->params.size() ||
                     !(expected_->params[p] == record_.params.back())))
     Diverge();
@@ -303,7 +319,7 @@ void Tracer::OnGradSet(const Tensor& leaf, const Tensor& grad) {
     // Read without leaf.grad(), which would report a read to this tracer.
     const AutogradMeta* meta = leaf.impl()->autograd.get();
     grad_before_.push_back(
-        {leaf, meta != nullptr && meta->grad ? *meta->grad : Tensor()});
+        {leaf, meta != nullptr && meta->grad ? Tensor(meta->grad) : Tensor()});
   }
 }
 
@@ -599,7 +615,7 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
       if (!GradWasSet(leaf)) continue;
       Tensor g;
       if (leaf.impl()->autograd && leaf.impl()->autograd->grad)
-        g = *leaf.impl()->autograd->grad;
+        g = Tensor(leaf.impl()->autograd->grad);
       int index = -1;
       if (g.defined()) {
         index = static_cast<int>(record_.returns.size());

@@ -338,7 +338,8 @@ Tensor& Tensor::set_requires_grad(bool requires_grad) {
 bool Tensor::is_leaf() const { return !impl_->autograd || !impl_->autograd->grad_fn; }
 Tensor Tensor::grad() const {
   Tensor g;
-  if (impl_->autograd && impl_->autograd->grad) g = *impl_->autograd->grad;
+  if (impl_->autograd && impl_->autograd->grad)
+    g = Tensor(impl_->autograd->grad);
   if (auto* obs = runtime::GetDispatchObserver()) obs->OnGradRead(*this, g);
   return g;
 }
@@ -351,7 +352,7 @@ void Tensor::set_grad(const Tensor& grad) const {
   }
   if (auto* obs = runtime::GetDispatchObserver()) obs->OnGradSet(*this, grad);
   if (!impl_->autograd) impl_->autograd = std::make_unique<AutogradMeta>();
-  impl_->autograd->grad = grad.defined() ? std::make_shared<Tensor>(grad) : nullptr;
+  impl_->autograd->grad = grad.impl_ptr();
 }
 const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
   static const std::shared_ptr<autograd::Node> kNone;

@@ -35,11 +35,14 @@ struct TensorOptions {
 };
 
 class Tensor;
+struct TensorImpl;
 
 // Autograd bookkeeping, present only on tensors that take part in autograd.
 struct AutogradMeta {
   bool requires_grad = false;
-  std::shared_ptr<Tensor> grad;                // leaf gradient (.grad)
+  // The leaf's gradient (.grad): its tensor's impl, so that binding one
+  // allocates nothing.
+  std::shared_ptr<TensorImpl> grad;
   std::shared_ptr<autograd::Node> grad_fn;     // producer for non-leaves
   std::shared_ptr<autograd::Node> grad_accumulator;  // cached for leaves
   // Leaves only: run, in registration order, each time backward has

@@ -65,8 +65,8 @@ class OpNode : public Node {
   // identify the recorded op, its attributes and operands): the op, which
   // inputs need a grad, and whether every saved tensor is still at its
   // saved version (else Apply throws).
-  void Describe(std::vector<uint64_t>& key,
-                std::vector<Tensor>& tensors) const {
+  bool Describe(std::vector<uint64_t>& key,
+                std::vector<Tensor>& tensors) const override {
     bool versions = output_.version() == output_version_;
     uint64_t needs = 0;
     for (size_t i = 0; i < inputs_.size(); ++i) {
@@ -77,6 +77,7 @@ class OpNode : public Node {
                            uint64_t{versions}, inputs_.size()});
     tensors.push_back(output_);
     tensors.insert(tensors.end(), inputs_.begin(), inputs_.end());
+    return true;
   }
 
  private:
@@ -134,7 +135,7 @@ class AccumulateGrad : public Node {
   // The leaf (dead or alive), whether it has a .grad (set or added to);
   // false for a leaf with post-accumulate hooks, whose code no key covers.
   bool Describe(std::vector<uint64_t>& key,
-                std::vector<Tensor>& tensors) const {
+                std::vector<Tensor>& tensors) const override {
     std::shared_ptr<TensorImpl> impl = leaf_.lock();
     if (!impl) {
       key.push_back(2);
@@ -429,11 +430,7 @@ bool DescribeBackward(const std::shared_ptr<Node>& start, const Tensor& grad,
     if (const RoutineGroup* g = n->group(); g != nullptr && g->closed) {
       key.insert(key.end(), {5, g->place, g->tensors.size()});
       tensors.insert(tensors.end(), g->tensors.begin(), g->tensors.end());
-    } else if (const auto* op = dynamic_cast<const OpNode*>(n)) {
-      op->Describe(key, tensors);
-    } else if (const auto* acc = dynamic_cast<const AccumulateGrad*>(n)) {
-      if (!acc->Describe(key, tensors)) return false;
-    } else {
+    } else if (!n->Describe(key, tensors)) {
       return false;
     }
     const auto out = edges(n);

@@ -42,6 +42,14 @@ class Node {
   virtual ~Node() = default;
   virtual std::vector<Tensor> Apply(Tensor grad_output) = 0;
   virtual std::string name() const = 0;
+  // For DescribeBackward: appends what decides the ops Apply dispatches
+  // (besides what its gradient edges lead to) to `key` and the tensors it
+  // reads to `tensors`; false when no key covers it (its code is the
+  // user's).
+  virtual bool Describe(std::vector<uint64_t>& key,
+                        std::vector<Tensor>& tensors) const {
+    return false;
+  }
   // Inline for up to 3 inputs (almost every op): recording a node costs
   // no allocation beyond the node itself.
   using Edges = absl::InlinedVector<std::shared_ptr<Node>, 3>;
