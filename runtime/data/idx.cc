@@ -91,13 +91,11 @@ void SwapToHost(std::vector<uint8_t>& bytes, int64_t elem_size) {
 int64_t IdxTypeSize(uint8_t type) {
   switch (static_cast<IdxType>(type)) {
     case IdxType::kU8:
-      return 1;
     case IdxType::kI8:
       return 1;
     case IdxType::kI16:
       return 2;
     case IdxType::kI32:
-      return 4;
     case IdxType::kF32:
       return 4;
     case IdxType::kF64:
