@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "codegen/cuda/nvrtc.h"
+#include "ir/status.h"
 #include "runtime/cuda/cublaslt/cublaslt_api.h"
 #include "runtime/cuda/dl_library.h"
 
@@ -72,16 +72,12 @@ std::vector<std::string> Candidates() {
 }
 
 absl::StatusOr<CublasLtLibrary*> OpenCublasLt() {
-  const DlOpened opened = DlOpenFirst(Candidates());
+  ASSIGN_OR_RETURN(const DlOpened opened,
+                   DlOpenFirstOrNotFound(Candidates(), "cuBLASLt not found"));
   void* lib = opened.handle;
   const std::string& path = opened.path;
-  const std::vector<std::string>& failures = opened.failures;
-  if (lib == nullptr) {
-    return absl::NotFoundError(absl::StrCat("cuBLASLt not found: tried ",
-                                            absl::StrJoin(failures, "; ")));
-  }
   auto* api = new CublasLtLibrary::Api;
-  const std::pair<const char*, bool> symbols[] = {
+  const DlSymbol symbols[] = {
       {"cublasLtCreate", DlResolve(lib, "cublasLtCreate", api->Create)},
       {"cublasLtDestroy", DlResolve(lib, "cublasLtDestroy", api->Destroy)},
       {"cublasLtGetVersion",
@@ -118,13 +114,11 @@ absl::StatusOr<CublasLtLibrary*> OpenCublasLt() {
                  api->MatmulAlgoGetHeuristic)},
       {"cublasLtMatmul", DlResolve(lib, "cublasLtMatmul", api->Matmul)},
   };
-  for (const auto& [name, found] : symbols) {
-    if (!found) {
-      delete api;
-      dlclose(lib);
-      return absl::InternalError(absl::StrCat(
-          path, " has no ", name, "; expected cuBLASLt 12 or newer"));
-    }
+  if (const char* missing = DlFirstMissing(symbols)) {
+    delete api;
+    dlclose(lib);
+    return absl::InternalError(absl::StrCat(path, " has no ", missing,
+                                            "; expected cuBLASLt 12 or newer"));
   }
   auto* out = new CublasLtLibrary;
   out->path = path;

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "codegen/cuda/nvrtc.h"
 #include "config/env.h"
 #include "ir/status.h"
@@ -76,22 +75,22 @@ std::string WheelLibrary(const std::string& site_packages) {
 }
 
 absl::StatusOr<NcclLibrary*> Open() {
-  const DlOpened opened = DlOpenFirst(NcclCandidates());
+  ASSIGN_OR_RETURN(
+      const DlOpened opened,
+      DlOpenFirstOrNotFound(
+          NcclCandidates(),
+          absl::StrCat("NCCL not found", config::Get(config::Env::kNcclLibrary)
+                                             ? " at STEPJIT_NCCL_LIBRARY"
+                                             : ""),
+          absl::StrCat(". NCCL runs collectives of CUDA tensors; ",
+                       kInstallHint,
+                       ". Without it they copy through the host "
+                       "(docs/nccl.md).")));
   void* lib = opened.handle;
   const std::string& path = opened.path;
-  const std::vector<std::string>& failures = opened.failures;
-  if (lib == nullptr) {
-    return absl::NotFoundError(absl::StrCat(
-        "NCCL not found",
-        config::Get(config::Env::kNcclLibrary) ? " at STEPJIT_NCCL_LIBRARY"
-                                               : "",
-        ": tried ", absl::StrJoin(failures, "; "),
-        ". NCCL runs collectives of CUDA tensors; ", kInstallHint,
-        ". Without it they copy through the host (docs/nccl.md)."));
-  }
   auto* out = new NcclLibrary;
   nccl::Api& api = out->api;
-  const std::pair<const char*, bool> symbols[] = {
+  const DlSymbol symbols[] = {
       {"ncclGetVersion", DlResolve(lib, "ncclGetVersion", api.GetVersion)},
       {"ncclGetUniqueId", DlResolve(lib, "ncclGetUniqueId", api.GetUniqueId)},
       {"ncclCommInitRank",
@@ -108,14 +107,12 @@ absl::StatusOr<NcclLibrary*> Open() {
       {"ncclGroupStart", DlResolve(lib, "ncclGroupStart", api.GroupStart)},
       {"ncclGroupEnd", DlResolve(lib, "ncclGroupEnd", api.GroupEnd)},
   };
-  for (const auto& [name, found] : symbols) {
-    if (!found) {
-      delete out;
-      dlclose(lib);
-      return absl::FailedPreconditionError(
-          absl::StrCat(path, " has no ", name,
-                       "; stepjit needs NCCL 2.10 or newer: ", kInstallHint));
-    }
+  if (const char* missing = DlFirstMissing(symbols)) {
+    delete out;
+    dlclose(lib);
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " has no ", missing,
+                     "; stepjit needs NCCL 2.10 or newer: ", kInstallHint));
   }
   Dl_info info;
   out->path = dladdr(reinterpret_cast<void*>(api.GetVersion), &info) != 0 &&
