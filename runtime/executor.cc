@@ -10,7 +10,7 @@
 #include "ir/status.h"
 #include "runtime/generator.h"
 #include "runtime/ops.h"
-#include "runtime/testing_hooks.h"
+#include "runtime/program/region_override.h"
 #include "runtime/thread_pool.h"
 
 namespace stepjit::runtime {
@@ -32,10 +32,11 @@ absl::StatusOr<Program> Program::Build(const ir::Graph& graph,
   for (const auto& n : graph.nodes()) {
     if (n->kind() == ir::NodeKind::kFusion) fusions.push_back(n.get());
   }
-  // Test-only (runtime/testing_hooks.h): a wrong kernel, never cached.
+  // Test support (runtime/program/region_override.h): a wrong kernel, never
+  // cached.
   std::vector<std::unique_ptr<ir::Graph>> miscompiled(fusions.size());
   for (size_t i = 0; i < fusions.size() && options.codegen; ++i)
-    miscompiled[i] = MiscompiledBodyForTesting(graph, *fusions[i]);
+    miscompiled[i] = OverriddenRegionBody(graph, *fusions[i]);
   std::vector<absl::StatusOr<std::unique_ptr<CompiledRegion>>> compiled;
   for (size_t i = 0; i < fusions.size(); ++i)
     compiled.emplace_back(absl::UnimplementedError("code generation is off"));

@@ -74,7 +74,7 @@ class CompiledRegion {
 };
 
 // A fusion region to compile. `body` is what to lower: the node's own body,
-// or, under ScopedMiscompileRegion (runtime/testing_hooks.h), a
+// or, under a test-support override (runtime/program/region_override.h), a
 // deliberately wrong one that must not be cached (`cacheable` false).
 struct RegionToCompile {
   const ir::Node* node = nullptr;

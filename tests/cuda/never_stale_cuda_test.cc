@@ -8,7 +8,7 @@
 
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
-#include "runtime/testing_hooks.h"
+#include "testing/miscompile_region.h"
 #include "tests/cuda/cuda_test_backend.h"
 #include "tests/util/adamw_mlp.h"
 

@@ -10,7 +10,7 @@
 #include "ir/status.h"
 #include "runtime/executor.h"
 #include "runtime/region_check.h"
-#include "runtime/testing_hooks.h"
+#include "testing/miscompile_region.h"
 #include "tests/cuda/cuda_test_backend.h"
 #include "tests/runtime/region_check_step.h"
 

@@ -5,7 +5,7 @@
 
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
-#include "runtime/testing_hooks.h"
+#include "testing/miscompile_region.h"
 #include "tests/util/expect_error.h"
 #include "tests/util/train_step.h"
 

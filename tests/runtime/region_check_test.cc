@@ -21,7 +21,7 @@
 #include "ir/status.h"
 #include "runtime/executor.h"
 #include "runtime/ops.h"
-#include "runtime/testing_hooks.h"
+#include "testing/miscompile_region.h"
 #include "tests/runtime/region_check_step.h"
 
 namespace stepjit::runtime {

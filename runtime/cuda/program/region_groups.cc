@@ -12,7 +12,7 @@
 #include "runtime/cuda/ops.h"
 #include "runtime/dispatch.h"
 #include "runtime/program/region_operands.h"
-#include "runtime/testing_hooks.h"
+#include "runtime/program/region_override.h"
 
 namespace stepjit::runtime::cuda {
 
@@ -57,10 +57,10 @@ std::vector<std::shared_ptr<const RegionGroup>> BuildRegionGroups(
   for (const std::vector<const ir::Node*>& run : IndependentRegionRuns(
            graph, arg_bytes, codegen::cuda::kMaxMultiArgBytes)) {
     std::vector<const ir::Graph*> bodies;
-    // Test-only, as for each region (runtime/testing_hooks.h).
+    // Test support, as for each region (runtime/program/region_override.h).
     std::vector<std::unique_ptr<ir::Graph>> miscompiled;
     for (const ir::Node* n : run) {
-      miscompiled.push_back(MiscompiledBodyForTesting(graph, *n));
+      miscompiled.push_back(OverriddenRegionBody(graph, *n));
       bodies.push_back(miscompiled.back() ? miscompiled.back().get()
                                           : n->body());
     }

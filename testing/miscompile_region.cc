@@ -1,6 +1,6 @@
-// The test-only miscompile hook: a copy of a region's body with one op
-// replaced, for lowering only.
-#include "runtime/testing_hooks.h"
+// The test-only miscompile: a copy of a region's body with one op replaced,
+// for lowering only.
+#include "testing/miscompile_region.h"
 
 #include <algorithm>
 #include <atomic>
@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "codegen/region_plan.h"
 #include "ir/status.h"
+#include "runtime/program/region_override.h"
 
 namespace stepjit::runtime {
 
@@ -23,6 +24,12 @@ struct ScopedMiscompileRegion::State {
 namespace {
 
 std::atomic<ScopedMiscompileRegion::State*> g_active{nullptr};
+
+// The body the active ScopedMiscompileRegion wants `region` (a fusion node
+// of the top-level `graph`) lowered from, or nullptr when none is alive or
+// it targets another region (the library's RegionBodyOverride).
+std::unique_ptr<ir::Graph> MiscompiledBody(const ir::Graph& graph,
+                                           const ir::Node& region);
 
 bool HoldsOp(const ir::Graph& body, ir::OpId op) {
   return std::any_of(body.nodes().begin(), body.nodes().end(),
@@ -93,17 +100,22 @@ ScopedMiscompileRegion::ScopedMiscompileRegion(std::string region,
   State* expected = nullptr;
   SJ_CHECK(g_active.compare_exchange_strong(expected, state_.get()),
            "ScopedMiscompileRegion: another one is alive");
+  SetRegionBodyOverride(&MiscompiledBody);
 }
 
-ScopedMiscompileRegion::~ScopedMiscompileRegion() { g_active.store(nullptr); }
+ScopedMiscompileRegion::~ScopedMiscompileRegion() {
+  SetRegionBodyOverride(nullptr);
+  g_active.store(nullptr);
+}
 
 std::vector<std::string> ScopedMiscompileRegion::miscompiled() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->hits;
 }
 
-std::unique_ptr<ir::Graph> MiscompiledBodyForTesting(const ir::Graph& graph,
-                                                     const ir::Node& region) {
+namespace {
+std::unique_ptr<ir::Graph> MiscompiledBody(const ir::Graph& graph,
+                                           const ir::Node& region) {
   ScopedMiscompileRegion::State* s = g_active.load(std::memory_order_acquire);
   if (s == nullptr || !IsTarget(graph, region, *s)) return nullptr;
   std::unique_ptr<ir::Graph> body = Substituted(*region.body(), s->from, s->to);
@@ -116,5 +128,6 @@ std::unique_ptr<ir::Graph> MiscompiledBodyForTesting(const ir::Graph& graph,
   }
   return body;
 }
+}  // namespace
 
 }  // namespace stepjit::runtime

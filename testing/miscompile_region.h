@@ -1,7 +1,9 @@
-// Test-only hooks into program building: a deliberate miscompile that the
-// accuracy checker (Program::RunChecked) must catch and name.
-#ifndef STEPJIT_RUNTIME_TESTING_HOOKS_H_
-#define STEPJIT_RUNTIME_TESTING_HOOKS_H_
+// Test support (not in libstepjit.a; the object library stepjit_testing):
+// a deliberate miscompile that the accuracy checker (Program::RunChecked)
+// must catch and name, installed through the library's region-body override
+// hook (runtime/program/region_override.h).
+#ifndef STEPJIT_TESTING_MISCOMPILE_REGION_H_
+#define STEPJIT_TESTING_MISCOMPILE_REGION_H_
 
 #include <memory>
 #include <string>
@@ -44,13 +46,6 @@ class ScopedMiscompileRegion {
   std::unique_ptr<State> state_;
 };
 
-// For the backends' Build: the body the active ScopedMiscompileRegion wants
-// `region` (a fusion node of the top-level `graph`) lowered from, or nullptr
-// when none is alive or it targets another region. The usual case costs one
-// atomic load.
-std::unique_ptr<ir::Graph> MiscompiledBodyForTesting(const ir::Graph& graph,
-                                                     const ir::Node& region);
-
 }  // namespace stepjit::runtime
 
-#endif  // STEPJIT_RUNTIME_TESTING_HOOKS_H_
+#endif  // STEPJIT_TESTING_MISCOMPILE_REGION_H_
