@@ -69,6 +69,9 @@ class Storage {
   // runtime/pending.h), which its first reader waits for. Set and taken on
   // the thread that issued the work.
   bool has_pending() const { return pending_ != nullptr; }
+  const std::shared_ptr<runtime::PendingWork>& pending() const {
+    return pending_;
+  }
   void set_pending(std::shared_ptr<runtime::PendingWork> work) {
     pending_ = std::move(work);
   }

@@ -455,7 +455,14 @@ Tensor all_gather(const Tensor& x) {
 
 void barrier() { runtime::Dispatch(OpId::kBarrier, {}, {}); }
 
-void Work::wait() const { runtime::WaitPending(result_); }
+Work::Work(Tensor result) : result_(std::move(result)) {
+  if (result_.defined()) work_ = result_.storage()->pending();
+}
+
+void Work::wait() const {
+  if (work_ != nullptr) work_->Wait();
+  runtime::WaitPending(result_);
+}
 
 const Tensor& Work::result() const {
   wait();

@@ -28,6 +28,7 @@
 #include <string>
 #include <utility>
 
+#include "runtime/pending.h"
 #include "runtime/tensor.h"
 
 namespace stepjit::dist {
@@ -95,21 +96,26 @@ void barrier();
 
 // A collective started without waiting for it, as torch.distributed's
 // async_op=True handle: wait() blocks until it finished (throws
-// stepjit::Error naming the collective if it failed or timed out), result()
-// waits and returns what it wrote. The result's storage holds the work too,
-// so an op that reads the result before wait() waits for it first
-// (runtime/pending.h). In a world of one, and in a traced step's shape-only
-// runs, there is nothing to wait for.
+// stepjit::Error naming the collective if it failed or timed out, on every
+// call), result() waits and returns what it wrote. The result's storage
+// holds the work too, so an op that reads the result before wait() waits for
+// it first (runtime/pending.h). In a world of one, and in a traced step's
+// shape-only runs, there is nothing to wait for.
 class Work {
  public:
   Work() = default;
-  explicit Work(Tensor result) : result_(std::move(result)) {}
+  // `result`: the collective's output, whose storage holds the work still
+  // writing it (none: nothing to wait for).
+  explicit Work(Tensor result);
   void wait() const;
   const Tensor& result() const;
   bool defined() const { return result_.defined(); }
 
  private:
   Tensor result_;
+  // Kept by the handle as well: once one reader has waited (and cleared the
+  // storage's mark), a failed collective still fails every wait().
+  std::shared_ptr<runtime::PendingWork> work_;
 };
 
 // Starts all_reduce(x, op) on the communication thread and returns at once.

@@ -334,8 +334,8 @@ std::vector<Tensor> RunReplay(const ReplayPlan& plan,
   size_t next_input = 0, next_state = 0;
   // The random state, if any, is the last input (Program::Run adds it).
   const ir::Value* random = graph.random_state();
-  const size_t step_inputs = inputs.size() - (random != nullptr ? 1 : 0);
   SJ_CHECK(random == nullptr || !inputs.empty(), "no random state bound");
+  const size_t step_inputs = inputs.size() - (random != nullptr ? 1 : 0);
   if (random != nullptr) env[random->id()] = inputs.back();
   for (const ir::Value* param : graph.params()) {
     if (graph.param_kind(param) == ir::ParamKind::kInput) {

@@ -3,6 +3,7 @@
 // values are computed here from the rank-dependent inputs in double.
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <sstream>
 
 #include "frontend/stepjit.h"
@@ -98,6 +99,33 @@ TEST_F(Collectives, AllGatherInRankOrder) {
   ASSERT_EQ(scalar.shape(), Shape({world()}));
   for (int r = 0; r < world(); ++r)
     EXPECT_EQ(scalar.data<float>()[r], r * 10.0);
+}
+
+// A handle keeps its work: after the first reader waited (and cleared the
+// result's mark), a failed collective still fails every wait() and result()
+// instead of handing out what it never finished writing.
+TEST(WorkHandle, AFailedWorkFailsEveryWait) {
+  struct Failing : runtime::PendingWork {
+    int waits = 0;
+    void Wait() override {
+      ++waits;
+      throw Error("dist: all_reduce (collective #7) failed on rank 0 of 2");
+    }
+  };
+  const Tensor out = zeros({4});
+  auto failing = std::make_shared<Failing>();
+  runtime::SetPending(*out.storage(), failing);
+  const dist::Work work(out);
+  // The first reader (an op, here) waits, clears the mark and throws.
+  EXPECT_THROW(runtime::WaitPending(out), Error);
+  EXPECT_FALSE(out.storage()->has_pending());
+  EXPECT_THROW(work.wait(), Error);
+  EXPECT_THROW(work.result(), Error);
+  EXPECT_EQ(failing->waits, 3);
+  // Nothing pending: nothing to wait for.
+  const dist::Work done(zeros({2}));
+  EXPECT_NO_THROW(done.wait());
+  EXPECT_EQ(done.result().numel(), 2);
 }
 
 TEST_F(Collectives, AsyncWorkIsWaitedForThroughItsHandle) {
