@@ -6,9 +6,11 @@
 #define STEPJIT_TESTS_RUNTIME_REGION_CHECK_STEP_H_
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
 #include "ir/parser.h"
 #include "ir/status.h"
@@ -16,52 +18,14 @@
 #include "runtime/executor.h"
 #include "runtime/ops.h"
 #include "runtime/region_check.h"
+#include "tests/util/region_check_program.h"
 
 namespace stepjit::test {
 
-// Three regions: an elementwise chain with a column sum, a region reading
-// the chain's sum (so it runs on whatever the chain computed), and an
-// AdamW-like update that writes its step count and moments into their
-// state buffers (in_place: memory planning donated them).
-inline constexpr char kStep[] =
-    R"(graph @step(%x: f32[32,48] input, %b: f32[48] state, %t: f32[] state, %beta: f64[] state, %g: f32[40,33] input, %m: f32[40,33] state, %v: f32[40,33] state) {
-  %0 = fusion @chain(%x, %b) : (f32[32,48], f32[48]) {
-    graph @chain(%p0: f32[32,48] input, %p1: f32[48] input) {
-      %0 = mul %p0, %p0 : f32[32,48]
-      %1 = add %0, %p1 : f32[32,48]
-      %2 = tanh %1 : f32[32,48]
-      %3 = sum %2 {dims = [0], keepdim = false} : f32[48]
-      return %2, %3
-    }
-  }
-  %1 = fusion @post(%0#1, %b) : (f32[48]) {
-    graph @post(%p0: f32[48] input, %p1: f32[48] input) {
-      %0 = mul %p0, %p1 : f32[48]
-      %1 = sub %0, %p1 : f32[48]
-      return %1
-    }
-  }
-  %2 = fusion @adamw(%t, %beta, %g, %m, %v) : (f32[], f32[40,33], f32[40,33]) {
-    graph @adamw(%p0: f32[] input, %p1: f64[] input, %p2: f32[40,33] input, %p3: f32[40,33] input, %p4: f32[40,33] input) {
-      %0 = full {shape = [], value = 1.0, dtype = f32} : f32[]
-      %1 = add_ %p0, %0 {alpha = 1.0, in_place = true} : f32[]
-      %2 = pow %p1, %1 : f64[]
-      %3 = full {shape = [], value = 1.0, dtype = f64} : f64[]
-      %4 = sub %3, %2 : f64[]
-      %5 = full {shape = [], value = 0.1, dtype = f32} : f32[]
-      %6 = lerp_ %p3, %p2, %5 {in_place = true} : f32[40,33]
-      %7 = div %6, %4 : f32[40,33]
-      %8 = addcmul_ %p4, %7, %7 {value = -0.001, in_place = true} : f32[40,33]
-      return %1, %6, %8
-    }
-  }
-  assign %t, %2#0
-  assign %m, %2#1
-  assign %v, %2#2
-  return %0#0, %1#0
-})";
+// The program at test sizes: x [32, 48], the AdamW weight [40, 33].
+inline const std::string kStep = RegionCheckProgram(32, 48, 40, 33);
 
-inline std::unique_ptr<ir::Graph> ParseVerified(const char* text) {
+inline std::unique_ptr<ir::Graph> ParseVerified(absl::string_view text) {
   absl::StatusOr<std::unique_ptr<ir::Graph>> g = ir::ParseGraph(text);
   EXPECT_TRUE(g.ok()) << g.status();
   if (!g.ok()) return nullptr;
