@@ -210,23 +210,9 @@ class DotWriter {
 }  // namespace
 
 std::string DotQuote(absl::string_view text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        out += c < 0x20 || c == 0x7f ? '?' : static_cast<char>(c);
-    }
-  }
-  return out + "\"";
+  return Quote(text, [](std::string& out, unsigned char c) {
+    out += c < 0x20 || c == 0x7f ? '?' : static_cast<char>(c);
+  });
 }
 
 std::string PrintDot(const Graph& graph) {

@@ -29,33 +29,17 @@ std::string FormatDouble(double d) {
 }
 
 std::string QuoteString(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (c < 0x20 || c >= 0x7f) {
-          absl::StrAppendFormat(&out, "\\x%02x", c);
-        } else {
-          out += static_cast<char>(c);
-        }
+  return Quote(s, [](std::string& out, unsigned char c) {
+    if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c < 0x20 || c >= 0x7f) {
+      absl::StrAppendFormat(&out, "\\x%02x", c);
+    } else {
+      out += static_cast<char>(c);
     }
-  }
-  return out + "\"";
+  });
 }
 
 std::string JoinNames(const std::vector<Value*>& values,
@@ -126,6 +110,28 @@ void PrintGraph(const Graph& graph, std::ostream& os, int indent) {
 }
 
 }  // namespace
+
+std::string Quote(
+    absl::string_view text,
+    absl::FunctionRef<void(std::string& out, unsigned char c)> append_other) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        append_other(out, c);
+    }
+  }
+  return out + "\"";
+}
 
 ValueNames::ValueNames(const Graph& graph) {
   for (const Value* p : graph.params()) {

@@ -27,6 +27,8 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/strings/string_view.h"
 #include "ir/attrs.h"
 #include "ir/graph.h"
 
@@ -59,6 +61,13 @@ class ValueNames {
 
 // "f32[128,784]", "f32[]".
 std::string PrintType(const TensorType& type);
+// `text` in double quotes, its '"', '\\' and newlines backslash-escaped;
+// every other byte goes through `append_other`, which writes it as the
+// format wants (the IR escapes the other control bytes, dot labels replace
+// them).
+std::string Quote(
+    absl::string_view text,
+    absl::FunctionRef<void(std::string& out, unsigned char c)> append_other);
 // One attribute value as it appears after `key = `.
 std::string PrintAttrValue(const AttrValue& value);
 // A node without attributes, types or body: "%5 = add %3, %4",
