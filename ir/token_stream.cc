@@ -4,12 +4,26 @@
 
 #include <charconv>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
 
 namespace stepjit::ir {
+namespace {
+
+// All of `text` as a T, or nullopt where it does not parse or fit.
+template <typename T>
+std::optional<T> FromChars(absl::string_view text) {
+  T v = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (ec != std::errc() || ptr != end) return std::nullopt;
+  return v;
+}
+
+}  // namespace
 
 TokenStream::TokenStream(absl::string_view filename, std::vector<Token> tokens)
     : filename_(filename), tokens_(std::move(tokens)) {}
@@ -160,26 +174,16 @@ absl::StatusOr<AttrValue> TokenStream::ParseAttrValue(const std::string& key) {
 }
 
 absl::StatusOr<int64_t> TokenStream::ParseInt(const Token& tok) const {
-  int64_t v = 0;
-  const char* end = tok.text.data() + tok.text.size();
-  auto [ptr, ec] = std::from_chars(tok.text.data(), end, v);
-  if (ec != std::errc() || ptr != end) {
-    return ErrorAt(
-        tok, absl::StrCat("integer ", tok.text, " does not fit in 64 bits"));
-  }
-  return v;
+  if (std::optional<int64_t> v = FromChars<int64_t>(tok.text)) return *v;
+  return ErrorAt(
+      tok, absl::StrCat("integer ", tok.text, " does not fit in 64 bits"));
 }
 
 absl::StatusOr<double> TokenStream::ParseDouble(const Token& tok) const {
   if (tok.text == "-inf") return -std::numeric_limits<double>::infinity();
-  double v = 0;
-  const char* end = tok.text.data() + tok.text.size();
-  auto [ptr, ec] = std::from_chars(tok.text.data(), end, v);
-  if (ec != std::errc() || ptr != end) {
-    return ErrorAt(
-        tok, absl::StrCat("float ", tok.text, " is out of the range of f64"));
-  }
-  return v;
+  if (std::optional<double> v = FromChars<double>(tok.text)) return *v;
+  return ErrorAt(
+      tok, absl::StrCat("float ", tok.text, " is out of the range of f64"));
 }
 
 }  // namespace stepjit::ir
