@@ -33,26 +33,6 @@ namespace {
 // so stale cache entries are never reused.
 constexpr char kLoweringVersion[] = "region-lowering-5";
 
-// The register type a value of dtype `t` lives in (half types compute in f32).
-llvm::Type* RegType(llvm::LLVMContext& c, DType t) {
-  switch (t) {
-    case DType::kF32:
-    case DType::kF16:
-    case DType::kBF16:
-      return llvm::Type::getFloatTy(c);
-    case DType::kF64:
-      return llvm::Type::getDoubleTy(c);
-    case DType::kBool:
-      return llvm::Type::getInt1Ty(c);
-    case DType::kI64:
-      return llvm::Type::getInt64Ty(c);
-    case DType::kI32:
-      return llvm::Type::getInt32Ty(c);
-    default:
-      return nullptr;
-  }
-}
-
 // The storage type of one element in memory.
 llvm::Type* MemType(llvm::LLVMContext& c, DType t) {
   switch (t) {
@@ -72,6 +52,20 @@ llvm::Type* MemType(llvm::LLVMContext& c, DType t) {
       return llvm::Type::getInt32Ty(c);
     default:
       return nullptr;
+  }
+}
+
+// The register type a value of dtype `t` lives in: its storage type, but
+// half types compute in f32 and booleans are i1.
+llvm::Type* RegType(llvm::LLVMContext& c, DType t) {
+  switch (t) {
+    case DType::kF16:
+    case DType::kBF16:
+      return llvm::Type::getFloatTy(c);
+    case DType::kBool:
+      return llvm::Type::getInt1Ty(c);
+    default:
+      return MemType(c, t);
   }
 }
 
