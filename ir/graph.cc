@@ -49,16 +49,24 @@ ParamKind Graph::param_kind(const Value* param) const {
   return param_kinds_[std::distance(params_.begin(), it)];
 }
 
+namespace {
+
+// The text form of each kind, in ParamKind's order.
+constexpr const char* kParamKindNames[] = {"input", "state", "random"};
+static_assert(std::size(kParamKindNames) ==
+              static_cast<size_t>(ParamKind::kRandom) + 1);
+
+}  // namespace
+
 const char* ParamKindName(ParamKind kind) {
-  switch (kind) {
-    case ParamKind::kInput:
-      return "input";
-    case ParamKind::kState:
-      return "state";
-    case ParamKind::kRandom:
-      return "random";
+  return kParamKindNames[static_cast<int>(kind)];
+}
+
+std::optional<ParamKind> ParseParamKind(absl::string_view text) {
+  for (size_t i = 0; i < std::size(kParamKindNames); ++i) {
+    if (text == kParamKindNames[i]) return static_cast<ParamKind>(i);
   }
-  return "input";
+  return std::nullopt;
 }
 
 const Value* Graph::random_state() const {

@@ -15,9 +15,11 @@
 #define STEPJIT_IR_GRAPH_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "ir/attrs.h"
 #include "ir/infer.h"
 #include "ir/op.h"
@@ -35,6 +37,8 @@ enum class ParamKind : uint8_t { kInput, kState, kRandom };
 
 // "input", "state", "random" (the text form).
 const char* ParamKindName(ParamKind kind);
+// The kind that `text` names, or nullopt where it names none.
+std::optional<ParamKind> ParseParamKind(absl::string_view text);
 
 // A parameter or graph name: one or more of [A-Za-z0-9_.], not all digits
 // (all-digit names are the printed numbers of node results).

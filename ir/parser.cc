@@ -1,6 +1,7 @@
 // Recursive-descent parser for the IR text form, with line:col diagnostics.
 #include "ir/parser.h"
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -98,18 +99,17 @@ class Parser : public TokenStream {
           Expect(':', absl::StrCat("after parameter %", name.text)));
       ASSIGN_OR_RETURN(TensorType type, ParseType());
       const Token& kind = Peek();
-      if (!kind.IsIdent("input") && !kind.IsIdent("state") &&
-          !kind.IsIdent("random")) {
+      const std::optional<ParamKind> param_kind =
+          kind.kind == TokenKind::kIdent ? ParseParamKind(kind.text)
+                                         : std::nullopt;
+      if (!param_kind) {
         return Unexpected(kind,
                           absl::StrCat("`input`, `state` or `random` after "
                                        "the type of %",
                                        name.text));
       }
       Next();
-      Value* v = graph.AddParam(name.text, std::move(type),
-                                kind.text == "state"    ? ParamKind::kState
-                                : kind.text == "random" ? ParamKind::kRandom
-                                                        : ParamKind::kInput);
+      Value* v = graph.AddParam(name.text, std::move(type), *param_kind);
       scope.symbols[name.text] = Symbol{{v}, "", name.line, name.col};
       if (Peek().Is(')')) {
         Next();
