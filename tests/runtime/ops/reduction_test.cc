@@ -8,61 +8,48 @@ namespace {
 // ---------------------------------------------------------------------------
 // Reductions.
 
-enum class Red { kSum, kMean, kAmax, kVar0, kVar1 };
-const char* RedName(Red r) {
-  switch (r) {
-    case Red::kSum:
-      return "sum";
-    case Red::kMean:
-      return "mean";
-    case Red::kAmax:
-      return "amax";
-    case Red::kVar0:
-      return "var_correction0";
-    case Red::kVar1:
-      return "var_correction1";
-  }
-  return "?";
-}
+// One reduction: its name, the op, and its float64 reference over the
+// inputs of one output element.
+struct Reduction {
+  const char* name;
+  Tensor (*call)(const Tensor& x, const Dims& dims, bool keepdim);
+  double (*ref)(const Values& g);
+};
 
-void PrintTo(Red r, std::ostream* os) { *os << RedName(r); }
+void PrintTo(const Reduction& r, std::ostream* os) { *os << r.name; }
 
-Tensor CallReduce(Red r, const Tensor& x, const Dims& dims, bool keepdim) {
-  switch (r) {
-    case Red::kSum:
-      return sum(x, dims, keepdim);
-    case Red::kMean:
-      return mean(x, dims, keepdim);
-    case Red::kAmax:
-      return amax(x, dims, keepdim);
-    case Red::kVar0:
-      return var(x, dims, 0, keepdim);
-    case Red::kVar1:
-      return var(x, dims, 1, keepdim);
-  }
-  return Tensor();
-}
-
-double RefReduce(Red r, const Values& g) {
-  const double n = static_cast<double>(g.size());
+double RefSum(const Values& g) {
   double s = 0;
   for (double v : g) s += v;
-  switch (r) {
-    case Red::kSum:
-      return s;
-    case Red::kMean:
-      return s / n;
-    case Red::kAmax:
-      return *std::max_element(g.begin(), g.end());
-    case Red::kVar0:
-    case Red::kVar1: {
-      double ss = 0;
-      for (double v : g) ss += (v - s / n) * (v - s / n);
-      return ss / (n - (r == Red::kVar1 ? 1 : 0));
-    }
-  }
-  return kNaN;
+  return s;
 }
+
+double RefVar(const Values& g, int correction) {
+  const double n = static_cast<double>(g.size()), avg = RefSum(g) / n;
+  double ss = 0;
+  for (double v : g) ss += (v - avg) * (v - avg);
+  return ss / (n - correction);
+}
+
+const Reduction kSum{
+    "sum", [](const Tensor& x, const Dims& d, bool k) { return sum(x, d, k); },
+    RefSum};
+const Reduction kMean{
+    "mean",
+    [](const Tensor& x, const Dims& d, bool k) { return mean(x, d, k); },
+    [](const Values& g) { return RefSum(g) / static_cast<double>(g.size()); }};
+const Reduction kAmax{
+    "amax",
+    [](const Tensor& x, const Dims& d, bool k) { return amax(x, d, k); },
+    [](const Values& g) { return *std::max_element(g.begin(), g.end()); }};
+const Reduction kVar0{
+    "var_correction0",
+    [](const Tensor& x, const Dims& d, bool k) { return var(x, d, 0, k); },
+    [](const Values& g) { return RefVar(g, 0); }};
+const Reduction kVar1{
+    "var_correction1",
+    [](const Tensor& x, const Dims& d, bool k) { return var(x, d, 1, k); },
+    [](const Values& g) { return RefVar(g, 1); }};
 
 Dims NormalizeDims(const Dims& dims, int64_t rank) {
   Dims out;
@@ -112,8 +99,8 @@ std::vector<Tensor> ReductionInputs(DType dt, double lo, double hi) {
           RandomTensor({3, 8, 5}, dt, lo, hi, 23).slice(1, 1, 8, 2)};
 }
 
-class ReductionTest : public ::testing::TestWithParam<std::tuple<Red, DType>> {
-};
+class ReductionTest
+    : public ::testing::TestWithParam<std::tuple<Reduction, DType>> {};
 
 TEST_P(ReductionTest, AnyDimsKeepdimAndLayout) {
   const auto& [r, dt] = GetParam();
@@ -126,12 +113,12 @@ TEST_P(ReductionTest, AnyDimsKeepdimAndLayout) {
         const auto groups =
             Groups(in, {3, 4, 5}, NormalizeDims(dims, 3), keepdim, &want_shape);
         Values want;
-        for (const auto& g : groups) want.push_back(RefReduce(r, g));
-        const Tensor y = CallReduce(r, x, dims, keepdim);
+        for (const auto& g : groups) want.push_back(r.ref(g));
+        const Tensor y = r.call(x, dims, keepdim);
         EXPECT_EQ(y.dtype(), dt);
         EXPECT_EQ(ShapeOf(y), want_shape);
         EXPECT_TRUE(AllClose(Read(y), want, TolFor(dt)))
-            << RedName(r) << " " << Name(dt) << " dims " << DimsString(dims)
+            << r.name << " " << Name(dt) << " dims " << DimsString(dims)
             << " keepdim " << keepdim
             << (x.is_contiguous() ? "" : " non-contiguous");
       }
@@ -141,11 +128,10 @@ TEST_P(ReductionTest, AnyDimsKeepdimAndLayout) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllReductions, ReductionTest,
-    ::testing::Combine(::testing::Values(Red::kSum, Red::kMean, Red::kAmax,
-                                         Red::kVar0, Red::kVar1),
+    ::testing::Combine(::testing::Values(kSum, kMean, kAmax, kVar0, kVar1),
                        ::testing::ValuesIn(kFloatTypes)),
     [](const auto& info) {
-      return std::string(RedName(std::get<0>(info.param))) + "_" +
+      return std::string(std::get<0>(info.param).name) + "_" +
              Name(std::get<1>(info.param));
     });
 
@@ -236,12 +222,12 @@ TEST(LargeTensorTest, Reductions) {
         Dims shape;
         const auto groups =
             Groups(v, ShapeOf(in), NormalizeDims(dims, 2), false, &shape);
-        for (Red r : {Red::kSum, Red::kMean, Red::kAmax, Red::kVar1}) {
+        for (const Reduction* r : {&kSum, &kMean, &kAmax, &kVar1}) {
           Values want;
-          for (const auto& g : groups) want.push_back(RefReduce(r, g));
+          for (const auto& g : groups) want.push_back(r->ref(g));
           EXPECT_TRUE(
-              AllClose(Read(CallReduce(r, in, dims, false)), want, TolFor(dt)))
-              << RedName(r) << " " << Name(dt) << " dims " << DimsString(dims);
+              AllClose(Read(r->call(in, dims, false)), want, TolFor(dt)))
+              << r->name << " " << Name(dt) << " dims " << DimsString(dims);
         }
         if (dims.size() == 1) {
           Values want;
