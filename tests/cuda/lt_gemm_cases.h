@@ -22,44 +22,18 @@
 #include "runtime/cpu/gemm.h"
 #include "runtime/cuda/backend.h"
 #include "runtime/cuda/cublaslt/cublaslt_plan.h"
+#include "tests/util/dtype_elements.h"
 
 namespace stepjit::runtime::cuda::lt_test {
 
 using cpu::GemmActivation;
 using ir::DType;
+using test::LoadElement;
+using test::StoreElement;
 
 inline constexpr GemmActivation kActivations[] = {
     GemmActivation(), GemmActivation(ir::OpId::kRelu),
     GemmActivation(ir::OpId::kGelu), GemmActivation(ir::OpId::kGeluTanh)};
-
-inline double Get(const void* p, DType t, int64_t i) {
-  switch (t) {
-    case DType::kF64:
-      return static_cast<const double*>(p)[i];
-    case DType::kF16:
-      return static_cast<const ir::Half*>(p)[i];
-    case DType::kBF16:
-      return static_cast<const ir::BFloat16*>(p)[i];
-    default:
-      return static_cast<const float*>(p)[i];
-  }
-}
-
-inline void Put(void* p, DType t, int64_t i, double v) {
-  switch (t) {
-    case DType::kF64:
-      static_cast<double*>(p)[i] = v;
-      break;
-    case DType::kF16:
-      static_cast<ir::Half*>(p)[i] = ir::Half(static_cast<float>(v));
-      break;
-    case DType::kBF16:
-      static_cast<ir::BFloat16*>(p)[i] = ir::BFloat16(static_cast<float>(v));
-      break;
-    default:
-      static_cast<float*>(p)[i] = static_cast<float>(v);
-  }
-}
 
 inline DType FromLt(LtDataType t) {
   switch (t) {
@@ -90,10 +64,10 @@ inline void SumBOverK(const LtPlan& p, void* out) {
   for (int64_t j = 0; j < p.n; ++j) {
     double s = 0;
     for (int64_t l = 0; l < p.k; ++l) {
-      s +=
-          Get(p.b.ptr, t, p.op_b == LtOp::kN ? l + j * p.b.ld : j + l * p.b.ld);
+      s += LoadElement(p.b.ptr, t,
+                       p.op_b == LtOp::kN ? l + j * p.b.ld : j + l * p.b.ld);
     }
-    Put(out, t, j, s);
+    StoreElement(out, t, j, s);
   }
 }
 
@@ -145,12 +119,12 @@ inline void RunPlanOnHost(const LtPlan& p) {
               p.op_a == LtOp::kN ? at(p.a, b, i, l) : at(p.a, b, l, i);
           const int64_t ib =
               p.op_b == LtOp::kN ? at(p.b, b, l, j) : at(p.b, b, j, l);
-          sum += Get(p.a.ptr, t, ia) * Get(p.b.ptr, t, ib);
+          sum += LoadElement(p.a.ptr, t, ia) * LoadElement(p.b.ptr, t, ib);
         }
         double x = p.alpha * sum;
-        if (p.beta != 0) x += p.beta * Get(c_ptr, t, at(p.c, b, i, j));
-        if (bias) x += Get(p.bias, t, i);  // one per row of D
-        Put(c_ptr, t, at(p.c, b, i, j), Activate(act, x));
+        if (p.beta != 0) x += p.beta * LoadElement(c_ptr, t, at(p.c, b, i, j));
+        if (bias) x += LoadElement(p.bias, t, i);  // one per row of D
+        StoreElement(c_ptr, t, at(p.c, b, i, j), Activate(act, x));
       }
     }
   }
@@ -165,9 +139,9 @@ inline void RunPlanOnHost(const LtPlan& p) {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t col = 0; col < cols; ++col) {
         const int64_t i = b * p.c.batch_stride + r * p.c.ld + col;
-        double x = keep_c ? Get(c_ptr, t, i) : 0;
-        if (p.post_bias != nullptr) x += Get(p.post_bias, t, col);
-        Put(c_ptr, t, i, Activate(p.post_activation, x));
+        double x = keep_c ? LoadElement(c_ptr, t, i) : 0;
+        if (p.post_bias != nullptr) x += LoadElement(p.post_bias, t, col);
+        StoreElement(c_ptr, t, i, Activate(p.post_activation, x));
       }
     }
   }
@@ -208,7 +182,8 @@ struct HostGemm {
     const size_t es = ir::DTypeSize(c.dtype);
     auto fill = [&](std::vector<char>& v, int64_t n) {
       v.resize(static_cast<size_t>(std::max<int64_t>(n, 1) * es));
-      for (int64_t i = 0; i < n; ++i) Put(v.data(), c.dtype, i, normal(gen));
+      for (int64_t i = 0; i < n; ++i)
+        StoreElement(v.data(), c.dtype, i, normal(gen));
     };
     cpu::GemmArgs& g = args;
     g.dtype = c.dtype;
@@ -266,11 +241,13 @@ struct HostGemm {
                 bt * g.stride_a + (g.trans_a ? l * g.lda + i : i * g.lda + l);
             const int64_t ib =
                 bt * g.stride_b + (g.trans_b ? j * g.ldb + l : l * g.ldb + j);
-            v += std::abs(Get(g.a, g.dtype, ia) * Get(g.b, g.dtype, ib));
+            v += std::abs(LoadElement(g.a, g.dtype, ia) *
+                          LoadElement(g.b, g.dtype, ib));
           }
           const int64_t ic = bt * g.stride_c + i * g.ldc + j;
-          if (g.bias != nullptr) v += std::abs(Get(g.bias, g.dtype, j));
-          if (g.accumulate) v += std::abs(Get(c_before.data(), g.dtype, ic));
+          if (g.bias != nullptr) v += std::abs(LoadElement(g.bias, g.dtype, j));
+          if (g.accumulate)
+            v += std::abs(LoadElement(c_before.data(), g.dtype, ic));
           s[ic] = std::max(v, 1.0);
         }
       }
@@ -288,8 +265,8 @@ inline void ExpectClose(const GemmCase& gc, const cpu::GemmArgs& g,
   int bad = 0;
   const int64_t n = static_cast<int64_t>(want.size() / ir::DTypeSize(g.dtype));
   for (int64_t i = 0; i < n; ++i) {
-    const double x = Get(got.data(), g.dtype, i);
-    const double y = Get(want.data(), g.dtype, i);
+    const double x = LoadElement(got.data(), g.dtype, i);
+    const double y = LoadElement(want.data(), g.dtype, i);
     if (scale[i] == 0) {  // padding
       if (std::memcmp(&got[i * ir::DTypeSize(g.dtype)],
                       &want[i * ir::DTypeSize(g.dtype)],
@@ -366,10 +343,10 @@ inline void ExpectBiasGradClose(const GemmCase& gc, const cpu::GemmArgs& g,
     double scale = 0;
     for (int64_t l = 0; l < g.k; ++l) {
       scale += std::abs(
-          Get(g.a, g.dtype, g.trans_a ? l * g.lda + i : i * g.lda + l));
+          LoadElement(g.a, g.dtype, g.trans_a ? l * g.lda + i : i * g.lda + l));
     }
-    const double x = Get(got.data(), g.dtype, i);
-    const double y = Get(want.data(), g.dtype, i);
+    const double x = LoadElement(got.data(), g.dtype, i);
+    const double y = LoadElement(want.data(), g.dtype, i);
     if (!(std::abs(x - y) <= tol * std::max(scale, 1.0)) && ++bad <= 3) {
       ADD_FAILURE() << gc.Name() << ": bias gradient " << i << " is " << x
                     << ", expected " << y;

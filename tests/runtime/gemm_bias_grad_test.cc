@@ -14,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/util/expect_error.h"
 #include "ir/attrs.h"
 #include "ir/dtype.h"
 #include "ir/parser.h"
@@ -26,6 +25,8 @@
 #include "runtime/executor.h"
 #include "runtime/ops.h"
 #include "runtime/tensor.h"
+#include "tests/util/dtype_elements.h"
+#include "tests/util/expect_error.h"
 
 namespace stepjit::runtime::cpu {
 namespace {
@@ -33,39 +34,9 @@ namespace {
 using ir::AttrKey;
 using ir::DType;
 using ir::OpId;
+using test::LoadElement;
+using test::StoreElement;
 using ::testing::HasSubstr;
-
-double Load(const std::vector<char>& buf, DType t, int64_t i) {
-  const char* p = buf.data();
-  switch (t) {
-    case DType::kF64:
-      return reinterpret_cast<const double*>(p)[i];
-    case DType::kF16:
-      return float(reinterpret_cast<const ir::Half*>(p)[i]);
-    case DType::kBF16:
-      return float(reinterpret_cast<const ir::BFloat16*>(p)[i]);
-    default:
-      return reinterpret_cast<const float*>(p)[i];
-  }
-}
-
-void Store(std::vector<char>& buf, DType t, int64_t i, double v) {
-  char* p = buf.data();
-  switch (t) {
-    case DType::kF64:
-      reinterpret_cast<double*>(p)[i] = v;
-      break;
-    case DType::kF16:
-      reinterpret_cast<ir::Half*>(p)[i] = ir::Half(static_cast<float>(v));
-      break;
-    case DType::kBF16:
-      reinterpret_cast<ir::BFloat16*>(p)[i] =
-          ir::BFloat16(static_cast<float>(v));
-      break;
-    default:
-      reinterpret_cast<float*>(p)[i] = static_cast<float>(v);
-  }
-}
 
 double Rtol(DType t) {
   switch (t) {
@@ -104,13 +75,15 @@ struct Operands {
     args.ldc = std::max<int64_t>(n, 1) + 2;
     auto fill = [&](std::vector<char>& v, int64_t count) {
       v.assign(static_cast<size_t>(std::max<int64_t>(count, 1) * es), 0);
-      for (int64_t i = 0; i < count; ++i) Store(v, t, i, dist(gen));
+      for (int64_t i = 0; i < count; ++i)
+        StoreElement(v.data(), t, i, dist(gen));
     };
     fill(a, (ta ? k : m) * args.lda);
     fill(b, (tb ? n : k) * args.ldb);
     fill(c, m * args.ldc);
     grad.assign(static_cast<size_t>((m + 2) * es), 0);
-    for (int64_t i = 0; i < m + 2; ++i) Store(grad, t, i, kSentinel);
+    for (int64_t i = 0; i < m + 2; ++i)
+      StoreElement(grad.data(), t, i, kSentinel);
     args.a = a.data();
     args.b = b.data();
     args.c = c.data();
@@ -118,7 +91,8 @@ struct Operands {
   }
 
   double A(int64_t i, int64_t l) const {
-    return Load(a, dtype, args.trans_a ? l * args.lda + i : i * args.lda + l);
+    return LoadElement(a.data(), dtype,
+                       args.trans_a ? l * args.lda + i : i * args.lda + l);
   }
   // Checks bias_grad against f64 row sums of the stored op(A), and that the
   // sentinels past it are untouched.
@@ -129,11 +103,12 @@ struct Operands {
         want += A(i, l);
         scale += std::abs(A(i, l));
       }
-      EXPECT_NEAR(Load(grad, dtype, i), want, Rtol(dtype) * scale)
+      EXPECT_NEAR(LoadElement(grad.data(), dtype, i), want, Rtol(dtype) * scale)
           << what << " row " << i;
     }
     for (int64_t i = args.m; i < args.m + 2; ++i) {
-      EXPECT_EQ(Load(grad, dtype, i), kSentinel) << what << " past the end";
+      EXPECT_EQ(LoadElement(grad.data(), dtype, i), kSentinel)
+          << what << " past the end";
     }
   }
 };
@@ -151,7 +126,7 @@ TEST(GemmBiasGradTest, MatchesFloat64RowSumsAndLeavesCAsWithout) {
             std::vector<char> bias(o.c.size());
             if (epilogue) {
               for (int64_t j = 0; j < o.args.n; ++j)
-                Store(bias, t, j, 0.25 * j);
+                StoreElement(bias.data(), t, j, 0.25 * j);
               o.args.bias = bias.data();
               o.args.activation = GemmActivation(ir::OpId::kRelu);
               o.args.accumulate = true;

@@ -31,6 +31,7 @@
 #include "runtime/dispatch.h"
 #include "runtime/ops.h"
 #include "runtime/tensor.h"
+#include "tests/util/dtype_elements.h"
 #include "tests/util/expect_error.h"
 
 namespace stepjit::runtime::cpu {
@@ -75,38 +76,7 @@ Tol TolFor(DType t, GemmBackend backend) {
   }
 }
 
-// f32/f64 storage; f16/bf16 are stored rounded and read back exactly.
-struct Matrix {
-  DType dtype;
-  std::vector<float> f;
-  std::vector<double> d;
-  std::vector<ir::Half> h;
-  std::vector<ir::BFloat16> bf;
-  Matrix(DType t, int64_t n) : dtype(t) {
-    if (t == DType::kF32) f.resize(n);
-    if (t == DType::kF64) d.resize(n);
-    if (t == DType::kF16) h.resize(n);
-    if (t == DType::kBF16) bf.resize(n);
-  }
-  void* data() {
-    if (dtype == DType::kF32) return f.data();
-    if (dtype == DType::kF64) return d.data();
-    if (dtype == DType::kF16) return h.data();
-    return bf.data();
-  }
-  void Set(int64_t i, double v) {
-    if (dtype == DType::kF32) f[i] = static_cast<float>(v);
-    if (dtype == DType::kF64) d[i] = v;
-    if (dtype == DType::kF16) h[i] = ir::Half(static_cast<float>(v));
-    if (dtype == DType::kBF16) bf[i] = ir::BFloat16(static_cast<float>(v));
-  }
-  double Get(int64_t i) const {
-    if (dtype == DType::kF32) return f[i];
-    if (dtype == DType::kF64) return d[i];
-    if (dtype == DType::kF16) return float(h[i]);
-    return float(bf[i]);
-  }
-};
+using Matrix = test::DTypeBuffer;
 
 struct Case {
   bool trans_a, trans_b;

@@ -13,61 +13,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ir/dtype.h"
+#include "tests/util/dtype_elements.h"
 
 namespace stepjit::runtime::cpu {
 namespace {
 
 using ir::DType;
 using ::testing::HasSubstr;
-
-// A buffer of `dtype` elements read and written as double.
-class Buffer {
- public:
-  Buffer(DType dtype, int64_t n)
-      : dtype_(dtype), bytes_(n * ir::DTypeSize(dtype)) {}
-  void* data() { return bytes_.data(); }
-  // Stores v rounded to the dtype, so Get returns what the kernel sees.
-  void Set(int64_t i, double v) {
-    switch (dtype_) {
-      case DType::kF32:
-        As<float>()[i] = static_cast<float>(v);
-        break;
-      case DType::kF64:
-        As<double>()[i] = v;
-        break;
-      case DType::kF16:
-        As<ir::Half>()[i] = ir::Half(v);
-        break;
-      case DType::kBF16:
-        As<ir::BFloat16>()[i] = ir::BFloat16(v);
-        break;
-      default:
-        FAIL() << "no float dtype";
-    }
-  }
-  double Get(int64_t i) {
-    switch (dtype_) {
-      case DType::kF32:
-        return As<float>()[i];
-      case DType::kF64:
-        return As<double>()[i];
-      case DType::kF16:
-        return float(As<ir::Half>()[i]);
-      case DType::kBF16:
-        return float(As<ir::BFloat16>()[i]);
-      default:
-        return NAN;
-    }
-  }
-
- private:
-  template <typename T>
-  T* As() {
-    return reinterpret_cast<T*>(bytes_.data());
-  }
-  DType dtype_;
-  std::vector<uint8_t> bytes_;
-};
+using Buffer = test::DTypeBuffer;
 
 struct Case {
   bool trans_a, trans_b;
