@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <optional>
 #include <system_error>
 
@@ -97,28 +98,19 @@ const PassInfo* FindIn(absl::Span<const PassInfo> registry,
   return nullptr;
 }
 
-absl::string_view TypeName(OptionType type) {
-  switch (type) {
-    case OptionType::kInt:
-      return "an integer";
-    case OptionType::kDouble:
-      return "a number";
-    case OptionType::kBool:
-      return "true or false";
-  }
-  return "";
-}
+// How each OptionType reads in messages ("expected an integer") and in the
+// list of options ("name=<int>"), in OptionType's order.
+struct OptionTypeText {
+  absl::string_view name, tag;
+};
+constexpr OptionTypeText kOptionTypeTexts[] = {{"an integer", "<int>"},
+                                               {"a number", "<number>"},
+                                               {"true or false", "<bool>"}};
+static_assert(std::size(kOptionTypeTexts) ==
+              static_cast<size_t>(OptionType::kBool) + 1);
 
-absl::string_view TypeTag(OptionType type) {
-  switch (type) {
-    case OptionType::kInt:
-      return "<int>";
-    case OptionType::kDouble:
-      return "<number>";
-    case OptionType::kBool:
-      return "<bool>";
-  }
-  return "";
+const OptionTypeText& TextOf(OptionType type) {
+  return kOptionTypeTexts[static_cast<int>(type)];
 }
 
 std::optional<PassOptions::Value> ParseValue(OptionType type,
@@ -303,7 +295,7 @@ absl::Status PassOptions::Set(absl::string_view name, absl::string_view text) {
   if (!v.has_value()) {
     return absl::InvalidArgumentError(
         absl::StrCat("option '", name, "' expects ",
-                     TypeName(declared_[i].type), ", got '", text, "'"));
+                     TextOf(declared_[i].type).name, ", got '", text, "'"));
   }
   values_[i] = *v;
   set_[i] = true;
@@ -373,7 +365,7 @@ std::string FormatPassEntry(
 std::string DescribeOptions(const PassInfo& pass) {
   std::string out;
   for (const PassOptionInfo& o : pass.options) {
-    absl::StrAppend(&out, "    ", o.name, "=", TypeTag(o.type), " (default ",
+    absl::StrAppend(&out, "    ", o.name, "=", TextOf(o.type).tag, " (default ",
                     o.default_value, "): ", o.help, "\n");
   }
   return out;
