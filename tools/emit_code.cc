@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "codegen/cpu/region_kernel.h"
 #include "codegen/cuda/cuda_emitter.h"
 
@@ -24,6 +25,17 @@ std::vector<const ir::Graph*> RegionBodies(const ir::Graph& graph) {
   return bodies;
 }
 
+// Whether `status` says that `backend` does not lower `body`; then `out`
+// gets a comment line (opening with `header`) saying so and why.
+bool NotLowered(const absl::Status& status, absl::string_view header,
+                absl::string_view backend, const ir::Graph& body,
+                std::string& out) {
+  if (!absl::IsUnimplemented(status)) return false;
+  absl::StrAppend(&out, header, body.name(), ": not lowered by the ", backend,
+                  " backend, interpreted op by op: ", status.message(), "\n");
+  return true;
+}
+
 absl::Status EmitLlvm(const ir::Graph& body, bool shape_generic,
                       std::string& out) {
   // Not through the kernel cache: the IR is lowered afresh, and a tool that
@@ -31,12 +43,8 @@ absl::Status EmitLlvm(const ir::Graph& body, bool shape_generic,
   absl::StatusOr<codegen::cpu::RegionKernel> kernel =
       codegen::cpu::CompileRegion(
           body, {.use_cache = false, .shape_generic = shape_generic});
-  if (absl::IsUnimplemented(kernel.status())) {
-    absl::StrAppend(&out, "; region @", body.name(),
-                    ": not lowered by the CPU backend, interpreted op by op: ",
-                    kernel.status().message(), "\n");
+  if (NotLowered(kernel.status(), "; region @", "CPU", body, out))
     return absl::OkStatus();
-  }
   if (!kernel.ok()) return kernel.status();
   absl::StrAppend(&out, "; region @", body.name(), ": kernel ", kernel->name,
                   "\n");
@@ -51,12 +59,8 @@ absl::Status EmitLlvm(const ir::Graph& body, bool shape_generic,
 absl::Status EmitCuda(const ir::Graph& body, std::string& out) {
   absl::StatusOr<codegen::cuda::RegionSource> source =
       codegen::cuda::EmitRegion(body);
-  if (absl::IsUnimplemented(source.status())) {
-    absl::StrAppend(&out, "// region @", body.name(),
-                    ": not lowered by the CUDA backend, interpreted op by op: ",
-                    source.status().message(), "\n");
+  if (NotLowered(source.status(), "// region @", "CUDA", body, out))
     return absl::OkStatus();
-  }
   if (!source.ok()) return source.status();
   absl::StrAppend(&out, "// region @", body.name(), "\n", source->source);
   return absl::OkStatus();
