@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <limits>
 #include <mutex>
 
@@ -82,21 +83,11 @@ absl::Span<const EnvInfo> AllEnv() { return kEnv; }
 const EnvInfo& Info(Env env) { return kEnv[static_cast<int>(env)]; }
 
 const char* KindName(EnvKind kind) {
-  switch (kind) {
-    case EnvKind::kPath:
-      return "path";
-    case EnvKind::kText:
-      return "text";
-    case EnvKind::kInt:
-      return "integer";
-    case EnvKind::kReal:
-      return "number";
-    case EnvKind::kChoice:
-      return "choice";
-    case EnvKind::kList:
-      return "list";
-  }
-  return "?";
+  // In EnvKind's order; scripts/gen-docs' ENV_KINDS spells them alike.
+  static constexpr const char* kNames[] = {"path",   "text",   "integer",
+                                           "number", "choice", "list"};
+  static_assert(std::size(kNames) == static_cast<size_t>(EnvKind::kList) + 1);
+  return kNames[static_cast<int>(kind)];
 }
 
 std::optional<std::string> Get(Env env) {
