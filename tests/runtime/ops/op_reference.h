@@ -146,81 +146,53 @@ inline double BF16Value(uint16_t b) {
   return f;
 }
 
+// One element's bytes, which need not be aligned.
+template <typename T>
+void PutBytes(char* p, T v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+template <typename T>
+T TakeBytes(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
 inline void Encode(char* p, double v, DType t) {
   v = RoundTo(v, t);
   switch (t) {
-    case DType::kF32: {
-      float f = static_cast<float>(v);
-      std::memcpy(p, &f, 4);
-      break;
-    }
+    case DType::kF32:
+      return PutBytes(p, static_cast<float>(v));
     case DType::kF64:
-      std::memcpy(p, &v, 8);
-      break;
-    case DType::kF16: {
-      uint16_t h = HalfBits(v);
-      std::memcpy(p, &h, 2);
-      break;
-    }
-    case DType::kBF16: {
-      uint16_t h = BF16Bits(v);
-      std::memcpy(p, &h, 2);
-      break;
-    }
-    case DType::kI64: {
-      int64_t i = static_cast<int64_t>(v);
-      std::memcpy(p, &i, 8);
-      break;
-    }
-    case DType::kI32: {
-      int32_t i = static_cast<int32_t>(v);
-      std::memcpy(p, &i, 4);
-      break;
-    }
-    case DType::kBool: {
-      bool b = v != 0;
-      std::memcpy(p, &b, 1);
-      break;
-    }
+      return PutBytes(p, v);
+    case DType::kF16:
+      return PutBytes(p, HalfBits(v));
+    case DType::kBF16:
+      return PutBytes(p, BF16Bits(v));
+    case DType::kI64:
+      return PutBytes(p, static_cast<int64_t>(v));
+    case DType::kI32:
+      return PutBytes(p, static_cast<int32_t>(v));
+    case DType::kBool:
+      return PutBytes(p, v != 0);
   }
 }
 inline double Decode(const char* p, DType t) {
   switch (t) {
-    case DType::kF32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case DType::kF64: {
-      double d;
-      std::memcpy(&d, p, 8);
-      return d;
-    }
-    case DType::kF16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      return HalfValue(h);
-    }
-    case DType::kBF16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      return BF16Value(h);
-    }
-    case DType::kI64: {
-      int64_t i;
-      std::memcpy(&i, p, 8);
-      return static_cast<double>(i);
-    }
-    case DType::kI32: {
-      int32_t i;
-      std::memcpy(&i, p, 4);
-      return i;
-    }
-    case DType::kBool: {
-      uint8_t b;
-      std::memcpy(&b, p, 1);
-      return b != 0 ? 1.0 : 0.0;
-    }
+    case DType::kF32:
+      return TakeBytes<float>(p);
+    case DType::kF64:
+      return TakeBytes<double>(p);
+    case DType::kF16:
+      return HalfValue(TakeBytes<uint16_t>(p));
+    case DType::kBF16:
+      return BF16Value(TakeBytes<uint16_t>(p));
+    case DType::kI64:
+      return static_cast<double>(TakeBytes<int64_t>(p));
+    case DType::kI32:
+      return TakeBytes<int32_t>(p);
+    case DType::kBool:
+      return TakeBytes<uint8_t>(p) != 0 ? 1.0 : 0.0;
   }
   return kNaN;
 }
