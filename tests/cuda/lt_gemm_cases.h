@@ -286,17 +286,6 @@ inline void ExpectClose(const GemmCase& gc, const cpu::GemmArgs& g,
   EXPECT_EQ(bad, 0) << gc.Name();
 }
 
-inline double HostTolerance(DType t) {
-  switch (t) {
-    case DType::kF64:
-      return 1e-12;
-    case DType::kF32:
-      return 1e-5;
-    default:
-      return 1e-2;  // one rounding of C to 8 (bf16) or 11 (f16) bits
-  }
-}
-
 // Every transpose, batch kind (1, 3, 3 broadcasting A or B), bias,
 // activation and accumulation; single products also with a bias gradient.
 inline std::vector<GemmCase> AllCases(DType dtype, int64_t m, int64_t n,

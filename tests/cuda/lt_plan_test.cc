@@ -10,6 +10,7 @@
 #include "runtime/cpu/gemm.h"
 #include "runtime/cuda/cublaslt/cublaslt_plan.h"
 #include "tests/cuda/lt_gemm_cases.h"
+#include "tests/util/dtype_elements.h"
 
 namespace stepjit::runtime::cuda {
 namespace {
@@ -21,7 +22,6 @@ using lt_test::ExpectBiasGradClose;
 using lt_test::ExpectClose;
 using lt_test::GemmCase;
 using lt_test::HostGemm;
-using lt_test::HostTolerance;
 using lt_test::RunPlanOnHost;
 using ::testing::HasSubstr;
 
@@ -42,9 +42,10 @@ TEST(LtPlanTest, MatchesCpuGemmOnTheHost) {
         RunPlanOnHost(*plan);
         if (HasFatalFailure()) return;
         std::vector<double> scale = h.Scale(before);
-        ExpectClose(gc, h.args, h.out, want, scale, HostTolerance(t));
+        ExpectClose(gc, h.args, h.out, want, scale, test::GemmTolerance(t));
         if (gc.bias_grad) {
-          ExpectBiasGradClose(gc, h.args, h.grad, want_grad, HostTolerance(t));
+          ExpectBiasGradClose(gc, h.args, h.grad, want_grad,
+                              test::GemmTolerance(t));
         }
         ++cases;
       }

@@ -37,20 +37,6 @@ std::string Describe(const Case& c) {
                       c.broadcast_b);
 }
 
-// Relative tolerance against the abs-sum of each element's terms: covers the
-// f32 accumulation order in every backend, and for f16/bf16 the one rounding
-// of the output (2^-9 for bf16) plus f32 accumulation.
-double Tolerance(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return 1e-5;
-    case DType::kF64:
-      return 1e-12;
-    default:
-      return 1e-2;
-  }
-}
-
 // Runs one case with padded pitches and gaps between batch matrices, then
 // checks C against the f64 product of the stored (already rounded) inputs
 // and that nothing outside C changed.
@@ -115,7 +101,7 @@ void RunCase(DType dtype, GemmBackend backend, const Case& c) {
           ref += av * bv;
           abs_sum += std::abs(av * bv);
         }
-        ASSERT_NEAR(cbuf.Get(ci), ref, Tolerance(dtype) * abs_sum)
+        ASSERT_NEAR(cbuf.Get(ci), ref, test::GemmTolerance(dtype) * abs_sum)
             << "at batch " << bi << " C[" << i << "," << j << "]";
       }
     }

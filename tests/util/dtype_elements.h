@@ -1,6 +1,6 @@
 // Float buffers of any float dtype read and written one element at a time
-// as double: how the GEMM tests fill their operands and check their results
-// against float64 references.
+// as double, and the tolerance of a GEMM's result: how the GEMM tests fill
+// their operands and check their results against float64 references.
 #ifndef STEPJIT_TESTS_UTIL_DTYPE_ELEMENTS_H_
 #define STEPJIT_TESTS_UTIL_DTYPE_ELEMENTS_H_
 
@@ -41,6 +41,20 @@ class DTypeBuffer {
   ir::DType dtype_;
   std::vector<uint8_t> bytes_;
 };
+
+// A GEMM result element's tolerance, relative to the sum of its terms'
+// magnitudes: the f32 accumulation order of every backend, and for f16 and
+// bf16 one rounding of the output (2^-9 for bf16) on top.
+inline double GemmTolerance(ir::DType t) {
+  switch (t) {
+    case ir::DType::kF32:
+      return 1e-5;
+    case ir::DType::kF64:
+      return 1e-12;
+    default:
+      return 1e-2;
+  }
+}
 
 }  // namespace stepjit::test
 
