@@ -2,6 +2,7 @@
 #include "codegen/cuda/cuda_c.h"
 
 #include <cstdint>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "codegen/cuda/cuda_math.h"
@@ -10,22 +11,12 @@
 namespace stepjit::codegen::cuda {
 
 const char* MemType(DType t) {
-  switch (t) {
-    case DType::kF64:
-      return "double";
-    case DType::kF16:
-      return "__half";
-    case DType::kBF16:
-      return "__nv_bfloat16";
-    case DType::kBool:
-      return "unsigned char";
-    case DType::kI64:
-      return "long long";
-    case DType::kI32:
-      return "int";
-    default:
-      return "float";
-  }
+  // In DType's order: f32, f64, f16, bf16, i64, i32, bool.
+  static constexpr const char* kTypes[] = {
+      "float",     "double", "__half",       "__nv_bfloat16",
+      "long long", "int",    "unsigned char"};
+  static_assert(std::size(kTypes) == ir::kNumDTypes);
+  return kTypes[static_cast<int>(t)];
 }
 
 const char* RegType(DType t) {

@@ -23,6 +23,9 @@ std::vector<float> Values(const Tensor& t) {
 }
 
 enum class Opt { kSgd, kNesterovClipped, kAdamW, kDropoutAdamW };
+// Test names, in Opt's order.
+constexpr const char* kOptNames[] = {"Sgd", "NesterovClipped", "AdamW",
+                                     "DropoutAdamW"};
 
 struct Trainee {
   explicit Trainee(Opt o) : opt(o) {
@@ -156,17 +159,7 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, RandomBatchSizes,
                          ::testing::Values(Opt::kSgd, Opt::kNesterovClipped,
                                            Opt::kAdamW, Opt::kDropoutAdamW),
                          [](const auto& info) {
-                           switch (info.param) {
-                             case Opt::kSgd:
-                               return "Sgd";
-                             case Opt::kNesterovClipped:
-                               return "NesterovClipped";
-                             case Opt::kAdamW:
-                               return "AdamW";
-                             case Opt::kDropoutAdamW:
-                               return "DropoutAdamW";
-                           }
-                           return "";
+                           return kOptNames[static_cast<int>(info.param)];
                          });
 
 // A loss weight that changes every call while the batch size changes too:
