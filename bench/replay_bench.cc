@@ -20,6 +20,26 @@
 namespace stepjit::bench {
 namespace {
 
+// Runs `step` once per benchmark iteration; then reports the kernels a step
+// launches (`kernels()`) as counter `count` and the wall time per launched
+// kernel as counter `per_kernel`.
+template <typename Step, typename Kernels>
+void TimeSteps(benchmark::State& state, Step step, Kernels kernels,
+               const char* count, const char* per_kernel) {
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    Tensor out = step();
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+  const double us = std::chrono::duration<double, std::micro>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+  const double n = static_cast<double>(kernels());
+  state.counters[count] = n;
+  state.counters[per_kernel] =
+      us / (n * static_cast<double>(state.iterations()));
+}
+
 void BM_ReplayLaunch(benchmark::State& state) {
   CompileOptions options{.mode = Mode::kCompiled};
   options.verify = Verify::kOffUnsafe;
@@ -37,18 +57,10 @@ void BM_ReplayLaunch(benchmark::State& state) {
     state.SkipWithError("the step did not replay");
     return;
   }
-  const auto start = std::chrono::steady_clock::now();
-  for (auto _ : state) {
-    Tensor y = step(x);
-    benchmark::DoNotOptimize(y.data_ptr());
-  }
-  const double us = std::chrono::duration<double, std::micro>(
-                        std::chrono::steady_clock::now() - start)
-                        .count();
-  const double launches = static_cast<double>(step.stats().kernels_per_step);
-  state.counters["launches"] = launches;
-  state.counters["us_per_launch"] =
-      us / (launches * static_cast<double>(state.iterations()));
+  TimeSteps(
+      state, [&] { return step(x); },
+      [&] { return step.stats().kernels_per_step; }, "launches",
+      "us_per_launch");
 }
 BENCHMARK(BM_ReplayLaunch)->Name("Replay/launch")->UseRealTime();
 
@@ -57,18 +69,9 @@ void BM_ReplayWorkload(benchmark::State& state, const Workload* w) {
   options.verify = Verify::kOffUnsafe;
   WorkloadRun run(*w, options);
   for (int64_t i = 0; i < run.StepsToWarm(); ++i) run.Step();
-  const auto start = std::chrono::steady_clock::now();
-  for (auto _ : state) {
-    Tensor loss = run.Step();
-    benchmark::DoNotOptimize(loss.data_ptr());
-  }
-  const double us = std::chrono::duration<double, std::micro>(
-                        std::chrono::steady_clock::now() - start)
-                        .count();
-  const double kernels = static_cast<double>(run.stats().kernels_per_step);
-  state.counters["kernels"] = kernels;
-  state.counters["us_per_kernel"] =
-      us / (kernels * static_cast<double>(state.iterations()));
+  TimeSteps(
+      state, [&] { return run.Step(); },
+      [&] { return run.stats().kernels_per_step; }, "kernels", "us_per_kernel");
 }
 
 const bool registered = [] {
