@@ -45,18 +45,28 @@ class Parser : public TokenStream {
   }
 
  private:
+  // The next token, a name of `kind` (else "expected `expected`, found ...")
+  // that IsValidParamName accepts (else "<what><name><why>").
+  absl::StatusOr<const Token*> ParseName(TokenKind kind,
+                                         absl::string_view expected,
+                                         absl::string_view what,
+                                         absl::string_view why) {
+    if (Peek().kind != kind) return Unexpected(Peek(), expected);
+    const Token& name = Next();
+    if (!IsValidParamName(name.text)) {
+      return ErrorAt(name, absl::StrCat(what, name.text, why));
+    }
+    return &name;
+  }
+
   absl::StatusOr<std::unique_ptr<Graph>> ParseGraphDef(const Scope* parent) {
     if (!Peek().IsIdent("graph")) return Unexpected(Peek(), "`graph`");
     Next();
-    if (Peek().kind != TokenKind::kGraphName) {
-      return Unexpected(Peek(), "a graph name like @step after `graph`");
-    }
-    const Token& name = Next();
-    if (!IsValidParamName(name.text)) {
-      return ErrorAt(name, absl::StrCat("graph name @", name.text,
-                                        " must not be all digits"));
-    }
-    auto graph = std::make_unique<Graph>(name.text);
+    ASSIGN_OR_RETURN(const Token* name,
+                     ParseName(TokenKind::kGraphName,
+                               "a graph name like @step after `graph`",
+                               "graph name @", " must not be all digits"));
+    auto graph = std::make_unique<Graph>(name->text);
     Scope scope{parent, {}};
     RETURN_IF_ERROR(Expect('(', "after the graph name"));
     RETURN_IF_ERROR(ParseParams(*graph, scope));
@@ -81,14 +91,12 @@ class Parser : public TokenStream {
       return absl::OkStatus();
     }
     while (true) {
-      if (Peek().kind != TokenKind::kValueName) {
-        return Unexpected(Peek(), "a parameter like `%x: f32[2] input`");
-      }
-      const Token& name = Next();
-      if (!IsValidParamName(name.text)) {
-        return ErrorAt(name, absl::StrCat("parameter name %", name.text,
-                                          " is reserved for node results"));
-      }
+      ASSIGN_OR_RETURN(
+          const Token* name_token,
+          ParseName(TokenKind::kValueName,
+                    "a parameter like `%x: f32[2] input`", "parameter name %",
+                    " is reserved for node results"));
+      const Token& name = *name_token;
       if (auto it = scope.symbols.find(name.text); it != scope.symbols.end()) {
         return ErrorAt(
             name, absl::StrCat("duplicate parameter name %", name.text,
