@@ -86,10 +86,7 @@ TEST_P(UnaryOpTest, MatchesReferenceOnContiguousAndTransposedInput) {
 INSTANTIATE_TEST_SUITE_P(AllUnaryOps, UnaryOpTest,
                          ::testing::Combine(::testing::ValuesIn(kUnaryCases),
                                             ::testing::ValuesIn(kFloatTypes)),
-                         [](const auto& info) {
-                           return std::string(std::get<0>(info.param).name) +
-                                  "_" + Name(std::get<1>(info.param));
-                         });
+                         CaseAndDTypeName());
 
 TEST(UnaryOpValuesTest, SpecialValues) {
   const Tensor x = Make({-kInf, -2, -0.0, 0, 0.5, kInf, kNaN}, {7});
@@ -244,10 +241,7 @@ TEST_P(BinaryOpTest, NonContiguousOperands) {
 INSTANTIATE_TEST_SUITE_P(AllBinaryOps, BinaryOpTest,
                          ::testing::Combine(::testing::ValuesIn(kBinaryCases),
                                             ::testing::ValuesIn(kFloatTypes)),
-                         [](const auto& info) {
-                           return std::string(std::get<0>(info.param).name) +
-                                  "_" + Name(std::get<1>(info.param));
-                         });
+                         CaseAndDTypeName());
 
 TEST(BinaryOpValuesTest, TypePromotion) {
   const Tensor f16 = Make({1.5, -2, 3}, {3}, DType::kF16);

@@ -70,6 +70,16 @@ inline constexpr DType kAllTypes[] = {DType::kF32,  DType::kF64, DType::kF16,
 
 inline std::string Name(DType t) { return std::string(ir::DTypeName(t)); }
 
+// Test names "<case>_<dtype>" for suites over (a case with a `name`, a
+// dtype).
+struct CaseAndDTypeName {
+  template <typename Info>
+  std::string operator()(const Info& info) const {
+    return std::string(std::get<0>(info.param).name) + "_" +
+           Name(std::get<1>(info.param));
+  }
+};
+
 // ---------------------------------------------------------------------------
 // Independent encodings of the stored formats (not the library's
 // Half/BFloat16).

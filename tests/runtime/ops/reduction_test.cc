@@ -130,10 +130,7 @@ INSTANTIATE_TEST_SUITE_P(
     AllReductions, ReductionTest,
     ::testing::Combine(::testing::Values(kSum, kMean, kAmax, kVar0, kVar1),
                        ::testing::ValuesIn(kFloatTypes)),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param).name) + "_" +
-             Name(std::get<1>(info.param));
-    });
+    CaseAndDTypeName());
 
 class ArgmaxTest : public ::testing::TestWithParam<DType> {};
 
