@@ -220,55 +220,30 @@ TEST(MultinomialTest, RefusesBadWeightsAndArguments) {
   auto row = [](Values v) {
     return from_vector(v, {1, static_cast<int64_t>(v.size())});
   };
-  ExpectError(
-      [&] {
-        multinomial(row({1, -1, 2}), 1);
-      },
-      {"multinomial", "row 0", "weight -1 at category 1", "finite and >= 0"});
-  ExpectError(
-      [&] {
-        multinomial(row({1, kNaN}), 1);
-      },
-      {"multinomial", "nan", "category 1"});
-  ExpectError(
-      [&] {
-        multinomial(row({std::numeric_limits<double>::infinity(), 1}), 1);
-      },
-      {"multinomial", "inf", "category 0"});
-  ExpectError(
-      [&] {
-        multinomial(zeros({2, 3}), 1, true);
-      },
-      {"multinomial", "row 0", "no positive weight"});
+  // multinomial(weights, num_samples, replacement) throws an error naming
+  // multinomial and holding every one of `parts`.
+  auto refused = [](const Tensor& weights, int64_t num_samples,
+                    bool replacement, std::vector<std::string> parts) {
+    parts.insert(parts.begin(), "multinomial");
+    ExpectError([&] { multinomial(weights, num_samples, replacement); }, parts);
+  };
+  refused(row({1, -1, 2}), 1, false,
+          {"row 0", "weight -1 at category 1", "finite and >= 0"});
+  refused(row({1, kNaN}), 1, false, {"nan", "category 1"});
+  refused(row({std::numeric_limits<double>::infinity(), 1}), 1, false,
+          {"inf", "category 0"});
+  refused(zeros({2, 3}), 1, true, {"row 0", "no positive weight"});
   EXPECT_NO_THROW(
       multinomial(row({1, 0, 1}), 3, true));  // fine with replacement
-  ExpectError(
-      [&] {
-        multinomial(row({1, 0, 1}), 3);
-      },
-      {"multinomial", "2 categories with positive weight", "3 samples"});
-  ExpectError(
-      [&] {
-        multinomial(row({1, 2}), 3);
-      },
-      {"multinomial", "num_samples must be >= 1 and <= 2", "got 3"});
-  ExpectError(
-      [&] {
-        multinomial(row({1, 2}), 0, true);
-      },
-      {"multinomial", "num_samples must be >= 1", "got 0"});
-  ExpectError(
-      [&] {
-        multinomial(zeros({2, 3}, {.dtype = DType::kI64}), 1);
-      },
-      {"multinomial", "floating-point weights"});
-  ExpectError(
-      [&] {
-        multinomial(zeros({2, 0}), 1);
-      },
-      {"multinomial", "non-empty last dim"});
-  ExpectError([&] { multinomial(scalar_tensor(1.0), 1); },
-              {"multinomial", "non-empty last dim"});
+  refused(row({1, 0, 1}), 3, false,
+          {"2 categories with positive weight", "3 samples"});
+  refused(row({1, 2}), 3, false,
+          {"num_samples must be >= 1 and <= 2", "got 3"});
+  refused(row({1, 2}), 0, true, {"num_samples must be >= 1", "got 0"});
+  refused(zeros({2, 3}, {.dtype = DType::kI64}), 1, false,
+          {"floating-point weights"});
+  refused(zeros({2, 0}), 1, false, {"non-empty last dim"});
+  refused(scalar_tensor(1.0), 1, false, {"non-empty last dim"});
 }
 
 }  // namespace
