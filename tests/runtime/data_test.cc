@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ir/status.h"
 #include "runtime/cuda/backend.h"
@@ -22,14 +23,7 @@
 namespace stepjit::data {
 namespace {
 
-// Passes when `text` contains `part`; prints the whole text otherwise.
-::testing::AssertionResult Contains(const std::string& text,
-                                    const std::string& part) {
-  if (text.find(part) != std::string::npos)
-    return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << "\"" << text << "\" does not contain \"" << part << "\"";
-}
+using ::testing::HasSubstr;
 
 std::vector<uint8_t> IdxBytes(uint8_t type, std::vector<uint32_t> dims,
                               const std::vector<uint8_t>& payload) {
@@ -107,8 +101,8 @@ TEST_F(DataFilesTest, MissingFileNamesPath) {
   absl::StatusOr<IdxArray> a = ReadIdx(path);
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_TRUE(Contains(std::string(a.status().message()), path));
-  EXPECT_TRUE(Contains(std::string(a.status().message()), "does not exist"));
+  EXPECT_THAT(std::string(a.status().message()), HasSubstr(path));
+  EXPECT_THAT(std::string(a.status().message()), HasSubstr("does not exist"));
 }
 
 TEST_F(DataFilesTest, BadMagicShowsFoundBytes) {
@@ -118,16 +112,17 @@ TEST_F(DataFilesTest, BadMagicShowsFoundBytes) {
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
   const std::string msg(a.status().message());
-  EXPECT_TRUE(Contains(msg, path));
-  EXPECT_TRUE(Contains(msg, "bad magic number"));
-  EXPECT_TRUE(Contains(msg, "found 12 34 08 01"));
+  EXPECT_THAT(msg, HasSubstr(path));
+  EXPECT_THAT(msg, HasSubstr("bad magic number"));
+  EXPECT_THAT(msg, HasSubstr("found 12 34 08 01"));
 
   // An unknown element type is a bad magic too.
   const std::string path2 =
       Write("bad2.idx", {0, 0, 0x07, 0x01, 0, 0, 0, 0}, false);
   a = ReadIdx(path2);
   ASSERT_FALSE(a.ok());
-  EXPECT_TRUE(Contains(std::string(a.status().message()), "found 00 00 07 01"));
+  EXPECT_THAT(std::string(a.status().message()),
+              HasSubstr("found 00 00 07 01"));
 }
 
 TEST_F(DataFilesTest, TruncatedDataSaysExpectedAndFound) {
@@ -139,27 +134,27 @@ TEST_F(DataFilesTest, TruncatedDataSaysExpectedAndFound) {
     ASSERT_FALSE(a.ok());
     EXPECT_EQ(a.status().code(), absl::StatusCode::kDataLoss);
     const std::string msg(a.status().message());
-    EXPECT_TRUE(Contains(msg, path));
-    EXPECT_TRUE(Contains(msg, "truncated"));
-    EXPECT_TRUE(Contains(msg, "[4, 4] need 16 data bytes"));
-    EXPECT_TRUE(Contains(msg, "found 10"));
+    EXPECT_THAT(msg, HasSubstr(path));
+    EXPECT_THAT(msg, HasSubstr("truncated"));
+    EXPECT_THAT(msg, HasSubstr("[4, 4] need 16 data bytes"));
+    EXPECT_THAT(msg, HasSubstr("found 10"));
   }
 }
 
 TEST_F(DataFilesTest, TruncatedHeaderAndTrailingBytes) {
   absl::StatusOr<IdxArray> a = ReadIdx(Write("h.idx", {0, 0, 8}, false));
   ASSERT_FALSE(a.ok());
-  EXPECT_TRUE(Contains(std::string(a.status().message()),
-                       "expected a 4-byte magic number, found 3 bytes"));
+  EXPECT_THAT(std::string(a.status().message()),
+              HasSubstr("expected a 4-byte magic number, found 3 bytes"));
 
   a = ReadIdx(Write("d.idx", {0, 0, 8, 2, 0, 0, 0, 1, 0, 0}, false));
   ASSERT_FALSE(a.ok());
-  EXPECT_TRUE(Contains(std::string(a.status().message()),
-                       "expected 2 dims (8 bytes) after the magic, found 6"));
+  EXPECT_THAT(std::string(a.status().message()),
+              HasSubstr("expected 2 dims (8 bytes) after the magic, found 6"));
 
   a = ReadIdx(Write("x.idx", IdxBytes(0x08, {2}, {1, 2, 3}), false));
   ASSERT_FALSE(a.ok());
-  EXPECT_TRUE(Contains(std::string(a.status().message()), "trailing bytes"));
+  EXPECT_THAT(std::string(a.status().message()), HasSubstr("trailing bytes"));
 }
 
 TEST_F(DataFilesTest, TornGzipIsAnError) {
@@ -172,7 +167,7 @@ TEST_F(DataFilesTest, TornGzipIsAnError) {
   absl::StatusOr<IdxArray> a = ReadIdx(path);
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_TRUE(Contains(std::string(a.status().message()), path));
+  EXPECT_THAT(std::string(a.status().message()), HasSubstr(path));
 }
 
 // A .gz cut just before (or inside) its 8-byte CRC and length trailer
@@ -218,18 +213,19 @@ TEST_F(DataFilesTest, ADeclaredSizeTheFileCannotHoldIsRefusedUpFront) {
   absl::StatusOr<IdxArray> a = ReadIdx(gz);
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_TRUE(Contains(
+  EXPECT_THAT(
       std::string(a.status().message()),
-      "declares dims [3221225472] (3221225472 data bytes), more than its "))
+      HasSubstr(
+          "declares dims [3221225472] (3221225472 data bytes), more than its "))
       << a.status().message();
-  EXPECT_TRUE(Contains(std::string(a.status().message()),
-                       "bytes of gzip data can hold"));
+  EXPECT_THAT(std::string(a.status().message()),
+              HasSubstr("bytes of gzip data can hold"));
   const std::string plain = Write("big.idx", bytes, false);
   a = ReadIdx(plain);
   ASSERT_FALSE(a.ok());
-  EXPECT_TRUE(
-      Contains(std::string(a.status().message()),
-               "need 3221225472 data bytes after the header, found 4096"))
+  EXPECT_THAT(
+      std::string(a.status().message()),
+      HasSubstr("need 3221225472 data bytes after the header, found 4096"))
       << a.status().message();
 }
 
@@ -244,10 +240,10 @@ TEST_F(DataFilesTest, GzipBombsAreRefusedFromTheirHeaders) {
   absl::StatusOr<IdxArray> a = ReadIdx(bomb, {.max_bytes = 1 << 20});
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(Contains(
-      std::string(a.status().message()),
-      "declares dims [4096, 1024] (4194304 data bytes), more than the reader's "
-      "limit (1048576 bytes); nothing was inflated"))
+  EXPECT_THAT(std::string(a.status().message()),
+              HasSubstr("declares dims [4096, 1024] (4194304 data bytes), more "
+                        "than the reader's limit (1048576 bytes); nothing was "
+                        "inflated"))
       << a.status().message();
   a = ReadIdx(bomb, {.header_only = true});
   ASSERT_TRUE(a.ok()) << a.status();
@@ -262,17 +258,17 @@ TEST_F(DataFilesTest, GzipBombsAreRefusedFromTheirHeaders) {
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), absl::StatusCode::kResourceExhausted)
       << d.status();
-  EXPECT_TRUE(Contains(std::string(d.status().message()),
-                       "more than the reader's limit"));
+  EXPECT_THAT(std::string(d.status().message()),
+              HasSubstr("more than the reader's limit"));
   // Labels that do not match are found before the images are inflated.
   Write("t10k-images-idx3-ubyte.gz", IdxBytes(0x08, {5000000, 28, 28}, zeros),
         true);
   Write("t10k-labels-idx1-ubyte.gz", IdxBytes(0x08, {7}, {}), true);
   d = LoadFashionMnist(dir_.string(), false);
   ASSERT_FALSE(d.ok());
-  EXPECT_TRUE(
-      Contains(std::string(d.status().message()),
-               "expected u8 labels of dims [5000000] to match the images"))
+  EXPECT_THAT(
+      std::string(d.status().message()),
+      HasSubstr("expected u8 labels of dims [5000000] to match the images"))
       << d.status().message();
 }
 
@@ -281,9 +277,10 @@ TEST_F(DataFilesTest, AnEmptySplitIsAnError) {
   Write("t10k-labels-idx1-ubyte", IdxBytes(0x08, {0}, {}), false);
   absl::StatusOr<Dataset> d = LoadFashionMnist(dir_.string(), false);
   ASSERT_FALSE(d.ok());
-  EXPECT_TRUE(Contains(std::string(d.status().message()),
-                       "holds no images (dims [0, 28, 28]); a dataset needs at "
-                       "least one example"))
+  EXPECT_THAT(
+      std::string(d.status().message()),
+      HasSubstr("holds no images (dims [0, 28, 28]); a dataset needs at "
+                "least one example"))
       << d.status().message();
 }
 
@@ -293,14 +290,14 @@ TEST_F(DataFilesTest, MissingFashionMnistDirNamesPackage) {
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), absl::StatusCode::kNotFound);
   const std::string msg(d.status().message());
-  EXPECT_TRUE(Contains(msg, "no_such_dir"));
-  EXPECT_TRUE(Contains(msg, "dataset-fashion-mnist"));
-  EXPECT_TRUE(Contains(msg, "/usr/share/datasets/fashion-mnist"));
+  EXPECT_THAT(msg, HasSubstr("no_such_dir"));
+  EXPECT_THAT(msg, HasSubstr("dataset-fashion-mnist"));
+  EXPECT_THAT(msg, HasSubstr("/usr/share/datasets/fashion-mnist"));
 
   d = LoadFashionMnist(dir_.string(), /*train=*/false);
   ASSERT_FALSE(d.ok());
-  EXPECT_TRUE(
-      Contains(std::string(d.status().message()), "t10k-images-idx3-ubyte.gz"));
+  EXPECT_THAT(std::string(d.status().message()),
+              HasSubstr("t10k-images-idx3-ubyte.gz"));
 }
 
 TEST_F(DataFilesTest, LoadsSmallFashionMnistSplit) {
@@ -339,8 +336,8 @@ TEST_F(DataFilesTest, LoadsSmallFashionMnistSplit) {
   Write("t10k-labels-idx1-ubyte", IdxBytes(0x08, {kN}, {9, 10, 4}), false);
   absl::StatusOr<Dataset> bad = LoadFashionMnist(dir_.string(), false);
   ASSERT_FALSE(bad.ok());
-  EXPECT_TRUE(Contains(std::string(bad.status().message()),
-                       "label 1 is 10, expected a class in [0, 9]"));
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("label 1 is 10, expected a class in [0, 9]"));
 }
 
 TEST(FashionMnistTest, RealFilesLoad) {
@@ -600,8 +597,8 @@ TEST(DataLoaderTest, RejectsASamplerWithShuffleOrAnotherDatasetSize) {
                       {.batch_size = 2, .shuffle = true, .sampler = sampler});
     ADD_FAILURE() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_TRUE(Contains(e.what(),
-                         "shuffle=true and a sampler both order the samples"));
+    EXPECT_THAT(e.what(),
+                HasSubstr("shuffle=true and a sampler both order the samples"));
   }
   auto other = std::make_shared<DistributedSampler>(
       12, DistributedSamplerOptions{.num_replicas = 2, .rank = 0});
@@ -609,10 +606,10 @@ TEST(DataLoaderTest, RejectsASamplerWithShuffleOrAnotherDatasetSize) {
     DataLoader loader(ds, {.batch_size = 2, .sampler = other});
     ADD_FAILURE() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_TRUE(
-        Contains(e.what(),
-                 "the sampler was made for a dataset of 12 samples, but the "
-                 "dataset has 10"));
+    EXPECT_THAT(
+        e.what(),
+        HasSubstr("the sampler was made for a dataset of 12 samples, but the "
+                  "dataset has 10"));
   }
 }
 
@@ -633,9 +630,9 @@ TEST(DatasetTest, GetSubsetAndErrors) {
     ds.Get(std::vector<int64_t>{10});
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_TRUE(
-        Contains(std::string(e.what()),
-                 "index 10 is out of range for a dataset of 10 samples"));
+    EXPECT_THAT(
+        std::string(e.what()),
+        HasSubstr("index 10 is out of range for a dataset of 10 samples"));
   }
   EXPECT_THROW(ds.Subset(11), Error);
   EXPECT_THROW(Dataset(from_vector(std::vector<float>{1, 2}, {2}),
