@@ -215,33 +215,20 @@ namespace {
 // step compiled in f32: mean loss over the last 50 steps within 0.05 and
 // validation accuracy (evaluated under autocast) within 3 points.
 TEST(AmpCompileTest, CompiledBf16TrainingTracksF32) {
-  const testing_task::ClassificationTask task = testing_task::OverlappingClasses();
-  const int64_t n = testing_task::ClassificationTask::kTrain;
-  const Tensor &x_train = task.x_train, &y_train = task.y_train;
-  const Tensor &x_val = task.x_val, &y_val = task.y_val;
-  auto train = [&](DType amp_dtype) {
+  const testing_task::ClassificationTask task =
+      testing_task::OverlappingClasses();
+  testing_task::ExpectBf16TracksF32("compiled ", [&](bool bf16) {
     nn::Sequential model = testing_task::TaskMlp();
     optim::AdamW opt(model.parameters(), {.lr = 3e-3});
-    auto fast = compile(test::CrossEntropyStep(model, opt), {.amp = amp_dtype});
-    double tail = 0;
-    for (int step = 0; step < 200; ++step) {
-      const int64_t b = (step * 64) % n;
-      const double l = fast(x_train.slice(0, b, b + 64), y_train.slice(0, b, b + 64)).item();
-      if (step >= 150) tail += l / 50;
-    }
+    auto fast = compile(test::CrossEntropyStep(model, opt),
+                        {.amp = bf16 ? DType::kBF16 : DType::kF32});
+    const testing_task::TaskRun run = testing_task::TrainAndEvaluate(
+        task, model,
+        [&](const Tensor& x, const Tensor& y) { return fast(x, y).item(); },
+        bf16);
     EXPECT_GE(fast.stats().replays, 197);
-    NoGradGuard no_grad;
-    amp::Autocast guard(DType::kBF16, amp_dtype != DType::kF32);
-    const double acc = mean(eq(argmax(model(x_val), 1), y_val).to(DType::kF32)).item();
-    return std::pair{tail, acc};
-  };
-  auto [loss32, acc32] = train(DType::kF32);
-  auto [loss16, acc16] = train(DType::kBF16);
-  std::printf("compiled f32: tail loss %.4f val acc %.4f; compiled bf16: tail loss %.4f val acc %.4f\n",
-              loss32, acc32, loss16, acc16);
-  EXPECT_GT(acc32, 0.6);  // overlapping classes: chance is 0.25
-  EXPECT_NEAR(loss16, loss32, 0.05);
-  EXPECT_NEAR(acc16, acc32, 0.03);
+    return run;
+  });
 }
 
 }  // namespace

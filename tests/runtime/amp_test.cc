@@ -278,42 +278,26 @@ TEST(ClipGradNormTest, MatchesAFloat64Reference) {
 // close to the f32 run: mean loss over the last 50 steps within 0.05 and
 // validation accuracy within 3 points.
 TEST(AutocastTest, Bf16TrainingTracksF32) {
-  const testing_task::ClassificationTask task = testing_task::OverlappingClasses();
-  const int64_t n = testing_task::ClassificationTask::kTrain;
-  const Tensor &x_train = task.x_train, &y_train = task.y_train;
-  const Tensor &x_val = task.x_val, &y_val = task.y_val;
-  auto train = [&](bool bf16) {
+  const testing_task::ClassificationTask task =
+      testing_task::OverlappingClasses();
+  testing_task::ExpectBf16TracksF32("", [&](bool bf16) {
     nn::Sequential model = testing_task::TaskMlp();
     optim::AdamW opt(model.parameters(), {.lr = 3e-3});
-    std::vector<double> losses;
-    for (int step = 0; step < 200; ++step) {
-      const int64_t b = (step * 64) % n;
-      Tensor xb = x_train.slice(0, b, b + 64), yb = y_train.slice(0, b, b + 64);
-      opt.zero_grad();
-      Tensor loss;
-      {
-        amp::Autocast guard(DType::kBF16, bf16);
-        loss = cross_entropy(model(xb), yb);
-      }
-      loss.backward();
-      opt.step();
-      losses.push_back(loss.item());
-    }
-    NoGradGuard no_grad;
-    amp::Autocast guard(DType::kBF16, bf16);
-    Tensor pred = argmax(model(x_val), 1);
-    const double acc = mean(eq(pred, y_val).to(DType::kF32)).item();
-    double tail = 0;
-    for (int i = 150; i < 200; ++i) tail += losses[i] / 50;
-    return std::pair{tail, acc};
-  };
-  auto [loss32, acc32] = train(false);
-  auto [loss16, acc16] = train(true);
-  std::printf("f32: tail loss %.4f val acc %.4f; bf16: tail loss %.4f val acc %.4f\n", loss32, acc32,
-              loss16, acc16);
-  EXPECT_GT(acc32, 0.6);  // overlapping classes: chance is 0.25
-  EXPECT_NEAR(loss16, loss32, 0.05);
-  EXPECT_NEAR(acc16, acc32, 0.03);
+    return testing_task::TrainAndEvaluate(
+        task, model,
+        [&](const Tensor& x, const Tensor& y) {
+          opt.zero_grad();
+          Tensor loss;
+          {
+            amp::Autocast guard(DType::kBF16, bf16);
+            loss = cross_entropy(model(x), y);
+          }
+          loss.backward();
+          opt.step();
+          return loss.item();
+        },
+        bf16);
+  });
 }
 
 }  // namespace
