@@ -58,6 +58,13 @@ struct Trainee {
   int every = 0;          // >0: an extra term on every `every`-th call
   int calls = 0;
 
+  // Freezes (no gradients) or unfreezes the model's `layer`-th module, a
+  // Linear.
+  void SetFrozen(int layer, bool frozen) {
+    for (Tensor p : model->at<nn::LinearImpl>(layer)->parameters())
+      p.set_requires_grad(!frozen);
+  }
+
   Tensor Step(const Tensor& x, const Tensor& y) {
     optimizer->zero_grad();
     Tensor loss = cross_entropy(model(x), y) * loss_weight;
@@ -230,15 +237,10 @@ TEST(EveryCallTest, FreezingAndUnfreezingALayerMidRun) {
   for (Opt opt : {Opt::kSgd, Opt::kNesterov, Opt::kAdamW}) {
     SCOPED_TRACE(Name(opt));
     TwinRun run(opt, {});
-    auto set_frozen = [](Trainee& t, bool frozen) {
-      for (Tensor p : t.model->at<nn::LinearImpl>(0)->parameters())
-        p.set_requires_grad(!frozen);
-    };
-    std::vector<float> frozen_weight;
     EXPECT_EQ(run.Train(330,
                         [&](int i, Trainee& t) {
-                          if (i == 140) set_frozen(t, true);
-                          if (i == 260) set_frozen(t, false);
+                          if (i == 140) t.SetFrozen(0, true);
+                          if (i == 260) t.SetFrozen(0, false);
                         }),
               -1)
         << run.explain;
@@ -254,14 +256,10 @@ TEST(EveryCallTest, UnfreezingLateCreatesRealOptimizerStateInARecordingCall) {
   for (Opt opt : {Opt::kNesterov, Opt::kAdamW}) {
     SCOPED_TRACE(Name(opt));
     TwinRun run(opt, {});
-    auto set_frozen = [](Trainee& t, bool frozen) {
-      for (Tensor p : t.model->at<nn::LinearImpl>(2)->parameters())
-        p.set_requires_grad(!frozen);
-    };
     EXPECT_EQ(run.Train(200,
                         [&](int i, Trainee& t) {
-                          if (i == 0) set_frozen(t, true);
-                          if (i == 150) set_frozen(t, false);
+                          if (i == 0) t.SetFrozen(2, true);
+                          if (i == 150) t.SetFrozen(2, false);
                         }),
               -1)
         << run.explain;
@@ -278,8 +276,7 @@ TEST(EveryCallTest, FrozenWeightsStayPutInTheCompiledStep) {
   std::vector<float> at_freeze;
   run.Train(200, [&](int i, Trainee& t) {
     if (i == 150 && &t == &run.compiled_twin) {
-      for (Tensor p : t.model->at<nn::LinearImpl>(0)->parameters())
-        p.set_requires_grad(false);
+      t.SetFrozen(0, true);
       at_freeze = Values(t.model->at<nn::LinearImpl>(0)->weight);
     }
   });
