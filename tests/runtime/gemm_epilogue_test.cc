@@ -138,21 +138,15 @@ void RunCase(DType dtype, GemmBackend backend, GemmActivation act,
       for (int64_t j = 0; j < c.n; ++j) {
         const int64_t at = p * sc + i * ldc + j;
         written[at] = true;
-        double x = bias.Get(j) + (c.accumulate ? before.Get(at) : 0.0);
-        double sum = std::abs(x);
-        for (int64_t q = 0; q < c.k; ++q) {
-          const double t =
-              a.Get(p * sa + (c.trans_a ? q * lda + i : i * lda + q)) *
-              b.Get(p * sb + (c.trans_b ? j * ldb + q : q * ldb + j));
-          x += t;
-          sum += std::abs(t);
-        }
-        const double want = Activate(act, x);
+        const test::ProductElement x = test::RefProductElement(
+            g, p, i, j, bias.Get(j) + (c.accumulate ? before.Get(at) : 0.0));
+        const double want = Activate(act, x.value);
         const double err = std::abs(out.Get(at) - want);
         if (worst) *worst = std::max(*worst, err);
-        ASSERT_LE(err, tol.rtol * sum * 1.2 + tol.atol * (1 + std::abs(want)))
+        ASSERT_LE(
+            err, tol.rtol * x.magnitude * 1.2 + tol.atol * (1 + std::abs(want)))
             << "C[" << p << "," << i << "," << j << "] = " << out.Get(at)
-            << ", want " << want << " (pre-activation " << x << ")";
+            << ", want " << want << " (pre-activation " << x.value << ")";
       }
     }
   }

@@ -91,17 +91,10 @@ void RunCase(DType dtype, GemmBackend backend, const Case& c) {
       for (int64_t j = 0; j < c.n; ++j) {
         const int64_t ci = bi * stride_c + i * ldc + j;
         in_c[ci] = true;
-        double ref = c.accumulate ? c0[ci] : 0.0;
-        double abs_sum = std::abs(ref);
-        for (int64_t p = 0; p < c.k; ++p) {
-          const double av =
-              a.Get(bi * stride_a + (c.trans_a ? p * lda + i : i * lda + p));
-          const double bv =
-              b.Get(bi * stride_b + (c.trans_b ? j * ldb + p : p * ldb + j));
-          ref += av * bv;
-          abs_sum += std::abs(av * bv);
-        }
-        ASSERT_NEAR(cbuf.Get(ci), ref, test::GemmTolerance(dtype) * abs_sum)
+        const test::ProductElement want = test::RefProductElement(
+            args, bi, i, j, c.accumulate ? c0[ci] : 0.0);
+        ASSERT_NEAR(cbuf.Get(ci), want.value,
+                    test::GemmTolerance(dtype) * want.magnitude)
             << "at batch " << bi << " C[" << i << "," << j << "]";
       }
     }

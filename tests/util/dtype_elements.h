@@ -4,10 +4,12 @@
 #ifndef STEPJIT_TESTS_UTIL_DTYPE_ELEMENTS_H_
 #define STEPJIT_TESTS_UTIL_DTYPE_ELEMENTS_H_
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "ir/dtype.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/loops.h"
 
 namespace stepjit::test {
@@ -41,6 +43,31 @@ class DTypeBuffer {
   ir::DType dtype_;
   std::vector<uint8_t> bytes_;
 };
+
+// One element of a product in float64 from the operands `g` holds: `init`
+// plus the terms op(A)[i, l] * op(B)[l, j] of batch element `batch`, in order
+// of l, and |init| plus the terms' magnitudes (what GemmTolerance is
+// relative to).
+struct ProductElement {
+  double value, magnitude;
+};
+inline ProductElement RefProductElement(const runtime::cpu::GemmArgs& g,
+                                        int64_t batch, int64_t i, int64_t j,
+                                        double init) {
+  ProductElement e{init, std::abs(init)};
+  for (int64_t l = 0; l < g.k; ++l) {
+    const double t =
+        LoadElement(
+            g.a, g.dtype,
+            batch * g.stride_a + (g.trans_a ? l * g.lda + i : i * g.lda + l)) *
+        LoadElement(
+            g.b, g.dtype,
+            batch * g.stride_b + (g.trans_b ? j * g.ldb + l : l * g.ldb + j));
+    e.value += t;
+    e.magnitude += std::abs(t);
+  }
+  return e;
+}
 
 // A GEMM result element's tolerance, relative to the sum of its terms'
 // magnitudes: the f32 accumulation order of every backend, and for f16 and
