@@ -137,6 +137,12 @@ absl::Status Emitter::EmitMain(RegionSource& out) {
     s.Line("}");
     return absl::OkStatus();
   };
+  // A partial's reduced element from its index `index`: the index itself,
+  // or `index op size` when each row splits into chunks.
+  auto chunked = [&](const char* index, const char* op, int64_t size) {
+    return layout_.chunks == 1 ? std::string(index)
+                               : absl::StrCat(index, " ", op, " ", Size(size));
+  };
   int64_t grid = 0;
   const bool vector = layout_.strategy == ReductionStrategy::kNone &&
                       bcast_.empty() && plan_.f_numel >= kVector;
@@ -165,12 +171,10 @@ absl::Status Emitter::EmitMain(RegionSource& out) {
   } else if (layout_.strategy == ReductionStrategy::kBlockPerRow) {
     s.Line(absl::StrCat("for (sj_index b = ", bid_, "; b < ",
                         Size(out.partials), "; b += ", grid_, ") {"));
-    RETURN_IF_ERROR(partial(
-        absl::StrCat("b", layout_.chunks == 1
-                              ? ""
-                              : absl::StrCat(" / ", Size(layout_.chunks))),
-        absl::StrCat("b % ", Size(layout_.chunks)),
-        "q = q_begin + threadIdx.x; q < q_end; q += blockDim.x"));
+    RETURN_IF_ERROR(
+        partial(chunked("b", "/", layout_.chunks),
+                absl::StrCat("b % ", Size(layout_.chunks)),
+                "q = q_begin + threadIdx.x; q < q_end; q += blockDim.x"));
     for (size_t a = 0; a < accs_.size(); ++a) {
       s.Line(absl::StrCat("a", a, " = sj_block_",
                           accs_[a]->op() == OpId::kAmax ? "amax" : "sum", "(a",
@@ -188,12 +192,9 @@ absl::Status Emitter::EmitMain(RegionSource& out) {
                         "< ",
                         Size(out.partials), "; t += (sj_index)", grid_,
                         " * blockDim.x) {"));
-    RETURN_IF_ERROR(partial(
-        absl::StrCat("t", layout_.chunks == 1
-                              ? ""
-                              : absl::StrCat(" % ", Size(plan_.r_numel))),
-        absl::StrCat("t / ", Size(plan_.r_numel)),
-        "q = q_begin; q < q_end; ++q"));
+    RETURN_IF_ERROR(partial(chunked("t", "%", plan_.r_numel),
+                            absl::StrCat("t / ", Size(plan_.r_numel)),
+                            "q = q_begin; q < q_end; ++q"));
     for (size_t a = 0; a < accs_.size(); ++a)
       s.Line(absl::StrCat("acc", a, "[t] = a", a, ";"));
     grid = (out.partials + block - 1) / block;
