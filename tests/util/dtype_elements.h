@@ -10,23 +10,39 @@
 
 #include "ir/dtype.h"
 #include "runtime/cpu/gemm.h"
-#include "runtime/cpu/loops.h"
 
 namespace stepjit::test {
 
-// Element `i` of the `dtype` elements at `p`; f16 and bf16 read back exactly.
+// Element `i` of the `dtype` elements at `p` (f32, f64, f16 or bf16); f16
+// and bf16 read back exactly.
 inline double LoadElement(const void* p, ir::DType dtype, int64_t i) {
-  double v = 0;
-  SJ_DISPATCH_FLOAT(
-      dtype, "LoadElement",
-      v = runtime::cpu::Convert<double>(static_cast<const T*>(p)[i]));
-  return v;
+  switch (dtype) {
+    case ir::DType::kF64:
+      return static_cast<const double*>(p)[i];
+    case ir::DType::kF16:
+      return static_cast<const ir::Half*>(p)[i];
+    case ir::DType::kBF16:
+      return static_cast<const ir::BFloat16*>(p)[i];
+    default:
+      return static_cast<const float*>(p)[i];
+  }
 }
 
 // Stores `v` rounded to `dtype` as element `i` at `p`.
 inline void StoreElement(void* p, ir::DType dtype, int64_t i, double v) {
-  SJ_DISPATCH_FLOAT(dtype, "StoreElement",
-                    static_cast<T*>(p)[i] = runtime::cpu::Convert<T>(v));
+  switch (dtype) {
+    case ir::DType::kF64:
+      static_cast<double*>(p)[i] = v;
+      break;
+    case ir::DType::kF16:
+      static_cast<ir::Half*>(p)[i] = ir::Half(static_cast<float>(v));
+      break;
+    case ir::DType::kBF16:
+      static_cast<ir::BFloat16*>(p)[i] = ir::BFloat16(static_cast<float>(v));
+      break;
+    default:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+  }
 }
 
 // `n` elements of `dtype`, zeroed; Get returns what a kernel sees of Set's
