@@ -1,7 +1,7 @@
 // OpenBLAS vs oneDNN on the GEMMs of an MLP 784-512-512-10 step, batch 128,
 // and of one layer of the char-LM GPT step.
 //
-// These numbers decide ChooseBackend in runtime/cpu/gemm.cc. Reproduce with
+// These numbers decide ChooseBackend in devices/cpu/gemm.cc. Reproduce with
 //   stepjit_benchmarks --benchmark_filter='Gemm|GemmStep'
 //       --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 // and read the medians. Shapes use libtorch's Linear layout, W[out, in]:
@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "devices/cpu/gemm.h"
 #include "ir/dtype.h"
-#include "runtime/cpu/gemm.h"
 
 namespace stepjit::runtime::cpu {
 namespace {

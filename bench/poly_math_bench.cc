@@ -15,7 +15,7 @@
 #include "absl/strings/str_replace.h"
 #include "codegen/cpu/region_kernel.h"
 #include "ir/parser.h"
-#include "runtime/cpu/program/cpu_backend.h"
+#include "program/cpu/cpu_backend.h"
 #include "runtime/dispatch.h"
 #include "runtime/ops.h"
 

@@ -10,7 +10,7 @@
 
 #include "ir/parser.h"
 #include "ir/status.h"
-#include "runtime/executor.h"
+#include "program/executor.h"
 #include "runtime/ops.h"
 #include "tests/util/region_check_program.h"
 

@@ -13,7 +13,7 @@
 #include "bench/workloads.h"
 #include "codegen/cpu/region_kernel.h"
 #include "ir/parser.h"
-#include "runtime/cpu/program/cpu_backend.h"
+#include "program/cpu/cpu_backend.h"
 
 namespace stepjit::bench {
 namespace {

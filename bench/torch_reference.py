@@ -6,7 +6,7 @@ stepjit-bench, f32 on the CPU with 2 threads, on a rotating pool of 16 random
 batches drawn with a fixed seed (the same scheme as stepjit-bench; the values
 differ because the generators differ, which does not matter for timing):
   mlp*            MLPs (Linear + ReLU) on random f32 inputs and class labels.
-  gpt_dD_lL_tT_bB stepjit's nn::GPT (runtime/nn/transformer.h): token and
+  gpt_dD_lL_tT_bB stepjit's nn::GPT (training/nn/transformer.h): token and
                   learned position embeddings, L pre-LN blocks (LayerNorm,
                   causal multi-head self-attention with one fused QKV
                   projection and an output projection, residual; LayerNorm,
@@ -118,7 +118,7 @@ def time_steps(call, pool, warmup, steps, sync=lambda out: None, varies=False):
 
 
 def torch_gpt(g):
-    """stepjit's nn::GPT of shape `g` (runtime/nn/transformer.h) as a torch
+    """stepjit's nn::GPT of shape `g` (training/nn/transformer.h) as a torch
     nn.Module, with the same init scheme and parameter count."""
     import torch
     from torch import nn

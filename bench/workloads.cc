@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/cuda/api.h"
+#include "devices/cuda/api.h"
 
 namespace stepjit::bench {
 

@@ -23,7 +23,7 @@ inline constexpr char kSizeRole[] = "size";
 
 // A copy of `body` (the same params in order, the same returns) in which
 // softmax, log_softmax, layer_norm, var, cross_entropy and mse_loss are
-// replaced by the arithmetic of their eager kernels (runtime/cpu/
+// replaced by the arithmetic of their eager kernels (devices/cpu/
 // nn_kernels.cc and reduce.cc), in the same precisions: softmax's exp in
 // f32 (f64 for f64) with an f64 sum; layer_norm, var and the losses in f64.
 // Unimplemented for a form the row plan does not take (softmax over a

@@ -1,5 +1,5 @@
 // A character-level GPT trained on the fortune databases of the Debian
-// package `fortunes` (runtime/data/char_corpus.h says how they are split),
+// package `fortunes` (training/data/char_corpus.h says how they are split),
 // eagerly and/or through stepjit::compile, with validation loss per epoch
 // and sampled text at the end.
 //
@@ -17,18 +17,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "dist/dist.h"
 #include "examples/ddp.h"
 #include "examples/progress.h"
 #include "frontend/stepjit.h"
 #include "ir/status.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/JSON.h"
-#include "runtime/data/char_corpus.h"
-#include "runtime/dist/dist.h"
 #include "runtime/host_memory.h"
-#include "runtime/nn/ddp.h"
 #include "tools/cli_flags.h"
 #include "tools/cli_output.h"
+#include "training/data/char_corpus.h"
+#include "training/nn/ddp.h"
 
 namespace {
 

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "dist/dist.h"
 #include "ir/status.h"
 #include "llvm/Support/JSON.h"
-#include "runtime/dist/dist.h"
 
 namespace stepjit::examples {
 

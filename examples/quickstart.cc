@@ -2,11 +2,11 @@
 #include <cstdio>
 
 #include "frontend/stepjit.h"
-#include "runtime/data/dataloader.h"
-#include "runtime/data/idx.h"
-#include "runtime/nn/layers.h"
 #include "runtime/ops.h"
-#include "runtime/optim/adamw.h"
+#include "training/data/dataloader.h"
+#include "training/data/idx.h"
+#include "training/nn/layers.h"
+#include "training/optim/adamw.h"
 using namespace stepjit;
 
 int main() {

@@ -3,9 +3,9 @@
 #include "frontend/checker.h"
 
 #include "absl/strings/str_cat.h"
+#include "program/region_check.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/generator.h"
-#include "runtime/region_check.h"
 
 namespace stepjit::frontend {
 namespace {

@@ -25,7 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "frontend/tracer.h"
-#include "runtime/executor.h"
+#include "program/executor.h"
 
 namespace stepjit::frontend {
 

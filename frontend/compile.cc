@@ -31,9 +31,9 @@
 #include "ir/printer.h"
 #include "passes/grad_scaler.h"
 #include "passes/pass_manager.h"
+#include "program/executor.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/dispatch.h"
-#include "runtime/executor.h"
 #include "runtime/profiler.h"
 #include "runtime/thread_pool.h"
 

@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/amp/grad_scaler.h"
 #include "runtime/dispatch.h"
 #include "runtime/tensor.h"
+#include "training/amp/grad_scaler.h"
 
 namespace stepjit {
 
@@ -166,7 +166,7 @@ struct CompileStats {
   int64_t checks = 0;
   int64_t check_failures = 0;
   // CPU: the threads the last trace's replays run on now, chosen by timing
-  // them (runtime/team_tuner.h; 0 where not tuned: CUDA, one core,
+  // them (program/team_tuner.h; 0 where not tuned: CUDA, one core,
   // STEPJIT_ADAPTIVE_THREADS=0), and how many times other counts were tried.
   int replay_threads = 0;
   int64_t thread_probes = 0;

@@ -4,9 +4,9 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "dist/dist.h"
 #include "runtime/amp/autocast.h"
 #include "runtime/autograd/grad_mode.h"
-#include "runtime/dist/dist.h"
 
 namespace stepjit::frontend {
 namespace {

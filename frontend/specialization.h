@@ -10,7 +10,7 @@
 #include "frontend/guards.h"
 #include "frontend/trace_record.h"
 #include "frontend/tracer.h"
-#include "runtime/executor.h"
+#include "program/executor.h"
 
 namespace stepjit::frontend {
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "config/env.h"
+#include "dist/dist.h"
 #include "frontend/dot_dump.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
@@ -24,9 +25,8 @@
 #include "passes/grad_scaler.h"
 #include "passes/memory_plan.h"
 #include "passes/pass_manager.h"
-#include "runtime/amp/grad_scaler.h"
 #include "runtime/autograd/grad_mode.h"
-#include "runtime/dist/dist.h"
+#include "training/amp/grad_scaler.h"
 
 namespace stepjit::frontend {
 namespace {

@@ -12,8 +12,8 @@
 #include "absl/container/inlined_vector.h"
 #include "frontend/trace_record.h"
 #include "ir/graph.h"
+#include "program/random_layout.h"
 #include "runtime/dispatch.h"
-#include "runtime/program/random_layout.h"
 #include "runtime/tensor.h"
 
 namespace stepjit::frontend {

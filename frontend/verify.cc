@@ -8,9 +8,9 @@
 #include "ir/status.h"
 #include "ir/verifier.h"
 #include "passes/pass_manager.h"
+#include "program/executor.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/dispatch.h"
-#include "runtime/executor.h"
 #include "runtime/generator.h"
 
 namespace stepjit::frontend {

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/io/safetensors.h"
+#include "training/io/safetensors.h"
 
 namespace {
 

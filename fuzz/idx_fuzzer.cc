@@ -14,7 +14,7 @@
 #include <fstream>
 #include <string>
 
-#include "runtime/data/idx.h"
+#include "training/data/idx.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1 || size > (1 << 20)) return 0;

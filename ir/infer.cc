@@ -573,7 +573,7 @@ const TensorType& BarrierToken() {
   return token;
 }
 
-// Collectives (runtime/dist/dist.h): all_reduce and broadcast keep the
+// Collectives (dist/dist.h): all_reduce and broadcast keep the
 // operand's type; all_gather stacks `world_size` operands along dim 0.
 absl::StatusOr<TensorType> InferCollective(OpId op,
                                            absl::Span<const TensorType> in,

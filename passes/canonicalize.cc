@@ -53,7 +53,7 @@ std::optional<double> ToDouble(T v) {
   }
 }
 
-// runtime/cpu/loops.h's Convert; nullopt where a float does not fit an integer.
+// devices/cpu/loops.h's Convert; nullopt where a float does not fit an integer.
 template <typename To, typename From>
 std::optional<To> Convert(From v) {
   if constexpr (kIs16Bit<To>) {

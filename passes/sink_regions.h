@@ -1,6 +1,6 @@
 // sink-regions: moves fusion regions down, next to the region that first
 // reads them, so that independent regions end up side by side and can launch
-// together on CUDA (runtime/cuda/program/region_groups.h). With loss scaling
+// together on CUDA (program/cuda/region_groups.h). With loss scaling
 // the per-gradient inf checks are each computed right after their gradient's
 // matmul; sunk, they sit together before the scaler update that reads them
 // all.

@@ -1,22 +1,45 @@
-// The registry of device runtimes: the one place that names every device
-// type.
+// The registry of device runtimes, filled by the devices layer
+// (devices/registry.cc) when the program starts.
 #include "runtime/device_runtime.h"
 
+#include <atomic>
+
 #include "ir/status.h"
-#include "runtime/cpu/device_runtime.h"
-#include "runtime/cuda/device_runtime.h"
 
 namespace stepjit::runtime {
 
+namespace {
+
+constexpr int kNumDeviceTypes = static_cast<int>(DeviceType::kCUDA) + 1;
+
+// Zero-initialized before any static initializer runs, so registration
+// from another file's initializer cannot come too early.
+constinit std::atomic<DeviceRuntimeGetter> g_runtimes[kNumDeviceTypes] = {};
+
+const char* TypeName(DeviceType type) {
+  return type == DeviceType::kCUDA ? "cuda" : "cpu";
+}
+
+}  // namespace
+
+void RegisterDeviceRuntime(DeviceType type, DeviceRuntimeGetter get) {
+  const int i = static_cast<int>(type);
+  SJ_CHECK(i >= 0 && i < kNumDeviceTypes, "unknown device type ", i);
+  g_runtimes[i].store(get, std::memory_order_release);
+}
+
 const DeviceRuntime& GetDeviceRuntime(DeviceType type) {
-  switch (type) {
-    case DeviceType::kCPU:
-      return cpu::Runtime();
-    case DeviceType::kCUDA:
-      return cuda::Runtime();
-  }
-  SJ_CHECK(false, "unknown device type ", static_cast<int>(type));
-  return cpu::Runtime();
+  const int i = static_cast<int>(type);
+  SJ_CHECK(i >= 0 && i < kNumDeviceTypes, "unknown device type ", i);
+  const DeviceRuntimeGetter get = g_runtimes[i].load(std::memory_order_acquire);
+  SJ_REQUIRE(get != nullptr, "no ", TypeName(type),
+             " device runtime is linked into this program: the devices "
+             "layer registers them (devices/registry.cc), and a program "
+             "linked with libstepjit.a by hand needs "
+             "-Wl,--undefined=stepjit_link_devices to keep it (the CMake "
+             "target stepjit::stepjit and `pkg-config --libs stepjit` add "
+             "it)");
+  return get();
 }
 
 Kernel GetKernel(ir::OpId op, Device device) {

@@ -2,8 +2,9 @@
 // transfers) needs from a device type, found by type in one registry:
 // its op kernels, its layout copy, transfers between it and the host, and
 // its memory. Dispatch and Storage never branch on a device type; a new
-// device type is a folder implementing one DeviceRuntime and one line in
-// runtime/device_runtime.cc.
+// device type is a folder of the devices layer implementing one
+// DeviceRuntime and one line in devices/registry.cc, which registers every
+// device type's runtime when the program starts.
 #ifndef STEPJIT_RUNTIME_DEVICE_RUNTIME_H_
 #define STEPJIT_RUNTIME_DEVICE_RUNTIME_H_
 
@@ -48,7 +49,17 @@ struct DeviceRuntime {
 };
 
 // The runtime of `type` (every DeviceType has one).
+// The runtime registered for `type`. Throws Error when none is: a program
+// linked without the devices layer's registry (libstepjit.a needs
+// -Wl,--undefined=stepjit_link_devices; the CMake target and pkg-config
+// add it).
 const DeviceRuntime& GetDeviceRuntime(DeviceType type);
+
+// Registers the runtime of a device type (the devices layer does, for every
+// type, during static initialization); a second registration replaces the
+// first.
+using DeviceRuntimeGetter = const DeviceRuntime& (*)();
+void RegisterDeviceRuntime(DeviceType type, DeviceRuntimeGetter get);
 
 // The kernel of `op` on `device`; throws Error naming the op and the device
 // when there is none.

@@ -10,7 +10,6 @@
 #include "runtime/amp/autocast.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/grad_mode.h"
-#include "runtime/cpu/device_runtime.h"
 #include "runtime/device_runtime.h"
 #include "runtime/object_pool.h"
 #include "runtime/pending.h"
@@ -254,7 +253,7 @@ PhiloxStart RandomStart(const KernelArgs& k) {
 }
 
 CpuKernel GetCpuKernel(OpId op) {
-  return cpu::Runtime().kernels[static_cast<int>(op)];
+  return GetDeviceRuntime(DeviceType::kCPU).kernels[static_cast<int>(op)];
 }
 
 Device FactoryDevice() { return t_factory_device; }

@@ -33,7 +33,7 @@ std::vector<Tensor> DispatchResults(ir::OpId op, absl::Span<const Tensor> inputs
 struct KernelArgs;
 
 // One op node of a built program, resolved once when the program is built
-// (runtime/program/replay.cc): its result types, the dtype each operand is
+// (program/replay.cc): its result types, the dtype each operand is
 // converted to, its kernel on the program's device. Launch allocates the
 // results and runs the kernel (views just restride); it infers no type,
 // records no autograd and reads none of the calling thread's dispatch state

@@ -1,6 +1,6 @@
 // The arguments of a GEMM call, the same on every device: the CPU runs them
-// with OpenBLAS or oneDNN (runtime/cpu/gemm.h), CUDA with cuBLASLt
-// (runtime/cuda/cublaslt/) or the host emulator.
+// with OpenBLAS or oneDNN (devices/cpu/gemm.h), CUDA with cuBLASLt
+// (devices/cuda/cublaslt/) or the host emulator.
 #ifndef STEPJIT_RUNTIME_GEMM_ARGS_H_
 #define STEPJIT_RUNTIME_GEMM_ARGS_H_
 
@@ -29,7 +29,7 @@ using GemmActivation = std::optional<ir::OpId>;
 // (DNNL_ARG_BIAS, an eltwise post-op); OpenBLAS does them in one pass over C
 // after the product. With `bias_grad`, the call also writes the bias gradient
 // bias_grad[i] = sum over l < k of op(A)[i, l] (m elements of `dtype`, 0 when
-// k == 0; runtime/cpu/gemm_bias_grad.h), for one product (batch == 1) only.
+// k == 0; devices/cpu/gemm_bias_grad.h), for one product (batch == 1) only.
 struct GemmArgs {
   ir::DType dtype;  // f32, f64, f16 or bf16; A, B and C all have this dtype
   bool trans_a = false, trans_b = false;

@@ -14,7 +14,6 @@
 #include "ir/status.h"
 #include "runtime/autograd/engine.h"
 #include "runtime/autograd/grad_mode.h"
-#include "runtime/cpu/kernels.h"
 #include "runtime/device_runtime.h"
 #include "runtime/dispatch.h"
 #include "runtime/object_pool.h"
@@ -160,7 +159,7 @@ Tensor Tensor::pin_memory() const {
   auto storage = std::make_shared<Storage>(numel() * element_size(), Device::cpu(),
                                            /*pinned=*/true);
   Tensor out = MakeTensor(storage, shape(), ir::ContiguousStrides(shape()), 0, dtype());
-  runtime::cpu::CopyInto(out, *this);
+  runtime::GetDeviceRuntime(DeviceType::kCPU).copy_into(out, *this);
   return out;
 }
 

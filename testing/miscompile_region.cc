@@ -10,7 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "codegen/region_plan.h"
 #include "ir/status.h"
-#include "runtime/program/region_override.h"
+#include "program/region_override.h"
 
 namespace stepjit::runtime {
 

@@ -1,7 +1,7 @@
 // Test support (not in libstepjit.a; the object library stepjit_testing):
 // a deliberate miscompile that the accuracy checker (Program::RunChecked)
 // must catch and name, installed through the library's region-body override
-// hook (runtime/program/region_override.h).
+// hook (program/region_override.h).
 #ifndef STEPJIT_TESTING_MISCOMPILE_REGION_H_
 #define STEPJIT_TESTING_MISCOMPILE_REGION_H_
 

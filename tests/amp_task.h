@@ -1,5 +1,5 @@
 // The small training task the mixed-precision tests share (eager in
-// runtime_tests, compiled in frontend_tests): 4 overlapping Gaussian classes
+// training_tests, compiled in frontend_tests): 4 overlapping Gaussian classes
 // in 20 dimensions, the MLP that learns it, and the check that training it
 // in bf16 tracks f32.
 #ifndef STEPJIT_TESTS_AMP_TASK_H_

@@ -5,7 +5,7 @@ accuracy PyTorch computes.
 
   torch_eval_fashion_mnist.py FILE.safetensors [--data-dir DIR]
 
-The inputs are prepared as stepjit's loader does (runtime/data/idx.h):
+The inputs are prepared as stepjit's loader does (training/data/idx.h):
 pixels / 255, normalized with mean 0.2860 and std 0.3530, in f32.
 """
 import argparse

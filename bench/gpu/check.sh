@@ -8,7 +8,7 @@
 # measures copy / fused-elementwise bandwidth and runs the NCCL tests, and
 # prints one table (bench/gpu/README.md).
 #
-#   bash bench/gpu/check.sh [--emulator] [dist/stepjit-gpu.tar.xz]
+#   bash bench/gpu/check.sh [--emulator] [gpu-bundle/stepjit-gpu.tar.xz]
 #
 # --emulator: the dry run for a machine without a GPU: the same phases and
 # output format on the host emulator (STEPJIT_CUDA_BACKEND=emulator), with
@@ -46,7 +46,7 @@ if [[ "${1:-}" == "--emulator" ]]; then
   emulator=1
   shift
 fi
-tarball="${1:-dist/stepjit-gpu.tar.xz}"
+tarball="${1:-gpu-bundle/stepjit-gpu.tar.xz}"
 budget="${STEPJIT_CHECK_BUDGET:-480}"
 if ((emulator)); then
   # Every CUDA call goes to the host emulator, in the tests too.
@@ -313,7 +313,7 @@ export python python_any repo out unpack_dir tarball work bin steps warmup cuda_
 phase env 20 bash -c environment
 cp "$work/env.log" "$out/env.txt" 2>/dev/null || true
 if [[ ! -f "$tarball" ]]; then
-  say "== no bundle at $tarball (make it with scripts/bundle-gpu and carry dist)"
+  say "== no bundle at $tarball (make it with scripts/bundle-gpu and carry gpu-bundle)"
   failures+=("unpack: no $tarball")
 else
   phase unpack 60 bash -c unpack

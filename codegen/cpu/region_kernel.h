@@ -36,7 +36,7 @@
 
 namespace stepjit::codegen::cpu {
 
-// The CPU backend's RunRegionKernel (runtime/cpu/program/cpu_backend.h)
+// The CPU backend's RunRegionKernel (program/cpu/cpu_backend.h)
 // calls these with ptrs: one pointer per body parameter (in order), then one
 // per body return, then `scratch` (num_slots 8-byte slots), then one double
 // buffer of reduced_numel elements per accumulator, then (a shape-generic

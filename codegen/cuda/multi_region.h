@@ -12,7 +12,7 @@
 // order scalar, main, reduced, so each member's kernels keep their order;
 // members run concurrently within a phase, which is why they must be
 // independent: no member may read a buffer another member writes (the
-// caller checks this; runtime/cuda/program/region_groups.h).
+// caller checks this; program/cuda/region_groups.h).
 //
 // Every phase kernel takes all members' arguments (RegionSource::params),
 // member after member, so one argument list serves every launch.

@@ -45,7 +45,7 @@ struct CompiledCuda {
 };
 
 // Where CUDA libraries and headers may be installed, shared by the searches
-// for NVRTC's headers (below) and for NCCL (runtime/cuda/nccl): the roots
+// for NVRTC's headers (below) and for NCCL (devices/cuda/nccl): the roots
 // $CUDA_HOME, $CUDA_PATH, /usr/local/cuda in that order, and the
 // site-packages folders of $VIRTUAL_ENV (lib/python3*/site-packages) that
 // exist, where NVIDIA's PyPI wheels install.

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "ir/status.h"
 // The emulator runs GEMMs on the host with the CPU library.
-#include "runtime/cpu/gemm.h"
+#include "devices/cpu/gemm.h"
 #include "testing/cuda_emulator/emulator_memory.h"
 #include "testing/cuda_emulator/emulator_streams.h"
 #include "testing/cuda_emulator/host_emulation.h"

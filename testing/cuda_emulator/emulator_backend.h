@@ -24,7 +24,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/cuda/backend.h"
+#include "devices/cuda/backend.h"
 
 namespace stepjit::runtime::cuda {
 

@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "runtime/cuda/backend.h"
+#include "devices/cuda/backend.h"
 
 namespace stepjit::runtime::cuda {
 

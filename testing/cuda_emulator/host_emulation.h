@@ -1,7 +1,7 @@
 // Generated CUDA C run on the host: the kernels are compiled as host C++
 // against an emulation of the CUDA built-ins they use, loaded with dlopen,
 // and launched with each block's threads as cooperative fibers on the calling
-// thread. This is what the host emulator backend (runtime/cuda/
+// thread. This is what the host emulator backend (devices/cuda/
 // emulator_backend.h) and the CUDA code generation tests run kernels with.
 //
 // Emulation model:

@@ -17,7 +17,7 @@
 #include "codegen/cuda/single_op.h"
 #include "gtest/gtest.h"
 #include "ir/parser.h"
-#include "runtime/cpu/program/cpu_backend.h"
+#include "program/cpu/cpu_backend.h"
 #include "runtime/dispatch.h"
 #include "runtime/ops.h"
 #include "testing/cuda_emulator/host_emulation.h"

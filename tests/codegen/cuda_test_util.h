@@ -22,7 +22,7 @@
 #include "gtest/gtest.h"
 #include "ir/dtype.h"
 #include "ir/graph.h"
-#include "runtime/cpu/program/cpu_backend.h"
+#include "program/cpu/cpu_backend.h"
 #include "runtime/ops.h"
 #include "runtime/tensor.h"
 #include "testing/cuda_emulator/host_emulation.h"

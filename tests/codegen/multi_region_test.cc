@@ -3,7 +3,7 @@
 // work, vectorized elementwise code, row and column reductions) run as one
 // group on the host emulation of CUDA and must give the bytes each region's
 // own kernels give; the module compiles with NVRTC for sm_80 and sm_90; and
-// the grouping rules of runtime/cuda/program/region_groups.h are checked on IR.
+// the grouping rules of program/cuda/region_groups.h are checked on IR.
 #include "codegen/cuda/multi_region.h"
 
 #include <cstring>
@@ -17,7 +17,7 @@
 #include "codegen/cuda/nvrtc.h"
 #include "gtest/gtest.h"
 #include "ir/parser.h"
-#include "runtime/cuda/program/region_groups.h"
+#include "program/cuda/region_groups.h"
 #include "runtime/ops.h"
 #include "testing/cuda_emulator/host_emulation.h"
 #include "tests/codegen/cuda_test_util.h"

@@ -15,7 +15,7 @@
 #include "codegen/cpu/region_kernel.h"
 #include "gtest/gtest.h"
 #include "ir/parser.h"
-#include "runtime/cpu/program/cpu_backend.h"
+#include "program/cpu/cpu_backend.h"
 #include "runtime/dispatch.h"
 #include "runtime/ops.h"
 

@@ -23,9 +23,9 @@
 #include "codegen/kernel_cache.h"
 #include "gtest/gtest.h"
 #include "ir/parser.h"
-#include "runtime/cpu/program/cpu_backend.h"
+#include "program/cpu/cpu_backend.h"
+#include "program/executor.h"
 #include "runtime/dispatch.h"
-#include "runtime/executor.h"
 #include "runtime/ops.h"
 
 namespace stepjit::codegen::cpu {

@@ -14,7 +14,7 @@
 #include "codegen/cpu/region_kernel.h"
 #include "codegen/region_plan.h"
 #include "gtest/gtest.h"
-#include "runtime/cpu/program/cpu_backend.h"
+#include "program/cpu/cpu_backend.h"
 #include "tests/util/row_cases.h"
 
 namespace stepjit::codegen::cpu {

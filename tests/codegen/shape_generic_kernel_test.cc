@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/cpu/region_kernel.h"
 #include "gtest/gtest.h"
-#include "runtime/cpu/program/cpu_backend.h"
+#include "program/cpu/cpu_backend.h"
 #include "tests/util/row_cases.h"
 
 namespace stepjit::codegen::cpu {

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "frontend/stepjit.h"
-#include "runtime/nn/layers.h"
 #include "runtime/ops.h"
-#include "runtime/optim/adamw.h"
+#include "training/nn/layers.h"
+#include "training/optim/adamw.h"
 
 using namespace stepjit;
 

@@ -1,4 +1,4 @@
-// dist collectives on CUDA tensors (runtime/cuda/kernels/collective_ops.h)
+// dist collectives on CUDA tensors (devices/cuda/kernels/collective_ops.h)
 // in a world of one. On the host emulator: the local path (a device copy,
 // captured into CUDA graphs), host staging (STEPJIT_DIST_NCCL=off: through
 // the dist core's CPU collective, which keeps a compiled step out of CUDA
@@ -13,13 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "devices/cuda/kernels/collective_ops.h"
+#include "devices/cuda/nccl/dist_nccl.h"
+#include "devices/cuda/nccl/nccl_library.h"
+#include "dist/dist.h"
 #include "frontend/stepjit.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/kernels/collective_ops.h"
-#include "runtime/cuda/nccl/dist_nccl.h"
-#include "runtime/cuda/nccl/nccl_library.h"
-#include "runtime/dist/dist.h"
 #include "tests/cuda/cuda_test_backend.h"
 #include "tests/util/adamw_mlp.h"
 #include "tests/util/scoped_env.h"

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "devices/cuda/backend.h"
+#include "devices/cuda/ops.h"
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/backend.h"
-#include "runtime/cuda/ops.h"
 #include "testing/cuda_emulator/emulator_backend.h"
 #include "tests/cuda/cuda_test_backend.h"
 #include "tests/util/row_steps.h"

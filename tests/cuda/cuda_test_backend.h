@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "devices/cuda/backend.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/backend.h"
 #include "runtime/tensor.h"
 #include "testing/cuda_emulator/emulator_backend.h"
 

@@ -1,11 +1,12 @@
 // DataLoader with pin_memory and a CUDA device: batches arrive pinned, or on
 // the device one copy ahead of the consumer, with exactly the values (and
 // order) the plain CPU loader delivers.
+#include "training/data/dataloader.h"
+
 #include <vector>
 
+#include "devices/cuda/memory/pinned_pool.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/memory/pinned_pool.h"
-#include "runtime/data/dataloader.h"
 #include "runtime/ops.h"
 #include "tests/cuda/cuda_test_backend.h"
 

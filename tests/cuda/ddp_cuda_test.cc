@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "dist/dist.h"
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
-#include "runtime/dist/dist.h"
-#include "runtime/nn/ddp.h"
 #include "tests/cuda/cuda_test_backend.h"
 #include "tests/util/train_step.h"
+#include "training/nn/ddp.h"
 
 namespace stepjit {
 namespace {

@@ -4,8 +4,8 @@
 // memory; each op's device path chosen from the op table.
 #include <vector>
 
+#include "devices/cuda/ops.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/ops.h"
 #include "runtime/device_runtime.h"
 #include "runtime/ops.h"
 #include "runtime/storage.h"

@@ -2,6 +2,8 @@
 // when there is no driver or device, and every call then fails cleanly. On
 // a machine with a GPU the generated regions run there and agree with the
 // CPU backend's kernels for the same bodies; elsewhere those tests skip.
+#include "devices/cuda/driver/device.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -17,11 +19,10 @@
 #include "codegen/cuda/cuda_emitter.h"
 #include "codegen/cuda/nvrtc.h"
 #include "gtest/gtest.h"
-#include "tests/codegen/cuda_test_util.h"
 #include "ir/parser.h"
-#include "runtime/cpu/program/cpu_backend.h"
-#include "runtime/cuda/driver/device.h"
+#include "program/cpu/cpu_backend.h"
 #include "runtime/ops.h"
+#include "tests/codegen/cuda_test_util.h"
 
 namespace stepjit::runtime::cuda {
 namespace {

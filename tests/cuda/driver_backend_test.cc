@@ -4,6 +4,8 @@
 // memory, copies, events, NVRTC launches, graphs, and cuBLASLt GEMMs (bias,
 // activations, bias gradients) against runtime::cpu::Gemm; without one
 // those skip.
+#include "devices/cuda/driver/driver_backend.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -17,18 +19,17 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/cuda/nvrtc.h"
+#include "devices/cpu/gemm.h"
+#include "devices/cuda/backend.h"
+#include "devices/cuda/cublaslt/cublaslt_epilogue.h"
+#include "devices/cuda/cublaslt/cublaslt_library.h"
+#include "devices/cuda/cublaslt/cublaslt_plan.h"
+#include "devices/cuda/driver/device.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ir/dtype.h"
 #include "ir/host_math.h"
 #include "ir/scalar_def.h"
-#include "runtime/cpu/gemm.h"
-#include "runtime/cuda/backend.h"
-#include "runtime/cuda/cublaslt/cublaslt_epilogue.h"
-#include "runtime/cuda/cublaslt/cublaslt_library.h"
-#include "runtime/cuda/cublaslt/cublaslt_plan.h"
-#include "runtime/cuda/driver/device.h"
-#include "runtime/cuda/driver/driver_backend.h"
 #include "tests/cuda/lt_gemm_cases.h"
 
 namespace stepjit::runtime::cuda {

@@ -11,17 +11,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "devices/cuda/api.h"
+#include "devices/cuda/memory/pinned_pool.h"
+#include "devices/cuda/ops.h"
 #include "gtest/gtest.h"
 #include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
-#include "runtime/cuda/api.h"
-#include "runtime/cuda/ops.h"
-#include "runtime/cuda/memory/pinned_pool.h"
 #include "runtime/generator.h"
-#include "runtime/nn/layers.h"
 #include "runtime/ops.h"
-#include "runtime/optim/adamw.h"
 #include "tests/cuda/cuda_test_backend.h"
+#include "training/nn/layers.h"
+#include "training/optim/adamw.h"
 
 namespace stepjit {
 namespace {

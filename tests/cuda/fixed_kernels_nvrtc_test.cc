@@ -5,11 +5,11 @@
 #include <string>
 
 #include "codegen/cuda/nvrtc.h"
+#include "devices/cuda/kernels/copy.h"
+#include "devices/cuda/kernels/index_ops.h"
+#include "devices/cuda/kernels/random_ops.h"
+#include "devices/cuda/kernels/row_ops.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/kernels/copy.h"
-#include "runtime/cuda/kernels/row_ops.h"
-#include "runtime/cuda/kernels/index_ops.h"
-#include "runtime/cuda/kernels/random_ops.h"
 
 namespace stepjit {
 namespace {

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "devices/cuda/ops.h"
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/ops.h"
 #include "tests/cuda/cuda_test_backend.h"
 
 namespace stepjit {

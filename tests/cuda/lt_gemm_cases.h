@@ -14,14 +14,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "devices/cpu/gemm.h"
+#include "devices/cuda/backend.h"
+#include "devices/cuda/cublaslt/cublaslt_plan.h"
 #include "gtest/gtest.h"
 #include "ir/dtype.h"
 #include "ir/gemm_activation.h"
 #include "ir/host_math.h"
 #include "ir/scalar_def.h"
-#include "runtime/cpu/gemm.h"
-#include "runtime/cuda/backend.h"
-#include "runtime/cuda/cublaslt/cublaslt_plan.h"
 #include "tests/util/dtype_elements.h"
 
 namespace stepjit::runtime::cuda::lt_test {

@@ -1,14 +1,15 @@
-// The row-major -> column-major cuBLASLt plan (runtime/cuda/cublaslt/cublaslt_plan.h),
-// proven without a GPU: every plan is interpreted with column-major BLAS
-// semantics on the host and compared with runtime::cpu::Gemm.
+// The row-major -> column-major cuBLASLt plan
+// (devices/cuda/cublaslt/cublaslt_plan.h), proven without a GPU: every plan is
+// interpreted with column-major BLAS semantics on the host and compared with
+// runtime::cpu::Gemm.
 #include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "devices/cpu/gemm.h"
+#include "devices/cuda/cublaslt/cublaslt_plan.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/cpu/gemm.h"
-#include "runtime/cuda/cublaslt/cublaslt_plan.h"
 #include "tests/cuda/lt_gemm_cases.h"
 #include "tests/util/dtype_elements.h"
 

@@ -11,7 +11,7 @@
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
 #include "ir/parser.h"
-#include "runtime/executor.h"
+#include "program/executor.h"
 #include "testing/cuda_emulator/emulator_backend.h"
 #include "tests/cuda/cuda_test_backend.h"
 #include "tests/util/adamw_mlp.h"

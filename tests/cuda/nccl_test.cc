@@ -20,13 +20,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "devices/cuda/backend.h"
+#include "devices/cuda/nccl/nccl_api.h"
+#include "devices/cuda/nccl/nccl_comm.h"
+#include "devices/cuda/nccl/nccl_library.h"
+#include "devices/cuda/nccl/unique_id_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/backend.h"
-#include "runtime/cuda/nccl/nccl_api.h"
-#include "runtime/cuda/nccl/nccl_comm.h"
-#include "runtime/cuda/nccl/nccl_library.h"
-#include "runtime/cuda/nccl/unique_id_file.h"
 #include "tests/cuda/cuda_test_backend.h"
 #include "tests/util/scoped_env.h"
 

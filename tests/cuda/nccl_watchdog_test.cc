@@ -11,11 +11,11 @@
 #include <thread>
 #include <vector>
 
+#include "devices/cuda/backend.h"
+#include "devices/cuda/nccl/nccl_comm.h"
+#include "devices/cuda/nccl/nccl_library.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/backend.h"
-#include "runtime/cuda/nccl/nccl_comm.h"
-#include "runtime/cuda/nccl/nccl_library.h"
 
 namespace stepjit::runtime::cuda {
 namespace {

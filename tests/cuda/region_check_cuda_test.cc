@@ -8,11 +8,11 @@
 
 #include "gtest/gtest.h"
 #include "ir/status.h"
-#include "runtime/executor.h"
-#include "runtime/region_check.h"
+#include "program/executor.h"
+#include "program/region_check.h"
 #include "testing/miscompile_region.h"
 #include "tests/cuda/cuda_test_backend.h"
-#include "tests/runtime/region_check_step.h"
+#include "tests/program/region_check_step.h"
 
 namespace stepjit {
 namespace {

@@ -9,8 +9,8 @@
 
 #include "absl/status/status.h"
 #include "codegen/cuda/nvrtc.h"
+#include "devices/cuda/driver/device.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/driver/device.h"
 
 namespace stepjit::runtime::cuda {
 namespace {

@@ -7,9 +7,9 @@
 #include <limits>
 #include <vector>
 
+#include "dist/dist.h"
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
-#include "runtime/dist/dist.h"
 
 namespace stepjit {
 namespace {

@@ -6,9 +6,9 @@
 #include <memory>
 #include <sstream>
 
+#include "dist/dist.h"
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
-#include "runtime/dist/dist.h"
 #include "runtime/pending.h"
 
 namespace stepjit {

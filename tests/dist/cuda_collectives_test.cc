@@ -7,15 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "devices/cuda/backend.h"
+#include "devices/cuda/kernels/collective_ops.h"
+#include "devices/cuda/nccl/dist_nccl.h"
+#include "dist/dist.h"
+#include "dist/dist_internal.h"
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
-#include "runtime/cuda/backend.h"
-#include "runtime/cuda/kernels/collective_ops.h"
-#include "runtime/cuda/nccl/dist_nccl.h"
-#include "runtime/dist/dist.h"
-#include "runtime/dist/dist_internal.h"
-#include "runtime/nn/ddp.h"
 #include "testing/cuda_emulator/emulator_backend.h"
+#include "training/nn/ddp.h"
 
 namespace stepjit {
 namespace {

@@ -22,11 +22,11 @@
 #include <string>
 #include <vector>
 
+#include "dist/dist.h"
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
-#include "runtime/data/distributed_sampler.h"
-#include "runtime/dist/dist.h"
-#include "runtime/nn/ddp.h"
+#include "training/data/distributed_sampler.h"
+#include "training/nn/ddp.h"
 
 namespace stepjit {
 namespace {

@@ -14,8 +14,8 @@
 #include <string>
 #include <thread>
 
+#include "dist/dist.h"
 #include "frontend/stepjit.h"
-#include "runtime/dist/dist.h"
 
 using namespace stepjit;
 

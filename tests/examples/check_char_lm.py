@@ -4,7 +4,7 @@
 Usage: check_char_lm.py FORTUNES_DIR -- char_lm ARGS...
 
 Independently of the example, reads the fortune databases with the split
-runtime/data/char_corpus.h documents (files in name order, skipping *.dat
+training/data/char_corpus.h documents (files in name order, skipping *.dat
 and *.u8, entries split on lines holding '%', entry i to validation when
 i % 10 == 9) and computes the unigram cross-entropy of the validation text
 under the training text's character frequencies (nats). Checks: every run's

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "dist/dist.h"
 #include "frontend/stepjit.h"
 #include "gtest/gtest.h"
-#include "runtime/dist/dist.h"
-#include "runtime/nn/ddp.h"
+#include "training/nn/ddp.h"
 
 namespace stepjit {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "runtime/cuda/backend.h"
+#include "devices/cuda/backend.h"
 
 int main() {
   namespace cuda = stepjit::runtime::cuda;

@@ -7,9 +7,9 @@
 
 #include <vector>
 
+#include "devices/cpu/device_runtime.h"
 #include "gtest/gtest.h"
 #include "ir/op.h"
-#include "runtime/cpu/device_runtime.h"
 #include "runtime/ops.h"
 #include "runtime/storage.h"
 #include "runtime/tensor.h"

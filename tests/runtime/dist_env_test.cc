@@ -7,9 +7,9 @@
 #include <cmath>
 #include <string>
 
+#include "dist/dist.h"
+#include "dist/mpi.h"
 #include "ir/status.h"
-#include "runtime/dist/dist.h"
-#include "runtime/dist/mpi.h"
 
 namespace stepjit {
 namespace {

@@ -27,10 +27,10 @@
 #include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/generator.h"
-#include "runtime/nn/functional.h"
 #include "runtime/ops.h"
 #include "runtime/tensor.h"
 #include "tests/util/expect_error.h"
+#include "training/nn/functional.h"
 
 namespace stepjit {
 namespace {

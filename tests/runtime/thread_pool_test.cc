@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "devices/cpu/gemm.h"
 #include "gtest/gtest.h"
-#include "runtime/cpu/gemm.h"
 
 namespace stepjit::runtime {
 namespace {

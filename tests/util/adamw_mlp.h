@@ -8,10 +8,10 @@
 
 #include "runtime/device.h"
 #include "runtime/generator.h"
-#include "runtime/nn/layers.h"
 #include "runtime/ops.h"
-#include "runtime/optim/adamw.h"
 #include "runtime/tensor.h"
+#include "training/nn/layers.h"
+#include "training/optim/adamw.h"
 
 namespace stepjit::test {
 

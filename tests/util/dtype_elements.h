@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "devices/cpu/gemm.h"
 #include "ir/dtype.h"
-#include "runtime/cpu/gemm.h"
 
 namespace stepjit::test {
 

@@ -1,5 +1,5 @@
 // The three-region program that the accuracy checker's tests
-// (tests/runtime/region_check_step.h) and its benchmark
+// (tests/program/region_check_step.h) and its benchmark
 // (bench/region_check_bench.cc) run, at the sizes each wants.
 #ifndef STEPJIT_TESTS_UTIL_REGION_CHECK_PROGRAM_H_
 #define STEPJIT_TESTS_UTIL_REGION_CHECK_PROGRAM_H_

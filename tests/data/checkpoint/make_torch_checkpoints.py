@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the PyTorch-made checkpoints tests/runtime/torch_checkpoint_test.cc
+"""Writes the PyTorch-made checkpoints tests/training/torch_checkpoint_test.cc
 reads without PyTorch, and the numbers PyTorch computed from them.
 
   python tests/data/checkpoint/make_torch_checkpoints.py   # needs torch, safetensors

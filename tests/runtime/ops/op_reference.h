@@ -33,13 +33,13 @@
 #include <tuple>
 #include <vector>
 
+#include "devices/matmul_plan.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ir/dtype.h"
 #include "ir/status.h"
 #include "runtime/autograd/grad_mode.h"
 #include "runtime/generator.h"
-#include "runtime/matmul_plan.h"
 #include "runtime/ops.h"
 #include "runtime/tensor.h"
 #include "tests/util/expect_error.h"

@@ -1,0 +1,17 @@
+// The seeded sample orders of data::DataLoader and data::DistributedSampler.
+#ifndef STEPJIT_TRAINING_DATA_PERMUTATION_H_
+#define STEPJIT_TRAINING_DATA_PERMUTATION_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace stepjit::data {
+
+// A permutation of [0, n) drawn from (seed, epoch) alone: the same on every
+// machine, standard library and process (all ranks of a distributed run
+// draw the same one), different from epoch to epoch.
+std::vector<int64_t> EpochPermutation(int64_t n, uint64_t seed, int64_t epoch);
+
+}  // namespace stepjit::data
+
+#endif  // STEPJIT_TRAINING_DATA_PERMUTATION_H_

@@ -1,0 +1,264 @@
+// Standard layers: construction (PyTorch's default init) and forward.
+#include "training/nn/layers.h"
+
+#include <cmath>
+
+#include "runtime/autograd/grad_mode.h"
+#include "runtime/ops.h"
+#include "training/nn/functional.h"
+
+namespace stepjit::nn {
+namespace {
+
+// U(-bound, bound) from the default generator, computed as torch's uniform_.
+Tensor Uniform(ShapeRef shape, double bound) {
+  NoGradGuard no_grad;
+  return rand(shape) * (2.0 * bound) - bound;
+}
+
+// LayerNorm's and RMSNorm's check of the shape they normalize over.
+void CheckNormalizedShape(const char* module, ShapeRef normalized_shape) {
+  SJ_REQUIRE(!normalized_shape.empty(), module,
+             ": normalized_shape must not be empty");
+  for (int64_t d : normalized_shape) {
+    SJ_REQUIRE(d > 0, module, ": normalized_shape ",
+               ir::ShapeToString(normalized_shape), " has a non-positive dim");
+  }
+}
+
+void DescribeShape(const std::vector<int64_t>& shape,
+                   std::vector<uint64_t>& key) {
+  key.push_back(shape.size());
+  for (int64_t d : shape) key.push_back(static_cast<uint64_t>(d));
+}
+
+// The activations: their tag alone.
+template <typename T>
+bool DescribeTagOnly(const Module& m, ModuleTag tag,
+                     std::vector<uint64_t>& key) {
+  if (!IsExactly<T>(m)) return false;
+  key.push_back(static_cast<uint64_t>(tag));
+  return true;
+}
+
+}  // namespace
+
+LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool bias)
+    : in_features_(in_features), out_features_(out_features) {
+  SJ_REQUIRE(in_features > 0 && out_features > 0,
+             "Linear: in_features and out_features must be positive, got (",
+             in_features, ", ", out_features, ")");
+  // kaiming_uniform_(a=sqrt(5)) reduces to bound = 1/sqrt(fan_in); the bias
+  // uses the same bound. Weight is drawn first, as in PyTorch.
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+  weight =
+      register_parameter("weight", Uniform({out_features, in_features}, bound));
+  if (bias)
+    this->bias = register_parameter("bias", Uniform({out_features}, bound));
+}
+
+Tensor LinearImpl::forward(const Tensor& input) {
+  return functional::linear(input, weight, bias);
+}
+
+Tensor ReLUImpl::forward(const Tensor& input) { return relu(input); }
+Tensor TanhImpl::forward(const Tensor& input) { return tanh(input); }
+Tensor SigmoidImpl::forward(const Tensor& input) { return sigmoid(input); }
+Tensor SiLUImpl::forward(const Tensor& input) { return silu(input); }
+
+GELUImpl::GELUImpl(std::string approximate)
+    : approximate_(std::move(approximate)) {
+  SJ_REQUIRE(approximate_ == "none" || approximate_ == "tanh",
+             "GELU: approximate must be \"none\" or \"tanh\", got \"",
+             approximate_, "\"");
+}
+
+Tensor GELUImpl::forward(const Tensor& input) {
+  return gelu(input, approximate_);
+}
+
+LayerNormImpl::LayerNormImpl(std::vector<int64_t> normalized_shape, double eps,
+                             bool elementwise_affine)
+    : normalized_shape_(std::move(normalized_shape)), eps_(eps) {
+  CheckNormalizedShape("LayerNorm", normalized_shape_);
+  SJ_REQUIRE(eps > 0, "LayerNorm: eps must be positive, got ", eps);
+  if (elementwise_affine) {
+    weight = register_parameter("weight", ones(normalized_shape_));
+    bias = register_parameter("bias", zeros(normalized_shape_));
+  }
+}
+
+Tensor LayerNormImpl::forward(const Tensor& input) {
+  return layer_norm(input, normalized_shape_, weight, bias, eps_);
+}
+
+RMSNormImpl::RMSNormImpl(std::vector<int64_t> normalized_shape,
+                         std::optional<double> eps, bool elementwise_affine)
+    : normalized_shape_(std::move(normalized_shape)), eps_(eps) {
+  CheckNormalizedShape("RMSNorm", normalized_shape_);
+  SJ_REQUIRE(!eps.has_value() || *eps >= 0,
+             "RMSNorm: eps must not be negative, got ", eps.value_or(0));
+  if (elementwise_affine)
+    weight = register_parameter("weight", ones(normalized_shape_));
+}
+
+Tensor RMSNormImpl::forward(const Tensor& input) {
+  return rms_norm(input, normalized_shape_, weight, eps_);
+}
+
+void RMSNormImpl::OnParameterReplaced(const std::string& name,
+                                      const Tensor& tensor) {
+  weight = tensor;
+}
+
+DropoutImpl::DropoutImpl(double p) : p_(p) {
+  SJ_REQUIRE(p >= 0.0 && p <= 1.0,
+             "Dropout: probability must be in [0, 1], got ", p);
+}
+
+Tensor DropoutImpl::forward(const Tensor& input) {
+  return dropout(input, p_, is_training());
+}
+
+EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim) {
+  SJ_REQUIRE(num_embeddings > 0 && embedding_dim > 0,
+             "Embedding: num_embeddings and embedding_dim must be positive, "
+             "got (",
+             num_embeddings, ", ", embedding_dim, ")");
+  Tensor init;
+  {
+    NoGradGuard no_grad;
+    init = randn({num_embeddings, embedding_dim});
+  }
+  weight = register_parameter("weight", init);
+}
+
+Tensor EmbeddingImpl::forward(const Tensor& indices) {
+  return embedding(weight, indices);
+}
+
+Tensor FlattenImpl::forward(const Tensor& input) {
+  return input.flatten(start_dim_, end_dim_);
+}
+
+void SequentialImpl::push_back(std::shared_ptr<Module> module) {
+  register_module(std::to_string(modules_.size()), module);
+  modules_.push_back(std::move(module));
+}
+
+const std::shared_ptr<Module>& SequentialImpl::operator[](size_t index) const {
+  SJ_REQUIRE(index < modules_.size(), "Sequential: index ", index,
+             " out of range for ", modules_.size(), " modules");
+  return modules_[index];
+}
+
+Tensor SequentialImpl::forward(const Tensor& input) {
+  return RecordedForward(input, [&] {
+    Tensor x = input;
+    for (const auto& module : modules_) x = (*module)(x);
+    return x;
+  });
+}
+
+void LinearImpl::OnParameterReplaced(const std::string& name, const Tensor& tensor) {
+  (name == "weight" ? weight : bias) = tensor;
+}
+void LayerNormImpl::OnParameterReplaced(const std::string& name, const Tensor& tensor) {
+  (name == "weight" ? weight : bias) = tensor;
+}
+void EmbeddingImpl::OnParameterReplaced(const std::string& name, const Tensor& tensor) {
+  weight = tensor;
+}
+
+bool LinearImpl::DescribeForward(std::vector<uint64_t>& key,
+                                 std::vector<Tensor>& tensors) const {
+  if (!IsExactly<LinearImpl>(*this) || !weight.defined()) return false;
+  key.push_back(static_cast<uint64_t>(ModuleTag::kLinear));
+  tensors.push_back(weight);
+  DescribeOptional(bias, key, tensors);
+  return true;
+}
+
+bool ReLUImpl::DescribeForward(std::vector<uint64_t>& key,
+                               std::vector<Tensor>& tensors) const {
+  return DescribeTagOnly<ReLUImpl>(*this, ModuleTag::kReLU, key);
+}
+bool TanhImpl::DescribeForward(std::vector<uint64_t>& key,
+                               std::vector<Tensor>& tensors) const {
+  return DescribeTagOnly<TanhImpl>(*this, ModuleTag::kTanh, key);
+}
+bool SigmoidImpl::DescribeForward(std::vector<uint64_t>& key,
+                                  std::vector<Tensor>& tensors) const {
+  return DescribeTagOnly<SigmoidImpl>(*this, ModuleTag::kSigmoid, key);
+}
+bool SiLUImpl::DescribeForward(std::vector<uint64_t>& key,
+                               std::vector<Tensor>& tensors) const {
+  return DescribeTagOnly<SiLUImpl>(*this, ModuleTag::kSiLU, key);
+}
+
+bool GELUImpl::DescribeForward(std::vector<uint64_t>& key,
+                               std::vector<Tensor>& tensors) const {
+  if (!DescribeTagOnly<GELUImpl>(*this, ModuleTag::kGELU, key)) return false;
+  key.push_back(approximate_ == "tanh");
+  return true;
+}
+
+bool LayerNormImpl::DescribeForward(std::vector<uint64_t>& key,
+                                    std::vector<Tensor>& tensors) const {
+  if (!IsExactly<LayerNormImpl>(*this)) return false;
+  key.push_back(static_cast<uint64_t>(ModuleTag::kLayerNorm));
+  DescribeShape(normalized_shape_, key);
+  key.push_back(KeyBits(eps_));
+  DescribeOptional(weight, key, tensors);
+  DescribeOptional(bias, key, tensors);
+  return true;
+}
+
+bool RMSNormImpl::DescribeForward(std::vector<uint64_t>& key,
+                                  std::vector<Tensor>& tensors) const {
+  if (!IsExactly<RMSNormImpl>(*this)) return false;
+  key.push_back(static_cast<uint64_t>(ModuleTag::kRMSNorm));
+  DescribeShape(normalized_shape_, key);
+  key.insert(key.end(),
+             {uint64_t{eps_.has_value()}, KeyBits(eps_.value_or(0))});
+  DescribeOptional(weight, key, tensors);
+  return true;
+}
+
+bool DropoutImpl::DescribeForward(std::vector<uint64_t>& key,
+                                  std::vector<Tensor>& tensors) const {
+  if (!IsExactly<DropoutImpl>(*this)) return false;
+  key.insert(key.end(), {static_cast<uint64_t>(ModuleTag::kDropout),
+                         KeyBits(p_), uint64_t{is_training()}});
+  return true;
+}
+
+bool EmbeddingImpl::DescribeForward(std::vector<uint64_t>& key,
+                                    std::vector<Tensor>& tensors) const {
+  if (!IsExactly<EmbeddingImpl>(*this) || !weight.defined()) return false;
+  key.push_back(static_cast<uint64_t>(ModuleTag::kEmbedding));
+  tensors.push_back(weight);
+  return true;
+}
+
+bool FlattenImpl::DescribeForward(std::vector<uint64_t>& key,
+                                  std::vector<Tensor>& tensors) const {
+  if (!IsExactly<FlattenImpl>(*this)) return false;
+  key.insert(key.end(), {static_cast<uint64_t>(ModuleTag::kFlatten),
+                         static_cast<uint64_t>(start_dim_),
+                         static_cast<uint64_t>(end_dim_)});
+  return true;
+}
+
+bool SequentialImpl::DescribeForward(std::vector<uint64_t>& key,
+                                     std::vector<Tensor>& tensors) const {
+  if (!IsExactly<SequentialImpl>(*this)) return false;
+  key.insert(key.end(),
+             {static_cast<uint64_t>(ModuleTag::kSequential), modules_.size()});
+  for (const auto& module : modules_) {
+    if (!DescribeModule(module.get(), key, tensors)) return false;
+  }
+  return true;
+}
+
+}  // namespace stepjit::nn
