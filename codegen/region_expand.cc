@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/ir_names.h"
 #include "ir/infer.h"
+#include "ir/op_attrs.h"
 #include "ir/region_ops.h"
 #include "ir/status.h"
 
@@ -150,12 +151,13 @@ std::pair<Value*, Value*> Deviations(Builder& b, Value* x,
 Value* LayerNorm(Builder& b, const Node& n, const std::vector<Value*>& in) {
   constexpr DType d64 = DType::kF64;
   Value* x = in[0];
-  const std::vector<int64_t> dims =
-      Trailing(Rank(x), n.attrs().GetInt(AttrKey::kNormalizedNdim, 1));
+  const std::vector<int64_t> dims = Trailing(
+      Rank(x), ir::AttrInt(n.op(), n.attrs(), ir::AttrKey::kNormalizedNdim));
   auto [d, ss] = Deviations(b, x, dims, true);
   Value* var = b.Binary(OpId::kDiv, ss, b.Size(Count(x, dims), d64), d64);
-  var = b.Binary(OpId::kAdd, var,
-                 b.Const(n.attrs().GetDouble(AttrKey::kEps, 1e-5), d64), d64);
+  var = b.Binary(
+      OpId::kAdd, var,
+      b.Const(ir::AttrFloat(n.op(), n.attrs(), ir::AttrKey::kEps), d64), d64);
   Value* rstd = b.Unary(OpId::kReciprocal, b.Unary(OpId::kSqrt, var, d64), d64);
   Value* y = b.Binary(OpId::kMul, d, rstd, d64);
   if (in.size() > 1) y = b.Binary(OpId::kMul, y, in[1], d64);
@@ -170,7 +172,7 @@ absl::StatusOr<Value*> Var(Builder& b, const Node& n, Value* x) {
       ir::NormalizeDims(n.attrs().GetInts(AttrKey::kDims), Rank(x)));
   auto [d, ss] = Deviations(b, x, dims, n.attrs().GetBool(AttrKey::kKeepdim));
   const int64_t denom =
-      Count(x, dims) - n.attrs().GetInt(AttrKey::kCorrection, 1);
+      Count(x, dims) - ir::AttrInt(n.op(), n.attrs(), ir::AttrKey::kCorrection);
   Value* v = b.Binary(
       OpId::kDiv, ss,
       denom > 0 ? b.Size(denom, DType::kF64) : b.Const(kNaN, DType::kF64),
@@ -181,7 +183,8 @@ absl::StatusOr<Value*> Var(Builder& b, const Node& n, Value* x) {
 // Sums the losses `l` (f64) over all their dims as the loss's reduction
 // says (`count` of them).
 Value* ReduceLoss(Builder& b, const Node& n, Value* l, int64_t count) {
-  const std::string red = n.attrs().GetString(AttrKey::kReduction, "mean");
+  const std::string red =
+      ir::AttrString(n.op(), n.attrs(), ir::AttrKey::kReduction);
   if (red != "none") {
     l = b.Reduce(OpId::kSum, l, Trailing(Rank(l), Rank(l)), false, DType::kF64);
     if (red == "mean") {
@@ -199,7 +202,8 @@ Value* ReduceLoss(Builder& b, const Node& n, Value* l, int64_t count) {
 Value* CrossEntropy(Builder& b, const Node& n, Value* x, Value* target) {
   constexpr DType d64 = DType::kF64;
   const int64_t rows = x->type().shape[0], c = x->type().shape[1];
-  const double ls = n.attrs().GetDouble(AttrKey::kLabelSmoothing, 0.0);
+  const double ls =
+      ir::AttrFloat(n.op(), n.attrs(), ir::AttrKey::kLabelSmoothing);
   const std::vector<int64_t> row = {1};
   Value* m = b.Reduce(OpId::kAmax, x, row, true, d64);
   Value* e = b.Unary(OpId::kExp, b.Binary(OpId::kSub, x, m, d64), d64);
@@ -235,7 +239,8 @@ Value* CrossEntropy(Builder& b, const Node& n, Value* x, Value* target) {
 // MseLossKernel: (a - b)^2 in Acc for "none", in f64 when summed.
 Value* MseLoss(Builder& b, const Node& n, Value* x, Value* y) {
   const DType t = n.output()->type().dtype;
-  const bool none = n.attrs().GetString(AttrKey::kReduction, "mean") == "none";
+  const bool none =
+      ir::AttrString(n.op(), n.attrs(), ir::AttrKey::kReduction) == "none";
   const DType a = none ? AccOf(t) : DType::kF64;
   Value* d = b.Binary(OpId::kSub, x, y, a);
   Value* sq = b.Binary(OpId::kMul, d, d, a);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "codegen/ir_names.h"
 #include "ir/infer.h"
+#include "ir/op_attrs.h"
 #include "ir/status.h"
 
 namespace stepjit::codegen {
@@ -172,7 +173,7 @@ absl::Status ArangeDomain(const Node& n, const Plan& plan) {
       std::count(plan.f_reduced.begin(), plan.f_reduced.end(), true) == 1;
   if (!last_only || s.size() != 1 || s[0] != plan.f_shape[rank - 1] ||
       n.attrs().GetDouble(AttrKey::kStart) != 0 ||
-      n.attrs().GetDouble(AttrKey::kStep, 1) != 1)
+      ir::AttrFloat(n.op(), n.attrs(), ir::AttrKey::kStep) != 1)
     return Unsupported("an arange that is not the index along the row");
   return absl::OkStatus();
 }

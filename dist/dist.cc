@@ -20,6 +20,7 @@
 #include "config/env.h"
 #include "dist/dist_internal.h"
 #include "dist/mpi.h"
+#include "ir/op_attrs.h"
 #include "ir/parse_number.h"
 #include "ir/status.h"
 #include "runtime/device_runtime.h"
@@ -520,7 +521,7 @@ void FromF32(const float* src, const Tensor& dst) {
 std::string Describe(OpId op, const ir::Attrs& attrs, const Tensor& x) {
   std::string s(ir::OpName(op));
   if (op == OpId::kAllReduce)
-    absl::StrAppend(&s, " ", attrs.GetString(AttrKey::kReduceOp, "sum"));
+    absl::StrAppend(&s, " ", ir::AttrString(op, attrs, ir::AttrKey::kReduceOp));
   if (attrs.Has(AttrKey::kBucket))
     absl::StrAppend(&s, " bucket ", attrs.GetInt(AttrKey::kBucket));
   if (x.defined())
@@ -576,7 +577,7 @@ void RunHostCollective(const runtime::KernelArgs& k) {
       break;
     case OpId::kAllReduce: {
       const ReduceOp op =
-          ParseReduceOp(k.attrs.GetString(AttrKey::kReduceOp, "sum"));
+          ParseReduceOp(ir::AttrString(k.op, k.attrs, ir::AttrKey::kReduceOp));
       const bool half =
           in.dtype() == ir::DType::kF16 || in.dtype() == ir::DType::kBF16;
       const Tensor src = in.is_contiguous() ? in : in.clone();
@@ -623,7 +624,8 @@ void RunHostCollective(const runtime::KernelArgs& k) {
       break;
     }
     case OpId::kBroadcast: {
-      const int root = static_cast<int>(k.attrs.GetInt(AttrKey::kRoot, 0));
+      const int root =
+          static_cast<int>(ir::AttrInt(k.op, k.attrs, ir::AttrKey::kRoot));
       SJ_REQUIRE(root < size, "broadcast: root ", root,
                  " is not a rank of this world of ", size);
       runtime::GetDeviceRuntime(DeviceType::kCPU).copy_into(out, in);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ir/infer_matmul.h"
+#include "ir/op_attrs.h"
 #include "ir/scalar_def.h"
 #include "ir/status.h"
 
@@ -134,7 +135,7 @@ absl::StatusOr<TensorType> InferLayerNorm(OpId op,
                                           absl::Span<const TensorType> in,
                                           const Attrs& attrs) {
   const int64_t rank = static_cast<int64_t>(in[0].shape.size());
-  const int64_t k = attrs.GetInt(AttrKey::kNormalizedNdim, 1);
+  const int64_t k = AttrInt(op, attrs, AttrKey::kNormalizedNdim);
   if (k < 1 || k > rank) {
     return InvalidInputs(
         op, in, absl::StrCat("normalized_ndim ", k, " must be in [1, rank]"));
@@ -175,7 +176,7 @@ absl::StatusOr<TensorType> ReducedLossType(OpId op,
                                            absl::Span<const TensorType> in,
                                            const Attrs& attrs,
                                            TensorType unreduced) {
-  std::string red = attrs.GetString(AttrKey::kReduction, "mean");
+  std::string red = AttrString(op, attrs, AttrKey::kReduction);
   if (red == "none") return unreduced;
   if (red != "mean" && red != "sum") {
     return InvalidInputs(
@@ -264,7 +265,7 @@ absl::StatusOr<TensorType> InferSlice(OpId op, absl::Span<const TensorType> in,
                                       const Attrs& attrs) {
   const int64_t rank = static_cast<int64_t>(in[0].shape.size());
   int64_t d = WrapDim(attrs.GetInt(AttrKey::kDim), rank);
-  int64_t step = attrs.GetInt(AttrKey::kStep, 1);
+  int64_t step = AttrInt(op, attrs, AttrKey::kStep);
   if (d < 0 || rank == 0) {
     return InvalidInputs(op, in, "slice dim out of range");
   }
@@ -399,7 +400,7 @@ absl::StatusOr<TensorType> InferCat(OpId op, absl::Span<const TensorType> in,
   const int64_t rank = static_cast<int64_t>(in[0].shape.size());
   if (rank == 0)
     return InvalidInputs(op, in, "operands must have a dim to join along");
-  const int64_t dim = attrs.GetInt(AttrKey::kDim, 0);
+  const int64_t dim = AttrInt(op, attrs, AttrKey::kDim);
   if (dim < -rank || dim >= rank) {
     return InvalidInputs(
         op, in, absl::StrCat("dim ", dim, " is out of range for rank ", rank));
@@ -431,13 +432,13 @@ absl::StatusOr<TensorType> InferTopk(OpId op, absl::Span<const TensorType> in,
   if (rank == 0) return InvalidInputs(op, in, "needs an operand of rank >= 1");
   if (in[0].dtype == DType::kBool)
     return InvalidInputs(op, in, "needs numbers, got bool");
-  const int64_t dim = attrs.GetInt(AttrKey::kDim, -1);
+  const int64_t dim = AttrInt(op, attrs, AttrKey::kDim);
   if (dim < -rank || dim >= rank) {
     return InvalidInputs(
         op, in, absl::StrCat("dim ", dim, " is out of range for rank ", rank));
   }
   const int64_t d = WrapDim(dim, rank);
-  const int64_t k = attrs.GetInt(AttrKey::kK, -1);
+  const int64_t k = AttrInt(op, attrs, AttrKey::kK);
   if (k < 0 || k > in[0].shape[d]) {
     return InvalidInputs(op, in,
                          absl::StrCat("k must be in [0, ", in[0].shape[d],
@@ -521,7 +522,7 @@ absl::StatusOr<TensorType> InferGenerator(OpId op,
                            "last dim of categories");
     }
     const int64_t n = in[0].shape.back();
-    const int64_t samples = attrs.GetInt(AttrKey::kNumSamples, 0);
+    const int64_t samples = AttrInt(op, attrs, AttrKey::kNumSamples);
     const bool replacement = attrs.GetBool(AttrKey::kReplacement);
     if (samples < 1 || (!replacement && samples > n)) {
       return InvalidInputs(
@@ -581,7 +582,7 @@ absl::StatusOr<TensorType> InferCollective(OpId op,
   if (op == OpId::kBarrier) return BarrierToken();
   const TensorType& x = in[0];
   if (op == OpId::kAllReduce) {
-    const std::string r = attrs.GetString(AttrKey::kReduceOp, "sum");
+    const std::string r = AttrString(op, attrs, AttrKey::kReduceOp);
     if (r != "sum" && r != "avg" && r != "max") {
       return InvalidInputs(op, in,
                            absl::StrCat("reduce_op must be \"sum\", \"avg\" or "
@@ -599,14 +600,14 @@ absl::StatusOr<TensorType> InferCollective(OpId op,
     return x;
   }
   if (op == OpId::kBroadcast) {
-    if (attrs.GetInt(AttrKey::kRoot, 0) < 0) {
+    if (AttrInt(op, attrs, AttrKey::kRoot) < 0) {
       return InvalidInputs(op, in,
                            absl::StrCat("root must be >= 0, got ",
                                         attrs.GetInt(AttrKey::kRoot)));
     }
     return x;
   }
-  const int64_t world = attrs.GetInt(AttrKey::kWorldSize, 0);
+  const int64_t world = AttrInt(op, attrs, AttrKey::kWorldSize);
   if (world < 1) {
     return InvalidInputs(op, in,
                          absl::StrCat("world_size must be >= 1, got ", world));

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ir/infer.h"
+#include "ir/op_attrs.h"
 #include "ir/shape.h"
 
 namespace stepjit::ir {
@@ -65,7 +66,7 @@ std::optional<RowExtent> RowExtentOf(const Node& n) {
       k = 1;
       break;
     case OpId::kLayerNorm:
-      k = n.attrs().GetInt(AttrKey::kNormalizedNdim, 1);
+      k = AttrInt(n.op(), n.attrs(), AttrKey::kNormalizedNdim);
       break;
     case OpId::kMseLoss:
       return std::nullopt;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "ir/op_attrs.h"
 #include "ir/printer.h"
 #include "ir/status.h"
 
@@ -137,6 +138,8 @@ class GraphVerifier {
                                       : absl::StrCat(" to ", info.max_arity),
                                   " operands, got ", n));
     }
+    if (absl::Status attrs = CheckAttrs(node.op(), node.attrs()); !attrs.ok())
+      return Invalid(absl::StrCat(header, ": ", attrs.message()));
     std::vector<TensorType> types;
     for (const Value* v : node.inputs()) types.push_back(v->type());
     const int results = static_cast<int>(node.outputs().size());

@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "ir/op_attrs.h"
 
 namespace stepjit::passes {
 namespace {
@@ -208,7 +209,8 @@ absl::StatusOr<bool> PlanBuckets(ir::Graph& graph, PassStats& stats) {
         absl::StrCat(grads, " grads, ", bytes, " bytes, ", overlapped,
                      " kernels before the first wait");
     ir::Attrs& attrs = n->mutable_attrs();
-    if (attrs.GetInt(ir::AttrKey::kBucket, -1) != bucket ||
+    if (ir::AttrInt(ir::OpId::kAllReduce, attrs, ir::AttrKey::kBucket) !=
+            bucket ||
         attrs.GetString(ir::AttrKey::kBucketPlan) != plan) {
       attrs.Set(ir::AttrKey::kBucket, bucket);
       attrs.Set(ir::AttrKey::kBucketPlan, plan);

@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
 #include "ir/host_math.h"
+#include "ir/op_attrs.h"
 #include "ir/rewrite.h"
 #include "ir/scalar_def.h"
 #include "passes/ir_names.h"
@@ -328,7 +329,7 @@ struct Window {
 };
 std::optional<Window> UnitStepWindow(const ir::Value* v) {
   const ir::Node* n = ProducerOp(v, OpId::kSliceBackward);
-  if (n == nullptr || n->attrs().GetInt(AttrKey::kStep, 1) != 1)
+  if (n == nullptr || ir::AttrInt(n->op(), n->attrs(), ir::AttrKey::kStep) != 1)
     return std::nullopt;
   const ir::Shape& shape = v->type().shape;
   const int64_t rank = static_cast<int64_t>(shape.size());

@@ -6,6 +6,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "ir/infer.h"
+#include "ir/op_attrs.h"
 #include "ir/status.h"
 #include "runtime/amp/autocast.h"
 #include "runtime/autograd/engine.h"
@@ -54,7 +55,7 @@ Tensor MakeView(OpId op, const Tensor& x, const ir::Attrs& attrs,
       start = std::clamp<int64_t>(start, 0, x.shape()[d]);
       strides = x.strides();
       offset += start * strides[d];
-      strides[d] *= attrs.GetInt(AttrKey::kStep, 1);
+      strides[d] *= ir::AttrInt(op, attrs, ir::AttrKey::kStep);
       break;
     }
     case OpId::kExpand: {

@@ -6,6 +6,7 @@
 #include "devices/cpu/kernels.h"
 #include "devices/cpu/loops.h"
 #include "ir/host_math.h"
+#include "ir/op_attrs.h"
 #include "runtime/generator.h"
 
 namespace stepjit::runtime::cpu {
@@ -64,7 +65,7 @@ void FillInplaceKernel(const KernelArgs& k) {
 
 void ArangeKernel(const KernelArgs& k) {
   const double start = k.attrs.GetDouble(AttrKey::kStart);
-  const double step = k.attrs.GetDouble(AttrKey::kStep, 1.0);
+  const double step = ir::AttrFloat(k.op, k.attrs, ir::AttrKey::kStep);
   SJ_DISPATCH_ALL(k.out.dtype(), "arange", {
     T* o = k.out.data<T>();
     for (int64_t i = 0; i < k.out.numel(); ++i) o[i] = Convert<T>(start + i * step);

@@ -7,6 +7,7 @@
 #include "devices/cpu/kernels.h"
 #include "devices/cpu/loops.h"
 #include "ir/host_math.h"
+#include "ir/op_attrs.h"
 #include "runtime/generator.h"
 
 namespace stepjit::runtime::cpu {
@@ -73,8 +74,8 @@ void SoftmaxKernel(const KernelArgs& k) {
 
 void LayerNormKernel(const KernelArgs& k) {
   const Tensor x = ContiguousCopyIfNeeded(k.inputs[0]);
-  const int64_t nd = k.attrs.GetInt(AttrKey::kNormalizedNdim, 1);
-  const double eps = k.attrs.GetDouble(AttrKey::kEps, 1e-5);
+  const int64_t nd = ir::AttrInt(k.op, k.attrs, ir::AttrKey::kNormalizedNdim);
+  const double eps = ir::AttrFloat(k.op, k.attrs, ir::AttrKey::kEps);
   int64_t n = 1;
   for (int64_t i = x.dim() - nd; i < x.dim(); ++i) n *= x.shape()[i];
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
@@ -113,8 +114,9 @@ void CrossEntropyKernel(const KernelArgs& k) {
   const Tensor x = ContiguousCopyIfNeeded(k.inputs[0]);
   const Tensor t = ContiguousCopyIfNeeded(k.inputs[1]);
   const int64_t n = x.shape()[0], c = x.shape()[1];
-  const double ls = k.attrs.GetDouble(AttrKey::kLabelSmoothing, 0.0);
-  const std::string reduction = k.attrs.GetString(AttrKey::kReduction, "mean");
+  const double ls = ir::AttrFloat(k.op, k.attrs, ir::AttrKey::kLabelSmoothing);
+  const std::string reduction =
+      ir::AttrString(k.op, k.attrs, ir::AttrKey::kReduction);
   const int64_t* tp = t.data<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
     SJ_REQUIRE(tp[i] >= 0 && tp[i] < c, "cross_entropy: target ", tp[i], " at position ", i,
@@ -156,7 +158,8 @@ void CrossEntropyKernel(const KernelArgs& k) {
 void MseLossKernel(const KernelArgs& k) {
   const Tensor a = ContiguousCopyIfNeeded(k.inputs[0]);
   const Tensor b = ContiguousCopyIfNeeded(k.inputs[1]);
-  const std::string reduction = k.attrs.GetString(AttrKey::kReduction, "mean");
+  const std::string reduction =
+      ir::AttrString(k.op, k.attrs, ir::AttrKey::kReduction);
   const int64_t n = a.numel();
   SJ_DISPATCH_FLOAT(a.dtype(), "mse_loss", {
     const T* ap = a.data<T>();
@@ -255,7 +258,7 @@ Tensor SliceBackwardWindow(const Tensor& out, const Tensor& grad, const ir::Attr
   if (start < 0) start += out.shape()[d];
   start = std::clamp<int64_t>(start, 0, out.shape()[d]);
   Shape strides = out.strides();
-  strides[d] *= attrs.GetInt(AttrKey::kStep, 1);
+  strides[d] *= ir::GetAttr<ir::OpId::kSliceBackward, ir::AttrKey::kStep>(attrs);
   return MakeTensor(out.storage(), grad.shape(), strides,
                     out.offset() + start * out.strides()[d], out.dtype());
 }
@@ -269,7 +272,8 @@ Tensor WindowAlong(const Tensor& t, int64_t d, int64_t start, int64_t len) {
 
 void CopyIntoCatWindows(const KernelArgs& k,
                         void (*copy)(const Tensor& dst, const Tensor& src)) {
-  const int64_t d = ir::WrapDim(k.attrs.GetInt(AttrKey::kDim, 0), k.out.dim());
+  const int64_t d =
+      ir::WrapDim(ir::AttrInt(k.op, k.attrs, ir::AttrKey::kDim), k.out.dim());
   int64_t start = 0;
   for (const Tensor& x : k.inputs) {
     const int64_t len = x.shape()[d];

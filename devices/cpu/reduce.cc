@@ -7,6 +7,7 @@
 #include "devices/cpu/kernels.h"
 #include "devices/cpu/loops.h"
 #include "ir/infer.h"
+#include "ir/op_attrs.h"
 
 namespace stepjit::runtime::cpu {
 
@@ -131,7 +132,9 @@ void ReduceKernel(const KernelArgs& k) {
                                   : k.attrs.GetInts(AttrKey::kDims);
   dims = ValueOrThrow(ir::NormalizeDims(dims, x.dim()));
   if (k.out.numel() == 0) return;
-  const int64_t correction = k.attrs.GetInt(AttrKey::kCorrection, 1);
+  const int64_t correction =
+      op == OpId::kVar ? ir::GetAttr<OpId::kVar, AttrKey::kCorrection>(k.attrs)
+                       : 0;
   Plan plan = MakePlan(x, dims, op == OpId::kSum || op == OpId::kMean);
   if (plan.r == 0) {  // empty reduction: sum 0, mean/var NaN
     FillWith(k.out, op == OpId::kSum ? 0.0 : std::numeric_limits<double>::quiet_NaN());

@@ -10,6 +10,7 @@
 #include "devices/cpu/kernels.h"
 #include "devices/cpu/loops.h"
 #include "devices/cpu/sampling.h"
+#include "ir/op_attrs.h"
 #include "runtime/generator.h"
 
 namespace stepjit::runtime::cpu {
@@ -46,9 +47,10 @@ Tensor RowsShaped(const Tensor& out, absl::Span<const int64_t> perm) {
 
 void TopkKernel(const KernelArgs& k) {
   const Tensor& x = k.inputs[0];
-  const int64_t d = ir::WrapDim(k.attrs.GetInt(AttrKey::kDim, -1), x.dim());
+  const int64_t d =
+      ir::WrapDim(ir::AttrInt(k.op, k.attrs, ir::AttrKey::kDim), x.dim());
   const int64_t want = k.attrs.GetInt(AttrKey::kK);
-  const bool largest = k.attrs.GetBool(AttrKey::kLargest, true);
+  const bool largest = ir::AttrBool(k.op, k.attrs, ir::AttrKey::kLargest);
   const bool indices = k.attrs.GetBool(AttrKey::kIndices);
   if (k.out.numel() == 0) return;
   const Rows r = RowsAlong(x, d);

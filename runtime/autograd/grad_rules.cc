@@ -6,6 +6,7 @@
 #include <numbers>
 
 #include "ir/infer.h"
+#include "ir/op_attrs.h"
 #include "ir/status.h"
 #include "runtime/dispatch.h"
 #include "runtime/ops.h"
@@ -62,7 +63,8 @@ std::vector<Tensor> MatmulGrads(const GradContext& c, const Tensor& g) {
 // the gradient scattered there by embedding_backward (one-wide rows).
 Tensor TopkGrad(const GradContext& c, const Tensor& g) {
   const Tensor& x = c.inputs[0];
-  const int64_t d = ir::WrapDim(c.attrs.GetInt(AttrKey::kDim, -1), x.dim());
+  const int64_t d =
+      ir::WrapDim(ir::AttrInt(c.op, c.attrs, ir::AttrKey::kDim), x.dim());
   ir::Attrs index_attrs = c.attrs;
   index_attrs.Set(AttrKey::kIndices, true);
   const Tensor idx = runtime::Dispatch(OpId::kTopk, {x}, index_attrs);
@@ -92,8 +94,8 @@ Tensor TopkGrad(const GradContext& c, const Tensor& g) {
 
 std::vector<Tensor> LayerNormGrads(const GradContext& c, const Tensor& g) {
   const Tensor& x = c.inputs[0];
-  const int64_t k = c.attrs.GetInt(AttrKey::kNormalizedNdim, 1);
-  const double eps = c.attrs.GetDouble(AttrKey::kEps, 1e-5);
+  const int64_t k = ir::AttrInt(c.op, c.attrs, ir::AttrKey::kNormalizedNdim);
+  const double eps = ir::AttrFloat(c.op, c.attrs, ir::AttrKey::kEps);
   std::vector<int64_t> norm_dims, lead_dims;
   for (int64_t d = 0; d < x.dim(); ++d) (d >= x.dim() - k ? norm_dims : lead_dims).push_back(d);
   const Tensor mu = mean(x, norm_dims, true);
@@ -114,8 +116,9 @@ std::vector<Tensor> LayerNormGrads(const GradContext& c, const Tensor& g) {
 std::vector<Tensor> CrossEntropyGrads(const GradContext& c, const Tensor& g) {
   const Tensor &x = c.inputs[0], &t = c.inputs[1];
   const int64_t n = x.shape()[0], classes = x.shape()[1];
-  const double ls = c.attrs.GetDouble(AttrKey::kLabelSmoothing, 0.0);
-  const std::string red = c.attrs.GetString(AttrKey::kReduction, "mean");
+  const double ls = ir::AttrFloat(c.op, c.attrs, ir::AttrKey::kLabelSmoothing);
+  const std::string red =
+      ir::AttrString(c.op, c.attrs, ir::AttrKey::kReduction);
   Tensor target = one_hot(t, classes, x.dtype());
   if (ls > 0) target = target * (1.0 - ls) + ls / static_cast<double>(classes);
   Tensor scale = red == "none" ? g.unsqueeze(1) : g;
@@ -192,7 +195,8 @@ std::vector<Tensor> ComputeGrads(const GradContext& c, const Tensor& g) {
       return {mask * KeepDims(c, g) / sum(mask, ReducedDims(c), true)};
     }
     case OpId::kVar: {
-      const int64_t n = ReducedCount(c) - c.attrs.GetInt(AttrKey::kCorrection, 1);
+      const int64_t n = ReducedCount(c) -
+                        ir::AttrInt(c.op, c.attrs, ir::AttrKey::kCorrection);
       const Tensor mu = mean(in[0], ReducedDims(c), true);
       return {KeepDims(c, g) * (in[0] - mu) * (2.0 / static_cast<double>(n))};
     }
@@ -207,7 +211,8 @@ std::vector<Tensor> ComputeGrads(const GradContext& c, const Tensor& g) {
     case OpId::kLayerNorm: return LayerNormGrads(c, g);
     case OpId::kCrossEntropy: return CrossEntropyGrads(c, g);
     case OpId::kMseLoss: {
-      const std::string red = c.attrs.GetString(AttrKey::kReduction, "mean");
+      const std::string red =
+          ir::AttrString(c.op, c.attrs, ir::AttrKey::kReduction);
       Tensor d = (in[0] - in[1]) * 2.0 * g;
       if (red == "mean") d = d / static_cast<double>(in[0].numel());
       return {d, -d};
@@ -227,17 +232,21 @@ std::vector<Tensor> ComputeGrads(const GradContext& c, const Tensor& g) {
     }
     case OpId::kSlice:
       return {slice_backward(g, in[0].shape(), c.attrs.GetInt(AttrKey::kDim),
-                             c.attrs.GetInt(AttrKey::kStart), c.attrs.GetInt(AttrKey::kEnd),
-                             c.attrs.GetInt(AttrKey::kStep, 1))};
+                             c.attrs.GetInt(AttrKey::kStart),
+                             c.attrs.GetInt(AttrKey::kEnd),
+                             ir::AttrInt(c.op, c.attrs, ir::AttrKey::kStep))};
     case OpId::kSliceBackward:
-      return {g.slice(c.attrs.GetInt(AttrKey::kDim), c.attrs.GetInt(AttrKey::kStart),
-                      c.attrs.GetInt(AttrKey::kEnd), c.attrs.GetInt(AttrKey::kStep, 1))};
+      return {g.slice(c.attrs.GetInt(AttrKey::kDim),
+                      c.attrs.GetInt(AttrKey::kStart),
+                      c.attrs.GetInt(AttrKey::kEnd),
+                      ir::AttrInt(c.op, c.attrs, ir::AttrKey::kStep))};
     case OpId::kExpand:
     case OpId::kContiguous:
       return {g};
     case OpId::kCat: {
       // Each operand's window of the gradient.
-      const int64_t d = ir::WrapDim(c.attrs.GetInt(AttrKey::kDim, 0), g.dim());
+      const int64_t d =
+          ir::WrapDim(ir::AttrInt(c.op, c.attrs, ir::AttrKey::kDim), g.dim());
       std::vector<Tensor> grads;
       int64_t start = 0;
       for (size_t i = 0; i < in.size(); ++i) {

@@ -47,13 +47,14 @@ TEST(ParserTest, AttributeValuesKeepTheirKinds) {
   ASSERT_TRUE(g.ok()) << g.status();
   const auto& nodes = (*g)->nodes();
   const Attrs& rand = nodes[14]->attrs();
-  EXPECT_TRUE(std::signbit(rand.GetDouble(AttrKey::kLow)));
-  EXPECT_EQ(rand.GetDouble(AttrKey::kHigh), 1e-8);
+  EXPECT_EQ(rand.GetInt(AttrKey::kSeed), INT64_MAX);
   EXPECT_EQ(rand.GetInt(AttrKey::kOffset), INT64_MIN);
+  EXPECT_TRUE(std::signbit(nodes[24]->attrs().GetDouble(AttrKey::kValue)));
+  EXPECT_EQ(nodes[25]->attrs().GetDouble(AttrKey::kValue), 1e-8);
   EXPECT_TRUE(std::holds_alternative<int64_t>(
       *nodes[7]->attrs().Find(AttrKey::kValue)));
   EXPECT_TRUE(std::isnan(nodes[18]->attrs().GetDouble(AttrKey::kValue)));
-  EXPECT_EQ(nodes[18]->attrs().GetString(AttrKey::kReduction), "q\"\\\n\t\x01");
+  EXPECT_EQ(nodes[18]->attrs().GetString(AttrKey::kRole), "q\"\\\n\t\x01");
   EXPECT_EQ(nodes[12]->attrs().GetDType(AttrKey::kDTypeAttr), DType::kBF16);
   EXPECT_EQ((*g)->param_kind((*g)->params()[5]), ParamKind::kState);
   // The fusion results carry the declared types.

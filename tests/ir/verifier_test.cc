@@ -64,6 +64,18 @@ TEST(VerifierTest, ErrorMessagesOnText) {
        "broadcastable (dim 0: 2 vs 4)"},
       {"%0 = neg %a : i32[7] return }",
        "%0 = neg %a: declared type i32[7] but inferred f32[2]"},
+      // Attributes against the op's schema (ops.def's OP_ATTR rows).
+      {"%0 = neg %a {dim = 0} : f32[2] return }",
+       "%0 = neg %a: neg takes no attribute 'dim' (it takes none)"},
+      {"%0 = rand {shape = [2], low = 0.0} : f32[2] return }",
+       "%0 = rand: rand takes no attribute 'low' (it takes shape, dtype, "
+       "seed, offset)"},
+      {"%0 = softmax %a {dim = \"last\"} : f32[2] return }",
+       "%0 = softmax %a: softmax: attribute 'dim' expected int, got string"},
+      {"%0 = sum %a {dims = 0.5} : f32[] return }",
+       "%0 = sum %a: sum: attribute 'dims' expected [int], got float"},
+      {"%0 = cast %a : f32[2] return }",
+       "%0 = cast %a: cast: missing required attribute 'dtype' (dtype)"},
       {"%0 = full {shape = [2], dtype = f64} : f64[3] return }",
        "%0 = full: declared type f64[3] but inferred f64[2]"},
       {"%0 = fusion @k(%a) : (f32[2]) { graph @k(%p: f32[2] input) {"

@@ -9,6 +9,7 @@
 #include "devices/cuda/nccl/dist_nccl.h"
 #include "dist/dist.h"
 #include "dist/dist_internal.h"
+#include "ir/op_attrs.h"
 #include "ir/status.h"
 
 namespace stepjit::runtime::cuda {
@@ -61,8 +62,8 @@ void RunNccl(Backend& b, const KernelArgs& k) {
   SJ_REQUIRE(k.out.is_contiguous(), what, ": the result must be contiguous");
   switch (k.op) {
     case OpId::kAllReduce: {
-      const dist::ReduceOp op =
-          dist::ParseReduceOp(k.attrs.GetString(AttrKey::kReduceOp, "sum"));
+      const dist::ReduceOp op = dist::ParseReduceOp(
+          ir::AttrString(k.op, k.attrs, ir::AttrKey::kReduceOp));
       SJ_REQUIRE(op != dist::ReduceOp::kAvg || ir::IsFloating(in.dtype()), what,
                  ": avg needs a floating dtype, found ",
                  ir::DTypeName(in.dtype()));
@@ -73,7 +74,8 @@ void RunNccl(Backend& b, const KernelArgs& k) {
     case OpId::kBroadcast:
       ThrowIfError(comm.Broadcast(
           in.data_ptr(), k.out.data_ptr(), count, in.dtype(),
-          static_cast<int>(k.attrs.GetInt(AttrKey::kRoot, 0)), stream));
+          static_cast<int>(ir::AttrInt(k.op, k.attrs, ir::AttrKey::kRoot)),
+          stream));
       break;
     case OpId::kAllGather:
       SJ_REQUIRE(k.attrs.GetInt(AttrKey::kWorldSize) == comm.world(), what,

@@ -16,6 +16,7 @@
 #include "devices/cuda/kernels/kernel_helpers.h"
 #include "devices/cuda/ops.h"
 #include "ir/infer.h"
+#include "ir/op_attrs.h"
 #include "ir/status.h"
 
 namespace stepjit::runtime::cuda {
@@ -303,7 +304,8 @@ bool Arange(Backend& b, const KernelArgs& k) {
   else if (t == DType::kI32) suffix = "i32";
   else return false;
   long long n = k.out.numel();
-  double start = k.attrs.GetDouble(AttrKey::kStart), step = k.attrs.GetDouble(AttrKey::kStep, 1.0);
+  double start = k.attrs.GetDouble(AttrKey::kStart),
+         step = ir::AttrFloat(k.op, k.attrs, ir::AttrKey::kStep);
   void* op = k.out.data_ptr();
   if (n > 0) Launch(b, "sj_arange_" + suffix, n, {&op, &n, &start, &step});
   return true;
@@ -329,7 +331,8 @@ bool Argmax(Backend& b, const KernelArgs& k) {
 bool Topk(Backend& b, const KernelArgs& k) {
   const Tensor& x = k.inputs[0];
   if (!IsFloat(x.dtype()) || k.out.numel() == 0) return false;
-  const int64_t d = ir::WrapDim(k.attrs.GetInt(AttrKey::kDim, -1), x.dim());
+  const int64_t d =
+      ir::WrapDim(ir::AttrInt(k.op, k.attrs, ir::AttrKey::kDim), x.dim());
   const std::vector<int64_t> perm = cpu::DimLastPermutation(x.dim(), d);
   const Tensor rows = ContiguousOnDevice(cpu::PermutedView(x, perm));
   const bool in_place = d == x.dim() - 1 && k.out.is_contiguous();
@@ -341,7 +344,7 @@ bool Topk(Backend& b, const KernelArgs& k) {
   }
   long long n = x.shape()[d], count = x.numel() / n,
             want = k.attrs.GetInt(AttrKey::kK);
-  int largest = k.attrs.GetBool(AttrKey::kLargest, true) ? 1 : 0;
+  int largest = ir::AttrBool(k.op, k.attrs, ir::AttrKey::kLargest) ? 1 : 0;
   const bool indices = k.attrs.GetBool(AttrKey::kIndices);
   const void* xp = rows.data_ptr();
   void* vp = indices ? nullptr : dst.data_ptr();
@@ -371,7 +374,8 @@ bool Var(Backend& b, const KernelArgs& k) {
   }
   if (n == 0 || k.out.numel() == 0) return false;  // the CPU's NaN/empty cases
   const Tensor rows = ContiguousOnDevice(cpu::PermutedView(x, perm));
-  long long count = x.numel() / n, correction = k.attrs.GetInt(AttrKey::kCorrection, 1);
+  long long count = x.numel() / n,
+            correction = ir::AttrInt(k.op, k.attrs, ir::AttrKey::kCorrection);
   const void* xp = rows.data_ptr();
   void* op = k.out.data_ptr();
   Launch(b, absl::StrCat("sj_var_", Suffix(x.dtype())), count, {&xp, &op, &count, &n, &correction});

@@ -1,0 +1,159 @@
+// The op attribute schema (ops.def's OP_ATTR rows) as a table, and the
+// check of a node's attributes against it.
+#include "ir/op_attrs.h"
+
+#include <array>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "ir/status.h"
+
+namespace stepjit::ir {
+
+namespace {
+
+using op_attrs_internal::kRequired;
+
+struct OpAttrRow {
+  OpId op;
+  OpAttr attr;
+};
+
+// One row per OP_ATTR, in ops.def's order (an op's rows are adjacent).
+const std::vector<OpAttrRow>& Rows() {
+  static const std::vector<OpAttrRow>* rows = [] {
+    auto* r = new std::vector<OpAttrRow>;
+#define OP(e, text, lo, hi, kind, amp, flags)
+#define OP_ATTR(op, key, type_, default_value)                       \
+  {                                                                  \
+    using S = op_attrs_internal::Spec<OpId::k##op, AttrKey::k##key>; \
+    r->push_back({OpId::k##op,                                       \
+                  {AttrKey::k##key, AttrType::k##type_,              \
+                   absl::string_view(#default_value) == "kRequired", \
+                   AttrValue(S::Default())}});                       \
+  }
+#include "ir/ops.def"
+    return r;
+  }();
+  return *rows;
+}
+
+// Whether a value of the variant's alternative `v` reads as `type` (as
+// Attrs' getters read it).
+bool Fits(AttrType type, const AttrValue& v) {
+  switch (type) {
+    case AttrType::kInt:
+      return std::holds_alternative<int64_t>(v) ||
+             std::holds_alternative<bool>(v);
+    case AttrType::kFloat:
+      return std::holds_alternative<double>(v) ||
+             std::holds_alternative<int64_t>(v);
+    case AttrType::kBool:
+      return std::holds_alternative<bool>(v) ||
+             std::holds_alternative<int64_t>(v);
+    case AttrType::kInts:
+      return std::holds_alternative<std::vector<int64_t>>(v) ||
+             std::holds_alternative<int64_t>(v);
+    case AttrType::kDType:
+      return std::holds_alternative<DType>(v);
+    case AttrType::kString:
+      return std::holds_alternative<std::string>(v);
+  }
+  return false;
+}
+
+// AttrType's names, in the order of both AttrType and AttrValue's
+// alternatives.
+constexpr const char* kTypeNames[] = {"int",   "float", "bool",
+                                      "[int]", "dtype", "string"};
+
+const char* ValueTypeName(const AttrValue& v) { return kTypeNames[v.index()]; }
+
+}  // namespace
+
+const char* AttrTypeName(AttrType type) {
+  return kTypeNames[static_cast<int>(type)];
+}
+
+absl::Span<const OpAttr> OpAttrs(OpId op) {
+  static const auto* attrs = [] {
+    auto* a = new std::array<std::vector<OpAttr>, kNumOps>{};
+    for (const OpAttrRow& row : Rows())
+      (*a)[static_cast<int>(row.op)].push_back(row.attr);
+    return a;
+  }();
+  return (*attrs)[static_cast<int>(op)];
+}
+
+const OpAttr* FindOpAttr(OpId op, AttrKey key) {
+  for (const OpAttr& a : OpAttrs(op)) {
+    if (a.key == key) return &a;
+  }
+  return nullptr;
+}
+
+absl::Status CheckAttrs(OpId op, const Attrs& attrs) {
+  for (const auto& [key, value] : attrs.items()) {
+    const OpAttr* a = FindOpAttr(op, key);
+    if (a == nullptr) {
+      std::vector<std::string> takes;
+      for (const OpAttr& t : OpAttrs(op))
+        takes.push_back(std::string(AttrKeyName(t.key)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          OpName(op), " takes no attribute '", AttrKeyName(key), "' (",
+          takes.empty() ? "it takes none"
+                        : absl::StrCat("it takes ", absl::StrJoin(takes, ", ")),
+          ")"));
+    }
+    if (!Fits(a->type, value)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          OpName(op), ": attribute '", AttrKeyName(key), "' expected ",
+          AttrTypeName(a->type), ", got ", ValueTypeName(value)));
+    }
+  }
+  for (const OpAttr& a : OpAttrs(op)) {
+    if (a.required && !attrs.Has(a.key)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(OpName(op), ": missing required attribute '",
+                       AttrKeyName(a.key), "' (", AttrTypeName(a.type), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// `key`'s schema entry for `op`, which must be of `type`.
+const OpAttr& Expect(OpId op, AttrKey key, AttrType type) {
+  const OpAttr* a = FindOpAttr(op, key);
+  SJ_CHECK(a != nullptr && a->type == type, OpName(op), " reads attribute '",
+           AttrKeyName(key), "' as ", AttrTypeName(type),
+           ", which ir/ops.def does not give it");
+  return *a;
+}
+
+}  // namespace
+
+int64_t AttrInt(OpId op, const Attrs& attrs, AttrKey key) {
+  const OpAttr& a = Expect(op, key, AttrType::kInt);
+  return attrs.GetInt(key, std::get<int64_t>(a.default_value));
+}
+
+double AttrFloat(OpId op, const Attrs& attrs, AttrKey key) {
+  const OpAttr& a = Expect(op, key, AttrType::kFloat);
+  return attrs.GetDouble(key, std::get<double>(a.default_value));
+}
+
+bool AttrBool(OpId op, const Attrs& attrs, AttrKey key) {
+  const OpAttr& a = Expect(op, key, AttrType::kBool);
+  return attrs.GetBool(key, std::get<bool>(a.default_value));
+}
+
+std::string AttrString(OpId op, const Attrs& attrs, AttrKey key) {
+  const OpAttr& a = Expect(op, key, AttrType::kString);
+  return attrs.GetString(key, std::get<std::string>(a.default_value));
+}
+
+}  // namespace stepjit::ir
