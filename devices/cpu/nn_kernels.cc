@@ -258,7 +258,8 @@ Tensor SliceBackwardWindow(const Tensor& out, const Tensor& grad, const ir::Attr
   if (start < 0) start += out.shape()[d];
   start = std::clamp<int64_t>(start, 0, out.shape()[d]);
   Shape strides = out.strides();
-  strides[d] *= ir::GetAttr<ir::OpId::kSliceBackward, ir::AttrKey::kStep>(attrs);
+  strides[d] *=
+      ir::GetAttr<ir::OpId::kSliceBackward, ir::AttrKey::kStep>(attrs);
   return MakeTensor(out.storage(), grad.shape(), strides,
                     out.offset() + start * out.strides()[d], out.dtype());
 }
