@@ -10,21 +10,12 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "runtime/machine_peaks.h"
 
 namespace stepjit::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The 16 lanes' sum (through memory: GCC 12's _mm512_reduce_add_ps warns
-// under -fsanitize builds).
-__attribute__((target("avx512f"))) float Sum16(__m512 v) {
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, v);
-  float t = 0;
-  for (float x : lanes) t += x;
-  return t;
-}
 
 // bf16 pairs into f32 (vdpbf16ps: 32 multiply-adds per 512-bit instruction).
 __attribute__((target("avx512f,avx512bf16"))) float DpBf16Loop512(
@@ -40,7 +31,7 @@ __attribute__((target("avx512f,avx512bf16"))) float DpBf16Loop512(
   }
   __m512 s = acc[0];
   for (int i = 1; i < kAccumulators; ++i) s = _mm512_add_ps(s, acc[i]);
-  return Sum16(s);
+  return runtime::Sum16(s);
 }
 
 // Runs `work` on `threads` threads at once; the best wall time of `runs`.

@@ -10,10 +10,7 @@
 #include <vector>
 
 namespace stepjit::runtime {
-namespace {
 
-// The 16 lanes' sum (through memory: GCC 12's _mm512_reduce_add_ps warns
-// under -fsanitize builds).
 __attribute__((target("avx512f"))) float Sum16(__m512 v) {
   alignas(64) float lanes[16];
   _mm512_store_ps(lanes, v);
@@ -21,6 +18,8 @@ __attribute__((target("avx512f"))) float Sum16(__m512 v) {
   for (float x : lanes) t += x;
   return t;
 }
+
+namespace {
 
 __attribute__((target("avx512f"))) float FmaLoop512(int64_t iters) {
   __m512 acc[kAccumulators];

@@ -4,9 +4,15 @@
 #ifndef STEPJIT_RUNTIME_MACHINE_PEAKS_H_
 #define STEPJIT_RUNTIME_MACHINE_PEAKS_H_
 
+#include <immintrin.h>
+
 #include <cstdint>
 
 namespace stepjit::runtime {
+
+// The 16 lanes' sum (through memory: GCC 12's _mm512_reduce_add_ps warns
+// under -fsanitize builds). Only on a CPU with AVX-512.
+__attribute__((target("avx512f"))) float Sum16(__m512 v);
 
 // A register-only loop of independent fused multiply-adds on one thread;
 // returns a value that depends on every chain so that the loop is not
