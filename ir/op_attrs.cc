@@ -134,26 +134,30 @@ const OpAttr& Expect(OpId op, AttrKey key, AttrType type) {
   return *a;
 }
 
+template <AttrType T>
+op_attrs_internal::CType<T> ReadOrDefault(OpId op, const Attrs& attrs,
+                                          AttrKey key) {
+  const OpAttr& a = Expect(op, key, T);
+  return op_attrs_internal::Read(
+      attrs, key, std::get<op_attrs_internal::CType<T>>(a.default_value));
+}
+
 }  // namespace
 
 int64_t AttrInt(OpId op, const Attrs& attrs, AttrKey key) {
-  const OpAttr& a = Expect(op, key, AttrType::kInt);
-  return attrs.GetInt(key, std::get<int64_t>(a.default_value));
+  return ReadOrDefault<AttrType::kInt>(op, attrs, key);
 }
 
 double AttrFloat(OpId op, const Attrs& attrs, AttrKey key) {
-  const OpAttr& a = Expect(op, key, AttrType::kFloat);
-  return attrs.GetDouble(key, std::get<double>(a.default_value));
+  return ReadOrDefault<AttrType::kFloat>(op, attrs, key);
 }
 
 bool AttrBool(OpId op, const Attrs& attrs, AttrKey key) {
-  const OpAttr& a = Expect(op, key, AttrType::kBool);
-  return attrs.GetBool(key, std::get<bool>(a.default_value));
+  return ReadOrDefault<AttrType::kBool>(op, attrs, key);
 }
 
 std::string AttrString(OpId op, const Attrs& attrs, AttrKey key) {
-  const OpAttr& a = Expect(op, key, AttrType::kString);
-  return attrs.GetString(key, std::get<std::string>(a.default_value));
+  return ReadOrDefault<AttrType::kString>(op, attrs, key);
 }
 
 }  // namespace stepjit::ir

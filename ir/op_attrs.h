@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -47,46 +49,31 @@ absl::Status CheckAttrs(OpId op, const Attrs& attrs);
 // knows it. A required attribute that is missing reads as its type's zero
 // (the verifier refuses such a node).
 namespace op_attrs_internal {
+// The C++ type of each AttrType, in AttrType's order (AttrValue's too).
 template <AttrType T>
-struct CType;
-template <>
-struct CType<AttrType::kInt> {
-  using type = int64_t;
-  static type Get(const Attrs& a, AttrKey k, type d) { return a.GetInt(k, d); }
-};
-template <>
-struct CType<AttrType::kFloat> {
-  using type = double;
-  static type Get(const Attrs& a, AttrKey k, type d) {
-    return a.GetDouble(k, d);
-  }
-};
-template <>
-struct CType<AttrType::kBool> {
-  using type = bool;
-  static type Get(const Attrs& a, AttrKey k, type d) { return a.GetBool(k, d); }
-};
-template <>
-struct CType<AttrType::kInts> {
-  using type = std::vector<int64_t>;
-  static type Get(const Attrs& a, AttrKey k, const type& d) {
-    return a.Has(k) ? a.GetInts(k) : d;
-  }
-};
-template <>
-struct CType<AttrType::kDType> {
-  using type = DType;
-  static type Get(const Attrs& a, AttrKey k, type d) {
-    return a.GetDType(k, d);
-  }
-};
-template <>
-struct CType<AttrType::kString> {
-  using type = std::string;
-  static type Get(const Attrs& a, AttrKey k, const type& d) {
-    return a.GetString(k, d);
-  }
-};
+using CType = std::variant_alternative_t<static_cast<size_t>(T), AttrValue>;
+static_assert(
+    std::is_same_v<CType<AttrType::kInt>, int64_t> &&
+        std::is_same_v<CType<AttrType::kFloat>, double> &&
+        std::is_same_v<CType<AttrType::kBool>, bool> &&
+        std::is_same_v<CType<AttrType::kInts>, std::vector<int64_t>> &&
+        std::is_same_v<CType<AttrType::kDType>, DType> &&
+        std::is_same_v<CType<AttrType::kString>, std::string>,
+    "AttrType names AttrValue's alternatives in order");
+
+// `key`'s value as a T, or `fallback` when `attrs` lacks it.
+template <typename T>
+T Read(const Attrs& attrs, AttrKey key, const T& fallback) {
+  if constexpr (std::is_same_v<T, int64_t>) return attrs.GetInt(key, fallback);
+  if constexpr (std::is_same_v<T, double>)
+    return attrs.GetDouble(key, fallback);
+  if constexpr (std::is_same_v<T, bool>) return attrs.GetBool(key, fallback);
+  if constexpr (std::is_same_v<T, std::vector<int64_t>>)
+    return attrs.Has(key) ? attrs.GetInts(key) : fallback;
+  if constexpr (std::is_same_v<T, DType>) return attrs.GetDType(key, fallback);
+  if constexpr (std::is_same_v<T, std::string>)
+    return attrs.GetString(key, fallback);
+}
 
 // Spec<op, key>: declared for every OP_ATTR row only, so reading an
 // attribute an op does not take does not compile.
@@ -107,7 +94,7 @@ inline constexpr Required kRequired{};
   template <>                                             \
   struct Spec<OpId::k##op, AttrKey::k##key> {             \
     static constexpr AttrType kType = AttrType::k##type_; \
-    using T = CType<kType>::type;                         \
+    using T = CType<kType>;                               \
     static T Default() {                                  \
       T value = default_value;                            \
       return value;                                       \
@@ -120,7 +107,7 @@ inline constexpr Required kRequired{};
 template <OpId op, AttrKey key>
 auto GetAttr(const Attrs& attrs) {
   using S = op_attrs_internal::Spec<op, key>;
-  return op_attrs_internal::CType<S::kType>::Get(attrs, key, S::Default());
+  return op_attrs_internal::Read(attrs, key, S::Default());
 }
 
 // The same where the op is known only at run time (a kernel or a rule shared
