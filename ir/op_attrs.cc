@@ -14,8 +14,6 @@ namespace stepjit::ir {
 
 namespace {
 
-using op_attrs_internal::kRequired;
-
 struct OpAttrRow {
   OpId op;
   OpAttr attr;
