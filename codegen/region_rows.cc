@@ -173,7 +173,7 @@ absl::Status ArangeDomain(const Node& n, const Plan& plan) {
       std::count(plan.f_reduced.begin(), plan.f_reduced.end(), true) == 1;
   if (!last_only || s.size() != 1 || s[0] != plan.f_shape[rank - 1] ||
       n.attrs().GetDouble(AttrKey::kStart) != 0 ||
-      ir::AttrFloat(n.op(), n.attrs(), ir::AttrKey::kStep) != 1)
+      ir::GetAttr<OpId::kArange, AttrKey::kStep>(n.attrs()) != 1)
     return Unsupported("an arange that is not the index along the row");
   return absl::OkStatus();
 }

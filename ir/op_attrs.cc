@@ -1,4 +1,4 @@
-// The op attribute schema (ops.def's OP_ATTR rows) as a table, and the
+// The op attribute schema (ops.def's OP_ATTR rows) as per-op lists, and the
 // check of a node's attributes against it.
 #include "ir/op_attrs.h"
 
@@ -13,30 +13,6 @@
 namespace stepjit::ir {
 
 namespace {
-
-struct OpAttrRow {
-  OpId op;
-  OpAttr attr;
-};
-
-// One row per OP_ATTR, in ops.def's order (an op's rows are adjacent).
-const std::vector<OpAttrRow>& Rows() {
-  static const std::vector<OpAttrRow>* rows = [] {
-    auto* r = new std::vector<OpAttrRow>;
-#define OP(e, text, lo, hi, kind, amp, flags)
-#define OP_ATTR(op, key, type_, default_value)                       \
-  {                                                                  \
-    using S = op_attrs_internal::Spec<OpId::k##op, AttrKey::k##key>; \
-    r->push_back({OpId::k##op,                                       \
-                  {AttrKey::k##key, AttrType::k##type_,              \
-                   absl::string_view(#default_value) == "kRequired", \
-                   AttrValue(S::Default())}});                       \
-  }
-#include "ir/ops.def"
-    return r;
-  }();
-  return *rows;
-}
 
 // Whether a value of the variant's alternative `v` reads as `type` (as
 // Attrs' getters read it).
@@ -76,10 +52,17 @@ const char* AttrTypeName(AttrType type) {
 }
 
 absl::Span<const OpAttr> OpAttrs(OpId op) {
+  // One list per op, from ops.def's OP_ATTR rows in their order.
   static const auto* attrs = [] {
     auto* a = new std::array<std::vector<OpAttr>, kNumOps>{};
-    for (const OpAttrRow& row : Rows())
-      (*a)[static_cast<int>(row.op)].push_back(row.attr);
+#define OP(e, text, lo, hi, kind, amp, flags)
+#define OP_ATTR(op, key, type_, default_value)           \
+  (*a)[static_cast<int>(OpId::k##op)].push_back(         \
+      {AttrKey::k##key, AttrType::k##type_,              \
+       absl::string_view(#default_value) == "kRequired", \
+       AttrValue(op_attrs_internal::Spec<OpId::k##op,    \
+                                         AttrKey::k##key>::Default())});
+#include "ir/ops.def"
     return a;
   }();
   return (*attrs)[static_cast<int>(op)];

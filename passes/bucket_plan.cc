@@ -209,7 +209,7 @@ absl::StatusOr<bool> PlanBuckets(ir::Graph& graph, PassStats& stats) {
         absl::StrCat(grads, " grads, ", bytes, " bytes, ", overlapped,
                      " kernels before the first wait");
     ir::Attrs& attrs = n->mutable_attrs();
-    if (ir::AttrInt(ir::OpId::kAllReduce, attrs, ir::AttrKey::kBucket) !=
+    if (ir::GetAttr<ir::OpId::kAllReduce, ir::AttrKey::kBucket>(attrs) !=
             bucket ||
         attrs.GetString(ir::AttrKey::kBucketPlan) != plan) {
       attrs.Set(ir::AttrKey::kBucket, bucket);

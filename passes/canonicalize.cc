@@ -329,7 +329,8 @@ struct Window {
 };
 std::optional<Window> UnitStepWindow(const ir::Value* v) {
   const ir::Node* n = ProducerOp(v, OpId::kSliceBackward);
-  if (n == nullptr || ir::AttrInt(n->op(), n->attrs(), ir::AttrKey::kStep) != 1)
+  if (n == nullptr ||
+      ir::GetAttr<OpId::kSliceBackward, ir::AttrKey::kStep>(n->attrs()) != 1)
     return std::nullopt;
   const ir::Shape& shape = v->type().shape;
   const int64_t rank = static_cast<int64_t>(shape.size());

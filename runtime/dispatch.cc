@@ -55,7 +55,7 @@ Tensor MakeView(OpId op, const Tensor& x, const ir::Attrs& attrs,
       start = std::clamp<int64_t>(start, 0, x.shape()[d]);
       strides = x.strides();
       offset += start * strides[d];
-      strides[d] *= ir::AttrInt(op, attrs, ir::AttrKey::kStep);
+      strides[d] *= ir::GetAttr<OpId::kSlice, AttrKey::kStep>(attrs);
       break;
     }
     case OpId::kExpand: {
