@@ -19,6 +19,15 @@ std::atomic<uint64_t> g_next_epoch{1};
 }  // namespace
 
 void FillRecord(Trace& trace, const TraceRecord& expected) {
+  if (trace.unfilled_params > 0) {
+    std::vector<TraceRecord::Param> params(
+        expected.params.begin(),
+        expected.params.begin() + trace.unfilled_params);
+    std::move(trace.record.params.begin(), trace.record.params.end(),
+              std::back_inserter(params));
+    trace.record.params = std::move(params);
+    trace.unfilled_params = 0;
+  }
   if (trace.unfilled == 0) return;
   std::vector<TraceRecord::Node> nodes(expected.nodes.begin(),
                                        expected.nodes.begin() + trace.unfilled);
@@ -60,10 +69,11 @@ Tracer::~Tracer() {
 void Tracer::Begin(absl::Span<const Tensor> inputs) {
   if (expected_ != nullptr) {
     // What a matching call fills, sized once.
-    record_.params.reserve(expected_->params.size());
     state_.reserve(expected_->params.size());
     state_params_.reserve(expected_->params.size());
     grad_touched_.reserve(expected_->grad_bindings.size());
+    record_.returns.reserve(expected_->returns.size());
+    record_.grad_bindings.reserve(expected_->grad_bindings.size());
     if (remember_grads_) grad_before_.reserve(expected_->grad_bindings.size());
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -78,21 +88,21 @@ void Tracer::Begin(absl::Span<const Tensor> inputs) {
 }
 
 int Tracer::AddParam(ir::ParamKind kind, const Tensor& t) {
-  const size_t p = record_.params.size();
+  const size_t p = num_params_;
   const TensorImpl* state = kind == ir::ParamKind::kState ? t.impl() : nullptr;
   if (matching_ && p < expected_->params.size()) {
-    // As expected (the common case): copied, without building the type.
+    // As expected (the common case): counted, not copied (Diverge and
+    // FillRecord copy the matched prefix), without building the type.
     const TraceRecord::Param& e = expected_->params[p];
     if (e.kind == kind && e.state == state && e.type.dtype == t.dtype() &&
         e.type.shape == t.shape()) {
-      record_.params.push_back(e);
+      ++num_params_;
       return TraceRecord::ParamId(p);
     }
   }
+  Diverge();
   record_.params.push_back({kind, TypeOf(t), state});
-  if (matching_ && (p >= expected_->params.size() ||
-                    !(expected_->params[p] == record_.params.back())))
-    Diverge();
+  ++num_params_;
   return TraceRecord::ParamId(p);
 }
 
@@ -137,6 +147,8 @@ int Tracer::AddNode(ir::NodeKind kind, ir::OpId op,
 void Tracer::Diverge() {
   if (!matching_) return;
   matching_ = false;
+  record_.params.assign(expected_->params.begin(),
+                        expected_->params.begin() + num_params_);
   Trace partial;
   partial.unfilled = next_node_;
   partial.unfilled_live = std::move(live_);
@@ -607,6 +619,7 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
   if (break_reason_.empty()) {
     for (const Tensor& t : outputs) record_.returns.push_back(ValueOf(t));
     record_.num_outputs = static_cast<int>(record_.returns.size());
+    trace.grad_bindings.reserve(grad_touched_.size());
     // Final .grad bindings (read them before emitting assigns: a binding to
     // a tensor never seen by an op makes it state).
     for (const Tensor& leaf : grad_touched_) {
@@ -625,15 +638,25 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
       trace.grad_bindings.push_back({leaf, index});
     }
     // Write-back: state whose tensor now holds a newer value.
+    static const ir::Attrs kNoAttrs;
+    static const ir::TensorType kNoType;
     for (size_t i = 0; i < state_.size(); ++i) {
       const int latest = Lookup(state_[i]);
-      if (latest != state_params_[i]) {
-        const int in[] = {state_params_[i], latest};
-        AddNode(ir::NodeKind::kAssign, ir::OpId{}, in, {}, {});
+      if (latest == state_params_[i]) continue;
+      const int in[] = {state_params_[i], latest};
+      if (matching_ && next_node_ < expected_->nodes.size()) {
+        // The expected assign (the common case): only compared.
+        const TraceRecord::Node& e = expected_->nodes[next_node_];
+        if (e.kind == ir::NodeKind::kAssign &&
+            absl::MakeConstSpan(e.inputs) == absl::MakeConstSpan(in)) {
+          ++next_node_;
+          continue;
+        }
       }
+      AddNode(ir::NodeKind::kAssign, ir::OpId{}, in, kNoAttrs, kNoType);
     }
     if (matching_ && (next_node_ != expected_->nodes.size() ||
-                      record_.params.size() != expected_->params.size() ||
+                      num_params_ != expected_->params.size() ||
                       record_.returns != expected_->returns ||
                       record_.num_outputs != expected_->num_outputs ||
                       record_.grad_bindings != expected_->grad_bindings))
@@ -641,6 +664,7 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
   }
   trace.matched = matching_ && break_reason_.empty();
   trace.unfilled = matching_ ? next_node_ : 0;
+  trace.unfilled_params = matching_ ? num_params_ : 0;
   trace.unfilled_live = std::move(live_);
   trace.num_outputs = record_.num_outputs;
   trace.record = std::move(record_);

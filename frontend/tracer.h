@@ -54,6 +54,9 @@ struct Trace {
   // matched it and are not copied: FillRecord puts them in.
   TraceRecord record;
   size_t unfilled = 0;
+  // Likewise the leading `unfilled_params` params (all of them: a matching
+  // call's params are the expected record's).
+  size_t unfilled_params = 0;
   // This call's attributes of the random and lifted nodes among the
   // unfilled ones (the rest are the expected record's).
   std::vector<std::pair<size_t, ir::Attrs>> unfilled_live;
@@ -155,6 +158,9 @@ class Tracer : public runtime::DispatchObserver {
   bool matching_;
   TraceRecord record_;
   size_t next_node_ = 0;
+  // Params so far: while matching, a prefix of the expected record's, not
+  // copied into record_ (Diverge copies it).
+  size_t num_params_ = 0;
   // The dispatch ExpectedType matched with expected node `node` (its op
   // and attributes), so that OnOp for the same dispatch compares them once.
   struct Confirmed {

@@ -53,7 +53,7 @@ ShapeOnlyTrace TraceShapesOnly(const std::string& name,
 }
 
 const TraceRecord& FullRecord(ShapeOnlyTrace& recorded) {
-  if (recorded.trace.unfilled > 0) {
+  if (recorded.trace.unfilled > 0 || recorded.trace.unfilled_params > 0) {
     SJ_CHECK(recorded.expected != nullptr,
              "FullRecord: a partial record without its expected record");
     FillRecord(recorded.trace, *recorded.expected);

@@ -16,7 +16,7 @@ constexpr int64_t kPinnedAlignment = 64;
 }  // namespace
 
 Storage::Storage(int64_t nbytes, Device device, bool pinned)
-    : nbytes_(nbytes), device_(device), pinned_(pinned) {
+    : pinned_(pinned), device_(device), nbytes_(nbytes) {
   if (!pinned) {
     data_ = runtime::GetDeviceRuntime(device.type).allocate(nbytes, device);
     return;
@@ -35,7 +35,7 @@ Storage::Storage(int64_t nbytes, Device device, bool pinned)
 }
 
 Storage::Storage(MetaTag, int64_t nbytes, Device device)
-    : nbytes_(nbytes), device_(device), meta_(true) {
+    : meta_(true), device_(device), nbytes_(nbytes) {
   g_live_meta.fetch_add(1, std::memory_order_relaxed);
 }
 

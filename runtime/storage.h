@@ -80,12 +80,14 @@ class Storage {
   }
 
  private:
-  std::shared_ptr<runtime::PendingWork> pending_;
-  void* data_ = nullptr;
-  int64_t nbytes_ = 0;
-  Device device_;
-  bool pinned_ = false;
+  // (After `observer`, what a recording call reads of a storage first: one
+  // cache line with the shared_ptr control block.)
   bool meta_ = false;
+  bool pinned_ = false;
+  Device device_;
+  void* data_ = nullptr;
+  std::shared_ptr<runtime::PendingWork> pending_;
+  int64_t nbytes_ = 0;
   std::atomic<uint64_t> version_{0};
 };
 

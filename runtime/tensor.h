@@ -54,12 +54,12 @@ struct AutogradMeta {
 };
 
 struct TensorImpl {
+  // (Ordered so that what a recording call reads of a tensor it only looks
+  // up, its storage, observer slot, dtype, flags and autograd meta, shares
+  // the first cache line with the shared_ptr control block.)
   std::shared_ptr<Storage> storage;
-  Shape shape;
-  Shape strides;  // in elements
-  int64_t offset = 0;  // in elements
+  mutable ObserverSlot observer;  // the tracer's (runtime/storage.h)
   DType dtype = DType::kF32;
-  std::unique_ptr<AutogradMeta> autograd;
   // Set by the owner of long-lived state (module parameters, optimizer and
   // scaler state) that only ever updates it in place: a compiled step may
   // bind it by identity. Other tensors a step captures could be rebound by
@@ -69,7 +69,10 @@ struct TensorImpl {
   // (Module::replace_parameter): a compiled step that binds it by identity
   // would no longer update what the module holds (frontend/guards.h).
   bool replaced = false;
-  mutable ObserverSlot observer;  // the tracer's (runtime/storage.h)
+  std::unique_ptr<AutogradMeta> autograd;
+  Shape shape;
+  Shape strides;       // in elements
+  int64_t offset = 0;  // in elements
 };
 
 class Tensor {
