@@ -901,6 +901,13 @@ struct StepCompiler::Impl {
       const std::vector<Tracer::Kept>* kept = nullptr,
       const std::vector<int>* kept_at = nullptr) {
     RefreshStateCopies(s.state_copies, s.trace.state);
+    // The .grads the step binds are let go first, as the step's own
+    // zero_grad would (a binding the step makes without reading the old
+    // .grad; one it reads is state): the last replay's results are then
+    // free for this one to reuse (a CUDA graph's buffers, the allocator's
+    // blocks) instead of held while it runs.
+    for (const GradBinding& b : s.trace.grad_bindings)
+      b.leaf.set_grad(Tensor());
     std::vector<Tensor> outputs =
         s.program->Run(ProgramInputs(s, inputs), s.trace.state);
     s.program_inputs.clear();  // holds the call's arguments
@@ -1150,7 +1157,12 @@ std::string StepCompiler::explain() const {
          << (s.program->uses_cuda_graph()
                  ? absl::StrCat("replayed as a CUDA graph (",
                                 s.program->cuda_graph_replays(),
-                                " graph launches)")
+                                " graph launches, ",
+                                s.program->cuda_graph_replays() > 0
+                                    ? s.program->cuda_graph_copied_bytes() /
+                                          s.program->cuda_graph_replays()
+                                    : 0,
+                                " bytes copied per launch)")
                  : absl::StrCat("no CUDA graph: ",
                                 s.program->cuda_graph_reason()))
          << "; "

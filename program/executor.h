@@ -74,6 +74,11 @@ class Program {
     return stats().capture_reason;
   }
   int64_t cuda_graph_replays() const { return stats().captured_replays; }
+  // Bytes those replays copied: inputs in, results out (a result the graph
+  // owns is handed out uncopied) and held results passed on.
+  int64_t cuda_graph_copied_bytes() const {
+    return stats().captured_copy_bytes;
+  }
   // Of the compiled regions, the ones whose object code came from the
   // kernel cache.
   int cached_regions() const { return stats().cached_regions; }

@@ -122,6 +122,9 @@ struct BackendStats {
   bool replays_captured_run = false;
   std::string capture_reason;
   int64_t captured_replays = 0;
+  // Bytes those replays copied (inputs in, results out, held results passed
+  // on; program/cuda/cuda_graph.h).
+  int64_t captured_copy_bytes = 0;
 };
 
 class RegionBackend {

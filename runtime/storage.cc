@@ -3,6 +3,8 @@
 // memory accounting.
 #include "runtime/storage.h"
 
+#include <utility>
+
 #include "ir/status.h"
 #include "runtime/device_runtime.h"
 
@@ -37,6 +39,14 @@ Storage::Storage(int64_t nbytes, Device device, bool pinned)
 Storage::Storage(MetaTag, int64_t nbytes, Device device)
     : meta_(true), device_(device), nbytes_(nbytes) {
   g_live_meta.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Storage::SwapMemory(Storage& other) {
+  SJ_CHECK(nbytes_ == other.nbytes_ && device_ == other.device_ && !meta_ &&
+               !other.meta_ && !pinned_ && !other.pinned_ &&
+               pending_ == nullptr && other.pending_ == nullptr,
+           "Storage::SwapMemory: the storages differ in size, device or kind");
+  std::swap(data_, other.data_);
 }
 
 void Storage::Materialize() {

@@ -58,6 +58,12 @@ class Storage {
   // that every tensor on it becomes a real one: a shape-only run of a step
   // that kept a tensor it created hands the step a real tensor after all.
   void Materialize();
+  // Exchanges the memory of two storages of the same size on the same
+  // device (neither meta, pinned or with pending work): every tensor on
+  // either now reads the other's bytes. A CUDA graph's output buffer, whose
+  // address the graph holds, passes its last result on to the tensors that
+  // still hold it this way (program/cuda/cuda_graph.cc).
+  void SwapMemory(Storage& other);
 
   // Bumped by every in-place write; autograd checks it for saved tensors.
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }

@@ -174,6 +174,7 @@ class CudaRegionBackend final : public RegionBackend {
         graph_replay_->profiled() != ProfilingEnabled()) {
       graph_replay_.reset();
       stats_.captured_replays = 0;
+      stats_.captured_copy_bytes = 0;
       absl::StatusOr<std::unique_ptr<CudaGraphReplay>> captured =
           CudaGraphReplay::Capture(b, stream_.stream(), inputs, state, loop);
       if (!captured.ok()) {
@@ -186,6 +187,7 @@ class CudaRegionBackend final : public RegionBackend {
     std::vector<Tensor> out =
         graph_replay_->Replay(b, stream_.stream(), inputs);
     stats_.captured_replays = graph_replay_->replays();
+    stats_.captured_copy_bytes = graph_replay_->copied_bytes();
     return out;
   }
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "devices/cuda/kernels/collective_ops.h"
 #include "devices/cuda/kernels/random_ops.h"
@@ -90,10 +91,44 @@ absl::StatusOr<std::unique_ptr<CudaGraphReplay>> CudaGraphReplay::Capture(
   }
   g->graph_ = *graph;
   g->held_ = hold.Take();
-  for (const Tensor& o : g->outputs_) {
+  const size_t n = g->outputs_.size();
+  g->owned_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& o = g->outputs_[i];
     bool is_state = false;
     for (const Tensor& t : state) is_state |= o.storage() == t.storage();
     g->output_is_state_.push_back(is_state);
+    // Owned: a return alone in its buffer, which it fills.
+    bool alone = !is_state && o.offset() == 0 && o.is_contiguous() &&
+                 o.storage()->nbytes() == o.numel() * o.element_size();
+    for (size_t j = 0; j < n && alone; ++j)
+      alone = j == i || g->outputs_[j].storage() != o.storage();
+    for (const Tensor& t : g->static_inputs_)
+      alone &= t.storage() != o.storage();
+    if (alone) {
+      g->owned_[i] = Owned{.storage = o.storage(),
+                           .type = {o.dtype(), o.shape()},
+                           .strides = o.strides()};
+    }
+  }
+  // The owned buffers are kept by owned_ alone: no tensor of the graph's
+  // holds them (a tensor the caller still holds then shows as a reference
+  // more).
+  std::erase_if(g->keep_alive_, [&](const Tensor& t) {
+    return absl::c_any_of(g->owned_, [&](const std::optional<Owned>& own) {
+      return own && own->storage == t.storage();
+    });
+  });
+  for (size_t i = 0; i < n; ++i) {
+    if (g->owned_[i]) g->outputs_[i] = Tensor();
+  }
+  // (A buffer something else still holds stays the graph's to copy out.)
+  for (size_t i = 0; i < n; ++i) {
+    std::optional<Owned>& own = g->owned_[i];
+    if (!own || own->storage.use_count() == 1) continue;
+    g->outputs_[i] = MakeTensor(own->storage, own->type.shape, own->strides, 0,
+                                own->type.dtype);
+    own.reset();
   }
   return g;
 }
@@ -123,8 +158,22 @@ bool CudaGraphReplay::SameState(absl::Span<const Tensor> state) const {
 std::vector<Tensor> CudaGraphReplay::Replay(Backend& b, Stream stream,
                                             absl::Span<const Tensor> inputs) {
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].is_same(static_inputs_[i]))
-      CopyInto(static_inputs_[i], inputs[i]);
+    if (inputs[i].is_same(static_inputs_[i])) continue;
+    CopyInto(static_inputs_[i], inputs[i]);
+    copied_bytes_ += inputs[i].numel() * inputs[i].element_size();
+  }
+  // The last replay's results still held: their holders keep those values
+  // in a copy, and the graph's buffer goes on in a storage of its own.
+  for (std::optional<Owned>& own : owned_) {
+    if (!own || own->storage.use_count() == 1) continue;
+    std::shared_ptr<Storage>& buffer = own->storage;
+    auto spare = std::make_shared<Storage>(buffer->nbytes(), buffer->device());
+    CopyInto(
+        MakeTensor(spare, own->type.shape, own->strides, 0, own->type.dtype),
+        MakeTensor(buffer, own->type.shape, own->strides, 0, own->type.dtype));
+    copied_bytes_ += buffer->nbytes();
+    buffer->SwapMemory(*spare);
+    buffer = std::move(spare);
   }
   Launch(b, stream);
   ++replays_;
@@ -133,9 +182,13 @@ std::vector<Tensor> CudaGraphReplay::Replay(Backend& b, Stream stream,
     const Tensor& o = outputs_[i];
     if (output_is_state_[i]) {
       out.push_back(o);
+    } else if (const std::optional<Owned>& own = owned_[i]) {
+      out.push_back(MakeTensor(own->storage, own->type.shape, own->strides, 0,
+                               own->type.dtype));
     } else {
       Tensor c = empty(o.shape(), {.dtype = o.dtype(), .device = o.device()});
       CopyInto(c, o);
+      copied_bytes_ += o.numel() * o.element_size();
       out.push_back(c);
     }
   }

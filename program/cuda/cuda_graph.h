@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,12 +42,19 @@ class CudaGraphReplay {
   // Whether `state` is bound at the addresses the capture used.
   bool SameState(absl::Span<const Tensor> state) const;
   // Copies `inputs` (this run's random state among them) into the captured
-  // ones, launches the graph on `stream` and returns the returns: copies
-  // (the next replay overwrites the captured buffers), except of state,
-  // which is the caller's own.
+  // ones, launches the graph on `stream` and returns the returns. A return
+  // in a buffer of its own (gradients, the loss) is handed out as that
+  // buffer, uncopied: the graph owns it. When the next replay finds the
+  // last one's result still held (a .grad the caller kept, a loss in a
+  // list), its holders get a copy first (Storage::SwapMemory), so that no
+  // tensor changes under them. State is the caller's own; any other return
+  // (one sharing a buffer) is copied out.
   std::vector<Tensor> Replay(Backend& b, Stream stream,
                              absl::Span<const Tensor> inputs);
   int64_t replays() const { return replays_; }
+  // Bytes the replays copied: inputs in, results out, and held results
+  // passed on.
+  int64_t copied_bytes() const { return copied_bytes_; }
   // Captured while profiling: the graph holds an event before and after
   // each kernel (devices/cuda/profile_timer.h), and each replay's kernels
   // are profiled with the device time they took in it. A program captures
@@ -61,8 +69,18 @@ class CudaGraphReplay {
   GraphHandle graph_ = 0;
   std::vector<Tensor> static_inputs_;
   std::vector<const void*> state_ptrs_;
-  std::vector<Tensor> outputs_;        // the captured run's returns
+  // The captured run's returns (undefined where the graph owns the buffer).
+  std::vector<Tensor> outputs_;
   std::vector<bool> output_is_state_;  // those are the caller's own buffers
+  // Per return: its buffer when the graph owns it, held by nothing else of
+  // the graph's (another reference: a replay's result is still held).
+  struct Owned {
+    std::shared_ptr<Storage> storage;
+    ir::TensorType type;
+    Shape strides;
+  };
+  std::vector<std::optional<Owned>> owned_;
+  int64_t copied_bytes_ = 0;
   std::vector<Tensor> keep_alive_;     // every value of the captured run
   std::vector<void*> held_;            // temporaries freed during capture
   int64_t replays_ = 0;

@@ -92,7 +92,8 @@ TEST_F(CudaTest, CompiledStepReplaysAsACudaGraphAndMatchesEager) {
   EXPECT_EQ(stats.replays, 6);  // 1 warmup, 1 trace
   EXPECT_GT(stats.native_regions, 3) << explain;
   // Replays 2..6 launch the graph captured at replay 2.
-  EXPECT_NE(explain.find("replayed as a CUDA graph (5 graph launches)"), std::string::npos)
+  EXPECT_NE(explain.find("replayed as a CUDA graph (5 graph launches, "),
+            std::string::npos)
       << explain;
   if (emulated) {
     ASSERT_TRUE(b->SynchronizeDevice().ok());
@@ -133,7 +134,8 @@ TEST_F(CudaTest, DropoutStepsReplayAsACudaGraphDrawingFreshMasks) {
     }
   }
   const std::string explain = fast.explain();
-  EXPECT_NE(explain.find("replayed as a CUDA graph (4 graph launches)"), std::string::npos)
+  EXPECT_NE(explain.find("replayed as a CUDA graph (4 graph launches, "),
+            std::string::npos)
       << explain;
 }
 
@@ -187,6 +189,95 @@ TEST_F(CudaTest, NewInputsAreCopiedIntoTheGraphsBuffers) {
     const double le = eager.Step(xi, yi).item();
     const double lc = fast(xi, yi).item();
     EXPECT_NEAR(lc, le, 1e-5 * std::abs(le) + 1e-6) << "step " << i;
+  }
+}
+
+// The bytes a compiled step's CUDA graph copied per launch, from explain().
+int64_t CopiedBytesPerLaunch(const std::string& explain) {
+  const std::string key = " graph launches, ";
+  const size_t at = explain.find(key);
+  if (at == std::string::npos) return -1;
+  return std::atoll(explain.c_str() + at + key.size());
+}
+
+TEST_F(CudaTest, AGraphHandsOutItsGradientsAndLossUncopied) {
+  // Gradients and the loss are results in buffers the graph owns: a launch
+  // copies only the new inputs in (x f32[16,20], y i64[16]), not the
+  // gradients out, as it did before (every non-state result copied: 4x the
+  // parameters' bytes plus the loss here).
+  StepRun eager(kCuda, false), compiled(kCuda, false);
+  auto fast = compile(
+      [&](const Tensor& x, const Tensor& y) { return compiled.Step(x, y); });
+  const auto batches = Batches(8);
+  for (int i = 0; i < 8; ++i) {
+    const Tensor x = batches[i].x.to(kCuda), y = batches[i].y.to(kCuda);
+    const double le = eager.Step(x, y).item();
+    const double lc = fast(x, y).item();
+    EXPECT_NEAR(lc, le, 1e-5 * std::abs(le) + 1e-6) << "step " << i;
+  }
+  const std::string explain = fast.explain();
+  int64_t param_bytes = 0;
+  for (const Tensor& p : compiled.model.parameters())
+    param_bytes += p.numel() * 4;
+  ASSERT_EQ(param_bytes, (20 * 32 + 32 + 32 * 6 + 6) * 4);
+  EXPECT_EQ(CopiedBytesPerLaunch(explain), 16 * 20 * 4 + 16 * 8) << explain;
+  // The .grads are the graph's buffers and hold this step's gradients.
+  auto pe = eager.model.parameters(), pc = compiled.model.parameters();
+  for (size_t i = 0; i < pe.size(); ++i) {
+    const std::vector<double> a = Values(pc[i].grad()),
+                              b = Values(pe[i].grad());
+    for (size_t j = 0; j < a.size(); ++j)
+      EXPECT_NEAR(a[j], b[j], 1e-4 * std::abs(b[j]) + 1e-6)
+          << "grad " << i << "[" << j << "]";
+  }
+}
+
+TEST_F(CudaTest, ResultsHeldAcrossGraphLaunchesKeepTheirValues) {
+  // A caller that keeps every step's loss and .grads (and views of them)
+  // sees each keep the value of its own step: a launch first passes a held
+  // result on to a copy, and only then reuses the graph's buffer.
+  StepRun eager(kCuda, false), compiled(kCuda, false);
+  auto fast = compile(
+      [&](const Tensor& x, const Tensor& y) { return compiled.Step(x, y); });
+  const auto batches = Batches(7);
+  std::vector<Tensor> losses, grads, views;
+  std::vector<double> eager_losses;
+  std::vector<std::vector<double>> eager_grads;
+  for (int i = 0; i < 7; ++i) {
+    const Tensor x = batches[i].x.to(kCuda), y = batches[i].y.to(kCuda);
+    eager_losses.push_back(eager.Step(x, y).item());
+    eager_grads.push_back(Values(eager.model.parameters()[0].grad()));
+    losses.push_back(fast(x, y));
+    const Tensor g = compiled.model.parameters()[0].grad();
+    grads.push_back(g);
+    views.push_back(compiled.model.parameters()[2].grad().view({-1}));
+  }
+  const std::string explain = fast.explain();
+  ASSERT_NE(explain.find("replayed as a CUDA graph (4 graph launches, "),
+            std::string::npos)
+      << explain;
+  // Each launch copied the inputs in; each after the first also passed on
+  // the loss, a weight gradient and a view's buffer held from the launch
+  // before (the first followed an uncaptured run, whose results are not
+  // the graph's).
+  const int64_t inputs = 16 * 20 * 4 + 16 * 8,
+                held = 4 + 20 * 32 * 4 + 32 * 6 * 4;
+  EXPECT_EQ(CopiedBytesPerLaunch(explain), (4 * inputs + 3 * held) / 4)
+      << explain;
+  for (int i = 0; i < 7; ++i) {
+    EXPECT_NEAR(losses[i].item(), eager_losses[i],
+                1e-5 * std::abs(eager_losses[i]) + 1e-6)
+        << "step " << i;
+    const std::vector<double> a = Values(grads[i]);
+    for (size_t j = 0; j < a.size(); ++j) {
+      EXPECT_NEAR(a[j], eager_grads[i][j],
+                  1e-4 * std::abs(eager_grads[i][j]) + 1e-6)
+          << "step " << i << " grad[" << j << "]";
+    }
+    // Distinct steps' views hold distinct values.
+    if (i > 0) {
+      EXPECT_NE(Values(views[i]), Values(views[i - 1])) << "step " << i;
+    }
   }
 }
 
