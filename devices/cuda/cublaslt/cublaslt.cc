@@ -355,7 +355,12 @@ absl::Status CublasLtGemm::Impl::RunBiasGrad(const LtPlan& p, DType dtype,
   long long rows = p.n, k = p.k, lda = p.b.ld;
   int trans_a = p.op_b == LtOp::kT ? 1 : 0;
   void* params[] = {&a, &out, &rows, &k, &lda, &trans_a};
-  return LaunchGrid(fn, rows, params, stream);
+  // 32 rows per block (GemmBiasGradKernel), all of its warps on them.
+  const BackendLimits limits = backend->Limits();
+  const int block = std::min(limits.preferred_block, limits.max_block);
+  const int64_t grid = std::min<int64_t>(
+      (rows + 31) / 32, std::min<int64_t>(limits.max_grid, int64_t{1} << 16));
+  return backend->Launch(fn, grid, block, params, stream);
 }
 
 CublasLtGemm::CublasLtGemm(std::unique_ptr<Impl> impl)

@@ -68,10 +68,16 @@ EpilogueKernelSource GemmBiasGradKernel(DType dtype) {
   const std::string reg = codegen::cuda::RegType(dtype);
   const std::string mem = codegen::cuda::MemType(dtype);
   const uint32_t helpers = codegen::cuda::DTypeHelpers(dtype);
+  const std::string zero = codegen::cuda::CudaLiteral(0, dtype == DType::kF64);
   EpilogueKernelSource k;
   k.name = absl::StrCat("sj_gemm_bias_grad_", ir::DTypeName(dtype));
-  // One thread per row of op(A); with trans_a (a weight gradient's dY^T)
-  // neighbouring threads read neighbouring elements.
+  // A block takes 32 rows of op(A) at a time, with all its warps on them,
+  // and sums each row in a fixed order (deterministic): with trans_a (a
+  // weight gradient's dY^T, row i strided by lda) the lanes take 32
+  // neighbouring rows, so a warp reads 32 neighbouring elements, and the
+  // warps split l, their partial sums added in warp order; without, a warp
+  // takes a row, its lanes split l (neighbouring elements), the lanes'
+  // partial sums added in lane order. Blocks of up to 1024 threads.
   k.source = absl::StrCat(
       codegen::cuda::Preamble(helpers),
       "// bias_grad[i] = sum over l of op(A)[i, l], beside a GEMM.\n"
@@ -79,17 +85,53 @@ EpilogueKernelSource GemmBiasGradKernel(DType dtype) {
       k.name, "(const ", mem, "* a, ", mem,
       "* bias_grad, long long rows,\n"
       "    long long k, long long lda, int trans_a) {\n"
-      "  const long long step = (long long)gridDim.x * blockDim.x;\n"
-      "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;"
-      " i < rows;\n"
-      "       i += step) {\n"
-      "    ",
-      reg, " s = ", codegen::cuda::CudaLiteral(0, dtype == DType::kF64), ";\n",
-      "    for (long long l = 0; l < k; ++l) {\n"
-      "      const long long at = trans_a ? l * lda + i : i * lda + l;\n"
-      "      s = s + ",
-      codegen::cuda::Load(dtype, "a", "at"), ";\n", "    }\n    ",
-      codegen::cuda::Store(dtype, "bias_grad", "i", "s"), "\n  }\n}\n");
+      "  __shared__ ",
+      reg,
+      " part[32][33];\n"
+      "  const int x = threadIdx.x & 31, y = threadIdx.x >> 5;\n"
+      "  const int warps = blockDim.x >> 5;\n"
+      "  for (long long i0 = (long long)blockIdx.x * 32; i0 < rows;\n"
+      "       i0 += (long long)gridDim.x * 32) {\n"
+      "    if (trans_a) {\n"
+      "      ",
+      reg, " s = ", zero,
+      ";\n"
+      "      if (i0 + x < rows) {\n"
+      "        for (long long l = y; l < k; l += warps)\n"
+      "          s = s + ",
+      codegen::cuda::Load(dtype, "a", "l * lda + i0 + x"),
+      ";\n"
+      "      }\n"
+      "      part[y][x] = s;\n"
+      "    } else {\n"
+      "      for (int r = y; r < 32; r += warps) {\n"
+      "        ",
+      reg, " s = ", zero,
+      ";\n"
+      "        if (i0 + r < rows) {\n"
+      "          for (long long l = x; l < k; l += 32)\n"
+      "            s = s + ",
+      codegen::cuda::Load(dtype, "a", "(i0 + r) * lda + l"),
+      ";\n"
+      "        }\n"
+      "        part[r][x] = s;\n"
+      "      }\n"
+      "    }\n"
+      "    __syncthreads();\n"
+      "    if (y == 0 && i0 + x < rows) {\n"
+      "      ",
+      reg, " s = ", zero,
+      ";\n"
+      "      const int parts = trans_a ? warps : 32;\n"
+      "      for (int w = 0; w < parts; ++w)\n"
+      "        s = s + (trans_a ? part[w][x] : part[x][w]);\n"
+      "      ",
+      codegen::cuda::Store(dtype, "bias_grad", "i0 + x", "s"),
+      "\n"
+      "    }\n"
+      "    __syncthreads();\n"
+      "  }\n"
+      "}\n");
   return k;
 }
 

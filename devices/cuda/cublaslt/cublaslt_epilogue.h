@@ -32,7 +32,9 @@ EpilogueKernelSource GemmEpilogueKernel(ir::DType dtype,
 // summing in float (double for f64) and rounding once. Its arguments:
 // (const T* a, T* bias_grad, long long rows, long long k, long long lda,
 // int trans_a): bias_grad[i] = sum over l < k of op(A)[i, l] for i < rows,
-// A row-major with pitch lda (stored k x rows when trans_a).
+// A row-major with pitch lda (stored k x rows when trans_a). Launched with
+// blocks of a multiple of 32 threads, up to 1024: each block sums 32 rows
+// at a time (grid-stride), in a fixed order for a given block size.
 EpilogueKernelSource GemmBiasGradKernel(ir::DType dtype);
 
 }  // namespace stepjit::runtime::cuda
