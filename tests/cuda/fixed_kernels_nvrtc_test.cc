@@ -40,7 +40,7 @@ TEST(FixedKernelsNvrtcTest, NvrtcIsOpenedAtRunTimeOrExplained) {
 
 TEST(FixedKernelsNvrtcTest, CopyAndFillKernelsCompileForSm80AndSm90) {
   std::vector<std::string> kernels;
-  for (const char* kind : {"copy", "fill"}) {
+  for (const char* kind : {"copy", "fill", "copy32", "fill32"}) {
     for (int n : {1, 2, 4, 8}) kernels.push_back(std::string("sj_") + kind + "_" + std::to_string(n));
   }
   ExpectCompiles(runtime::cuda::CopyKernelSource(), "sj_fixed", kernels);

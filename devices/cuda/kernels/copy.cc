@@ -2,6 +2,7 @@
 // strides and broadcasts), and copies between the host and the device.
 #include "devices/cuda/kernels/copy.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -19,47 +20,58 @@ namespace {
 constexpr int kMaxRank = 8;
 
 // Layout copies and fills for any element size: element i of the
-// destination's shape sits at sj_offset(layout, i).
+// destination's shape sits at offset sum q_d * stride_d, q its digits over
+// the (coalesced) sizes, found once for both layouts. The *32 kernels do
+// that index arithmetic in 32 bits (a 64-bit division is a long
+// instruction sequence on a GPU), for launches whose elements and offsets
+// all fit (CopyIndexBits).
 constexpr char kFixedKernels[] = R"(struct SjLayout {
   long long size[8];
   long long stride[8];
   int rank;
 };
-__device__ __forceinline__ long long sj_offset(const SjLayout& l, long long i) {
-  long long off = 0;
-  for (int d = l.rank - 1; d >= 0; --d) {
-    const long long q = i % l.size[d];
-    i /= l.size[d];
-    off += q * l.stride[d];
+template <typename I>
+__device__ __forceinline__ void sj_offsets(const SjLayout& a, const SjLayout* b,
+                                           I i, I& oa, I& ob) {
+  oa = 0;
+  ob = 0;
+  for (int d = a.rank - 1; d >= 0; --d) {
+    const I s = (I)a.size[d];
+    const I q = i % s;
+    i /= s;
+    oa += q * (I)a.stride[d];
+    if (b) ob += q * (I)b->stride[d];
   }
-  return off;
 }
-#define SJ_COPY_FILL(N, T)                                                   \
-  extern "C" __global__ void sj_copy_##N(const T* src, SjLayout ls, T* dst, \
-                                         SjLayout ld, long long n) {         \
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;     \
-         i < n; i += (long long)gridDim.x * blockDim.x) {                    \
-      dst[sj_offset(ld, i)] = src[sj_offset(ls, i)];                         \
-    }                                                                        \
-  }                                                                          \
-  extern "C" __global__ void sj_fill_##N(T* dst, SjLayout ld, T v,          \
-                                         long long n) {                      \
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;     \
-         i < n; i += (long long)gridDim.x * blockDim.x) {                    \
-      dst[sj_offset(ld, i)] = v;                                             \
-    }                                                                        \
+#define SJ_COPY_FILL_AS(N, T, SUFFIX, I)                                      \
+  extern "C" __global__ void sj_copy##SUFFIX##_##N(                           \
+      const T* src, SjLayout ls, T* dst, SjLayout ld, long long n) {          \
+    const I m = (I)n;                                                         \
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < m;               \
+         i += (I)gridDim.x * blockDim.x) {                                    \
+      I od, os;                                                               \
+      sj_offsets<I>(ld, &ls, i, od, os);                                      \
+      dst[od] = src[os];                                                      \
+    }                                                                         \
+  }                                                                           \
+  extern "C" __global__ void sj_fill##SUFFIX##_##N(T* dst, SjLayout ld, T v, \
+                                                   long long n) {             \
+    const I m = (I)n;                                                         \
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < m;               \
+         i += (I)gridDim.x * blockDim.x) {                                    \
+      I od, unused;                                                           \
+      sj_offsets<I>(ld, (const SjLayout*)0, i, od, unused);                   \
+      dst[od] = v;                                                            \
+    }                                                                         \
   }
+#define SJ_COPY_FILL(N, T)                  \
+  SJ_COPY_FILL_AS(N, T, , long long)        \
+  SJ_COPY_FILL_AS(N, T, 32, unsigned int)
 SJ_COPY_FILL(1, unsigned char)
 SJ_COPY_FILL(2, unsigned short)
 SJ_COPY_FILL(4, unsigned int)
 SJ_COPY_FILL(8, unsigned long long)
 )";
-
-struct SjLayout {
-  long long size[kMaxRank];
-  long long stride[kMaxRank];
-  int rank;
-};
 
 void Check(const absl::Status& s, absl::string_view what) {
   SJ_REQUIRE(s.ok(), what, ": ", s.message());
@@ -69,7 +81,7 @@ const FixedModule& CopyModule() {
   static const FixedModule* m = [] {
     auto* module = new FixedModule{
         .name = "sj_fixed", .source = kFixedKernels, .kernels = {}};
-    for (const char* kind : {"copy", "fill"}) {
+    for (const char* kind : {"copy", "fill", "copy32", "fill32"}) {
       for (int n : {1, 2, 4, 8})
         module->kernels.push_back(absl::StrCat("sj_", kind, "_", n));
     }
@@ -79,10 +91,10 @@ const FixedModule& CopyModule() {
 }
 
 // `t`'s layout over `shape` (broadcast dims get stride 0).
-SjLayout LayoutOf(const Tensor& t, ShapeRef shape) {
+CopyLayout LayoutOf(const Tensor& t, ShapeRef shape) {
   SJ_REQUIRE(static_cast<int>(shape.size()) <= kMaxRank, "CUDA copy of a ",
              shape.size(), "-d tensor: at most ", kMaxRank, " dims are supported");
-  SjLayout l{};
+  CopyLayout l{};
   l.rank = static_cast<int>(shape.size());
   Shape strides = cpu::BroadcastByteStrides(t, shape);
   for (int d = 0; d < l.rank; ++d) {
@@ -93,6 +105,49 @@ SjLayout LayoutOf(const Tensor& t, ShapeRef shape) {
 }
 
 }  // namespace
+
+// Merges neighbouring dims that are one run of elements in every layout
+// (and drops dims of size 1), so that fewer digits are divided out per
+// element: a permuted copy keeps its permuted dims, a contiguous stretch
+// becomes one dim.
+void CoalesceCopyLayouts(absl::Span<CopyLayout* const> layouts) {
+  CopyLayout& first = *layouts[0];
+  int out = 0;
+  for (int d = 0; d < first.rank; ++d) {
+    if (first.size[d] == 1 && first.rank > 1) continue;
+    bool merge = out > 0;
+    for (const CopyLayout* l : layouts)
+      merge = merge && l->stride[out - 1] == l->stride[d] * l->size[d];
+    for (CopyLayout* l : layouts) {
+      if (merge) {
+        l->size[out - 1] *= l->size[d];
+        l->stride[out - 1] = l->stride[d];
+      } else {
+        l->size[out] = l->size[d];
+        l->stride[out] = l->stride[d];
+      }
+    }
+    if (!merge) ++out;
+  }
+  for (CopyLayout* l : layouts) l->rank = std::max(out, 1);
+  if (out == 0) {
+    for (CopyLayout* l : layouts) l->size[0] = 1, l->stride[0] = 0;
+  }
+}
+
+int CopyIndexBits(int64_t n, absl::Span<const CopyLayout* const> layouts) {
+  constexpr int64_t kLimit = int64_t{1} << 31;
+  if (n >= kLimit) return 64;
+  for (const CopyLayout* l : layouts) {
+    int64_t reach = 0;  // the largest offset
+    for (int d = 0; d < l->rank; ++d) {
+      if (l->stride[d] < 0) return 64;
+      reach += (l->size[d] - 1) * l->stride[d];
+      if (reach >= kLimit) return 64;
+    }
+  }
+  return 32;
+}
 
 void CopySameDType(const Tensor& dst, const Tensor& src) {
   Backend& b = BackendOrThrow();
@@ -106,10 +161,15 @@ void CopySameDType(const Tensor& dst, const Tensor& src) {
   }
   const void* sp = src.data_ptr();
   void* dp = dst.data_ptr();
-  SjLayout ls = LayoutOf(src, dst.shape()), ld = LayoutOf(dst, dst.shape());
+  CopyLayout ls = LayoutOf(src, dst.shape()), ld = LayoutOf(dst, dst.shape());
+  CoalesceCopyLayouts({&ld, &ls});
   long long count = n;
   void* args[] = {&sp, &ls, &dp, &ld, &count};
-  LaunchFixed(b, CopyModule(), absl::StrCat("sj_copy_", dst.element_size()), n, args);
+  const bool narrow = CopyIndexBits(n, {&ls, &ld}) == 32;
+  LaunchFixed(
+      b, CopyModule(),
+      absl::StrCat("sj_copy", narrow ? "32" : "", "_", dst.element_size()), n,
+      args);
 }
 
 void Fill(const Tensor& dst, double value) {
@@ -122,10 +182,15 @@ void Fill(const Tensor& dst, double value) {
   uint64_t bits = 0;
   std::memcpy(&bits, one.data_ptr(), dst.element_size());
   void* dp = dst.data_ptr();
-  SjLayout ld = LayoutOf(dst, dst.shape());
+  CopyLayout ld = LayoutOf(dst, dst.shape());
+  CoalesceCopyLayouts({&ld});
   long long count = n;
   void* args[] = {&dp, &ld, &bits, &count};
-  LaunchFixed(b, CopyModule(), absl::StrCat("sj_fill_", dst.element_size()), n, args);
+  const bool narrow = CopyIndexBits(n, {&ld}) == 32;
+  LaunchFixed(
+      b, CopyModule(),
+      absl::StrCat("sj_fill", narrow ? "32" : "", "_", dst.element_size()), n,
+      args);
 }
 
 Tensor ContiguousOnDevice(const Tensor& t) {

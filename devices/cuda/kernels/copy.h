@@ -2,6 +2,9 @@
 #ifndef STEPJIT_DEVICES_CUDA_KERNELS_COPY_H_
 #define STEPJIT_DEVICES_CUDA_KERNELS_COPY_H_
 
+#include <cstdint>
+
+#include "absl/types/span.h"
 #include "devices/cuda/backend.h"
 #include "runtime/tensor.h"
 
@@ -25,6 +28,22 @@ Tensor ToDevice(const Tensor& t, Device device, bool non_blocking = false);
 // The copy and fill kernels' CUDA C, for tests that compile every kernel
 // with NVRTC.
 const char* CopyKernelSource();
+
+// A tensor's layout over the copied shape as the copy kernels take it
+// (elements; a broadcast dim has stride 0), up to 8 dims.
+struct CopyLayout {
+  long long size[8];
+  long long stride[8];
+  int rank = 0;
+};
+// Merges neighbouring dims that are one run of elements in every one of
+// `layouts` (all over the same sizes) and drops dims of size 1, so that the
+// kernels divide fewer digits out of each element's index.
+void CoalesceCopyLayouts(absl::Span<CopyLayout* const> layouts);
+// 32 when the copy kernels may do their index arithmetic in 32 bits for `n`
+// elements over `layouts` (the count and every offset below 2^31, no
+// negative stride), else 64.
+int CopyIndexBits(int64_t n, absl::Span<const CopyLayout* const> layouts);
 
 }  // namespace stepjit::runtime::cuda
 
