@@ -459,6 +459,27 @@ TEST_F(CudaTest, EmbeddingBackwardOfManyTokensEqualsTheCpuBitForBit) {
       << runtime::cuda::HostFallbackSummary();
 }
 
+// Embedding forward and backward over more elements than the launch has
+// threads, with a width the grid's stride is not a multiple of: each thread
+// steps its (row, column) by additions across the wrap of a row
+// (SJ_GRID_LOOP_ROWS), and lands where a division would.
+TEST_F(CudaTest, EmbeddingKernelsStepRowAndColumnAcrossTheGrid) {
+  Generator gen(11);
+  for (int64_t dim : {1, 7, 33, 100}) {
+    const int64_t vocab = 300, tokens = 517;
+    const Tensor w = randn({vocab, dim}, {}, &gen);
+    const Tensor idx =
+        randint(0, vocab, {tokens}, {.dtype = DType::kI64}, &gen);
+    const std::string what = absl::StrCat("dim ", dim);
+    ExpectSame(embedding(w.to(kCuda), idx.to(kCuda)), embedding(w, idx),
+               "embedding, " + what);
+    const Tensor g = randn({tokens, dim}, {}, &gen);
+    ExpectSame(embedding_backward(g.to(kCuda), idx.to(kCuda), vocab),
+               embedding_backward(g, idx, vocab),
+               "embedding_backward, " + what);
+  }
+}
+
 // rms_norm (written with cast, mul, mean, add and rsqrt) on the device, with
 // its gradients, against the CPU.
 TEST_F(CudaTest, RmsNormAndItsGradientsMatchTheCpu) {

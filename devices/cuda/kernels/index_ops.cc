@@ -64,8 +64,8 @@ __device__ bool sj_topk_before(A a, long long ia, A b, long long ib, int largest
   extern "C" __global__ void sj_embedding_##S(const T* w, const long long* idx, \
                                               T* out, long long n, long long dim, \
                                               long long rows) {                \
-    SJ_LOOP(e, n * dim) {                                                      \
-      const long long i = e / dim, j = e % dim, r = idx[i];                    \
+    SJ_GRID_LOOP_ROWS(e, i, j, n * dim, dim) {                                 \
+      const long long r = idx[i];                                              \
       if (r >= 0 && r < rows) out[e] = w[r * dim + j];                         \
       else sj_put(&out[e], (ACC)0);                                            \
     }                                                                          \
@@ -75,8 +75,7 @@ __device__ bool sj_topk_before(A a, long long ia, A b, long long ib, int largest
   extern "C" __global__ void sj_embedding_backward_##S(                        \
       const T* g, const long long* order, const unsigned long long* offsets,   \
       T* out, long long rows, long long dim, long long chunks) {               \
-    SJ_LOOP(e, rows * dim) {                                                   \
-      const long long r = e / dim, j = e - r * dim;                            \
+    SJ_GRID_LOOP_ROWS(e, r, j, rows * dim, dim) {                              \
       const unsigned long long end = offsets[(r + 1) * chunks];                \
       double acc = 0;                                                          \
       for (unsigned long long k = offsets[r * chunks]; k < end; ++k)           \
