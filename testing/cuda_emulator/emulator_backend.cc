@@ -180,6 +180,8 @@ EmulatorBackend::~EmulatorBackend() {
 absl::StatusOr<void*> EmulatorBackend::DeviceAlloc(size_t bytes) {
   if (bytes == 0)
     return absl::InvalidArgumentError("DeviceAlloc: zero bytes requested");
+  // (Allowed while capturing: the driver backend allocates in relaxed
+  // capture mode, as the memory is no stream work.)
   std::lock_guard<std::mutex> lock(queues_.mu());
   const size_t in_use = memory_.device_bytes();
   if (bytes > options_.memory_limit_bytes -
@@ -214,6 +216,7 @@ absl::StatusOr<void*> EmulatorBackend::HostAllocPinned(size_t bytes) {
 absl::Status EmulatorBackend::Free(void* ptr, bool pinned) {
   const char* call = pinned ? "HostFreePinned" : "DeviceFree";
   std::unique_lock<std::mutex> lock(queues_.mu());
+  RETURN_IF_ERROR(queues_.CheckNotCapturing(call));
   RETURN_IF_ERROR(memory_.CheckStart(ptr, pinned, call));
   // Like cuMemFree and cuMemFreeHost: queued work that may use it runs first.
   queues_.DrainAll(lock);

@@ -193,6 +193,7 @@ absl::Status EmulatorStreams::DestroyStream(Stream stream) {
 
 absl::Status EmulatorStreams::SynchronizeStream(Stream stream) {
   std::unique_lock<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(CheckNotCapturing("SynchronizeStream"));
   ASSIGN_OR_RETURN(StreamPtr s, FindStream(stream, "SynchronizeStream"));
   if (s->capture != nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -236,6 +237,7 @@ absl::Status EmulatorStreams::RecordEvent(Event event, Stream stream) {
 
 absl::StatusOr<bool> EmulatorStreams::QueryEvent(Event event) {
   std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(CheckNotCapturing("QueryEvent"));
   ASSIGN_OR_RETURN(std::shared_ptr<EventState> e,
                    FindEvent(event, "QueryEvent"));
   return e->latest == nullptr || Done({e->latest->stream, e->latest->seq});
@@ -243,6 +245,7 @@ absl::StatusOr<bool> EmulatorStreams::QueryEvent(Event event) {
 
 absl::Status EmulatorStreams::SynchronizeEvent(Event event) {
   std::unique_lock<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(CheckNotCapturing("SynchronizeEvent"));
   ASSIGN_OR_RETURN(std::shared_ptr<EventState> e,
                    FindEvent(event, "SynchronizeEvent"));
   if (e->latest == nullptr) return absl::OkStatus();
@@ -290,6 +293,16 @@ void EmulatorStreams::DestroyEvent(Event event) {
   events_.erase(event);  // queued markers keep their state alive
 }
 
+absl::Status EmulatorStreams::CheckNotCapturing(absl::string_view call) const {
+  if (capture_thread_ == std::thread::id() ||
+      capture_thread_ != std::this_thread::get_id())
+    return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      call, ": this thread is capturing stream ", capture_stream_,
+      " into a graph (CUDA: operation not permitted when stream is capturing, "
+      "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)"));
+}
+
 // ---- Graphs ----
 
 absl::Status EmulatorStreams::BeginCapture(Stream stream) {
@@ -304,6 +317,8 @@ absl::Status EmulatorStreams::BeginCapture(Stream stream) {
     }
   }
   s->capture = std::make_unique<std::vector<Task>>();
+  capture_thread_ = std::this_thread::get_id();
+  capture_stream_ = stream;
   return absl::OkStatus();
 }
 
@@ -316,6 +331,7 @@ absl::StatusOr<GraphHandle> EmulatorStreams::EndCapture(Stream stream) {
   }
   const GraphHandle id = next_graph_++;
   graphs_[id] = std::shared_ptr<std::vector<Task>>(std::move(s->capture));
+  capture_thread_ = std::thread::id();
   return id;
 }
 

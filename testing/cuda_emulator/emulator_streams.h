@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -69,6 +70,13 @@ class EmulatorStreams {
 
   // For the backend's calls that queue work: each with mu() held.
   std::mutex& mu() const { return mu_; }
+  // An error when the calling thread is capturing a stream into a graph:
+  // the driver captures in thread-local mode (devices/cuda/driver), where
+  // the capturing thread may not free or wait (cuMemFree,
+  // cuStreamSynchronize, cuEventQuery/Synchronize fail with
+  // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), so neither may it here. (It
+  // allocates in relaxed mode, which the driver allows.) With mu() held.
+  absl::Status CheckNotCapturing(absl::string_view call) const;
   absl::StatusOr<StreamPtr> FindStream(Stream stream, absl::string_view call);
   // Queues `task` on `s` (or records it while `s` is captured); the item's
   // sequence number on `s`, 0 when recorded.
@@ -102,6 +110,9 @@ class EmulatorStreams {
   absl::flat_hash_map<GraphHandle, std::shared_ptr<std::vector<Task>>> graphs_;
   GraphHandle next_graph_ = 1;
   std::atomic<int64_t> graph_launches_{0};
+  // The thread that began the capture in progress, and its stream.
+  std::thread::id capture_thread_;
+  Stream capture_stream_ = 0;
 };
 
 }  // namespace stepjit::runtime::cuda

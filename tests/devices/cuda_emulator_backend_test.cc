@@ -8,6 +8,7 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -417,6 +418,54 @@ TEST_F(EmulatorBackendTest, CapturedGraphRunsOnlyWhenLaunched) {
   backend_->DestroyGraph(*graph);
   EXPECT_EQ(backend_->LaunchGraph(*graph, *s).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// As the driver in thread-local capture mode: the capturing thread may not
+// free, query or wait while it captures (it may allocate: the driver
+// backend allocates in relaxed mode); another thread may, and the capturing
+// one may again once the capture ends.
+TEST_F(EmulatorBackendTest, TheCapturingThreadMayNotFreeQueryOrWait) {
+  void* kept = Alloc(64);
+  absl::StatusOr<Stream> s = backend_->CreateStream();
+  absl::StatusOr<Event> e = backend_->CreateEvent(Backend::EventTiming::kOff);
+  ASSERT_TRUE(s.ok() && e.ok());
+  ASSERT_TRUE(backend_->RecordEvent(*e, *s).ok());
+  ASSERT_TRUE(backend_->BeginCapture(*s).ok());
+  const auto refused = [](const absl::Status& st, const char* call) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition)
+        << call << ": " << st;
+    EXPECT_THAT(std::string(st.message()),
+                ::testing::HasSubstr("is capturing stream"))
+        << call;
+  };
+  absl::StatusOr<void*> during = backend_->DeviceAlloc(64);
+  ASSERT_TRUE(during.ok()) << during.status();
+  absl::StatusOr<void*> pinned = backend_->HostAllocPinned(64);
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  refused(backend_->DeviceFree(kept), "DeviceFree");
+  refused(backend_->HostFreePinned(*pinned), "HostFreePinned");
+  refused(backend_->SynchronizeStream(0),
+          "SynchronizeStream of another stream");
+  refused(backend_->QueryEvent(*e).status(), "QueryEvent");
+  refused(backend_->SynchronizeEvent(*e), "SynchronizeEvent");
+  std::thread other([&] {
+    absl::StatusOr<void*> p = backend_->DeviceAlloc(64);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_TRUE(backend_->DeviceFree(*p).ok());
+  });
+  other.join();
+  absl::StatusOr<GraphHandle> graph = backend_->EndCapture(*s);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  absl::StatusOr<void*> after = backend_->DeviceAlloc(64);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(backend_->DeviceFree(*after).ok());
+  EXPECT_TRUE(backend_->QueryEvent(*e).ok());
+  backend_->DestroyGraph(*graph);
+  backend_->DestroyEvent(*e);
+  EXPECT_TRUE(backend_->DestroyStream(*s).ok());
+  EXPECT_TRUE(backend_->DeviceFree(kept).ok());
+  EXPECT_TRUE(backend_->DeviceFree(*during).ok());
+  EXPECT_TRUE(backend_->HostFreePinned(*pinned).ok());
 }
 
 // C = A (m x k) * B^T (B stored n x k) + bias, against a float64 loop.
