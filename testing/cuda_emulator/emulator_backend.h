@@ -11,6 +11,9 @@
 // another stream waits for the work already queued on stream 0 (streams are
 // "blocking" streams, as cudaStreamCreate makes them). Stream 0 may be
 // captured into a graph, which real CUDA refuses for the legacy stream.
+// While a thread captures, it may allocate (the driver backend does so in
+// relaxed capture mode) but not free, synchronize, or query or wait on an
+// event, as the driver refuses in thread-local capture mode.
 //
 // An error raised by queued work (a kernel that deadlocks, a GEMM with bad
 // arguments) is reported, once, by the next synchronizing call, as CUDA
