@@ -126,8 +126,7 @@ absl::StatusOr<std::unique_ptr<CudaGraphReplay>> CudaGraphReplay::Capture(
   for (size_t i = 0; i < n; ++i) {
     std::optional<Owned>& own = g->owned_[i];
     if (!own || own->storage.use_count() == 1) continue;
-    g->outputs_[i] = MakeTensor(own->storage, own->type.shape, own->strides, 0,
-                                own->type.dtype);
+    g->outputs_[i] = own->On(own->storage);
     own.reset();
   }
   return g;
@@ -168,9 +167,7 @@ std::vector<Tensor> CudaGraphReplay::Replay(Backend& b, Stream stream,
     if (!own || own->storage.use_count() == 1) continue;
     std::shared_ptr<Storage>& buffer = own->storage;
     auto spare = std::make_shared<Storage>(buffer->nbytes(), buffer->device());
-    CopyInto(
-        MakeTensor(spare, own->type.shape, own->strides, 0, own->type.dtype),
-        MakeTensor(buffer, own->type.shape, own->strides, 0, own->type.dtype));
+    CopyInto(own->On(spare), own->On(buffer));
     copied_bytes_ += buffer->nbytes();
     buffer->SwapMemory(*spare);
     buffer = std::move(spare);
@@ -183,8 +180,7 @@ std::vector<Tensor> CudaGraphReplay::Replay(Backend& b, Stream stream,
     if (output_is_state_[i]) {
       out.push_back(o);
     } else if (const std::optional<Owned>& own = owned_[i]) {
-      out.push_back(MakeTensor(own->storage, own->type.shape, own->strides, 0,
-                               own->type.dtype));
+      out.push_back(own->On(own->storage));
     } else {
       Tensor c = empty(o.shape(), {.dtype = o.dtype(), .device = o.device()});
       CopyInto(c, o);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -78,6 +79,10 @@ class CudaGraphReplay {
     std::shared_ptr<Storage> storage;
     ir::TensorType type;
     Shape strides;
+    // The return as a tensor on `on` (its buffer, or a copy's).
+    Tensor On(std::shared_ptr<Storage> on) const {
+      return MakeTensor(std::move(on), type.shape, strides, 0, type.dtype);
+    }
   };
   std::vector<std::optional<Owned>> owned_;
   int64_t copied_bytes_ = 0;

@@ -197,6 +197,10 @@ struct CublasLtGemm::Impl {
   absl::StatusOr<KernelHandle> BiasGradKernel(DType dtype);
   absl::Status LaunchGrid(KernelHandle fn, int64_t threads, void** params,
                           Stream stream);
+  // Launches `fn` on one block per `per_block` of `work` items (capped as
+  // the grid-stride kernels allow), blocks of the preferred size.
+  absl::Status LaunchBlocks(KernelHandle fn, int64_t work, int64_t per_block,
+                            void** params, Stream stream);
   absl::Status RunPost(const LtPlan& p, const GemmArgs& g, Stream stream);
   absl::Status RunBiasGrad(const LtPlan& p, DType dtype, Stream stream);
 };
@@ -317,15 +321,22 @@ absl::StatusOr<KernelHandle> CublasLtGemm::Impl::BiasGradKernel(DType dtype) {
   return k.fn;
 }
 
+absl::Status CublasLtGemm::Impl::LaunchBlocks(KernelHandle fn, int64_t work,
+                                              int64_t per_block, void** params,
+                                              Stream stream) {
+  const BackendLimits limits = backend->Limits();
+  const int block = std::min(limits.preferred_block, limits.max_block);
+  if (per_block == 0) per_block = block;
+  const int64_t grid =
+      std::min<int64_t>((work + per_block - 1) / per_block,
+                        std::min<int64_t>(limits.max_grid, int64_t{1} << 16));
+  return backend->Launch(fn, grid, block, params, stream);
+}
+
 // Enough blocks of the preferred size for `threads` grid-stride indices.
 absl::Status CublasLtGemm::Impl::LaunchGrid(KernelHandle fn, int64_t threads,
                                             void** params, Stream stream) {
-  const BackendLimits limits = backend->Limits();
-  const int block = std::min(limits.preferred_block, limits.max_block);
-  const int64_t grid =
-      std::min<int64_t>((threads + block - 1) / block,
-                        std::min<int64_t>(limits.max_grid, int64_t{1} << 16));
-  return backend->Launch(fn, grid, block, params, stream);
+  return LaunchBlocks(fn, threads, /*per_block=*/0, params, stream);
 }
 
 absl::Status CublasLtGemm::Impl::RunPost(const LtPlan& p, const GemmArgs& g,
@@ -356,11 +367,7 @@ absl::Status CublasLtGemm::Impl::RunBiasGrad(const LtPlan& p, DType dtype,
   int trans_a = p.op_b == LtOp::kT ? 1 : 0;
   void* params[] = {&a, &out, &rows, &k, &lda, &trans_a};
   // 32 rows per block (GemmBiasGradKernel), all of its warps on them.
-  const BackendLimits limits = backend->Limits();
-  const int block = std::min(limits.preferred_block, limits.max_block);
-  const int64_t grid = std::min<int64_t>(
-      (rows + 31) / 32, std::min<int64_t>(limits.max_grid, int64_t{1} << 16));
-  return backend->Launch(fn, grid, block, params, stream);
+  return LaunchBlocks(fn, rows, /*per_block=*/32, params, stream);
 }
 
 CublasLtGemm::CublasLtGemm(std::unique_ptr<Impl> impl)

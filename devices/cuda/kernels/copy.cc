@@ -17,7 +17,7 @@
 namespace stepjit::runtime::cuda {
 namespace {
 
-constexpr int kMaxRank = 8;
+constexpr int kMaxRank = CopyLayout::kMaxRank;
 
 // Layout copies and fills for any element size: element i of the
 // destination's shape sits at offset sum q_d * stride_d, q its digits over
@@ -104,6 +104,14 @@ CopyLayout LayoutOf(const Tensor& t, ShapeRef shape) {
   return l;
 }
 
+// The copy or fill kernel (`kind`) for `bytes`-byte elements, its 32-bit
+// variant where CopyIndexBits allows.
+std::string KernelFor(const char* kind, int64_t bytes, int64_t n,
+                      absl::Span<const CopyLayout* const> layouts) {
+  return absl::StrCat("sj_", kind, CopyIndexBits(n, layouts) == 32 ? "32" : "",
+                      "_", bytes);
+}
+
 }  // namespace
 
 // Merges neighbouring dims that are one run of elements in every layout
@@ -165,11 +173,8 @@ void CopySameDType(const Tensor& dst, const Tensor& src) {
   CoalesceCopyLayouts({&ld, &ls});
   long long count = n;
   void* args[] = {&sp, &ls, &dp, &ld, &count};
-  const bool narrow = CopyIndexBits(n, {&ls, &ld}) == 32;
-  LaunchFixed(
-      b, CopyModule(),
-      absl::StrCat("sj_copy", narrow ? "32" : "", "_", dst.element_size()), n,
-      args);
+  LaunchFixed(b, CopyModule(),
+              KernelFor("copy", dst.element_size(), n, {&ls, &ld}), n, args);
 }
 
 void Fill(const Tensor& dst, double value) {
@@ -186,11 +191,8 @@ void Fill(const Tensor& dst, double value) {
   CoalesceCopyLayouts({&ld});
   long long count = n;
   void* args[] = {&dp, &ld, &bits, &count};
-  const bool narrow = CopyIndexBits(n, {&ld}) == 32;
-  LaunchFixed(
-      b, CopyModule(),
-      absl::StrCat("sj_fill", narrow ? "32" : "", "_", dst.element_size()), n,
-      args);
+  LaunchFixed(b, CopyModule(), KernelFor("fill", dst.element_size(), n, {&ld}),
+              n, args);
 }
 
 Tensor ContiguousOnDevice(const Tensor& t) {

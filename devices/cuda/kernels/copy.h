@@ -32,8 +32,9 @@ const char* CopyKernelSource();
 // A tensor's layout over the copied shape as the copy kernels take it
 // (elements; a broadcast dim has stride 0), up to 8 dims.
 struct CopyLayout {
-  long long size[8];
-  long long stride[8];
+  static constexpr int kMaxRank = 8;  // the kernels' SjLayout
+  long long size[kMaxRank];
+  long long stride[kMaxRank];
   int rank = 0;
 };
 // Merges neighbouring dims that are one run of elements in every one of
