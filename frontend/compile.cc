@@ -649,7 +649,7 @@ struct StepCompiler::Impl {
     if (verify_span.active())
       verify_span.set_name(absl::StrCat("recording check ", options.name));
     ShapeOnlyTrace now =
-        TraceShapesOnly(options.name, inputs, eager, &s.record);
+        TraceShapesOnly(options.name, inputs, eager, &s.record, s.trace.state);
     verify_span.End();
     const bool complete = now.inconclusive.empty();
     std::string diff;

@@ -148,13 +148,15 @@ std::string CheckStateGuards(const Trace& trace, const StateGuards& guards) {
                           ") was given new storage or layout since the step was traced");
     }
   }
-  for (const GradGuard& g : trace.grad_guards) {
+  for (const GradTouch& g : trace.grad_touched) {
+    if (!g.read_first) continue;
     const AutogradMeta* meta = g.leaf.impl()->autograd.get();
     const TensorImpl* now = meta != nullptr ? meta->grad.get() : nullptr;
-    if (now != g.grad.get()) {
-      return absl::StrCat("the .grad of a ", DescribeTensor(g.leaf), " leaf is ",
-                          now ? "a different tensor" : "unset", " now, but the traced step read ",
-                          g.grad ? "the tensor it had then" : "it unset");
+    if (now != g.before.get()) {
+      return absl::StrCat("the .grad of a ", DescribeTensor(g.leaf),
+                          " leaf is ", now ? "a different tensor" : "unset",
+                          " now, but the traced step read ",
+                          g.before ? "the tensor it had then" : "it unset");
     }
   }
   return "";
@@ -177,7 +179,8 @@ std::vector<std::string> UnguardedState(const Trace& trace) {
     const Tensor& t = trace.state[i];
     if (t.impl()->owned_state) continue;
     bool guarded_grad = false;
-    for (const GradGuard& g : trace.grad_guards) guarded_grad |= g.grad.get() == t.impl();
+    for (const GradTouch& g : trace.grad_touched)
+      guarded_grad |= g.read_first && g.before.get() == t.impl();
     if (!guarded_grad) out.push_back(absl::StrCat("s", i, " ", DescribeTensor(t)));
   }
   return out;

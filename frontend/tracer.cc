@@ -14,7 +14,8 @@ namespace stepjit::frontend {
 using ir::AttrKey;
 
 namespace {
-ir::TensorType TypeOf(const Tensor& t) { return {t.dtype(), t.shape()}; }
+ir::TensorType TypeOf(const TensorImpl& t) { return {t.dtype, t.shape}; }
+ir::TensorType TypeOf(const Tensor& t) { return TypeOf(*t.impl()); }
 std::atomic<uint64_t> g_next_epoch{1};
 }  // namespace
 
@@ -54,13 +55,24 @@ void FillRecord(Trace& trace, const TraceRecord& expected) {
   trace.unfilled_live.clear();
 }
 
+void FillState(Trace& trace) {
+  if (trace.borrowed_state == 0) return;
+  trace.state.insert(trace.state.begin(), trace.borrowed_from.begin(),
+                     trace.borrowed_from.begin() + trace.borrowed_state);
+  trace.borrowed_state = 0;
+  trace.borrowed_from = {};
+}
+
 Tracer::Tracer(std::string graph_name, bool remember_grads,
-               const TraceRecord* expected)
+               const TraceRecord* expected,
+               absl::Span<const Tensor> expected_state)
     : name_(std::move(graph_name)),
       remember_grads_(remember_grads),
       expected_(expected),
       matching_(expected != nullptr),
-      epoch_(g_next_epoch.fetch_add(1, std::memory_order_relaxed)) {}
+      epoch_(g_next_epoch.fetch_add(1, std::memory_order_relaxed)),
+      expected_state_(expected != nullptr ? expected_state
+                                          : absl::Span<const Tensor>()) {}
 
 Tracer::~Tracer() {
   if (active_) runtime::SetDispatchObserver(previous_);
@@ -69,16 +81,14 @@ Tracer::~Tracer() {
 void Tracer::Begin(absl::Span<const Tensor> inputs) {
   if (expected_ != nullptr) {
     // What a matching call fills, sized once.
-    state_.reserve(expected_->params.size());
     state_params_.reserve(expected_->params.size());
-    grad_touched_.reserve(expected_->grad_bindings.size());
+    touched_.reserve(expected_->grad_bindings.size());
     record_.returns.reserve(expected_->returns.size());
     record_.grad_bindings.reserve(expected_->grad_bindings.size());
-    if (remember_grads_) grad_before_.reserve(expected_->grad_bindings.size());
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     SJ_REQUIRE(inputs[i].defined(), "compile: step argument ", i, " is an undefined tensor");
-    const int v = AddParam(ir::ParamKind::kInput, inputs[i]);
+    const int v = AddParam(ir::ParamKind::kInput, *inputs[i].impl());
     // An argument passed twice keeps its first binding.
     if (Lookup(inputs[i]) == kNone) Bind(inputs[i], v);
   }
@@ -87,15 +97,15 @@ void Tracer::Begin(absl::Span<const Tensor> inputs) {
   active_ = true;
 }
 
-int Tracer::AddParam(ir::ParamKind kind, const Tensor& t) {
+int Tracer::AddParam(ir::ParamKind kind, const TensorImpl& t) {
   const size_t p = num_params_;
-  const TensorImpl* state = kind == ir::ParamKind::kState ? t.impl() : nullptr;
+  const TensorImpl* state = kind == ir::ParamKind::kState ? &t : nullptr;
   if (matching_ && p < expected_->params.size()) {
     // As expected (the common case): counted, not copied (Diverge and
     // FillRecord copy the matched prefix), without building the type.
     const TraceRecord::Param& e = expected_->params[p];
-    if (e.kind == kind && e.state == state && e.type.dtype == t.dtype() &&
-        e.type.shape == t.shape()) {
+    if (e.kind == kind && e.state == state && e.type.dtype == t.dtype &&
+        e.type.shape == t.shape) {
       ++num_params_;
       return TraceRecord::ParamId(p);
     }
@@ -144,9 +154,22 @@ int Tracer::AddNode(ir::NodeKind kind, ir::OpId op,
   return static_cast<int>(index);
 }
 
+void Tracer::StopBorrowing() {
+  if (borrowed_state_ == 0) {
+    expected_state_ = {};
+    return;
+  }
+  state_.insert(state_.begin(), expected_state_.begin(),
+                expected_state_.begin() + borrowed_state_);
+  borrowed_state_ = 0;
+  expected_state_ = {};
+}
+
 void Tracer::Diverge() {
   if (!matching_) return;
   matching_ = false;
+  // The trace may outlive the expected specialization: it holds its state.
+  StopBorrowing();
   record_.params.assign(expected_->params.begin(),
                         expected_->params.begin() + num_params_);
   Trace partial;
@@ -158,13 +181,13 @@ void Tracer::Diverge() {
   record_.routines = std::move(partial.record.routines);
 }
 
-int Tracer::Lookup(const Tensor& t) {
-  const ObserverSlot& slot = t.impl()->observer;
+int Tracer::Lookup(const TensorImpl& t) {
+  const ObserverSlot& slot = t.observer;
   if (slot.epoch != epoch_) return kNone;
-  const ObserverSlot& storage = t.storage()->observer;
+  const ObserverSlot& storage = t.storage->observer;
   if (storage.epoch == epoch_ && storage.writes != slot.writes) {
     Break(absl::StrCat(
-        "a ", ir::DTypeName(t.dtype()), ir::ShapeToString(t.shape()),
+        "a ", ir::DTypeName(t.dtype), ir::ShapeToString(t.shape),
         " tensor is read after an in-place op wrote its storage through "
         "another view (op #",
         num_ops_, " ", ir::OpName(last_op_),
@@ -173,21 +196,30 @@ int Tracer::Lookup(const Tensor& t) {
   return slot.value;
 }
 
-void Tracer::Bind(const Tensor& t, int value) {
-  ObserverSlot& storage = t.storage()->observer;
+void Tracer::Bind(TensorImpl& t, int value) {
+  ObserverSlot& storage = t.storage->observer;
   if (storage.epoch != epoch_) storage = {epoch_, 0, 0};
-  ObserverSlot& slot = t.impl()->observer;
+  ObserverSlot& slot = t.observer;
   slot.epoch = epoch_;
   slot.value = value;
   slot.writes = storage.writes;
 }
 
-int Tracer::ValueOf(const Tensor& t) {
-  if (const int v = Lookup(t); v != kNone) return v;
-  const int v = AddParam(ir::ParamKind::kState, t);
-  Bind(t, v);
+int Tracer::ValueOf(const std::shared_ptr<TensorImpl>& t) {
+  if (const int v = Lookup(*t); v != kNone) return v;
+  const int v = AddParam(ir::ParamKind::kState, *t);
+  Bind(*t, v);
+  // State is bound by identity: held, or borrowed from the expected
+  // specialization while the call binds the same tensors it does.
+  const size_t i = state_params_.size();
   state_params_.push_back(v);
-  state_.push_back(t);  // state is bound by identity: keep it
+  if (matching_ && state_.empty() && i == borrowed_state_ &&
+      i < expected_state_.size() && expected_state_[i].impl() == t.get()) {
+    ++borrowed_state_;
+  } else {
+    StopBorrowing();
+    state_.emplace_back(t);
+  }
   return v;
 }
 
@@ -297,11 +329,7 @@ bool Tracer::GradWasSet(const Tensor& leaf) const {
 void Tracer::OnGradRead(const Tensor& leaf, const Tensor& grad) {
   if (routine_depth_ > 0 && routine_has_result_) routine_valid_ = false;
   if (!MarkGrad(leaf, 0)) return;
-  grad_touched_.push_back(leaf);
-  grad_guards_.push_back({leaf, grad.defined() ? grad.impl_ptr() : nullptr});
-  if (remember_grads_) {
-    grad_before_.push_back({leaf, grad});
-  }
+  touched_.push_back({leaf, grad.impl_ptr(), /*read_first=*/true});
 }
 
 void Tracer::OnGradSet(const Tensor& leaf, const Tensor& grad) {
@@ -326,13 +354,11 @@ void Tracer::OnGradSet(const Tensor& leaf, const Tensor& grad) {
   // Set before any read: the binding before the step does not matter to the
   // graph (only to a re-trace that must put it back).
   if (!first) return;
-  grad_touched_.push_back(leaf);
-  if (remember_grads_) {
-    // Read without leaf.grad(), which would report a read to this tracer.
-    const AutogradMeta* meta = leaf.impl()->autograd.get();
-    grad_before_.push_back(
-        {leaf, meta != nullptr && meta->grad ? Tensor(meta->grad) : Tensor()});
-  }
+  // Read without leaf.grad(), which would report a read to this tracer.
+  const AutogradMeta* meta = leaf.impl()->autograd.get();
+  touched_.push_back({leaf,
+                      remember_grads_ && meta != nullptr ? meta->grad : nullptr,
+                      /*read_first=*/false});
 }
 
 void Tracer::OnFlagRead(const std::shared_ptr<const bool>& flag, const char* what) {
@@ -378,14 +404,15 @@ ir::Attrs Tracer::LiveRandomAttrs(const TraceRecord::Node& node) const {
 }
 
 bool Tracer::BeginRoutine(absl::Span<const uint64_t> key,
-                          absl::Span<const Tensor> tensors,
+                          const runtime::RoutineTensors& tensors,
                           runtime::RoutineResult* result) {
   if (result != nullptr) result->place = next_node_;
   if (routine_depth_++ > 0 || !break_reason_.empty()) return false;
   confirmed_ = {};
   routine_.begin = next_node_;
   routine_.operands.clear();  // keeps its buffer from call to call
-  for (const Tensor& t : tensors) routine_.operands.push_back(ValueOf(t));
+  for (size_t i = 0; i < tensors.size(); ++i)
+    routine_.operands.push_back(ValueOf(tensors.ptr(i)));
   const TraceRecord::Routine* was =
       matching_ ? expected_->RoutineAt(next_node_) : nullptr;
   if (was != nullptr && break_reason_.empty() &&
@@ -395,10 +422,11 @@ bool Tracer::BeginRoutine(absl::Span<const uint64_t> key,
     // routine's own ops would have made).
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (was->after[i] == was->operands[i]) continue;
-      ObserverSlot& storage = tensors[i].storage()->observer;
+      TensorImpl& t = *tensors.impl(i);
+      ObserverSlot& storage = t.storage->observer;
       if (storage.epoch != epoch_) storage = {epoch_, 0, 0};
       ++storage.writes;
-      Bind(tensors[i], was->after[i]);
+      Bind(t, was->after[i]);
     }
     for (size_t n : was->lifted)
       live_.push_back({n, expected_->nodes[n].attrs});
@@ -429,10 +457,10 @@ bool Tracer::BeginRoutine(absl::Span<const uint64_t> key,
     // (set_grad reports each to OnGradSet, as the routine's own would).
     for (const auto& [i, v] : was->grads_set) {
       Tensor g = runtime::MakeMetaTensor(expected_->nodes[v].type,
-                                         tensors[i].device());
+                                         tensors.impl(i)->storage->device());
       Bind(g, v);
       made_.push_back(g.impl_ptr());
-      tensors[i].set_grad(g);
+      tensors.tensor(i).set_grad(g);
     }
     if (result != nullptr) {
       Tensor r = runtime::MakeMetaTensor(expected_->nodes[was->result].type,
@@ -450,7 +478,7 @@ bool Tracer::BeginRoutine(absl::Span<const uint64_t> key,
   routine_.grads_set.clear();
   routine_.flags.clear();
   routine_.result = -1;
-  routine_tensors_.assign(tensors.begin(), tensors.end());
+  routine_tensors_ = tensors.Tensors();
   routine_made_.clear();
   routine_grads_.clear();
   routine_valid_ = true;
@@ -615,33 +643,32 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
   // (End is the tracer's last use but for KeptMetaTensors: what the trace
   // takes is moved.)
   trace.flag_guards = std::move(flag_guards_);
-  trace.grad_before = std::move(grad_before_);
   if (break_reason_.empty()) {
     for (const Tensor& t : outputs) record_.returns.push_back(ValueOf(t));
     record_.num_outputs = static_cast<int>(record_.returns.size());
-    trace.grad_bindings.reserve(grad_touched_.size());
     // Final .grad bindings (read them before emitting assigns: a binding to
     // a tensor never seen by an op makes it state).
-    for (const Tensor& leaf : grad_touched_) {
+    for (const GradTouch& touch : touched_) {
       // A .grad that was only read (and maybe updated in place) keeps its
       // tensor; its contents come back through the state write-back.
+      const Tensor& leaf = touch.leaf;
       if (!GradWasSet(leaf)) continue;
-      Tensor g;
-      if (leaf.impl()->autograd && leaf.impl()->autograd->grad)
-        g = Tensor(leaf.impl()->autograd->grad);
+      const AutogradMeta* meta = leaf.impl()->autograd.get();
+      const std::shared_ptr<TensorImpl>* grad =
+          meta != nullptr && meta->grad ? &meta->grad : nullptr;
       int index = -1;
-      if (g.defined()) {
+      if (grad != nullptr) {
         index = static_cast<int>(record_.returns.size());
-        record_.returns.push_back(ValueOf(g));
+        const int v = Lookup(**grad);
+        record_.returns.push_back(v != kNone ? v : ValueOf(Tensor(*grad)));
       }
       record_.grad_bindings.push_back({leaf.impl(), index});
-      trace.grad_bindings.push_back({leaf, index});
     }
     // Write-back: state whose tensor now holds a newer value.
     static const ir::Attrs kNoAttrs;
     static const ir::TensorType kNoType;
-    for (size_t i = 0; i < state_.size(); ++i) {
-      const int latest = Lookup(state_[i]);
+    for (size_t i = 0; i < state_params_.size(); ++i) {
+      const int latest = Lookup(StateAt(i));
       if (latest == state_params_[i]) continue;
       const int in[] = {state_params_[i], latest};
       if (matching_ && next_node_ < expected_->nodes.size()) {
@@ -661,7 +688,20 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
                       record_.num_outputs != expected_->num_outputs ||
                       record_.grad_bindings != expected_->grad_bindings))
       Diverge();
+    // The leaves to rebind after a replay of what this call recorded (a
+    // matching call replays its specialization, which has them).
+    if (!matching_) {
+      trace.grad_bindings.reserve(record_.grad_bindings.size());
+      size_t b = 0;
+      for (const GradTouch& touch : touched_) {
+        if (b < record_.grad_bindings.size() &&
+            record_.grad_bindings[b].first == touch.leaf.impl())
+          trace.grad_bindings.push_back(
+              {touch.leaf, record_.grad_bindings[b++].second});
+      }
+    }
   }
+  trace.grad_touched = std::move(touched_);
   trace.matched = matching_ && break_reason_.empty();
   trace.unfilled = matching_ ? next_node_ : 0;
   trace.unfilled_params = matching_ ? num_params_ : 0;
@@ -669,7 +709,8 @@ Trace Tracer::End(absl::Span<const Tensor> outputs) {
   trace.num_outputs = record_.num_outputs;
   trace.record = std::move(record_);
   trace.state = std::move(state_);
-  trace.grad_guards = std::move(grad_guards_);
+  trace.borrowed_state = borrowed_state_;
+  trace.borrowed_from = expected_state_;
   if (expected_ == nullptr && break_reason_.empty())
     trace.graph = BuildGraph(trace.record, name_);
   return trace;

@@ -26,11 +26,16 @@ struct GradBinding {
   int return_index = -1;
 };
 
-// The .grad binding a leaf had when the traced step first read it; a replay
-// is only valid while it is the same tensor (or still none).
-struct GradGuard {
+// A leaf whose .grad the step read or set, and the binding it had before
+// the step first touched it. A replay is only valid while a .grad the step
+// read first (`read_first`) is still that tensor (or still none); a
+// shape-only re-trace puts every binding back (it must leave no trace of
+// itself). `before` of a leaf set first is kept only when the tracer
+// remembers grads: holding an old .grad would keep it alive.
+struct GradTouch {
   Tensor leaf;
-  std::shared_ptr<TensorImpl> grad;
+  std::shared_ptr<TensorImpl> before;
+  bool read_first = false;
 };
 
 // A host flag (a module's training flag) the traced step read, and the
@@ -39,13 +44,6 @@ struct FlagGuard {
   std::shared_ptr<const bool> flag;
   bool value = false;
   const char* what = "";
-};
-
-// A leaf's .grad binding before the step first touched it (a shape-only
-// re-trace puts these back: it must leave no trace of itself).
-struct GradBefore {
-  Tensor leaf;
-  Tensor grad;  // undefined: it had none
 };
 
 struct Trace {
@@ -64,12 +62,18 @@ struct Trace {
   // against an expected record (BuildGraph makes it when needed), or when
   // the graph broke.
   std::unique_ptr<ir::Graph> graph;
-  std::vector<Tensor> state;  // bound to the graph's state params, in order
+  // Bound to the graph's state params, in order. A recording call that
+  // matched its expected record leaves the leading `borrowed_state` of them
+  // out: they are `borrowed_from`'s (the expected specialization's), which
+  // FillState puts in.
+  std::vector<Tensor> state;
+  size_t borrowed_state = 0;
+  absl::Span<const Tensor> borrowed_from;
   int num_outputs = 0;        // the step's own results: the first returns
   std::vector<GradBinding> grad_bindings;
-  std::vector<GradGuard> grad_guards;
+  // Leaves whose .grad the step touched, in the order it first did.
+  std::vector<GradTouch> grad_touched;
   std::vector<FlagGuard> flag_guards;
-  std::vector<GradBefore> grad_before;
   // Non-empty when the step cannot be replayed (a graph break): the reason.
   std::string break_reason;
   int num_ops = 0;
@@ -86,16 +90,22 @@ struct Trace {
 // Puts into `trace.record` the nodes it left out because they matched
 // `expected`, with this call's random draws.
 void FillRecord(Trace& trace, const TraceRecord& expected);
+// Puts into `trace.state` the state tensors it borrowed.
+void FillState(Trace& trace);
 
 class Tracer : public runtime::DispatchObserver {
  public:
-  // `remember_grads`: fill Trace::grad_before (a shape-only re-trace needs
-  // it; a real trace does not, and holding old .grads would keep them alive).
+  // `remember_grads`: keep every GradTouch::before (a shape-only re-trace
+  // needs them; a real trace does not, and holding old .grads would keep
+  // them alive).
   // `expected`: compare each op with this record as it arrives, storing
   // nothing while it matches (a recording call's check; End then builds no
-  // graph).
+  // graph). `expected_state`: the state tensors bound to `expected`'s state
+  // params, in order (they outlive the trace); while the call binds the
+  // same ones, the trace borrows them instead of holding its own.
   explicit Tracer(std::string graph_name, bool remember_grads = false,
-                  const TraceRecord* expected = nullptr);
+                  const TraceRecord* expected = nullptr,
+                  absl::Span<const Tensor> expected_state = {});
   ~Tracer() override;
 
   // Starts recording on this thread; the step's tensor arguments become inputs.
@@ -115,7 +125,7 @@ class Tracer : public runtime::DispatchObserver {
   void OnAlias(const Tensor& source, const Tensor& alias) override;
   void OnFlagRead(const std::shared_ptr<const bool>& flag, const char* what) override;
   bool BeginRoutine(absl::Span<const uint64_t> key,
-                    absl::Span<const Tensor> tensors,
+                    const runtime::RoutineTensors& tensors,
                     runtime::RoutineResult* result) override;
   bool EndRoutine(const Tensor* result) override;
   Tensor RedoRoutine(uint64_t place, absl::Span<const Tensor> tensors) override;
@@ -136,10 +146,13 @@ class Tracer : public runtime::DispatchObserver {
   static constexpr int kNone = 0x7fffffff;
   // The operand currently held by `t` (kNone when unseen); tensors first
   // seen here were created outside the step and become state params.
-  int ValueOf(const Tensor& t);
-  int Lookup(const Tensor& t);
-  void Bind(const Tensor& t, int value);
-  int AddParam(ir::ParamKind kind, const Tensor& t);
+  int ValueOf(const Tensor& t) { return ValueOf(t.impl_ptr()); }
+  int ValueOf(const std::shared_ptr<TensorImpl>& t);
+  int Lookup(const TensorImpl& t);
+  int Lookup(const Tensor& t) { return Lookup(*t.impl()); }
+  void Bind(TensorImpl& t, int value);
+  void Bind(const Tensor& t, int value) { Bind(*t.impl(), value); }
+  int AddParam(ir::ParamKind kind, const TensorImpl& t);
   // Appends a node (or, while matching the expected record, only checks
   // it); returns its index.
   // `attrs_checked`: ExpectedType already found op and attributes equal to
@@ -187,18 +200,27 @@ class Tracer : public runtime::DispatchObserver {
   // it keeps.
   uint64_t epoch_;
   std::vector<std::weak_ptr<TensorImpl>> made_;
+  // State seen so far: the leading `borrowed_state_` are
+  // expected_state_'s (not held: the expected specialization holds them),
+  // then state_.
+  absl::Span<const Tensor> expected_state_;
+  size_t borrowed_state_ = 0;
   std::vector<Tensor> state_;
-  std::vector<int> state_params_;     // state_[i]'s param operand
-  std::vector<Tensor> grad_touched_;  // leaves whose .grad was read or set
+  std::vector<int> state_params_;  // the i-th state tensor's param operand
+  const Tensor& StateAt(size_t i) const {
+    return i < borrowed_state_ ? expected_state_[i]
+                               : state_[i - borrowed_state_];
+  }
+  // Holds the borrowed state from now on (the call stopped matching).
+  void StopBorrowing();
+  std::vector<GradTouch> touched_;  // Trace::grad_touched
   // Whether a leaf's .grad was read or set (kGradSeen) and set (kGradSet)
   // during the step, kept in its ObserverSlot; MarkGrad returns whether this
   // is the first time it is seen.
   static constexpr uint32_t kGradSeen = 1, kGradSet = 2;
   bool MarkGrad(const Tensor& leaf, uint32_t flags);
   bool GradWasSet(const Tensor& leaf) const;
-  std::vector<GradGuard> grad_guards_;
   std::vector<FlagGuard> flag_guards_;
-  std::vector<GradBefore> grad_before_;
   std::string break_reason_;
   // The routine being recorded (routine_depth_ > 0; nested ones are part of
   // the outermost), its tensors, and the tensors its ops made (a routine

@@ -18,13 +18,14 @@ namespace stepjit::frontend {
 ShapeOnlyTrace TraceShapesOnly(const std::string& name,
                                const std::vector<Tensor>& inputs,
                                const std::function<std::vector<Tensor>()>& step,
-                               const TraceRecord* expected) {
+                               const TraceRecord* expected,
+                               absl::Span<const Tensor> expected_state) {
   ShapeOnlyTrace out;
   out.expected = expected;
   Generator& generator = default_generator();
   const uint64_t offset = generator.offset();
   {
-    Tracer tracer(name, /*remember_grads=*/true, expected);
+    Tracer tracer(name, /*remember_grads=*/true, expected, expected_state);
     std::vector<Tensor> outputs;
     {
       runtime::MetaModeGuard meta;
@@ -38,11 +39,18 @@ ShapeOnlyTrace TraceShapesOnly(const std::string& name,
       out.trace = tracer.End(outputs);
     }
     // Autograd bound shape-only gradients to leaves: put the real ones back.
-    for (const GradBefore& g : out.trace.grad_before) g.leaf.set_grad(g.grad);
-    out.trace.grad_before.clear();
+    // (What was only set need not be held any longer; what was read first
+    // guards a replay of what this call recorded.)
+    for (GradTouch& g : out.trace.grad_touched) {
+      g.leaf.set_grad(g.read_first ? Tensor(g.before)
+                                   : Tensor(std::move(g.before)));
+    }
     outputs.clear();
     out.kept = tracer.KeptMetaTensors();
   }
+  // Only a matching call that kept nothing replays its specialization
+  // without the state it borrowed.
+  if (!out.trace.matched || !out.kept.empty()) FillState(out.trace);
   generator.set_offset(offset);
   if (out.inconclusive.empty() && !out.trace.break_reason.empty()) {
     out.inconclusive = absl::StrCat(
@@ -53,6 +61,7 @@ ShapeOnlyTrace TraceShapesOnly(const std::string& name,
 }
 
 const TraceRecord& FullRecord(ShapeOnlyTrace& recorded) {
+  FillState(recorded.trace);
   if (recorded.trace.unfilled > 0 || recorded.trace.unfilled_params > 0) {
     SJ_CHECK(recorded.expected != nullptr,
              "FullRecord: a partial record without its expected record");

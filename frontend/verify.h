@@ -41,13 +41,18 @@ struct ShapeOnlyTrace {
 // counter it increments) do happen: it really is called.
 // With `expected` (which must outlive the result), each op is compared
 // with it as it arrives and nothing is stored while it matches
-// (trace.matched; FullRecord gives the whole record).
+// (trace.matched; FullRecord gives the whole record). `expected_state`
+// (which must outlive the result too): the state tensors bound to
+// `expected`'s state params; a matched trace that kept nothing leaves
+// those it shares with them out of trace.state (FullRecord puts them in).
 ShapeOnlyTrace TraceShapesOnly(const std::string& name,
                                const std::vector<Tensor>& inputs,
                                const std::function<std::vector<Tensor>()>& step,
-                               const TraceRecord* expected = nullptr);
+                               const TraceRecord* expected = nullptr,
+                               absl::Span<const Tensor> expected_state = {});
 
-// The whole record of the call (the matched part copied from `expected`).
+// The whole record of the call (the matched part copied from `expected`),
+// and its whole state.
 const TraceRecord& FullRecord(ShapeOnlyTrace& recorded);
 
 // Runs the call `recorded` stands for: its traced graph op by op on the real

@@ -283,7 +283,7 @@ Tensor MakeMetaTensor(const ir::TensorType& type, Device device) {
 }
 
 RecordedRoutine::RecordedRoutine(absl::Span<const uint64_t> key,
-                                 absl::Span<const Tensor> tensors)
+                                 const RoutineTensors& tensors)
     : observer_(t_observer) {
   if (observer_ != nullptr)
     skipped_ = observer_->BeginRoutine(key, tensors, nullptr);
@@ -297,16 +297,17 @@ bool RecordedResultRoutine::Active() {
 }
 
 RecordedResultRoutine::RecordedResultRoutine(absl::Span<const uint64_t> key,
-                                             absl::Span<const Tensor> tensors)
+                                             const RoutineTensors& tensors)
     : observer_(t_observer) {
   if (observer_ == nullptr) return;
   skipped_ = observer_->BeginRoutine(key, tensors, &result_);
   if (skipped_) {
     if (result_.requires_grad && GradMode::is_enabled())
-      autograd::SetRoutineResult(result_.tensor, result_.place, tensors);
+      autograd::SetRoutineResult(result_.tensor, result_.place,
+                                 tensors.Tensors());
     return;
   }
-  scope_.emplace(result_.place, tensors);
+  scope_.emplace(result_.place, tensors.Tensors());
 }
 
 RecordedResultRoutine::~RecordedResultRoutine() {

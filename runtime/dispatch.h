@@ -11,6 +11,7 @@
 #include "ir/infer.h"
 #include "ir/op.h"
 #include "runtime/autograd/engine.h"
+#include "runtime/routine_tensors.h"
 #include "runtime/tensor.h"
 
 namespace stepjit::runtime {
@@ -116,7 +117,7 @@ class DispatchObserver {
   // record (result->place) and, when skipped, gets its result: a shape-only
   // tensor in result->tensor, and whether it requires grad.
   virtual bool BeginRoutine(absl::Span<const uint64_t> key,
-                            absl::Span<const Tensor> tensors,
+                            const RoutineTensors& tensors,
                             RoutineResult* result) {
     return false;
   }
@@ -144,7 +145,7 @@ Tensor MakeMetaTensor(const ir::TensorType& type, Device device);
 class RecordedRoutine {
  public:
   RecordedRoutine(absl::Span<const uint64_t> key,
-                  absl::Span<const Tensor> tensors);
+                  const RoutineTensors& tensors);
   ~RecordedRoutine();
   RecordedRoutine(const RecordedRoutine&) = delete;
   RecordedRoutine& operator=(const RecordedRoutine&) = delete;
@@ -166,7 +167,7 @@ class RecordedResultRoutine {
  public:
   static bool Active();
   RecordedResultRoutine(absl::Span<const uint64_t> key,
-                        absl::Span<const Tensor> tensors);
+                        const RoutineTensors& tensors);
   ~RecordedResultRoutine();
   RecordedResultRoutine(const RecordedResultRoutine&) = delete;
   RecordedResultRoutine& operator=(const RecordedResultRoutine&) = delete;

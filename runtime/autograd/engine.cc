@@ -66,7 +66,7 @@ class OpNode : public Node {
   // inputs need a grad, and whether every saved tensor is still at its
   // saved version (else Apply throws).
   bool Describe(std::vector<uint64_t>& key,
-                std::vector<Tensor>& tensors) const override {
+                runtime::RoutineTensors& tensors) const override {
     bool versions = output_.version() == output_version_;
     uint64_t needs = 0;
     for (size_t i = 0; i < inputs_.size(); ++i) {
@@ -75,8 +75,8 @@ class OpNode : public Node {
     }
     key.insert(key.end(), {1, static_cast<uint64_t>(op_), needs,
                            uint64_t{versions}, inputs_.size()});
-    tensors.push_back(output_);
-    tensors.insert(tensors.end(), inputs_.begin(), inputs_.end());
+    tensors.Add(output_);
+    for (const Tensor& t : inputs_) tensors.Add(t);
     return true;
   }
 
@@ -135,7 +135,7 @@ class AccumulateGrad : public Node {
   // The leaf (dead or alive), whether it has a .grad (set or added to);
   // false for a leaf with post-accumulate hooks, whose code no key covers.
   bool Describe(std::vector<uint64_t>& key,
-                std::vector<Tensor>& tensors) const override {
+                runtime::RoutineTensors& tensors) const override {
     std::shared_ptr<TensorImpl> impl = leaf_.lock();
     if (!impl) {
       key.push_back(2);
@@ -143,11 +143,12 @@ class AccumulateGrad : public Node {
     }
     if (impl->autograd && !impl->autograd->post_accumulate_hooks.empty())
       return false;
-    Tensor leaf(impl);
-    const Tensor current = leaf.grad();
+    Tensor leaf(std::move(impl));
+    Tensor current = leaf.grad();
     key.insert(key.end(), {3, uint64_t{current.defined()}});
-    tensors.push_back(leaf);
-    if (current.defined()) tensors.push_back(current);
+    // (Held by the list: the weak reference is all this node has.)
+    tensors.Add(std::move(leaf));
+    if (current.defined()) tensors.Add(std::move(current));
     return true;
   }
 
@@ -325,19 +326,19 @@ namespace {
 
 // A group for the routine at `place` on `tensors`: their gradient edges now.
 std::shared_ptr<RoutineGroup> MakeGroup(uint64_t place,
-                                        absl::Span<const Tensor> tensors) {
+                                        std::vector<Tensor> tensors) {
   auto group = std::make_shared<RoutineGroup>();
   group->place = place;
   for (const Tensor& t : tensors) group->edges.push_back(GradientEdge(t));
-  group->tensors.assign(tensors.begin(), tensors.end());
+  group->tensors = std::move(tensors);
   return group;
 }
 
 }  // namespace
 
-RoutineScope::RoutineScope(uint64_t place, absl::Span<const Tensor> tensors) {
+RoutineScope::RoutineScope(uint64_t place, std::vector<Tensor> tensors) {
   if (t_group != nullptr) return;
-  group_ = MakeGroup(place, tensors);
+  group_ = MakeGroup(place, std::move(tensors));
   t_group = group_.get();
   t_group_owner = &group_;
 }
@@ -367,8 +368,8 @@ void RoutineScope::Close() {
 }
 
 void SetRoutineResult(const Tensor& result, uint64_t place,
-                      absl::Span<const Tensor> tensors) {
-  std::shared_ptr<RoutineGroup> group = MakeGroup(place, tensors);
+                      std::vector<Tensor> tensors) {
+  std::shared_ptr<RoutineGroup> group = MakeGroup(place, std::move(tensors));
   group->closed = true;
   TensorImpl* impl = result.impl();
   if (!impl->autograd) impl->autograd = std::make_unique<AutogradMeta>();
@@ -399,7 +400,7 @@ void RecordOp(ir::OpId op, absl::Span<const Tensor> inputs,
 // key covers (a hook, a node of another kind).
 bool DescribeBackward(const std::shared_ptr<Node>& start, const Tensor& grad,
                       std::vector<uint64_t>& key,
-                      std::vector<Tensor>& tensors) {
+                      runtime::RoutineTensors& tensors) {
   // Kept per thread, so that a recording call's backward allocates nothing
   // here after the first.
   thread_local absl::flat_hash_map<const void*, uint64_t> index;
@@ -425,11 +426,11 @@ bool DescribeBackward(const std::shared_ptr<Node>& start, const Tensor& grad,
     }
   }
   key.push_back(grad.defined());
-  if (grad.defined()) tensors.push_back(grad);
+  if (grad.defined()) tensors.Add(grad);
   for (const Node* n : order) {
     if (const RoutineGroup* g = n->group(); g != nullptr && g->closed) {
       key.insert(key.end(), {5, g->place, g->tensors.size()});
-      tensors.insert(tensors.end(), g->tensors.begin(), g->tensors.end());
+      for (const Tensor& t : g->tensors) tensors.Add(t);
     } else if (!n->Describe(key, tensors)) {
       return false;
     }
@@ -464,7 +465,7 @@ void Backward(const Tensor& root, const Tensor& grad) {
   std::optional<runtime::RecordedRoutine> routine;
   if (start && runtime::GetDispatchObserver() != nullptr) {
     thread_local std::vector<uint64_t> key;
-    thread_local std::vector<Tensor> tensors;
+    thread_local runtime::RoutineTensors tensors;
     key.clear();
     tensors.clear();
     const bool described = DescribeBackward(start, grad, key, tensors);

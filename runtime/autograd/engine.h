@@ -12,6 +12,7 @@
 #include "absl/types/span.h"
 #include "ir/attrs.h"
 #include "ir/op.h"
+#include "runtime/routine_tensors.h"
 #include "runtime/tensor.h"
 
 namespace stepjit::autograd {
@@ -47,7 +48,7 @@ class Node {
   // reads to `tensors`; false when no key covers it (its code is the
   // user's).
   virtual bool Describe(std::vector<uint64_t>& key,
-                        std::vector<Tensor>& tensors) const {
+                        runtime::RoutineTensors& tensors) const {
     return false;
   }
   // Inline for up to 3 inputs (almost every op): recording a node costs
@@ -75,7 +76,7 @@ std::shared_ptr<Node> GradientEdge(const Tensor& t);
 // marks it so.
 class RoutineScope {
  public:
-  RoutineScope(uint64_t place, absl::Span<const Tensor> tensors);
+  RoutineScope(uint64_t place, std::vector<Tensor> tensors);
   ~RoutineScope();
   RoutineScope(const RoutineScope&) = delete;
   RoutineScope& operator=(const RoutineScope&) = delete;
@@ -96,7 +97,7 @@ class RoutineScope {
 // applying the node throws, which makes the recording call inconclusive (it
 // then runs as written).
 void SetRoutineResult(const Tensor& result, uint64_t place,
-                      absl::Span<const Tensor> tensors);
+                      std::vector<Tensor> tensors);
 
 // Records `op` (already executed) so that backward can differentiate it.
 // Called by dispatch when grad mode is on and an input requires grad.

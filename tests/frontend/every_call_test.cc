@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "frontend/stepjit.h"
+#include "frontend/verify.h"
 #include "gtest/gtest.h"
 #include "runtime/autograd/engine.h"
 #include "tests/util/gpt_twins.h"
@@ -636,6 +637,59 @@ TEST(EveryCallTest, BackwardChangesThatKeepTheForwardAreSeen) {
     EXPECT_GT(fast.stats().verify_routine_ops, 0) << fast.explain();
     EXPECT_GE(fast.stats().replays, 30) << fast.explain();
   }
+}
+
+// A recording call that matches its expected record does not hold the
+// state tensors it binds: it borrows them from the expected specialization
+// (which holds them), and FullRecord puts them in. A call that stops
+// matching holds every one of them itself, in order, before its own: what
+// it recorded may outlive the specialization it was checked against.
+TEST(EveryCallTest, ARecordingCallBorrowsTheStateItsSpecializationHolds) {
+  manual_seed(3);
+  nn::Linear model(4, 3);
+  optim::SGD opt(model->parameters(),
+                 optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+  const Tensor x = randn({5, 4});
+  const Tensor extra = randn({3});
+  bool with_extra = false;
+  auto step = [&]() -> std::vector<Tensor> {
+    opt.zero_grad();
+    Tensor out = model(x);
+    Tensor loss = mean(out * out);
+    loss.backward();
+    opt.step();
+    // Read after the step: a state tensor the expected record lacks.
+    if (with_extra) loss = loss + sum(extra * extra);
+    return {loss};
+  };
+  for (int i = 0; i < 2; ++i) step();  // the momentum buffers exist
+  frontend::ShapeOnlyTrace first =
+      frontend::TraceShapesOnly("borrow", {x}, step);
+  ASSERT_TRUE(first.inconclusive.empty()) << first.inconclusive;
+  const std::vector<Tensor> state = first.trace.state;
+  // The weight, the bias, their momentum buffers, the step count, the lr.
+  ASSERT_GE(state.size(), 4u);
+
+  frontend::ShapeOnlyTrace same = frontend::TraceShapesOnly(
+      "borrow", {x}, step, &first.trace.record, state);
+  ASSERT_TRUE(same.trace.matched);
+  EXPECT_TRUE(same.trace.state.empty());
+  EXPECT_EQ(same.trace.borrowed_state, state.size());
+  frontend::FullRecord(same);
+  ASSERT_EQ(same.trace.state.size(), state.size());
+  for (size_t i = 0; i < state.size(); ++i)
+    EXPECT_EQ(same.trace.state[i].impl(), state[i].impl()) << i;
+
+  with_extra = true;
+  frontend::ShapeOnlyTrace other = frontend::TraceShapesOnly(
+      "borrow", {x}, step, &first.trace.record, state);
+  ASSERT_TRUE(other.inconclusive.empty()) << other.inconclusive;
+  EXPECT_FALSE(other.trace.matched);
+  EXPECT_EQ(other.trace.borrowed_state, 0u);
+  ASSERT_EQ(other.trace.state.size(), state.size() + 1);
+  for (size_t i = 0; i < state.size(); ++i)
+    EXPECT_EQ(other.trace.state[i].impl(), state[i].impl()) << i;
+  EXPECT_EQ(other.trace.state.back().impl(), extra.impl());
 }
 
 }  // namespace

@@ -361,7 +361,7 @@ class DeclaredNetImpl : public nn::Module {
     return RecordedForward(x, [&] { return fc2(relu(fc1(x)) * scale); });
   }
   bool DescribeForward(std::vector<uint64_t>& key,
-                       std::vector<Tensor>& tensors) const override {
+                       runtime::RoutineTensors& tensors) const override {
     if (!nn::IsExactly<DeclaredNetImpl>(*this)) return false;
     key.insert(key.end(),
                {0x4e6574 /* "Net" */, absl::bit_cast<uint64_t>(scale)});

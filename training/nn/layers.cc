@@ -171,40 +171,40 @@ void EmbeddingImpl::OnParameterReplaced(const std::string& name, const Tensor& t
 }
 
 bool LinearImpl::DescribeForward(std::vector<uint64_t>& key,
-                                 std::vector<Tensor>& tensors) const {
+                                 runtime::RoutineTensors& tensors) const {
   if (!IsExactly<LinearImpl>(*this) || !weight.defined()) return false;
   key.push_back(static_cast<uint64_t>(ModuleTag::kLinear));
-  tensors.push_back(weight);
+  tensors.Add(weight);
   DescribeOptional(bias, key, tensors);
   return true;
 }
 
 bool ReLUImpl::DescribeForward(std::vector<uint64_t>& key,
-                               std::vector<Tensor>& tensors) const {
+                               runtime::RoutineTensors& tensors) const {
   return DescribeTagOnly<ReLUImpl>(*this, ModuleTag::kReLU, key);
 }
 bool TanhImpl::DescribeForward(std::vector<uint64_t>& key,
-                               std::vector<Tensor>& tensors) const {
+                               runtime::RoutineTensors& tensors) const {
   return DescribeTagOnly<TanhImpl>(*this, ModuleTag::kTanh, key);
 }
 bool SigmoidImpl::DescribeForward(std::vector<uint64_t>& key,
-                                  std::vector<Tensor>& tensors) const {
+                                  runtime::RoutineTensors& tensors) const {
   return DescribeTagOnly<SigmoidImpl>(*this, ModuleTag::kSigmoid, key);
 }
 bool SiLUImpl::DescribeForward(std::vector<uint64_t>& key,
-                               std::vector<Tensor>& tensors) const {
+                               runtime::RoutineTensors& tensors) const {
   return DescribeTagOnly<SiLUImpl>(*this, ModuleTag::kSiLU, key);
 }
 
 bool GELUImpl::DescribeForward(std::vector<uint64_t>& key,
-                               std::vector<Tensor>& tensors) const {
+                               runtime::RoutineTensors& tensors) const {
   if (!DescribeTagOnly<GELUImpl>(*this, ModuleTag::kGELU, key)) return false;
   key.push_back(approximate_ == "tanh");
   return true;
 }
 
 bool LayerNormImpl::DescribeForward(std::vector<uint64_t>& key,
-                                    std::vector<Tensor>& tensors) const {
+                                    runtime::RoutineTensors& tensors) const {
   if (!IsExactly<LayerNormImpl>(*this)) return false;
   key.push_back(static_cast<uint64_t>(ModuleTag::kLayerNorm));
   DescribeShape(normalized_shape_, key);
@@ -215,7 +215,7 @@ bool LayerNormImpl::DescribeForward(std::vector<uint64_t>& key,
 }
 
 bool RMSNormImpl::DescribeForward(std::vector<uint64_t>& key,
-                                  std::vector<Tensor>& tensors) const {
+                                  runtime::RoutineTensors& tensors) const {
   if (!IsExactly<RMSNormImpl>(*this)) return false;
   key.push_back(static_cast<uint64_t>(ModuleTag::kRMSNorm));
   DescribeShape(normalized_shape_, key);
@@ -226,7 +226,7 @@ bool RMSNormImpl::DescribeForward(std::vector<uint64_t>& key,
 }
 
 bool DropoutImpl::DescribeForward(std::vector<uint64_t>& key,
-                                  std::vector<Tensor>& tensors) const {
+                                  runtime::RoutineTensors& tensors) const {
   if (!IsExactly<DropoutImpl>(*this)) return false;
   key.insert(key.end(), {static_cast<uint64_t>(ModuleTag::kDropout),
                          KeyBits(p_), uint64_t{is_training()}});
@@ -234,15 +234,15 @@ bool DropoutImpl::DescribeForward(std::vector<uint64_t>& key,
 }
 
 bool EmbeddingImpl::DescribeForward(std::vector<uint64_t>& key,
-                                    std::vector<Tensor>& tensors) const {
+                                    runtime::RoutineTensors& tensors) const {
   if (!IsExactly<EmbeddingImpl>(*this) || !weight.defined()) return false;
   key.push_back(static_cast<uint64_t>(ModuleTag::kEmbedding));
-  tensors.push_back(weight);
+  tensors.Add(weight);
   return true;
 }
 
 bool FlattenImpl::DescribeForward(std::vector<uint64_t>& key,
-                                  std::vector<Tensor>& tensors) const {
+                                  runtime::RoutineTensors& tensors) const {
   if (!IsExactly<FlattenImpl>(*this)) return false;
   key.insert(key.end(), {static_cast<uint64_t>(ModuleTag::kFlatten),
                          static_cast<uint64_t>(start_dim_),
@@ -251,7 +251,7 @@ bool FlattenImpl::DescribeForward(std::vector<uint64_t>& key,
 }
 
 bool SequentialImpl::DescribeForward(std::vector<uint64_t>& key,
-                                     std::vector<Tensor>& tensors) const {
+                                     runtime::RoutineTensors& tensors) const {
   if (!IsExactly<SequentialImpl>(*this)) return false;
   key.insert(key.end(),
              {static_cast<uint64_t>(ModuleTag::kSequential), modules_.size()});

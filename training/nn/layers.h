@@ -27,7 +27,7 @@ class LinearImpl : public Module {
   LinearImpl(int64_t in_features, int64_t out_features, bool bias = true);
   Tensor forward(const Tensor& input) override;
   bool DescribeForward(std::vector<uint64_t>& key,
-                       std::vector<Tensor>& tensors) const override;
+                       runtime::RoutineTensors& tensors) const override;
 
  protected:
   void OnParameterReplaced(const std::string& name, const Tensor& tensor) override;
@@ -49,28 +49,28 @@ class ReLUImpl : public Module {
  public:
   Tensor forward(const Tensor& input) override;
   bool DescribeForward(std::vector<uint64_t>& key,
-                       std::vector<Tensor>& tensors) const override;
+                       runtime::RoutineTensors& tensors) const override;
 };
 
 class TanhImpl : public Module {
  public:
   Tensor forward(const Tensor& input) override;
   bool DescribeForward(std::vector<uint64_t>& key,
-                       std::vector<Tensor>& tensors) const override;
+                       runtime::RoutineTensors& tensors) const override;
 };
 
 class SigmoidImpl : public Module {
  public:
   Tensor forward(const Tensor& input) override;
   bool DescribeForward(std::vector<uint64_t>& key,
-                       std::vector<Tensor>& tensors) const override;
+                       runtime::RoutineTensors& tensors) const override;
 };
 
 class SiLUImpl : public Module {
  public:
   Tensor forward(const Tensor& input) override;
   bool DescribeForward(std::vector<uint64_t>& key,
-                       std::vector<Tensor>& tensors) const override;
+                       runtime::RoutineTensors& tensors) const override;
 };
 
 class GELUImpl : public Module {
@@ -79,7 +79,7 @@ class GELUImpl : public Module {
   explicit GELUImpl(std::string approximate = "none");
   Tensor forward(const Tensor& input) override;
   bool DescribeForward(std::vector<uint64_t>& key,
-                       std::vector<Tensor>& tensors) const override;
+                       runtime::RoutineTensors& tensors) const override;
 
  private:
   std::string approximate_;
@@ -96,7 +96,7 @@ class LayerNormImpl : public Module {
                       elementwise_affine) {}
   Tensor forward(const Tensor& input) override;
   bool DescribeForward(std::vector<uint64_t>& key,
-                       std::vector<Tensor>& tensors) const override;
+                       runtime::RoutineTensors& tensors) const override;
 
  protected:
   void OnParameterReplaced(const std::string& name, const Tensor& tensor) override;
@@ -127,7 +127,7 @@ class RMSNormImpl : public Module {
                     elementwise_affine) {}
   Tensor forward(const Tensor& input) override;
   bool DescribeForward(std::vector<uint64_t>& key,
-                       std::vector<Tensor>& tensors) const override;
+                       runtime::RoutineTensors& tensors) const override;
 
  protected:
   void OnParameterReplaced(const std::string& name,
@@ -148,7 +148,7 @@ class DropoutImpl : public Module {
   explicit DropoutImpl(double p = 0.5);
   Tensor forward(const Tensor& input) override;
   bool DescribeForward(std::vector<uint64_t>& key,
-                       std::vector<Tensor>& tensors) const override;
+                       runtime::RoutineTensors& tensors) const override;
 
  private:
   double p_;
@@ -160,7 +160,7 @@ class EmbeddingImpl : public Module {
   EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim);
   Tensor forward(const Tensor& indices) override;
   bool DescribeForward(std::vector<uint64_t>& key,
-                       std::vector<Tensor>& tensors) const override;
+                       runtime::RoutineTensors& tensors) const override;
 
   Tensor weight;
 
@@ -174,7 +174,7 @@ class FlattenImpl : public Module {
       : start_dim_(start_dim), end_dim_(end_dim) {}
   Tensor forward(const Tensor& input) override;
   bool DescribeForward(std::vector<uint64_t>& key,
-                       std::vector<Tensor>& tensors) const override;
+                       runtime::RoutineTensors& tensors) const override;
 
  private:
   int64_t start_dim_;
@@ -215,7 +215,7 @@ class SequentialImpl : public Module {
 
   Tensor forward(const Tensor& input) override;
   bool DescribeForward(std::vector<uint64_t>& key,
-                       std::vector<Tensor>& tensors) const override;
+                       runtime::RoutineTensors& tensors) const override;
 
  private:
   std::vector<std::shared_ptr<Module>> modules_;

@@ -39,26 +39,27 @@ void ConvertInPlace(const std::vector<Tensor>& params,
 }  // namespace
 
 bool DescribeModule(const Module* module, std::vector<uint64_t>& key,
-                    std::vector<Tensor>& tensors) {
+                    runtime::RoutineTensors& tensors) {
   return module != nullptr && module->DescribeForward(key, tensors);
 }
 
 void DescribeOptional(const Tensor& tensor, std::vector<uint64_t>& key,
-                      std::vector<Tensor>& tensors) {
+                      runtime::RoutineTensors& tensors) {
   key.push_back(tensor.defined());
-  if (tensor.defined()) tensors.push_back(tensor);
+  if (tensor.defined()) tensors.Add(tensor);
 }
 
 Tensor Module::RecordedForward(const Tensor& input,
                                absl::FunctionRef<Tensor()> body) const {
   if (!runtime::RecordedResultRoutine::Active()) return body();
   // Per thread, so that a recording call allocates nothing here after the
-  // first; free again once the routine has begun (it copies them).
+  // first; free again once the routine has begun (it copies what it
+  // keeps).
   thread_local std::vector<uint64_t> key;
-  thread_local std::vector<Tensor> tensors;
+  thread_local runtime::RoutineTensors tensors;
   key.clear();
   tensors.clear();
-  tensors.push_back(input);
+  tensors.Add(input);
   if (!DescribeForward(key, tensors)) {
     tensors.clear();
     return body();
@@ -72,10 +73,12 @@ Tensor Module::RecordedForward(const Tensor& input,
                          static_cast<uint64_t>(amp::AutocastDType()),
                          static_cast<uint64_t>(factory.type) << 32 |
                              static_cast<uint32_t>(factory.index)});
-  for (const Tensor& t : tensors) {
-    const Device d = t.device();
-    key.push_back(uint64_t{t.requires_grad()} |
-                  static_cast<uint64_t>(d.type) << 1 |
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorImpl& t = *tensors.impl(i);
+    const Device d = t.storage->device();
+    const bool requires_grad =
+        t.autograd != nullptr && t.autograd->requires_grad;
+    key.push_back(uint64_t{requires_grad} | static_cast<uint64_t>(d.type) << 1 |
                   static_cast<uint64_t>(static_cast<uint32_t>(d.index)) << 8);
   }
   runtime::RecordedResultRoutine routine(key, tensors);

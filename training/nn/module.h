@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "ir/status.h"
+#include "runtime/routine_tensors.h"
 #include "runtime/tensor.h"
 #include "training/state_dict.h"
 
@@ -77,7 +78,7 @@ class Module {
   // recording check uses this to stand in for a whole forward at once
   // (RecordedForward).
   virtual bool DescribeForward(std::vector<uint64_t>& key,
-                               std::vector<Tensor>& tensors) const {
+                               runtime::RoutineTensors& tensors) const {
     return false;
   }
 
@@ -178,10 +179,10 @@ bool IsExactly(const Module& m) {
 
 // DescribeForward of `module`, false when it is null.
 bool DescribeModule(const Module* module, std::vector<uint64_t>& key,
-                    std::vector<Tensor>& tensors);
+                    runtime::RoutineTensors& tensors);
 // Appends `tensor` to `tensors` when defined, and whether it is to `key`.
 void DescribeOptional(const Tensor& tensor, std::vector<uint64_t>& key,
-                      std::vector<Tensor>& tensors);
+                      runtime::RoutineTensors& tensors);
 // A double option in a key: its bits.
 inline uint64_t KeyBits(double v) { return absl::bit_cast<uint64_t>(v); }
 

@@ -135,7 +135,7 @@ Tensor GPTImpl::forward(const Tensor& tokens) {
 }
 
 bool MultiheadAttentionImpl::DescribeForward(
-    std::vector<uint64_t>& key, std::vector<Tensor>& tensors) const {
+    std::vector<uint64_t>& key, runtime::RoutineTensors& tensors) const {
   if (!IsExactly<MultiheadAttentionImpl>(*this) || !in_proj_weight.defined())
     return false;
   key.insert(key.end(), {static_cast<uint64_t>(ModuleTag::kMultiheadAttention),
@@ -143,13 +143,13 @@ bool MultiheadAttentionImpl::DescribeForward(
                          static_cast<uint64_t>(num_heads_),
                          KeyBits(options_.dropout), uint64_t{options_.bias},
                          uint64_t{options_.causal}, uint64_t{is_training()}});
-  tensors.push_back(in_proj_weight);
+  tensors.Add(in_proj_weight);
   DescribeOptional(in_proj_bias, key, tensors);
   return DescribeModule(out_proj.ptr().get(), key, tensors);
 }
 
-bool TransformerBlockImpl::DescribeForward(std::vector<uint64_t>& key,
-                                           std::vector<Tensor>& tensors) const {
+bool TransformerBlockImpl::DescribeForward(
+    std::vector<uint64_t>& key, runtime::RoutineTensors& tensors) const {
   if (!IsExactly<TransformerBlockImpl>(*this)) return false;
   key.insert(key.end(), {static_cast<uint64_t>(ModuleTag::kTransformerBlock),
                          static_cast<uint64_t>(options_.mlp_ratio),
@@ -163,7 +163,7 @@ bool TransformerBlockImpl::DescribeForward(std::vector<uint64_t>& key,
 }
 
 bool GPTImpl::DescribeForward(std::vector<uint64_t>& key,
-                              std::vector<Tensor>& tensors) const {
+                              runtime::RoutineTensors& tensors) const {
   if (!IsExactly<GPTImpl>(*this)) return false;
   key.insert(key.end(),
              {static_cast<uint64_t>(ModuleTag::kGPT),

@@ -28,7 +28,7 @@ class MultiheadAttentionImpl : public Module {
                          MultiheadAttentionOptions options = {});
   Tensor forward(const Tensor& x) override;
   bool DescribeForward(std::vector<uint64_t>& key,
-                       std::vector<Tensor>& tensors) const override;
+                       runtime::RoutineTensors& tensors) const override;
 
   Tensor in_proj_weight;  // [3E, E]: the q, k and v projections stacked
   Tensor in_proj_bias;    // [3E], undefined without bias
@@ -59,7 +59,7 @@ class TransformerBlockImpl : public Module {
                        TransformerBlockOptions options = {});
   Tensor forward(const Tensor& x) override;
   bool DescribeForward(std::vector<uint64_t>& key,
-                       std::vector<Tensor>& tensors) const override;
+                       runtime::RoutineTensors& tensors) const override;
 
   LayerNorm ln1{nullptr}, ln2{nullptr};
   ModuleHolder<MultiheadAttentionImpl> attn{nullptr};
@@ -91,7 +91,7 @@ class GPTImpl : public Module {
   explicit GPTImpl(GPTOptions options);
   Tensor forward(const Tensor& tokens) override;
   bool DescribeForward(std::vector<uint64_t>& key,
-                       std::vector<Tensor>& tensors) const override;
+                       runtime::RoutineTensors& tensors) const override;
 
   Embedding tok{nullptr}, pos{nullptr};
   std::vector<TransformerBlock> blocks;

@@ -54,7 +54,7 @@ void AdamW::step() {
   if (runtime::GetDispatchObserver() != nullptr) {
     BeginStepRoutine(routine, grads,
                      {options_.beta1, options_.beta2, options_.eps},
-                     {beta1_, beta2_}, /*all_lrs=*/true);
+                     {&beta1_, &beta2_}, /*all_lrs=*/true);
     if (routine->skipped()) return;
   }
   IncrementStep();
@@ -97,7 +97,7 @@ void AdamW::CreateSlots(size_t index) {
 }
 
 AdamW::Slots AdamW::SlotsOf(size_t index) const {
-  return {state_.at(index).exp_avg, state_.at(index).exp_avg_sq};
+  return {&state_.at(index).exp_avg, &state_.at(index).exp_avg_sq};
 }
 
 std::vector<std::pair<std::string, std::string>> AdamW::HyperParameters(

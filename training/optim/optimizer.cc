@@ -104,13 +104,13 @@ std::vector<Tensor> Optimizer::Grads() const {
 void Optimizer::BeginStepRoutine(
     std::optional<runtime::RecordedRoutine>& routine,
     const std::vector<Tensor>& grads, std::initializer_list<double> options,
-    std::initializer_list<Tensor> shared, bool all_lrs) const {
+    std::initializer_list<const Tensor*> shared, bool all_lrs) const {
   // Per thread and reused: a recording call's optimizer step allocates
   // nothing here after the first (the routine copies them when it begins;
   // they hold no tensor beyond it).
   thread_local struct {
     std::vector<uint64_t> key;
-    std::vector<Tensor> tensors;
+    runtime::RoutineTensors tensors;
   } r;
   r.key.clear();
   r.tensors.clear();
@@ -129,23 +129,23 @@ void Optimizer::BeginStepRoutine(
       slots[i] = SlotsOf(i);
       uint64_t defined = 0;
       for (size_t s = 0; s < slots[i].size(); ++s)
-        defined |= uint64_t{slots[i][s].defined()} << s;
+        defined |= uint64_t{slots[i][s]->defined()} << s;
       r.key.push_back(defined);
     }
     r.key.push_back(bits);
   }
   for (double o : options) r.key.push_back(absl::bit_cast<uint64_t>(o));
-  r.tensors.push_back(step_);
-  r.tensors.insert(r.tensors.end(), shared.begin(), shared.end());
+  r.tensors.Add(step_);
+  for (const Tensor* t : shared) r.tensors.Add(*t);
   for (size_t g = 0; g < groups_.size(); ++g) {
-    if (group_used[g]) r.tensors.push_back(groups_[g].lr);
+    if (group_used[g]) r.tensors.Add(groups_[g].lr);
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!grads[i].defined()) continue;
-    r.tensors.push_back(params_[i]);
-    r.tensors.push_back(grads[i]);
-    for (const Tensor& s : slots[i]) {
-      if (s.defined()) r.tensors.push_back(s);
+    r.tensors.Add(params_[i]);
+    r.tensors.Add(grads[i]);
+    for (const Tensor* s : slots[i]) {
+      if (s->defined()) r.tensors.Add(*s);
     }
   }
   for (Slots& s : slots) s.clear();

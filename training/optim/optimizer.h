@@ -95,8 +95,9 @@ class Optimizer {
  protected:
   // Parameter `index`'s state tensors by PyTorch's names (undefined before
   // the first step that updates it), in the order of SlotNames().
-  // (Inline: the recording check asks for them on every call.)
-  using Slots = absl::InlinedVector<Tensor, 2>;
+  // (Pointers to the optimizer's own tensors, valid until its state next
+  // changes, held inline: the recording check asks for them on every call.)
+  using Slots = absl::InlinedVector<const Tensor*, 2>;
   virtual Slots SlotsOf(size_t index) const { return {}; }
   virtual std::vector<std::string> SlotNames() const { return {}; }
   // Creates parameter `index`'s state (zeros), if it has none.
@@ -131,7 +132,7 @@ class Optimizer {
   void BeginStepRoutine(std::optional<runtime::RecordedRoutine>& routine,
                         const std::vector<Tensor>& grads,
                         std::initializer_list<double> options,
-                        std::initializer_list<Tensor> shared,
+                        std::initializer_list<const Tensor*> shared,
                         bool all_lrs) const;
 
   std::vector<Tensor> params_;

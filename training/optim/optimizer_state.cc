@@ -82,13 +82,13 @@ StateDict Optimizer::state_dict() const {
   const std::vector<std::string> slot_names = SlotNames();
   for (size_t i = 0; i < params_.size(); ++i) {
     const Slots slots = SlotsOf(i);
-    if (slots.empty() || !slots.front().defined()) continue;
+    if (slots.empty() || !slots.front()->defined()) continue;
     if (StepInState())
       sd.tensors.emplace_back(absl::StrCat("state.", i, ".step"),
                               step_.detach());
     for (size_t s = 0; s < slots.size(); ++s) {
       sd.tensors.emplace_back(absl::StrCat("state.", i, ".", slot_names[s]),
-                              slots[s].detach());
+                              slots[s]->detach());
     }
   }
   std::vector<std::string> groups;
@@ -236,7 +236,7 @@ absl::Status Optimizer::PlanParameterState(const StateDict& state,
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::map<std::string, Tensor>& slots = given[i];
     const Slots current = SlotsOf(i);
-    const bool has_state = !current.empty() && current.front().defined();
+    const bool has_state = !current.empty() && current.front()->defined();
     if (slots.empty()) {
       if (has_state) {
         return error("parameter ", i,
@@ -252,7 +252,7 @@ absl::Status Optimizer::PlanParameterState(const StateDict& state,
         return error("'state.", i, ".", slot_names[s], "' is missing");
       RETURN_IF_ERROR(CheckLoadable(
           absl::StrCat(who, "'state.", i, ".", slot_names[s], "'"),
-          has_state ? current[s] : params_[i], it->second));
+          has_state ? *current[s] : params_[i], it->second));
       sources.push_back(it->second);
     }
     if (StepInState()) {
@@ -285,7 +285,7 @@ absl::Status Optimizer::PlanParameterState(const StateDict& state,
     plan.Then([this, i, sources] {
       CreateSlots(i);
       const Slots dst = SlotsOf(i);
-      for (size_t s = 0; s < dst.size(); ++s) CopyInPlace(dst[s], sources[s]);
+      for (size_t s = 0; s < dst.size(); ++s) CopyInPlace(*dst[s], sources[s]);
     });
   }
   if (StepInState())

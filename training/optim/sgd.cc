@@ -74,7 +74,7 @@ namespace stepjit::optim {
 
 SGD::Slots SGD::SlotsOf(size_t index) const {
   if (options_.momentum == 0.0) return {};
-  return {state_.at(index).momentum_buffer};
+  return {&state_.at(index).momentum_buffer};
 }
 
 std::vector<std::string> SGD::SlotNames() const {
