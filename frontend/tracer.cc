@@ -310,8 +310,8 @@ void Tracer::OnAlias(const Tensor& source, const Tensor& alias) {
   if (alias.storage()->is_meta()) made_.push_back(alias.impl_ptr());
 }
 
-bool Tracer::MarkGrad(const Tensor& leaf, uint32_t flags) {
-  ObserverSlot& slot = leaf.impl()->observer;
+bool Tracer::MarkGrad(TensorImpl& leaf, uint32_t flags) {
+  ObserverSlot& slot = leaf.observer;
   if (slot.grad_epoch != epoch_) {
     slot.grad_epoch = epoch_;
     slot.grad_flags = 0;
@@ -359,6 +359,20 @@ void Tracer::OnGradSet(const Tensor& leaf, const Tensor& grad) {
   touched_.push_back({leaf,
                       remember_grads_ && meta != nullptr ? meta->grad : nullptr,
                       /*read_first=*/false});
+}
+
+void Tracer::BindGrad(const std::shared_ptr<TensorImpl>& leaf, Tensor grad) {
+  // (OnGradSet outside a routine, without a Tensor for the leaf unless it
+  // is the first time: a recording call binds every parameter's .grad.)
+  std::unique_ptr<AutogradMeta>& meta = leaf->autograd;
+  if (MarkGrad(*leaf, kGradSet)) {
+    touched_.push_back(
+        {Tensor(leaf),
+         remember_grads_ && meta != nullptr ? meta->grad : nullptr,
+         /*read_first=*/false});
+  }
+  if (meta == nullptr) meta = std::make_unique<AutogradMeta>();
+  meta->grad = std::move(grad).release_impl();
 }
 
 void Tracer::OnFlagRead(const std::shared_ptr<const bool>& flag, const char* what) {
@@ -460,7 +474,7 @@ bool Tracer::BeginRoutine(absl::Span<const uint64_t> key,
                                          tensors.impl(i)->storage->device());
       Bind(g, v);
       made_.push_back(g.impl_ptr());
-      tensors.tensor(i).set_grad(g);
+      BindGrad(tensors.ptr(i), std::move(g));
     }
     if (result != nullptr) {
       Tensor r = runtime::MakeMetaTensor(expected_->nodes[was->result].type,

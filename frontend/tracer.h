@@ -218,7 +218,13 @@ class Tracer : public runtime::DispatchObserver {
   // during the step, kept in its ObserverSlot; MarkGrad returns whether this
   // is the first time it is seen.
   static constexpr uint32_t kGradSeen = 1, kGradSet = 2;
-  bool MarkGrad(const Tensor& leaf, uint32_t flags);
+  bool MarkGrad(const Tensor& leaf, uint32_t flags) {
+    return MarkGrad(*leaf.impl(), flags);
+  }
+  bool MarkGrad(TensorImpl& leaf, uint32_t flags);
+  // Binds `grad` (of the leaf's type) as `leaf`'s .grad, as set_grad would
+  // with this tracer observing it.
+  void BindGrad(const std::shared_ptr<TensorImpl>& leaf, Tensor grad);
   bool GradWasSet(const Tensor& leaf) const;
   std::vector<FlagGuard> flag_guards_;
   std::string break_reason_;

@@ -39,12 +39,17 @@ ShapeOnlyTrace TraceShapesOnly(const std::string& name,
       out.trace = tracer.End(outputs);
     }
     // Autograd bound shape-only gradients to leaves: put the real ones back.
-    // (What was only set need not be held any longer; what was read first
-    // guards a replay of what this call recorded.)
+    // (The bindings were the leaves' own: no checks. What was only set
+    // need not be held any longer; what was read first guards a replay of
+    // what this call recorded, unless it matched its expected record.)
+    const bool guards = !out.trace.matched;
     for (GradTouch& g : out.trace.grad_touched) {
-      g.leaf.set_grad(g.read_first ? Tensor(g.before)
-                                   : Tensor(std::move(g.before)));
+      std::unique_ptr<AutogradMeta>& meta = g.leaf.impl()->autograd;
+      if (meta == nullptr && g.before == nullptr) continue;
+      if (meta == nullptr) meta = std::make_unique<AutogradMeta>();
+      meta->grad = guards && g.read_first ? g.before : std::move(g.before);
     }
+    if (!guards) out.trace.grad_touched.clear();
     outputs.clear();
     out.kept = tracer.KeptMetaTensors();
   }

@@ -100,6 +100,8 @@ class Tensor {
   const std::shared_ptr<Storage>& storage() const { return impl_->storage; }
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  // Gives up its impl (the tensor is undefined after).
+  std::shared_ptr<TensorImpl> release_impl() && { return std::move(impl_); }
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
   uint64_t version() const { return impl_->storage->version(); }
 
