@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ir/infer_conv.h"
 #include "ir/infer_matmul.h"
 #include "ir/op_attrs.h"
 #include "ir/scalar_def.h"
@@ -755,6 +756,8 @@ absl::StatusOr<TensorType> InferTypeOf(OpId op, absl::Span<const TensorType> in,
       return InferInplaceUpdate(op, in);
     case OpKind::kCollective:
       return InferCollective(op, in, attrs);
+    case OpKind::kConvolution:
+      return InferConvolution(op, in, attrs);
   }
   return InvalidInputs(op, in, "no type rule");
 }

@@ -29,6 +29,9 @@ enum class OpKind : uint8_t {
   kRandom,
   kInplaceUpdate,
   kCollective,
+  // Windows over the two trailing (spatial) dims of [N, C, H, W]:
+  // convolutions, pooling and their gradients.
+  kConvolution,
 };
 
 enum class AmpPolicy : uint8_t { kNone, kLower, kFp32, kPromote };

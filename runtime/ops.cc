@@ -194,6 +194,105 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
                   {{AttrKey::kTransposeA, transpose_a}, {AttrKey::kTransposeB, transpose_b}});
 }
 
+namespace {
+
+std::vector<int64_t> Ints(const std::array<int64_t, 2>& v) {
+  return {v[0], v[1]};
+}
+
+ir::Attrs ConvAttrs(const Conv2dOptions& o) {
+  return {{AttrKey::kStride, Ints(o.stride)},
+          {AttrKey::kPadding, Ints(o.padding)},
+          {AttrKey::kDilation, Ints(o.dilation)},
+          {AttrKey::kGroups, o.groups}};
+}
+
+ir::Attrs PoolAttrs(const Pool2dOptions& o, bool max) {
+  ir::Attrs attrs{{AttrKey::kKernelSize, Ints(o.kernel_size)},
+                  {AttrKey::kStride, Ints(o.stride.value_or(o.kernel_size))},
+                  {AttrKey::kPadding, Ints(o.padding)},
+                  {AttrKey::kCeilMode, o.ceil_mode}};
+  if (max) {
+    attrs.Set(AttrKey::kDilation, Ints(o.dilation));
+  } else {
+    SJ_REQUIRE(o.dilation == (std::array<int64_t, 2>{1, 1}),
+               "avg_pool2d: dilation must be [1, 1], got [", o.dilation[0],
+               ", ", o.dilation[1], "]");
+    attrs.Set(AttrKey::kCountIncludePad, o.count_include_pad);
+  }
+  return attrs;
+}
+
+std::vector<int64_t> ShapeVector(ShapeRef s) { return {s.begin(), s.end()}; }
+
+}  // namespace
+
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
+              const Conv2dOptions& options) {
+  if (bias.defined())
+    return Dispatch(OpId::kConv2d, {input, weight, bias}, ConvAttrs(options));
+  return Dispatch(OpId::kConv2d, {input, weight}, ConvAttrs(options));
+}
+
+Tensor conv2d_backward_input(const Tensor& grad, const Tensor& weight,
+                             ShapeRef input_shape,
+                             const Conv2dOptions& options) {
+  ir::Attrs attrs = ConvAttrs(options);
+  attrs.Set(AttrKey::kInputShape, ShapeVector(input_shape));
+  return Dispatch(OpId::kConv2dBackwardInput, {grad, weight}, attrs);
+}
+
+Tensor conv2d_backward_weight(const Tensor& grad, const Tensor& input,
+                              ShapeRef weight_shape,
+                              const Conv2dOptions& options) {
+  ir::Attrs attrs = ConvAttrs(options);
+  attrs.Set(AttrKey::kShape, ShapeVector(weight_shape));
+  return Dispatch(OpId::kConv2dBackwardWeight, {grad, input}, attrs);
+}
+
+Tensor max_pool2d(const Tensor& input, const Pool2dOptions& options) {
+  return Dispatch(OpId::kMaxPool2d, {input}, PoolAttrs(options, true));
+}
+
+Tensor max_pool2d_backward(const Tensor& grad, const Tensor& input,
+                           const Pool2dOptions& options) {
+  return Dispatch(OpId::kMaxPool2dBackward, {grad, input},
+                  PoolAttrs(options, true));
+}
+
+Tensor avg_pool2d(const Tensor& input, const Pool2dOptions& options) {
+  return Dispatch(OpId::kAvgPool2d, {input}, PoolAttrs(options, false));
+}
+
+Tensor avg_pool2d_backward(const Tensor& grad, ShapeRef input_shape,
+                           const Pool2dOptions& options) {
+  ir::Attrs attrs = PoolAttrs(options, false);
+  attrs.Set(AttrKey::kInputShape, ShapeVector(input_shape));
+  return Dispatch(OpId::kAvgPool2dBackward, {grad}, attrs);
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& input,
+                           std::array<int64_t, 2> output_size) {
+  SJ_REQUIRE(input.dim() == 4,
+             "adaptive_avg_pool2d: expected [N, C, H, W], "
+             "got ",
+             ir::ShapeToString(input.shape()));
+  SJ_REQUIRE(output_size[0] >= 1 && output_size[1] >= 1,
+             "adaptive_avg_pool2d: output_size must be >= 1, got [",
+             output_size[0], ", ", output_size[1], "]");
+  const int64_t h = input.size(2), w = input.size(3);
+  if (output_size[0] == 1 && output_size[1] == 1)
+    return mean(input, {2, 3}, /*keepdim=*/true);
+  SJ_REQUIRE(h % output_size[0] == 0 && w % output_size[1] == 0,
+             "adaptive_avg_pool2d: output_size [", output_size[0], ", ",
+             output_size[1], "] needs windows of unequal sizes over [", h, ", ",
+             w,
+             "]; only a global pool ([1, 1]) or sizes that divide "
+             "the input are supported");
+  const std::array<int64_t, 2> k{h / output_size[0], w / output_size[1]};
+  return avg_pool2d(input, {.kernel_size = k, .stride = k});
+}
+
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   return Dispatch(OpId::kEmbedding, {weight, indices});
 }

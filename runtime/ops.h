@@ -2,6 +2,7 @@
 #ifndef STEPJIT_RUNTIME_OPS_H_
 #define STEPJIT_RUNTIME_OPS_H_
 
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -96,6 +97,43 @@ Tensor rms_norm(const Tensor& x, ShapeRef normalized_shape,
 // a: [..., M, K] (or [..., K, M] when transpose_a), b: [..., K, N] (or [..., N, K]).
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false,
               bool transpose_b = false);
+
+// Convolution and pooling over [N, C, H, W] (PyTorch's torch.nn.functional
+// names and defaults; ir/ops.def has the semantics). [height, width] pairs;
+// a pool's stride defaults to its kernel size.
+struct Conv2dOptions {
+  std::array<int64_t, 2> stride{1, 1};
+  std::array<int64_t, 2> padding{0, 0};
+  std::array<int64_t, 2> dilation{1, 1};
+  int64_t groups = 1;
+};
+Tensor conv2d(const Tensor& input, const Tensor& weight,
+              const Tensor& bias = Tensor(), const Conv2dOptions& options = {});
+Tensor conv2d_backward_input(const Tensor& grad, const Tensor& weight,
+                             ShapeRef input_shape,
+                             const Conv2dOptions& options);
+Tensor conv2d_backward_weight(const Tensor& grad, const Tensor& input,
+                              ShapeRef weight_shape,
+                              const Conv2dOptions& options);
+struct Pool2dOptions {
+  std::array<int64_t, 2> kernel_size{1, 1};
+  std::optional<std::array<int64_t, 2>> stride = std::nullopt;  // kernel_size
+  std::array<int64_t, 2> padding{0, 0};
+  std::array<int64_t, 2> dilation{1, 1};  // max_pool2d only
+  bool ceil_mode = false;
+  bool count_include_pad = true;  // avg_pool2d only
+};
+Tensor max_pool2d(const Tensor& input, const Pool2dOptions& options);
+Tensor max_pool2d_backward(const Tensor& grad, const Tensor& input,
+                           const Pool2dOptions& options);
+Tensor avg_pool2d(const Tensor& input, const Pool2dOptions& options);
+Tensor avg_pool2d_backward(const Tensor& grad, ShapeRef input_shape,
+                           const Pool2dOptions& options);
+// The mean over windows that give an [N, C, output_size] result: global
+// ({1, 1}) as a mean over H and W; otherwise each spatial size must be a
+// multiple of its output size (equal windows, avg_pool2d).
+Tensor adaptive_avg_pool2d(const Tensor& input,
+                           std::array<int64_t, 2> output_size);
 
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 Tensor embedding_backward(const Tensor& grad, const Tensor& indices,

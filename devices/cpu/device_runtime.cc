@@ -195,6 +195,7 @@ DeviceRuntime Make() {
   RegisterElementwiseKernels(table);
   RegisterReductionKernels(table);
   RegisterNnKernels(table);
+  RegisterConvKernels(table);
   RegisterMatmulKernels(table);
   RegisterMiscKernels(table);
   RegisterSamplingKernels(table);

@@ -16,6 +16,7 @@ void RegisterNnKernels(KernelTable& table);
 void RegisterMatmulKernels(KernelTable& table);
 void RegisterMiscKernels(KernelTable& table);
 void RegisterSamplingKernels(KernelTable& table);
+void RegisterConvKernels(KernelTable& table);
 
 // Helpers for kernels. They never go through Dispatch, so a kernel's
 // internal work is invisible to autograd and to dispatch observers.

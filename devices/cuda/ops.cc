@@ -20,6 +20,7 @@
 #include "codegen/region_expand.h"
 #include "devices/cpu/kernels.h"
 #include "devices/cuda/kernels/collective_ops.h"
+#include "devices/cuda/kernels/conv_ops.h"
 #include "devices/cuda/kernels/index_ops.h"
 #include "devices/cuda/kernels/random_ops.h"
 #include "devices/cuda/kernels/row_ops.h"
@@ -243,6 +244,7 @@ DevicePaths MakeDevicePaths() {
   AddRowPaths(paths);
   AddRandomPaths(paths);
   AddIndexPaths(paths);
+  AddConvPaths(paths);
   AddCollectivePaths(paths);
   return paths;
 }

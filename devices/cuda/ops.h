@@ -8,7 +8,8 @@
 // on a GPU); and the ops the kernel modules register (one_hot in
 // kernels/row_ops.h; rand/randn/randint/dropout in kernels/random_ops.h;
 // embedding, its backward, slice_backward, arange, argmax and var in
-// kernels/index_ops.h) as hand-written kernels. What a path declines
+// kernels/index_ops.h; conv2d, max_pool2d, avg_pool2d and their gradients
+// in kernels/conv_ops.h) as hand-written kernels. What a path declines
 // (half-precision inputs to the index and random kernels, argmax of an
 // integer tensor, integer arithmetic) and the ops with no path run on the
 // host: operands are copied to the CPU, the CPU kernel runs, and the result

@@ -42,6 +42,33 @@ int64_t ReducedCount(const GradContext& c) {
   return n;
 }
 
+// `attrs` with `key` set to `shape`.
+ir::Attrs WithShape(const ir::Attrs& attrs, AttrKey key, ShapeRef shape) {
+  ir::Attrs out = attrs;
+  out.Set(key, std::vector<int64_t>(shape.begin(), shape.end()));
+  return out;
+}
+
+// conv2d's input and weight gradients are their own ops (the transposed
+// convolutions); the bias's is the output gradient summed over all but the
+// channel dim.
+std::vector<Tensor> Conv2dGrads(const GradContext& c, const Tensor& g) {
+  const Tensor &x = c.inputs[0], &w = c.inputs[1];
+  std::vector<Tensor> grads(c.inputs.size());
+  if (c.needs[0]) {
+    grads[0] =
+        runtime::Dispatch(OpId::kConv2dBackwardInput, {g, w},
+                          WithShape(c.attrs, AttrKey::kInputShape, x.shape()));
+  }
+  if (c.needs[1]) {
+    grads[1] =
+        runtime::Dispatch(OpId::kConv2dBackwardWeight, {g, x},
+                          WithShape(c.attrs, AttrKey::kShape, w.shape()));
+  }
+  if (c.inputs.size() == 3 && c.needs[2]) grads[2] = sum(g, {0, 2, 3});
+  return grads;
+}
+
 std::vector<Tensor> MatmulGrads(const GradContext& c, const Tensor& g) {
   const Tensor &a = c.inputs[0], &b = c.inputs[1];
   const bool ta = c.attrs.GetBool(AttrKey::kTransposeA);
@@ -218,6 +245,15 @@ std::vector<Tensor> ComputeGrads(const GradContext& c, const Tensor& g) {
       return {d, -d};
     }
     case OpId::kMatmul: return MatmulGrads(c, g);
+    case OpId::kConv2d:
+      return Conv2dGrads(c, g);
+    case OpId::kMaxPool2d:
+      return {runtime::Dispatch(OpId::kMaxPool2dBackward, {g, c.inputs[0]},
+                                c.attrs)};
+    case OpId::kAvgPool2d:
+      return {runtime::Dispatch(
+          OpId::kAvgPool2dBackward, {g},
+          WithShape(c.attrs, AttrKey::kInputShape, c.inputs[0].shape()))};
     case OpId::kReshape:
     case OpId::kSqueeze:
     case OpId::kUnsqueeze:

@@ -1,10 +1,11 @@
 // The hand-written CUDA modules (copies and fills, one_hot, random draws,
-// gathers and var) compile with NVRTC for every architecture the project
-// targets, with the flags generated kernels use, and export every kernel the
-// runtime asks for. No GPU is needed.
+// gathers and var, convolutions and pools) compile with NVRTC for every
+// architecture the project targets, with the flags generated kernels use, and
+// export every kernel the runtime asks for. No GPU is needed.
 #include <string>
 
 #include "codegen/cuda/nvrtc.h"
+#include "devices/cuda/kernels/conv_ops.h"
 #include "devices/cuda/kernels/copy.h"
 #include "devices/cuda/kernels/index_ops.h"
 #include "devices/cuda/kernels/random_ops.h"
@@ -77,6 +78,19 @@ TEST(FixedKernelsNvrtcTest, IndexKernelsCompileForSm80AndSm90) {
     }
   }
   ExpectCompiles(runtime::cuda::IndexKernelSource(), "sj_index", kernels);
+}
+
+TEST(FixedKernelsNvrtcTest, ConvKernelsCompileForSm80AndSm90) {
+  std::vector<std::string> kernels;
+  for (const char* k :
+       {"conv2d", "conv2d_backward_input", "conv2d_backward_weight",
+        "max_pool2d", "max_pool2d_backward", "avg_pool2d",
+        "avg_pool2d_backward"}) {
+    for (const char* t : {"f32", "f64", "f16", "bf16"}) {
+      kernels.push_back(std::string("sj_") + k + "_" + t);
+    }
+  }
+  ExpectCompiles(runtime::cuda::ConvKernelSource(), "sj_conv", kernels);
 }
 
 }  // namespace

@@ -557,6 +557,63 @@ TEST(ViewGradTest, ReshapePermuteSliceExpandSqueezeUnsqueezeContiguous) {
       {y}));
 }
 
+// conv2d's input, weight and bias gradients over strides, paddings,
+// dilations and groups; the pools' (values far enough apart that finite
+// differences never cross a max tie).
+TEST(ConvolutionGradTest, Conv2dInputWeightAndBias) {
+  struct Case {
+    Conv2dOptions options;
+    int64_t kh, kw;
+  };
+  const Case cases[] = {
+      {{}, 3, 3},
+      {{.stride = {2, 1}, .padding = {1, 0}}, 3, 2},
+      {{.stride = {1, 2}, .padding = {1, 1}, .dilation = {2, 1}, .groups = 2},
+       2,
+       3}};
+  uint64_t seed = 900;
+  for (const Case& c : cases) {
+    const Tensor x = RandLeaf({2, 4, 5, 6}, -1, 1, ++seed);
+    const Tensor w =
+        RandLeaf({4, 4 / c.options.groups, c.kh, c.kw}, -1, 1, ++seed);
+    const Tensor b = RandLeaf({4}, -1, 1, ++seed);
+    const Conv2dOptions o = c.options;
+    EXPECT_TRUE(GradCheck(
+        [o](const auto& in) { return conv2d(in[0], in[1], in[2], o); },
+        {x, w, b}));
+    EXPECT_TRUE(GradCheck(
+        [o](const auto& in) { return conv2d(in[0], in[1], Tensor(), o); },
+        {x, w}));
+  }
+}
+
+TEST(ConvolutionGradTest, MaxAndAvgPool) {
+  // A permutation of distinct values: no two elements of a window are near.
+  Values v(2 * 3 * 7 * 6);
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<double>((i * 37) % v.size()) * 0.1;
+  const Tensor x = Leaf(v, {2, 3, 7, 6});
+  for (const Pool2dOptions& o : {Pool2dOptions{.kernel_size = {2, 2}},
+                                 Pool2dOptions{.kernel_size = {3, 3},
+                                 .stride = std::array<int64_t, 2>{2, 1},
+                                 .padding = {1, 1},
+                                 .ceil_mode = true},
+                                 Pool2dOptions{.kernel_size = {3, 2},
+                                 .stride = std::array<int64_t, 2>{2, 2},
+                                 .padding = {1, 1},
+                                 .count_include_pad = false}}) {
+    EXPECT_TRUE(
+        GradCheck([o](const auto& in) { return max_pool2d(in[0], o); }, {x}));
+    EXPECT_TRUE(
+        GradCheck([o](const auto& in) { return avg_pool2d(in[0], o); }, {x}));
+  }
+  EXPECT_TRUE(GradCheck(
+      [](const auto& in) {
+        return adaptive_avg_pool2d(in[0], {1, 1});
+      },
+      {x}));
+}
+
 TEST(DataMovementGradTest, EmbeddingWeightGradAccumulatesRepeats) {
   const Tensor w = RandLeaf({5, 3}, -1, 1, 110);
   const Tensor idx = I64({4, 0, 4, 2, 4, 0}, {2, 3});

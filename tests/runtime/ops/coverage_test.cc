@@ -20,6 +20,9 @@ TEST(OpCoverageTest, EveryOpInTheTableIsCovered) {
       "slice_backward", "one_hot", "cat", "topk", "multinomial", "full",
       "arange", "rand", "randn", "randint", "dropout", "add_", "mul_",
       "addcmul_", "addcdiv_", "lerp_", "copy_", "fill_",
+      // tests/runtime/ops/conv_test.cc
+      "conv2d", "conv2d_backward_input", "conv2d_backward_weight", "max_pool2d",
+      "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward",
       // tests/dist/collectives_test.cc, on
       // one rank and on two (ctest dist.*)
       "all_reduce", "broadcast", "all_gather", "barrier"};
