@@ -13,10 +13,11 @@ namespace stepjit::ir {
 namespace {
 
 absl::Status NeedImages(OpId op, absl::Span<const TensorType> in,
-                        const TensorType& t, const char* what) {
+                        const TensorType& t, const char* what,
+                        const char* layout = "[N, C, H, W]") {
   if (t.shape.size() != 4) {
     return InvalidInputs(op, in,
-                         absl::StrCat(what, " must be 4-D [N, C, H, W], got ",
+                         absl::StrCat(what, " must be 4-D ", layout, ", got ",
                                       ShapeToString(t.shape)));
   }
   if (!IsFloating(t.dtype)) {
@@ -95,8 +96,14 @@ absl::StatusOr<TensorType> InferConvolution(OpId op,
   for (size_t i = 0; i < in.size(); ++i) {
     if (op == OpId::kConv2d && i == 2) continue;  // the bias
     if (op == OpId::kAvgPool2dBackward) break;    // checked below
-    RETURN_IF_ERROR(NeedImages(
-        op, in, in[i], i == 0 ? "the first operand" : "the second operand"));
+    const bool weight =
+        i == 1 && (op == OpId::kConv2d || op == OpId::kConv2dBackwardInput);
+    RETURN_IF_ERROR(
+        NeedImages(op, in, in[i],
+                   i == 0   ? "the first operand"
+                   : weight ? "the weight"
+                            : "the second operand",
+                   weight ? "[O, C / groups, KH, KW]" : "[N, C, H, W]"));
   }
   RETURN_IF_ERROR(SameDTypes(op, in));
   auto window = [&](ShapeRef weight) -> absl::StatusOr<Window2d> {

@@ -319,8 +319,8 @@ void MaxPool2dKernel(const KernelArgs& k) {
         for (int64_t oy = 0; oy < d.oh; ++oy) {
           for (int64_t ox = 0; ox < d.ow; ++ox) {
             const int64_t at = MaxPickExact(plane, win, d.h, d.w, oy, ox);
-            // (A window wholly in the padding cannot occur: padding is at
-            // most half the kernel.)
+            // (A window wholly in the padding, which dilation allows,
+            // gives -inf.)
             out[oy * d.ow + ox] = at >= 0 ? plane[at] : Convert<T>(-INFINITY);
           }
         }

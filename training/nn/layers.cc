@@ -57,6 +57,60 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool bias)
     this->bias = register_parameter("bias", Uniform({out_features}, bound));
 }
 
+Conv2dImpl::Conv2dImpl(int64_t in_channels, int64_t out_channels,
+                       std::array<int64_t, 2> kernel_size,
+                       Conv2dModuleOptions options)
+    : conv_{.stride = options.stride,
+            .padding = options.padding,
+            .dilation = options.dilation,
+            .groups = options.groups} {
+  SJ_REQUIRE(in_channels > 0 && out_channels > 0 && options.groups > 0,
+             "Conv2d: in_channels, out_channels and groups must be positive, "
+             "got (",
+             in_channels, ", ", out_channels, ", ", options.groups, ")");
+  SJ_REQUIRE(
+      in_channels % options.groups == 0 && out_channels % options.groups == 0,
+      "Conv2d: in_channels ", in_channels, " and out_channels ", out_channels,
+      " must both be divisible by groups ", options.groups);
+  SJ_REQUIRE(kernel_size[0] > 0 && kernel_size[1] > 0,
+             "Conv2d: kernel_size must be positive, got [", kernel_size[0],
+             ", ", kernel_size[1], "]");
+  const int64_t per_group = in_channels / options.groups;
+  const double bound = 1.0 / std::sqrt(static_cast<double>(
+                                 per_group * kernel_size[0] * kernel_size[1]));
+  weight = register_parameter(
+      "weight",
+      Uniform({out_channels, per_group, kernel_size[0], kernel_size[1]},
+              bound));
+  if (options.bias)
+    bias = register_parameter("bias", Uniform({out_channels}, bound));
+}
+
+Tensor Conv2dImpl::forward(const Tensor& input) {
+  return conv2d(input, weight, bias, conv_);
+}
+
+void Conv2dImpl::OnParameterReplaced(const std::string& name,
+                                     const Tensor& tensor) {
+  (name == "weight" ? weight : bias) = tensor;
+}
+
+MaxPool2dImpl::MaxPool2dImpl(Pool2dOptions options)
+    : options_(std::move(options)) {}
+Tensor MaxPool2dImpl::forward(const Tensor& input) {
+  return max_pool2d(input, options_);
+}
+AvgPool2dImpl::AvgPool2dImpl(Pool2dOptions options)
+    : options_(std::move(options)) {}
+Tensor AvgPool2dImpl::forward(const Tensor& input) {
+  return avg_pool2d(input, options_);
+}
+AdaptiveAvgPool2dImpl::AdaptiveAvgPool2dImpl(std::array<int64_t, 2> output_size)
+    : output_size_(output_size) {}
+Tensor AdaptiveAvgPool2dImpl::forward(const Tensor& input) {
+  return adaptive_avg_pool2d(input, output_size_);
+}
+
 Tensor LinearImpl::forward(const Tensor& input) {
   return functional::linear(input, weight, bias);
 }
@@ -176,6 +230,57 @@ bool LinearImpl::DescribeForward(std::vector<uint64_t>& key,
   key.push_back(static_cast<uint64_t>(ModuleTag::kLinear));
   tensors.Add(weight);
   DescribeOptional(bias, key, tensors);
+  return true;
+}
+
+namespace {
+void DescribePair(const std::array<int64_t, 2>& v, std::vector<uint64_t>& key) {
+  key.insert(key.end(),
+             {static_cast<uint64_t>(v[0]), static_cast<uint64_t>(v[1])});
+}
+void DescribePool(const Pool2dOptions& o, std::vector<uint64_t>& key) {
+  DescribePair(o.kernel_size, key);
+  DescribePair(o.stride.value_or(o.kernel_size), key);
+  DescribePair(o.padding, key);
+  DescribePair(o.dilation, key);
+  key.insert(key.end(), {uint64_t{o.ceil_mode}, uint64_t{o.count_include_pad}});
+}
+}  // namespace
+
+bool Conv2dImpl::DescribeForward(std::vector<uint64_t>& key,
+                                 runtime::RoutineTensors& tensors) const {
+  if (!IsExactly<Conv2dImpl>(*this) || !weight.defined()) return false;
+  key.push_back(static_cast<uint64_t>(ModuleTag::kConv2d));
+  DescribePair(conv_.stride, key);
+  DescribePair(conv_.padding, key);
+  DescribePair(conv_.dilation, key);
+  key.push_back(static_cast<uint64_t>(conv_.groups));
+  tensors.Add(weight);
+  DescribeOptional(bias, key, tensors);
+  return true;
+}
+
+bool MaxPool2dImpl::DescribeForward(std::vector<uint64_t>& key,
+                                    runtime::RoutineTensors& tensors) const {
+  if (!IsExactly<MaxPool2dImpl>(*this)) return false;
+  key.push_back(static_cast<uint64_t>(ModuleTag::kMaxPool2d));
+  DescribePool(options_, key);
+  return true;
+}
+
+bool AvgPool2dImpl::DescribeForward(std::vector<uint64_t>& key,
+                                    runtime::RoutineTensors& tensors) const {
+  if (!IsExactly<AvgPool2dImpl>(*this)) return false;
+  key.push_back(static_cast<uint64_t>(ModuleTag::kAvgPool2d));
+  DescribePool(options_, key);
+  return true;
+}
+
+bool AdaptiveAvgPool2dImpl::DescribeForward(
+    std::vector<uint64_t>& key, runtime::RoutineTensors& tensors) const {
+  if (!IsExactly<AdaptiveAvgPool2dImpl>(*this)) return false;
+  key.push_back(static_cast<uint64_t>(ModuleTag::kAdaptiveAvgPool2d));
+  DescribePair(output_size_, key);
   return true;
 }
 

@@ -7,6 +7,7 @@
 #ifndef STEPJIT_TRAINING_NN_LAYERS_H_
 #define STEPJIT_TRAINING_NN_LAYERS_H_
 
+#include <array>
 #include <concepts>
 #include <cstddef>
 #include <memory>
@@ -15,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/ops.h"
 #include "runtime/tensor.h"
 #include "training/nn/module.h"
 
@@ -181,6 +183,81 @@ class FlattenImpl : public Module {
   int64_t end_dim_;
 };
 
+// Convolution over [N, C, H, W] (PyTorch's nn.Conv2d): weight [out, in /
+// groups, kh, kw] and bias [out] ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with
+// fan_in = in / groups * kh * kw (kaiming_uniform(a=sqrt(5)), as PyTorch).
+struct Conv2dModuleOptions {
+  std::array<int64_t, 2> stride{1, 1};
+  std::array<int64_t, 2> padding{0, 0};
+  std::array<int64_t, 2> dilation{1, 1};
+  int64_t groups = 1;
+  bool bias = true;
+};
+class Conv2dImpl : public Module {
+ public:
+  Conv2dImpl(int64_t in_channels, int64_t out_channels,
+             std::array<int64_t, 2> kernel_size,
+             Conv2dModuleOptions options = {});
+  // A square kernel.
+  Conv2dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+             Conv2dModuleOptions options = {})
+      : Conv2dImpl(in_channels, out_channels, {kernel_size, kernel_size},
+                   options) {}
+  Tensor forward(const Tensor& input) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       runtime::RoutineTensors& tensors) const override;
+
+  Tensor weight;  // [out, in / groups, kh, kw]
+  Tensor bias;    // [out], undefined without bias
+
+ protected:
+  void OnParameterReplaced(const std::string& name,
+                           const Tensor& tensor) override;
+
+ private:
+  Conv2dOptions conv_;
+};
+
+// Pooling over [N, C, H, W] (PyTorch's nn.MaxPool2d, nn.AvgPool2d and
+// nn.AdaptiveAvgPool2d); no parameters.
+class MaxPool2dImpl : public Module {
+ public:
+  explicit MaxPool2dImpl(Pool2dOptions options);
+  // A square window, its stride the kernel size.
+  explicit MaxPool2dImpl(int64_t kernel_size)
+      : MaxPool2dImpl(
+            Pool2dOptions{.kernel_size = {kernel_size, kernel_size}}) {}
+  Tensor forward(const Tensor& input) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       runtime::RoutineTensors& tensors) const override;
+
+ private:
+  Pool2dOptions options_;
+};
+class AvgPool2dImpl : public Module {
+ public:
+  explicit AvgPool2dImpl(Pool2dOptions options);
+  explicit AvgPool2dImpl(int64_t kernel_size)
+      : AvgPool2dImpl(
+            Pool2dOptions{.kernel_size = {kernel_size, kernel_size}}) {}
+  Tensor forward(const Tensor& input) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       runtime::RoutineTensors& tensors) const override;
+
+ private:
+  Pool2dOptions options_;
+};
+class AdaptiveAvgPool2dImpl : public Module {
+ public:
+  explicit AdaptiveAvgPool2dImpl(std::array<int64_t, 2> output_size = {1, 1});
+  Tensor forward(const Tensor& input) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       runtime::RoutineTensors& tensors) const override;
+
+ private:
+  std::array<int64_t, 2> output_size_;
+};
+
 // Anything a Sequential accepts: a module pointer or a holder.
 template <typename M>
 concept AnyModule =
@@ -231,6 +308,10 @@ using LayerNorm = ModuleHolder<LayerNormImpl>;
 using RMSNorm = ModuleHolder<RMSNormImpl>;
 using Dropout = ModuleHolder<DropoutImpl>;
 using Embedding = ModuleHolder<EmbeddingImpl>;
+using Conv2d = ModuleHolder<Conv2dImpl>;
+using MaxPool2d = ModuleHolder<MaxPool2dImpl>;
+using AvgPool2d = ModuleHolder<AvgPool2dImpl>;
+using AdaptiveAvgPool2d = ModuleHolder<AdaptiveAvgPool2dImpl>;
 using Flatten = ModuleHolder<FlattenImpl>;
 
 // A holder with the container calls forwarded, so `model.push_back(...)`

@@ -46,6 +46,10 @@ enum class ModuleTag : uint64_t {
   kMultiheadAttention,
   kTransformerBlock,
   kGPT,
+  kConv2d,
+  kMaxPool2d,
+  kAvgPool2d,
+  kAdaptiveAvgPool2d,
 };
 
 // A value type that hands out the shared_ptr of the module it wraps.
