@@ -102,6 +102,94 @@ TEST(ConvCompileTest, ACnnTrainsExactlyLikeEager) {
   }
 }
 
+// A residual block with batch norm: conv-BN-ReLU-conv-BN plus the input,
+// then a pooled head. The running statistics are buffers the compiled step
+// updates in place, call after call, exactly as eager; eval mode (a flag)
+// replays with them.
+struct ResidualNet {
+  ResidualNet() {
+    manual_seed(9);
+    stem = nn::Conv2d(1, 4, 3, nn::Conv2dModuleOptions{.padding = {1, 1}});
+    conv1 = nn::Conv2d(
+        4, 4, 3, nn::Conv2dModuleOptions{.padding = {1, 1}, .bias = false});
+    conv2 = nn::Conv2d(
+        4, 4, 3, nn::Conv2dModuleOptions{.padding = {1, 1}, .bias = false});
+    head = nn::Linear(4, 10);
+    for (auto* m : {&bn0, &bn1, &bn2}) *m = nn::BatchNorm2d(4);
+    std::vector<Tensor> params;
+    for (nn::Module* m : std::initializer_list<nn::Module*>{
+             stem.ptr().get(), conv1.ptr().get(), conv2.ptr().get(),
+             head.ptr().get(), bn0.ptr().get(), bn1.ptr().get(),
+             bn2.ptr().get()})
+      for (const Tensor& p : m->parameters()) params.push_back(p);
+    optimizer = std::make_unique<optim::SGD>(
+        params, optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+  }
+  nn::Conv2d stem{nullptr}, conv1{nullptr}, conv2{nullptr};
+  nn::BatchNorm2d bn0{nullptr}, bn1{nullptr}, bn2{nullptr};
+  nn::Linear head{nullptr};
+  std::unique_ptr<optim::Optimizer> optimizer;
+
+  void Train(bool on) {
+    for (nn::Module* m : std::initializer_list<nn::Module*>{
+             bn0.ptr().get(), bn1.ptr().get(), bn2.ptr().get()})
+      m->train(on);
+  }
+  Tensor Forward(const Tensor& x) {
+    const Tensor h = relu(bn0(stem(x)));
+    const Tensor r = bn2(conv2(relu(bn1(conv1(h)))));
+    const Tensor pooled = adaptive_avg_pool2d(relu(r + h), {1, 1});
+    return head(pooled.reshape({x.size(0), 4}));
+  }
+  Tensor Step(const Tensor& x, const Tensor& y) {
+    optimizer->zero_grad();
+    Tensor loss = cross_entropy(Forward(x), y);
+    loss.backward();
+    optimizer->step();
+    return loss;
+  }
+  std::vector<Tensor> Buffers() const {
+    std::vector<Tensor> out;
+    for (const nn::BatchNorm2d* m : {&bn0, &bn1, &bn2})
+      for (const Tensor& b : (*m)->buffers()) out.push_back(b);
+    return out;
+  }
+};
+
+TEST(ConvCompileTest, BatchNormBuffersTrainAndEvaluateExactlyLikeEager) {
+  ResidualNet a, b;
+  auto fast =
+      compile([&a](const Tensor& x, const Tensor& y) { return a.Step(x, y); });
+  Generator data(13);
+  for (int call = 0; call < 20; ++call) {
+    const Tensor x = randn({5, 1, 8, 8}, {}, &data);
+    const Tensor y = randint(0, 10, {5}, {.dtype = DType::kI64}, &data);
+    ASSERT_EQ(Values(fast(x, y)), Values(b.Step(x, y)))
+        << "call " << call << "\n"
+        << fast.explain();
+  }
+  EXPECT_GE(fast.stats().replays, 15) << fast.explain();
+  const std::vector<Tensor> ba = a.Buffers(), bb = b.Buffers();
+  ASSERT_EQ(ba.size(), 9u);
+  for (size_t i = 0; i < ba.size(); ++i)
+    EXPECT_EQ(Values(ba[i]), Values(bb[i])) << "buffer " << i;
+  EXPECT_EQ(Values(a.bn0->num_batches_tracked)[0], 20.0f);
+  // Evaluation: the same compiled function reads the flag and the running
+  // statistics; nothing is updated.
+  a.Train(false);
+  b.Train(false);
+  auto eval = compile([&a](const Tensor& x) {
+    NoGradGuard no_grad;
+    return a.Forward(x);
+  });
+  for (int i = 0; i < 4; ++i) {
+    const Tensor x = randn({3, 1, 8, 8}, {}, &data);
+    NoGradGuard no_grad;
+    EXPECT_EQ(Values(eval(x)), Values(b.Forward(x))) << i;
+  }
+  EXPECT_EQ(Values(a.bn0->num_batches_tracked)[0], 20.0f);
+}
+
 TEST(ConvCompileTest, Bf16AutocastAgreesWithEagerAutocast) {
   Cnn a(Opt::kMomentum), b(Opt::kMomentum);
   auto fast =

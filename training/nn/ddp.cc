@@ -261,6 +261,8 @@ DistributedDataParallelImpl::DistributedDataParallelImpl(
   if (options_.broadcast_parameters && dist::world_size() > 1) {
     NoGradGuard no_grad;
     for (Tensor& p : module_->parameters()) p.copy_(dist::broadcast(p, 0));
+    // (Buffers too, as PyTorch's DDP: BatchNorm's running statistics.)
+    for (Tensor& b : module_->buffers()) b.copy_(dist::broadcast(b, 0));
   }
   reducer_ = std::make_unique<Reducer>(module_->parameters(), options_, &sync_);
   parameter_epoch_ = ParameterEpoch();

@@ -95,6 +95,73 @@ void Conv2dImpl::OnParameterReplaced(const std::string& name,
   (name == "weight" ? weight : bias) = tensor;
 }
 
+BatchNorm2dImpl::BatchNorm2dImpl(int64_t num_features, BatchNormOptions options)
+    : num_features_(num_features), options_(options) {
+  SJ_REQUIRE(num_features > 0,
+             "BatchNorm2d: num_features must be positive, "
+             "got ",
+             num_features);
+  SJ_REQUIRE(options.eps > 0 && options.momentum >= 0 && options.momentum <= 1,
+             "BatchNorm2d: expected eps > 0 and momentum in [0, 1], got eps ",
+             options.eps, ", momentum ", options.momentum);
+  if (options.affine) {
+    weight = register_parameter("weight", ones({num_features}));
+    bias = register_parameter("bias", zeros({num_features}));
+  }
+  if (options.track_running_stats) {
+    running_mean = register_buffer("running_mean", zeros({num_features}));
+    running_var = register_buffer("running_var", ones({num_features}));
+    num_batches_tracked = register_buffer("num_batches_tracked",
+                                          zeros({}, {.dtype = DType::kI64}));
+  }
+}
+
+Tensor BatchNorm2dImpl::forward(const Tensor& input) {
+  SJ_REQUIRE(input.dim() == 4 && input.size(1) == num_features_,
+             "BatchNorm2d: expected [N, ", num_features_, ", H, W], got ",
+             ir::ShapeToString(input.shape()));
+  const int64_t c = num_features_;
+  const Shape per_channel{1, c, 1, 1};
+  const bool training = is_training();
+  Tensor mu, sigma2;
+  if (training || !options_.track_running_stats) {
+    const int64_t n = input.size(0) * input.size(2) * input.size(3);
+    SJ_REQUIRE(!training || n > 1,
+               "BatchNorm2d: expected more than 1 value per channel when "
+               "training, got input ",
+               ir::ShapeToString(input.shape()));
+    mu = mean(input, {0, 2, 3}, /*keepdim=*/true);
+    sigma2 = var(input, {0, 2, 3}, /*correction=*/0, /*keepdim=*/true);
+    if (training && options_.track_running_stats) {
+      NoGradGuard no_grad;
+      const double m = options_.momentum;
+      // PyTorch's update: the unbiased variance, n / (n - 1) of the biased.
+      running_mean.mul_(1.0 - m).add_(
+          mu.detach().reshape({c}).to(running_mean.dtype()), m);
+      running_var.mul_(1.0 - m).add_(
+          (sigma2.detach().reshape({c}) *
+           (static_cast<double>(n) / static_cast<double>(n - 1)))
+              .to(running_var.dtype()),
+          m);
+      // (In-place arithmetic is for floating tensors: a copy of the sum.)
+      num_batches_tracked.copy_(num_batches_tracked +
+                                wrap_scalar(1.0, num_batches_tracked));
+    }
+  } else {
+    mu = running_mean.reshape(per_channel);
+    sigma2 = running_var.reshape(per_channel);
+  }
+  Tensor y = (input - mu) * rsqrt(sigma2 + options_.eps);
+  if (options_.affine)
+    y = y * weight.reshape(per_channel) + bias.reshape(per_channel);
+  return y;
+}
+
+void BatchNorm2dImpl::OnParameterReplaced(const std::string& name,
+                                          const Tensor& tensor) {
+  (name == "weight" ? weight : bias) = tensor;
+}
+
 MaxPool2dImpl::MaxPool2dImpl(Pool2dOptions options)
     : options_(std::move(options)) {}
 Tensor MaxPool2dImpl::forward(const Tensor& input) {
@@ -257,6 +324,20 @@ bool Conv2dImpl::DescribeForward(std::vector<uint64_t>& key,
   key.push_back(static_cast<uint64_t>(conv_.groups));
   tensors.Add(weight);
   DescribeOptional(bias, key, tensors);
+  return true;
+}
+
+bool BatchNorm2dImpl::DescribeForward(std::vector<uint64_t>& key,
+                                      runtime::RoutineTensors& tensors) const {
+  if (!IsExactly<BatchNorm2dImpl>(*this)) return false;
+  key.insert(key.end(),
+             {static_cast<uint64_t>(ModuleTag::kBatchNorm2d),
+              static_cast<uint64_t>(num_features_), KeyBits(options_.eps),
+              KeyBits(options_.momentum), uint64_t{options_.affine},
+              uint64_t{options_.track_running_stats}, uint64_t{is_training()}});
+  for (const Tensor* t :
+       {&weight, &bias, &running_mean, &running_var, &num_batches_tracked})
+    DescribeOptional(*t, key, tensors);
   return true;
 }
 

@@ -258,6 +258,39 @@ class AdaptiveAvgPool2dImpl : public Module {
   std::array<int64_t, 2> output_size_;
 };
 
+// Batch normalization over the channels of [N, C, H, W] (PyTorch's
+// nn.BatchNorm2d): in training, each channel normalized by its batch mean
+// and biased variance, and (track_running_stats) running_mean and
+// running_var moved toward the batch's mean and unbiased variance by
+// `momentum`, num_batches_tracked counted; in eval, the running statistics.
+// weight (ones) and bias (zeros) with `affine`. The buffers are in
+// state_dict() under PyTorch's names.
+struct BatchNormOptions {
+  double eps = 1e-5;
+  double momentum = 0.1;
+  bool affine = true;
+  bool track_running_stats = true;
+};
+class BatchNorm2dImpl : public Module {
+ public:
+  explicit BatchNorm2dImpl(int64_t num_features, BatchNormOptions options = {});
+  Tensor forward(const Tensor& input) override;
+  bool DescribeForward(std::vector<uint64_t>& key,
+                       runtime::RoutineTensors& tensors) const override;
+
+  Tensor weight, bias;               // [C], undefined without affine
+  Tensor running_mean, running_var;  // [C] f32
+  Tensor num_batches_tracked;        // i64 scalar
+
+ protected:
+  void OnParameterReplaced(const std::string& name,
+                           const Tensor& tensor) override;
+
+ private:
+  int64_t num_features_;
+  BatchNormOptions options_;
+};
+
 // Anything a Sequential accepts: a module pointer or a holder.
 template <typename M>
 concept AnyModule =
@@ -309,6 +342,7 @@ using RMSNorm = ModuleHolder<RMSNormImpl>;
 using Dropout = ModuleHolder<DropoutImpl>;
 using Embedding = ModuleHolder<EmbeddingImpl>;
 using Conv2d = ModuleHolder<Conv2dImpl>;
+using BatchNorm2d = ModuleHolder<BatchNorm2dImpl>;
 using MaxPool2d = ModuleHolder<MaxPool2dImpl>;
 using AvgPool2d = ModuleHolder<AvgPool2dImpl>;
 using AdaptiveAvgPool2d = ModuleHolder<AdaptiveAvgPool2dImpl>;

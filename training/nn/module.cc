@@ -97,6 +97,7 @@ void Module::CheckNewName(const std::string& name, const char* what) const {
              "' must not contain '.'");
   const auto same = [&](const auto& entry) { return entry.first == name; };
   SJ_REQUIRE(std::none_of(parameters_.begin(), parameters_.end(), same) &&
+                 std::none_of(buffers_.begin(), buffers_.end(), same) &&
                  std::none_of(children_.begin(), children_.end(), same),
              what, " name '", name, "' is already registered in this module");
 }
@@ -113,6 +114,15 @@ Tensor Module::register_parameter(const std::string& name, Tensor tensor,
   tensor.set_requires_grad(requires_grad);
   MarkOwnedState(tensor);
   parameters_.emplace_back(name, tensor);
+  return tensor;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor tensor) {
+  CheckNewName(name, "buffer");
+  SJ_REQUIRE(tensor.defined(), "buffer '", name, "' is undefined");
+  if (!tensor.is_leaf() || tensor.requires_grad()) tensor = tensor.detach();
+  MarkOwnedState(tensor);
+  buffers_.emplace_back(name, tensor);
   return tensor;
 }
 
@@ -139,26 +149,29 @@ void Module::AddChild(const std::string& name, std::shared_ptr<Module> child) {
   children_.emplace_back(name, std::move(child));
 }
 
-void Module::CollectParameters(
-    const std::string& prefix, NamedTensors& out,
-    absl::flat_hash_set<const TensorImpl*>* seen) const {
-  for (const auto& [name, tensor] : parameters_) {
-    if (seen == nullptr || seen->insert(tensor.impl()).second)
-      out.emplace_back(prefix + name, tensor);
+void Module::CollectParameters(const std::string& prefix, NamedTensors& out,
+                               absl::flat_hash_set<const TensorImpl*>* seen,
+                               int kinds) const {
+  for (const NamedTensors* list : {&parameters_, &buffers_}) {
+    if (!(kinds & (list == &parameters_ ? kParameters : kBuffers))) continue;
+    for (const auto& [name, tensor] : *list) {
+      if (seen == nullptr || seen->insert(tensor.impl()).second)
+        out.emplace_back(prefix + name, tensor);
+    }
   }
 }
 
 void Module::CollectAll(bool recurse,
                         absl::flat_hash_set<const TensorImpl*>* seen,
-                        NamedTensors& out) const {
-  CollectParameters("", out, seen);
+                        NamedTensors& out, int kinds) const {
+  CollectParameters("", out, seen, kinds);
   if (!recurse) return;
   // Pre-order over submodules; prefixes accumulate "a.b." as PyTorch's do.
   std::function<void(const Module&, const std::string&)> visit =
       [&](const Module& m, const std::string& prefix) {
         for (const auto& [name, child] : m.children_) {
           const std::string child_prefix = prefix + name + ".";
-          child->CollectParameters(child_prefix, out, seen);
+          child->CollectParameters(child_prefix, out, seen, kinds);
           visit(*child, child_prefix);
         }
       };
@@ -172,16 +185,30 @@ Module::NamedTensors Module::named_parameters(bool recurse) const {
   return out;
 }
 
+Module::NamedTensors Module::named_buffers(bool recurse) const {
+  NamedTensors out;
+  absl::flat_hash_set<const TensorImpl*> seen;
+  CollectAll(recurse, &seen, out, kBuffers);
+  return out;
+}
+
+std::vector<Tensor> Module::buffers(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_buffers(recurse)) out.push_back(std::move(t));
+  return out;
+}
+
 NamedTensors Module::state_dict() const {
   NamedTensors out;
-  CollectAll(/*recurse=*/true, /*seen=*/nullptr, out);
+  CollectAll(/*recurse=*/true, /*seen=*/nullptr, out, kParameters | kBuffers);
   for (auto& [name, t] : out) t = t.detach();
   return out;
 }
 
 absl::StatusOr<LoadPlan> Module::PlanLoad(const NamedTensors& state) const {
   NamedTensors expected;
-  CollectAll(/*recurse=*/true, /*seen=*/nullptr, expected);
+  CollectAll(/*recurse=*/true, /*seen=*/nullptr, expected,
+             kParameters | kBuffers);
   absl::flat_hash_set<std::string> expected_names, given;
   for (const auto& [name, t] : expected) expected_names.insert(name);
   std::vector<std::string> missing, unexpected, duplicate, mismatched;
@@ -244,6 +271,7 @@ std::vector<Tensor> Module::parameters(bool recurse) const {
 void Module::to(Device device) {
   ConvertInPlace(parameters(),
                  [device](const Tensor& t) { return t.to(device); });
+  ConvertInPlace(buffers(), [device](const Tensor& t) { return t.to(device); });
 }
 
 void Module::to(DType dtype) {
@@ -253,6 +281,11 @@ void Module::to(DType dtype) {
   std::vector<Tensor> floating;
   for (const Tensor& p : parameters()) {
     if (ir::IsFloating(p.dtype())) floating.push_back(p);
+  }
+  ConvertInPlace(floating, [dtype](const Tensor& t) { return t.to(dtype); });
+  floating.clear();
+  for (const Tensor& b : buffers()) {
+    if (ir::IsFloating(b.dtype())) floating.push_back(b);
   }
   ConvertInPlace(floating, [dtype](const Tensor& t) { return t.to(dtype); });
 }

@@ -50,6 +50,7 @@ enum class ModuleTag : uint64_t {
   kMaxPool2d,
   kAvgPool2d,
   kAdaptiveAvgPool2d,
+  kBatchNorm2d,
 };
 
 // A value type that hands out the shared_ptr of the module it wraps.
@@ -91,6 +92,12 @@ class Module {
   Tensor register_parameter(const std::string& name, Tensor tensor,
                             bool requires_grad = true);
 
+  // Registers a buffer: state the module keeps and updates in place but
+  // does not train (BatchNorm's running statistics). It takes part in
+  // state_dict(), load_state_dict(), to() and DDP's broadcast at start, and
+  // a compiled step binds it by identity, as a parameter.
+  Tensor register_buffer(const std::string& name, Tensor tensor);
+
   // Rebinds parameter `name` to a different tensor (a new identity): the
   // registry and the layer's handle both change, and compiled steps that
   // captured the old tensor retrace (their identity guard sees the epoch).
@@ -115,13 +122,16 @@ class Module {
   NamedTensors named_parameters(bool recurse = true) const;
   // The same tensors as named_parameters(): handles sharing the impls.
   std::vector<Tensor> parameters(bool recurse = true) const;
+  // Buffers likewise (after each module's parameters in state_dict()).
+  NamedTensors named_buffers(bool recurse = true) const;
+  std::vector<Tensor> buffers(bool recurse = true) const;
   const NamedModules& named_children() const { return children_; }
 
-  // Every parameter under PyTorch's state_dict name ("0.weight",
-  // "h0.attn.out_proj.bias"), in named_parameters() order; a tied
-  // tensor appears under each of its names, as in PyTorch. The handles share
-  // the parameters' storage and carry no autograd. (No stepjit layer has
-  // buffers: LayerNorm, like PyTorch's, keeps no running statistics.)
+  // Every parameter and buffer under PyTorch's state_dict name ("0.weight",
+  // "h0.attn.out_proj.bias", "1.running_mean"): each module's parameters,
+  // then its buffers, pre-order over the modules; a tied tensor appears
+  // under each of its names, as in PyTorch. The handles share the storage
+  // and carry no autograd.
   NamedTensors state_dict() const;
   // Copies `state` into the parameters in place: same storage and identity,
   // so compiled steps stay valid. Needs exactly the names of state_dict(),
@@ -132,8 +142,9 @@ class Module {
   // The checking half of load_state_dict (LoadPlan::Apply does the copies).
   absl::StatusOr<LoadPlan> PlanLoad(const NamedTensors& state) const;
 
-  // Convert every parameter (and its grad) in place; handles held elsewhere
-  // see the new device/dtype. to(DType) only touches floating-point tensors.
+  // Convert every parameter (and its grad) and buffer in place; handles
+  // held elsewhere see the new device/dtype. to(DType) only touches
+  // floating-point tensors.
   void to(Device device);
   void to(DType dtype);
 
@@ -161,14 +172,17 @@ class Module {
  private:
   void CheckNewName(const std::string& name, const char* what) const;
   void AddChild(const std::string& name, std::shared_ptr<Module> child);
-  // Every parameter by name, pre-order; `seen` (when given) drops a tensor
-  // reached again under another name.
+  // What each module holds of `kinds` by name, pre-order; `seen` (when
+  // given) drops a tensor reached again under another name.
+  enum Kinds { kParameters = 1, kBuffers = 2 };
   void CollectAll(bool recurse, absl::flat_hash_set<const TensorImpl*>* seen,
-                  NamedTensors& out) const;
+                  NamedTensors& out, int kinds = kParameters) const;
   void CollectParameters(const std::string& prefix, NamedTensors& out,
-                         absl::flat_hash_set<const TensorImpl*>* seen) const;
+                         absl::flat_hash_set<const TensorImpl*>* seen,
+                         int kinds) const;
 
   NamedTensors parameters_;
+  NamedTensors buffers_;
   NamedModules children_;
   // Shared so that a compiled step's guard can read the flag without
   // keeping the module alive.
