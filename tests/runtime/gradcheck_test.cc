@@ -954,20 +954,15 @@ TEST(AutogradTest, BackwardArguments) {
 // Every kDiff op of the table has a gradient check above.
 TEST(GradCoverageTest, EveryDifferentiableOpIsChecked) {
   const std::vector<std::string> checked = {
-      "neg",           "abs",        "sign",        "exp",
-      "log",           "sqrt",       "rsqrt",       "reciprocal",
-      "tanh",          "erf",        "sigmoid",     "relu",
-      "gelu",          "gelu_tanh",  "sin",         "cos",
-      "cast",          "add",        "sub",         "mul",
-      "div",           "pow",        "maximum",     "minimum",
-      "where",         "sum",        "mean",        "amax",
-      "var",           "softmax",    "log_softmax", "layer_norm",
-      "cross_entropy", "mse_loss",   "matmul",      "reshape",
-      "permute",       "slice",      "expand",      "squeeze",
-      "unsqueeze",     "contiguous", "embedding",   "slice_backward",
-      "dropout",       "silu",       "cat",         "topk",
+      "neg", "abs", "sign", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh",
+      "erf", "sigmoid", "relu", "gelu", "gelu_tanh", "sin", "cos", "cast",
+      "add", "sub", "mul", "div", "pow", "maximum", "minimum", "where", "sum",
+      "mean", "amax", "var", "softmax", "log_softmax", "layer_norm",
+      "cross_entropy", "mse_loss", "matmul", "reshape", "permute", "slice",
+      "expand", "squeeze", "unsqueeze", "contiguous", "embedding",
+      "slice_backward", "dropout", "silu", "cat", "topk",
       // ConvolutionGradTest
-      "conv2d",        "max_pool2d", "avg_pool2d"};
+      "conv2d", "max_pool2d", "avg_pool2d"};
   std::vector<std::string> diff;
 #define OP(e, text, lo, hi, kind, amp, flags) \
   if ((flags)&ir::kDiff) diff.push_back(text);
