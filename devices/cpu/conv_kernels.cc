@@ -36,6 +36,16 @@ DType ComputeDType(DType t) {
   return t == DType::kF64 ? DType::kF64 : DType::kF32;
 }
 
+// Calls fn with a value of the scalar type of compute dtype `ct`.
+template <typename Fn>
+void WithScalar(DType ct, Fn fn) {
+  if (ct == DType::kF64) {
+    fn(double{});
+  } else {
+    fn(float{});
+  }
+}
+
 // `x` contiguous in dtype `ct` (a copy only when needed).
 Tensor AsCompute(const Tensor& x, DType ct) {
   if (x.dtype() == ct) return ContiguousCopyIfNeeded(x);
@@ -194,11 +204,9 @@ void Conv2dKernel(const KernelArgs& k) {
   Tensor b;
   if (k.inputs.size() == 3) b = AsCompute(k.inputs[2], ct);
   const Result r(k.out, ct);
-  if (ct == DType::kF64) {
-    Conv2dForward<double>(x, w, b.defined() ? &b : nullptr, r.dst, d, ct);
-  } else {
-    Conv2dForward<float>(x, w, b.defined() ? &b : nullptr, r.dst, d, ct);
-  }
+  WithScalar(ct, [&](auto s) {
+    Conv2dForward<decltype(s)>(x, w, b.defined() ? &b : nullptr, r.dst, d, ct);
+  });
   r.Finish();
 }
 
@@ -226,11 +234,8 @@ void Conv2dBackwardInputKernel(const KernelArgs& k) {
   const Window2d win = ValueOrThrow(ir::WindowOf(k.op, k.attrs, w.shape()));
   const ConvDims d(k.out.shape(), w.shape(), gy.shape(), win);
   const Result r(k.out, ct);
-  if (ct == DType::kF64) {
-    Conv2dInputGrad<double>(gy, w, r.dst, d, ct);
-  } else {
-    Conv2dInputGrad<float>(gy, w, r.dst, d, ct);
-  }
+  WithScalar(
+      ct, [&](auto s) { Conv2dInputGrad<decltype(s)>(gy, w, r.dst, d, ct); });
   r.Finish();
 }
 
@@ -259,11 +264,8 @@ void Conv2dBackwardWeightKernel(const KernelArgs& k) {
   const Window2d win = ValueOrThrow(ir::WindowOf(k.op, k.attrs, k.out.shape()));
   const ConvDims d(x.shape(), k.out.shape(), gy.shape(), win);
   const Result r(k.out, ct);
-  if (ct == DType::kF64) {
-    Conv2dWeightGrad<double>(gy, x, r.dst, d, ct);
-  } else {
-    Conv2dWeightGrad<float>(gy, x, r.dst, d, ct);
-  }
+  WithScalar(
+      ct, [&](auto s) { Conv2dWeightGrad<decltype(s)>(gy, x, r.dst, d, ct); });
   r.Finish();
 }
 

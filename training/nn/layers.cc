@@ -162,15 +162,10 @@ void BatchNorm2dImpl::OnParameterReplaced(const std::string& name,
   (name == "weight" ? weight : bias) = tensor;
 }
 
-MaxPool2dImpl::MaxPool2dImpl(Pool2dOptions options)
-    : options_(std::move(options)) {}
-Tensor MaxPool2dImpl::forward(const Tensor& input) {
-  return max_pool2d(input, options_);
-}
-AvgPool2dImpl::AvgPool2dImpl(Pool2dOptions options)
-    : options_(std::move(options)) {}
-Tensor AvgPool2dImpl::forward(const Tensor& input) {
-  return avg_pool2d(input, options_);
+template <ModuleTag kTag>
+Tensor Pool2dImpl<kTag>::forward(const Tensor& input) {
+  return kTag == ModuleTag::kMaxPool2d ? max_pool2d(input, options_)
+                                       : avg_pool2d(input, options_);
 }
 AdaptiveAvgPool2dImpl::AdaptiveAvgPool2dImpl(std::array<int64_t, 2> output_size)
     : output_size_(output_size) {}
@@ -341,21 +336,17 @@ bool BatchNorm2dImpl::DescribeForward(std::vector<uint64_t>& key,
   return true;
 }
 
-bool MaxPool2dImpl::DescribeForward(std::vector<uint64_t>& key,
-                                    runtime::RoutineTensors& tensors) const {
-  if (!IsExactly<MaxPool2dImpl>(*this)) return false;
-  key.push_back(static_cast<uint64_t>(ModuleTag::kMaxPool2d));
+template <ModuleTag kTag>
+bool Pool2dImpl<kTag>::DescribeForward(std::vector<uint64_t>& key,
+                                       runtime::RoutineTensors& tensors) const {
+  if (!IsExactly<Pool2dImpl<kTag>>(*this)) return false;
+  key.push_back(static_cast<uint64_t>(kTag));
   DescribePool(options_, key);
   return true;
 }
 
-bool AvgPool2dImpl::DescribeForward(std::vector<uint64_t>& key,
-                                    runtime::RoutineTensors& tensors) const {
-  if (!IsExactly<AvgPool2dImpl>(*this)) return false;
-  key.push_back(static_cast<uint64_t>(ModuleTag::kAvgPool2d));
-  DescribePool(options_, key);
-  return true;
-}
+template class Pool2dImpl<ModuleTag::kMaxPool2d>;
+template class Pool2dImpl<ModuleTag::kAvgPool2d>;
 
 bool AdaptiveAvgPool2dImpl::DescribeForward(
     std::vector<uint64_t>& key, runtime::RoutineTensors& tensors) const {

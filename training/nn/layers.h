@@ -219,14 +219,15 @@ class Conv2dImpl : public Module {
 };
 
 // Pooling over [N, C, H, W] (PyTorch's nn.MaxPool2d, nn.AvgPool2d and
-// nn.AdaptiveAvgPool2d); no parameters.
-class MaxPool2dImpl : public Module {
+// nn.AdaptiveAvgPool2d); no parameters. MaxPool2dImpl and AvgPool2dImpl
+// are Pool2dImpl of their tag.
+template <ModuleTag kTag>
+class Pool2dImpl : public Module {
  public:
-  explicit MaxPool2dImpl(Pool2dOptions options);
+  explicit Pool2dImpl(Pool2dOptions options) : options_(std::move(options)) {}
   // A square window, its stride the kernel size.
-  explicit MaxPool2dImpl(int64_t kernel_size)
-      : MaxPool2dImpl(
-            Pool2dOptions{.kernel_size = {kernel_size, kernel_size}}) {}
+  explicit Pool2dImpl(int64_t kernel_size)
+      : Pool2dImpl(Pool2dOptions{.kernel_size = {kernel_size, kernel_size}}) {}
   Tensor forward(const Tensor& input) override;
   bool DescribeForward(std::vector<uint64_t>& key,
                        runtime::RoutineTensors& tensors) const override;
@@ -234,19 +235,11 @@ class MaxPool2dImpl : public Module {
  private:
   Pool2dOptions options_;
 };
-class AvgPool2dImpl : public Module {
- public:
-  explicit AvgPool2dImpl(Pool2dOptions options);
-  explicit AvgPool2dImpl(int64_t kernel_size)
-      : AvgPool2dImpl(
-            Pool2dOptions{.kernel_size = {kernel_size, kernel_size}}) {}
-  Tensor forward(const Tensor& input) override;
-  bool DescribeForward(std::vector<uint64_t>& key,
-                       runtime::RoutineTensors& tensors) const override;
+using MaxPool2dImpl = Pool2dImpl<ModuleTag::kMaxPool2d>;
+using AvgPool2dImpl = Pool2dImpl<ModuleTag::kAvgPool2d>;
+extern template class Pool2dImpl<ModuleTag::kMaxPool2d>;
+extern template class Pool2dImpl<ModuleTag::kAvgPool2d>;
 
- private:
-  Pool2dOptions options_;
-};
 class AdaptiveAvgPool2dImpl : public Module {
  public:
   explicit AdaptiveAvgPool2dImpl(std::array<int64_t, 2> output_size = {1, 1});
