@@ -59,6 +59,7 @@ constexpr char kOverview[] =
 enum class ModeFlag : uint8_t { kEager, kCompiled, kBoth };
 enum class AmpFlag : uint8_t { kNone, kBF16, kF16 };
 enum class DeviceFlag : uint8_t { kCpu, kCuda };
+enum class ModelFlag : uint8_t { kMlp, kCnn, kResnet };
 
 cl::OptionCategory kFlags("fashion_mnist options");
 
@@ -119,6 +120,18 @@ cl::opt<AmpFlag, false, tools::WordParser<AmpFlag>> amp(
                clEnumValN(AmpFlag::kBF16, "bf16", "bfloat16 autocast"),
                clEnumValN(AmpFlag::kF16, "f16", "float16 autocast")),
     cl::init(AmpFlag::kNone), cl::cat(kFlags));
+cl::opt<ModelFlag, false, tools::WordParser<ModelFlag>> model(
+    "model", cl::desc("the network"),
+    cl::values(clEnumValN(ModelFlag::kMlp, "mlp",
+                          "784-512-512-10 ReLU MLP (default)"),
+               clEnumValN(ModelFlag::kCnn, "cnn",
+                          "two 3x3 conv + max-pool stages (32, 64 channels), "
+                          "then 128-10 linear"),
+               clEnumValN(ModelFlag::kResnet, "resnet",
+                          "a 3x3 conv stem and three residual stages with "
+                          "batch norm (32, 64, 128 channels), global average "
+                          "pool, linear")),
+    cl::init(ModelFlag::kMlp), cl::cat(kFlags));
 cl::opt<DeviceFlag, false, tools::WordParser<DeviceFlag>> device(
     "device",
     cl::desc("where the model and batches live; cuda needs a GPU (or\n"
@@ -188,6 +201,7 @@ struct Flags {
   uint64_t seed = 0;
   int64_t workers = 1;
   std::string mode = "eager";
+  std::string model = "mlp";
   DType amp = DType::kF32;  // kF32: none
   bool loss_scaling = false;
   bool compare_amp = false;
@@ -212,18 +226,19 @@ bool Lead() { return dist::rank() == 0; }
 std::string TrainingFlags(const Flags& f) {
   return absl::StrFormat(
       "--data-dir %s --epochs %d --max-steps %d --batch-size %d --lr %.17g "
-      "--seed %d --mode %s "
+      "--seed %d --mode %s --model %s "
       "--amp %s --loss-scaling %d --compare-amp %d --check %d --load '%s' "
       "--bucket-mb %.17g "
       "--device %s",
       f.data_dir, f.epochs, f.max_steps, f.batch_size, f.lr, f.seed, f.mode,
-      ir::DTypeName(f.amp), f.loss_scaling, f.compare_amp, f.check, f.load,
-      f.bucket_mb, f.device.is_cuda() ? "cuda" : "cpu");
+      f.model, ir::DTypeName(f.amp), f.loss_scaling, f.compare_amp, f.check,
+      f.load, f.bucket_mb, f.device.is_cuda() ? "cuda" : "cpu");
 }
 
 // Returns an error message, or "" when the command line can be used.
 std::string FromCommandLine(Flags& f) {
   constexpr const char* kModes[] = {"eager", "compiled", "both"};
+  constexpr const char* kModels[] = {"mlp", "cnn", "resnet"};
   constexpr DType kAmps[] = {DType::kF32, DType::kBF16, DType::kF16};
   f = Flags{.data_dir = flags::data_dir,
             .epochs = flags::epochs,
@@ -233,6 +248,7 @@ std::string FromCommandLine(Flags& f) {
             .seed = flags::seed,
             .workers = flags::workers,
             .mode = kModes[static_cast<int>(flags::mode.getValue())],
+            .model = kModels[static_cast<int>(flags::model.getValue())],
             .amp = kAmps[static_cast<int>(flags::amp.getValue())],
             .loss_scaling = flags::loss_scaling,
             .compare_amp = flags::compare_amp,
@@ -317,6 +333,73 @@ double Evaluate(Model& model, const data::Dataset& test, DType amp,
   return static_cast<double>(correct) / test.size();
 }
 
+// The images as [N, 1, 28, 28] (the loader gives rows of 784).
+class ImagesImpl : public nn::Module {
+ public:
+  Tensor forward(const Tensor& x) override {
+    return x.reshape({x.size(0), 1, 28, 28});
+  }
+};
+using Images = nn::ModuleHolder<ImagesImpl>;
+
+// A residual block: conv-BN-ReLU-conv-BN plus the input (through a strided
+// 1x1 conv and BN when the shape changes), then ReLU.
+class ResidualImpl : public nn::Module {
+ public:
+  ResidualImpl(int64_t in, int64_t out, int64_t stride) {
+    const nn::Conv2dModuleOptions three{
+        .stride = {stride, stride}, .padding = {1, 1}, .bias = false};
+    conv1_ = register_module("conv1", nn::Conv2d(in, out, 3, three));
+    bn1_ = register_module("bn1", nn::BatchNorm2d(out));
+    conv2_ = register_module(
+        "conv2",
+        nn::Conv2d(out, out, 3,
+                   nn::Conv2dModuleOptions{.padding = {1, 1}, .bias = false}));
+    bn2_ = register_module("bn2", nn::BatchNorm2d(out));
+    if (stride != 1 || in != out) {
+      down_conv_ = register_module(
+          "down_conv",
+          nn::Conv2d(in, out, 1,
+                     nn::Conv2dModuleOptions{.stride = {stride, stride},
+                                             .bias = false}));
+      down_bn_ = register_module("down_bn", nn::BatchNorm2d(out));
+    }
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor r = bn2_(conv2_(relu(bn1_(conv1_(x)))));
+    const Tensor skip = down_conv_.ptr() ? down_bn_(down_conv_(x)) : x;
+    return relu(r + skip);
+  }
+
+ private:
+  nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, down_conv_{nullptr};
+  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, down_bn_{nullptr};
+};
+using Residual = nn::ModuleHolder<ResidualImpl>;
+
+nn::Sequential MakeModel(const std::string& name) {
+  if (name == "cnn") {
+    const nn::Conv2dModuleOptions same{.padding = {1, 1}};
+    return nn::Sequential(Images(), nn::Conv2d(1, 32, 3, same), nn::ReLU(),
+                          nn::MaxPool2d(2), nn::Conv2d(32, 64, 3, same),
+                          nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
+                          nn::Linear(64 * 7 * 7, 128), nn::ReLU(),
+                          nn::Linear(128, 10));
+  }
+  if (name == "resnet") {
+    return nn::Sequential(
+        Images(),
+        nn::Conv2d(1, 32, 3,
+                   nn::Conv2dModuleOptions{.padding = {1, 1}, .bias = false}),
+        nn::BatchNorm2d(32), nn::ReLU(), Residual(32, 32, 1),
+        Residual(32, 64, 2), Residual(64, 128, 2),
+        nn::AdaptiveAvgPool2d(std::array<int64_t, 2>{1, 1}), nn::Flatten(),
+        nn::Linear(128, 10));
+  }
+  return nn::Sequential(nn::Linear(784, 512), nn::ReLU(), nn::Linear(512, 512),
+                        nn::ReLU(), nn::Linear(512, 10));
+}
+
 // Trains from f.seed; `compiled` wraps the step with stepjit::compile, so
 // both modes see the same initialization and batches.
 // With `loss_csv`, each step's loss is a row "<mode>,<step>,<loss>" there.
@@ -324,8 +407,7 @@ RunResult Run(const Flags& f, const data::Dataset& train,
               const data::Dataset& test, bool compiled, DType amp_dtype,
               std::FILE* loss_csv) {
   manual_seed(f.seed);
-  nn::Sequential model(nn::Linear(784, 512), nn::ReLU(), nn::Linear(512, 512),
-                       nn::ReLU(), nn::Linear(512, 10));
+  nn::Sequential model = MakeModel(f.model);
   model->to(f.device);
   optim::AdamW opt(model->parameters(), {.lr = f.lr});
   // Under --ddp the sampler shuffles (the same permutation on every rank)
