@@ -18,6 +18,10 @@ absl::Status Problem(OpId op, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(OpName(op), ": ", what));
 }
 
+// The largest window size, stride, padding or dilation: far beyond any
+// image, and small enough that the size arithmetic cannot overflow.
+constexpr int64_t kMaxWindowValue = int64_t{1} << 30;
+
 // A [height, width] attribute: two values, each at least `least`.
 absl::StatusOr<std::array<int64_t, 2>> Pair(OpId op, const Attrs& attrs,
                                             AttrKey key, int64_t least) {
@@ -28,9 +32,10 @@ absl::StatusOr<std::array<int64_t, 2>> Pair(OpId op, const Attrs& attrs,
                          absl::StrJoin(v, ", "), "]"));
   }
   for (int64_t x : v) {
-    if (x < least) {
+    if (x < least || x > kMaxWindowValue) {
       return Problem(op, absl::StrCat(AttrKeyName(key), " must be >= ", least,
-                                      ", got [", absl::StrJoin(v, ", "), "]"));
+                                      " and <= ", kMaxWindowValue, ", got [",
+                                      absl::StrJoin(v, ", "), "]"));
     }
   }
   return std::array<int64_t, 2>{v[0], v[1]};
@@ -59,9 +64,11 @@ absl::StatusOr<Window2d> WindowOf(OpId op, const Attrs& attrs,
                                       ShapeToString(weight_shape)));
     }
     w.kernel = {weight_shape[2], weight_shape[3]};
-    if (w.kernel[0] < 1 || w.kernel[1] < 1) {
-      return Problem(op, absl::StrCat("the weight's kernel is empty: ",
-                                      ShapeToString(weight_shape)));
+    if (w.kernel[0] < 1 || w.kernel[1] < 1 || w.kernel[0] > kMaxWindowValue ||
+        w.kernel[1] > kMaxWindowValue) {
+      return Problem(
+          op, absl::StrCat("the weight's kernel must be 1 to ", kMaxWindowValue,
+                           " wide, got ", ShapeToString(weight_shape)));
     }
     w.groups = attrs.GetInt(AttrKey::kGroups, 1);
     if (w.groups < 1)

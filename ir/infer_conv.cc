@@ -42,13 +42,16 @@ absl::StatusOr<Shape> ConvOutput(OpId op, absl::Span<const TensorType> in,
                                  ShapeRef input, ShapeRef weight,
                                  const Window2d& w) {
   const int64_t channels = input[1], out_channels = weight[0];
-  if (weight[1] * w.groups != channels) {
-    return InvalidInputs(op, in,
-                         absl::StrCat("the weight ", ShapeToString(weight),
-                                      " expects ", weight[1], " x ", w.groups,
-                                      " (groups) = ", weight[1] * w.groups,
-                                      " input channels, the input ",
-                                      ShapeToString(input), " has ", channels));
+  int64_t expected = 0;  // (groups comes from IR text: any int64)
+  const bool overflow = __builtin_mul_overflow(weight[1], w.groups, &expected);
+  if (overflow || expected != channels) {
+    return InvalidInputs(
+        op, in,
+        absl::StrCat("the weight ", ShapeToString(weight), " expects ",
+                     weight[1], " x ", w.groups, " (groups)",
+                     overflow ? std::string() : absl::StrCat(" = ", expected),
+                     " input channels, the input ", ShapeToString(input),
+                     " has ", channels));
   }
   if (out_channels % w.groups != 0) {
     return InvalidInputs(

@@ -401,6 +401,15 @@ TEST(ConvOpsTest, BadShapesAndAttributesSayWhatWasExpected) {
         avg_pool2d(x, {.kernel_size = {2, 2}, .dilation = {2, 2}});
       },
       {"avg_pool2d", "dilation must be [1, 1]"});
+  // Values no image has (as IR text may carry) are refused, not overflowed.
+  ExpectError(
+      [&] { conv2d(x, w, Tensor(), {.groups = int64_t{1} << 62}); },
+      {"conv2d", "expects 2 x 4611686018427387904 (groups) input channels"});
+  ExpectError(
+      [&] {
+        conv2d(x, w, Tensor(), {.dilation = {int64_t{1} << 40, 1}});
+      },
+      {"conv2d", "dilation must be >= 1 and <= 1073741824"});
   ExpectError(
       [&] {
         max_pool2d(x, {.kernel_size = {6, 2}});
