@@ -23,8 +23,19 @@ std::shared_ptr<nn::Module> MakeMlp(const Workload& w) {
   return model.ptr();
 }
 
+std::shared_ptr<nn::Module> MakeCnn() {
+  const nn::Conv2dModuleOptions same{.padding = {1, 1}};
+  return nn::Sequential(nn::Conv2d(1, 32, 3, same), nn::ReLU(),
+                        nn::MaxPool2d(2), nn::Conv2d(32, 64, 3, same),
+                        nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
+                        nn::Linear(64 * 7 * 7, 128), nn::ReLU(),
+                        nn::Linear(128, 10))
+      .ptr();
+}
+
 std::shared_ptr<nn::Module> MakeModel(const Workload& w) {
   manual_seed(kInitSeed);
+  if (w.cnn) return MakeCnn();
   if (w.gpt) {
     return std::make_shared<nn::GPTImpl>(
         nn::GPTOptions{.vocab = w.gpt->vocab,
@@ -113,6 +124,13 @@ const std::vector<Workload>& Workloads() {
        .gpt = GptD128L2(128),
        .sizes = {72, 8, 128, 40, 96, 16, 112, 56, 24, 88, 64, 120, 32, 104, 48,
                  80}},
+      {.name = "cnn_adamw_b128",
+       .description = "CNN on 28x28 images: conv 3x3 32, max-pool, conv 3x3 "
+                      "64, max-pool, 3136-128-10; batch 128, AdamW",
+       .batch = 128,
+       .opt = OptKind::kAdamW,
+       .lr = 1e-3,
+       .cnn = true},
       {.name = "mlp784_adamw_bvar",
        .description = "784-512-512-10, AdamW lr 1e-3; the batch size changes "
                       "every call (16 sizes, 1..256)",
@@ -238,10 +256,12 @@ WorkloadRun::WorkloadRun(const Workload& w, CompileOptions options,
                           seq.slice(1, 1, t + 1).contiguous().to(device));
     } else {
       const int64_t b = size > 0 ? size : w.batch;
+      const Tensor x = w.cnn ? randn({b, 1, 28, 28}, {}, &gen)
+                             : randn({b, w.widths.front()}, {}, &gen);
+      const int64_t classes = w.cnn ? 10 : w.widths.back();
       s.pool.emplace_back(
-          randn({b, w.widths.front()}, {}, &gen).to(device),
-          randint(0, w.widths.back(), {b}, {.dtype = DType::kI64}, &gen)
-              .to(device));
+          x.to(device),
+          randint(0, classes, {b}, {.dtype = DType::kI64}, &gen).to(device));
     }
   }
 }

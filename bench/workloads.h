@@ -42,6 +42,10 @@ struct Workload {
   DType amp = DType::kF32;
   // Set: the workload trains this language model instead of an MLP.
   std::optional<GptShape> gpt = std::nullopt;
+  // Set: a CNN on [batch, 1, 28, 28] images (examples/fashion_mnist's
+  // --model cnn: two 3x3 conv + 2x2 max-pool stages of 32 and 64 channels,
+  // then 3136-128-10) instead of an MLP; `widths` is unused.
+  bool cnn = false;
   // Non-empty: one per batch of the pool, the size that varies from call to
   // call (the GPT's sequence length, the MLP's batch size); the pool is
   // stepped through in this order.
