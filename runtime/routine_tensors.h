@@ -27,10 +27,8 @@ class RoutineTensors {
     refs_.push_back(&held_.back().impl_ptr());
   }
   size_t size() const { return refs_.size(); }
-  bool empty() const { return refs_.empty(); }
   TensorImpl* impl(size_t i) const { return refs_[i]->get(); }
   const std::shared_ptr<TensorImpl>& ptr(size_t i) const { return *refs_[i]; }
-  Tensor tensor(size_t i) const { return Tensor(*refs_[i]); }
   // Each, held.
   std::vector<Tensor> Tensors() const;
   void clear() {
