@@ -8,11 +8,15 @@
 // (col2im), its weight gradient the product with the columns transposed,
 // summed over the batch. f64 computes in f64; f32, f16 and bf16 in f32
 // (half inputs converted once, the result rounded once).
+//
+// That is the reference path. f32 (and the halves, in f32) take oneDNN's
+// convolution primitives instead where oneDNN has one (conv_dnnl.h).
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "devices/cpu/conv_dnnl.h"
 #include "devices/cpu/gemm.h"
 #include "devices/cpu/kernels.h"
 #include "devices/cpu/loops.h"
@@ -70,6 +74,40 @@ struct Result {
 
 void ThrowIfError(const absl::Status& st) {
   if (!st.ok()) throw Error(std::string(st.message()));
+}
+
+// Runs `pass` through oneDNN when the backend allows it for compute dtype
+// `ct`; false when the reference path must run instead.
+bool TryOneDnn(ConvPass pass, DType ct, ir::ShapeRef input, ir::ShapeRef weight,
+               ir::ShapeRef out, const Window2d& win, const Tensor& a,
+               const Tensor& b, const Tensor* bias, const Tensor& dst) {
+  const ConvBackend backend = ConvBackendInUse();
+  if (backend == ConvBackend::kReference) return false;
+  // (Empty batches and channels are the reference path's: oneDNN refuses
+  // zero-sized memory in some primitives.)
+  if (ir::NumElements(input) == 0 || ir::NumElements(weight) == 0 ||
+      ir::NumElements(out) == 0) {
+    return false;
+  }
+  // (f64 has no oneDNN convolution: always the reference path.)
+  if (ct != DType::kF32) return false;
+  const ConvShape shape{.n = input[0],
+                        .c = input[1],
+                        .h = input[2],
+                        .w = input[3],
+                        .o = weight[0],
+                        .kh = weight[2],
+                        .kw = weight[3],
+                        .oh = out[2],
+                        .ow = out[3],
+                        .win = win};
+  const absl::Status st = DnnlConv2d(
+      pass, shape, a.data<float>(), b.data<float>(),
+      bias != nullptr ? bias->data<float>() : nullptr, dst.data<float>());
+  if (st.ok()) return true;
+  if (absl::IsUnimplemented(st) && backend == ConvBackend::kAuto) return false;
+  ThrowIfError(st);
+  return true;
 }
 
 // The sizes of a convolution: input [N, C, H, W], weight [O, Cg, KH, KW],
@@ -204,9 +242,13 @@ void Conv2dKernel(const KernelArgs& k) {
   Tensor b;
   if (k.inputs.size() == 3) b = AsCompute(k.inputs[2], ct);
   const Result r(k.out, ct);
-  WithScalar(ct, [&](auto s) {
-    Conv2dForward<decltype(s)>(x, w, b.defined() ? &b : nullptr, r.dst, d, ct);
-  });
+  const Tensor* bias = b.defined() ? &b : nullptr;
+  if (!TryOneDnn(ConvPass::kForward, ct, x.shape(), w.shape(), k.out.shape(),
+                 win, x, w, bias, r.dst)) {
+    WithScalar(ct, [&](auto s) {
+      Conv2dForward<decltype(s)>(x, w, bias, r.dst, d, ct);
+    });
+  }
   r.Finish();
 }
 
@@ -234,8 +276,11 @@ void Conv2dBackwardInputKernel(const KernelArgs& k) {
   const Window2d win = ValueOrThrow(ir::WindowOf(k.op, k.attrs, w.shape()));
   const ConvDims d(k.out.shape(), w.shape(), gy.shape(), win);
   const Result r(k.out, ct);
-  WithScalar(
-      ct, [&](auto s) { Conv2dInputGrad<decltype(s)>(gy, w, r.dst, d, ct); });
+  if (!TryOneDnn(ConvPass::kBackwardInput, ct, k.out.shape(), w.shape(),
+                 gy.shape(), win, gy, w, nullptr, r.dst)) {
+    WithScalar(
+        ct, [&](auto s) { Conv2dInputGrad<decltype(s)>(gy, w, r.dst, d, ct); });
+  }
   r.Finish();
 }
 
@@ -264,8 +309,12 @@ void Conv2dBackwardWeightKernel(const KernelArgs& k) {
   const Window2d win = ValueOrThrow(ir::WindowOf(k.op, k.attrs, k.out.shape()));
   const ConvDims d(x.shape(), k.out.shape(), gy.shape(), win);
   const Result r(k.out, ct);
-  WithScalar(
-      ct, [&](auto s) { Conv2dWeightGrad<decltype(s)>(gy, x, r.dst, d, ct); });
+  if (!TryOneDnn(ConvPass::kBackwardWeight, ct, x.shape(), k.out.shape(),
+                 gy.shape(), win, gy, x, nullptr, r.dst)) {
+    WithScalar(ct, [&](auto s) {
+      Conv2dWeightGrad<decltype(s)>(gy, x, r.dst, d, ct);
+    });
+  }
   r.Finish();
 }
 

@@ -17,6 +17,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "devices/cpu/dnnl_context.h"
 #include "devices/cpu/gemm_bias_grad.h"
 #include "devices/cpu/loops.h"
 #include "dnnl.hpp"
@@ -107,18 +108,6 @@ absl::Status OpenBlasGemm(const GemmArgs& g) {
 }
 
 // ---- oneDNN matmul (f32; f16/bf16 where the CPU has kernels). ----
-
-// One engine and stream for the process. A CPU stream executes synchronously
-// on the calling thread, so sharing it between threads is safe; primitives
-// are immutable and may run concurrently.
-struct DnnlContext {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-};
-DnnlContext& Dnnl() {
-  static DnnlContext* ctx = new DnnlContext();
-  return *ctx;
-}
 
 // Everything a primitive is specialized on. Strides are zeroed when batch is
 // 1 so that unbatched calls share entries. oneDNN fixes a primitive's thread
@@ -276,10 +265,8 @@ absl::Status OneDnnGemm(const GemmArgs& g) {
                                                const_cast<void*>(g.bias)));
     }
     if (const size_t bytes = e.scratch_md.get_size(); bytes > 0) {
-      thread_local std::vector<char> scratch;
-      if (scratch.size() < bytes) scratch.resize(bytes);
-      args.emplace(DNNL_ARG_SCRATCHPAD,
-                   dnnl::memory(e.scratch_md, ctx.engine, scratch.data()));
+      args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(e.scratch_md, ctx.engine,
+                                                     DnnlScratchpad(bytes)));
     }
     e.prim.execute(ctx.stream, args);
     ctx.stream.wait();

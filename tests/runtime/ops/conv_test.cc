@@ -2,7 +2,9 @@
 // paddings, dilations, groups, ceil_mode and count_include_pad, against the
 // float64 reference loops below (PyTorch's definitions, written out), with
 // the tolerances of tests/runtime/ops/op_reference.h; conv sums scale theirs
-// by sum |x w| as matmul does.
+// by sum |x w| as matmul does. Convolutions run through both CPU paths:
+// oneDNN's primitives and the im2col + GEMM reference.
+#include "devices/cpu/conv_dnnl.h"
 #include "tests/runtime/ops/op_reference.h"
 
 namespace stepjit::op_test {
@@ -89,10 +91,33 @@ const Geometry kGeometries[] = {
     {1, 1, 1, 1, 0, 0, 1, 1, 2}, {3, 3, 1, 2, 1, 1, 1, 2, 2},
     {2, 3, 3, 2, 1, 1, 2, 2, 4}};
 
-class ConvTest : public ::testing::TestWithParam<DType> {};
+using runtime::cpu::ConvBackend;
+
+// Sets the CPU convolution path for one scope.
+class BackendScope {
+ public:
+  explicit BackendScope(ConvBackend b)
+      : previous_(runtime::cpu::SetConvBackend(b)) {}
+  ~BackendScope() { runtime::cpu::SetConvBackend(previous_); }
+  BackendScope(const BackendScope&) = delete;
+  BackendScope& operator=(const BackendScope&) = delete;
+
+ private:
+  ConvBackend previous_;
+};
+
+const char* BackendName(ConvBackend b) {
+  return b == ConvBackend::kOneDnn      ? "onednn"
+         : b == ConvBackend::kReference ? "reference"
+                                        : "auto";
+}
+
+class ConvTest
+    : public ::testing::TestWithParam<std::tuple<DType, ConvBackend>> {};
 
 TEST_P(ConvTest, ForwardAndBothGradientsMatchTheReference) {
-  const DType t = GetParam();
+  const DType t = std::get<0>(GetParam());
+  const BackendScope backend(std::get<1>(GetParam()));
   Tol tol = TolFor(t);
   if (t == DType::kF32) tol = {1e-6, 1e-7};  // scaled by sum |x w|
   int seed = 0;
@@ -159,10 +184,70 @@ TEST_P(ConvTest, ForwardAndBothGradientsMatchTheReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, ConvTest,
-                         ::testing::Values(DType::kF32, DType::kF64,
-                                           DType::kBF16),
-                         [](const auto& info) { return Name(info.param); });
+// (oneDNN computes in f32: f64 always takes the reference path.)
+INSTANTIATE_TEST_SUITE_P(
+    Dtypes, ConvTest,
+    ::testing::Values(std::make_tuple(DType::kF32, ConvBackend::kOneDnn),
+                      std::make_tuple(DType::kF32, ConvBackend::kReference),
+                      std::make_tuple(DType::kF64, ConvBackend::kAuto),
+                      std::make_tuple(DType::kBF16, ConvBackend::kOneDnn),
+                      std::make_tuple(DType::kBF16, ConvBackend::kReference)),
+    [](const auto& info) {
+      return std::string(Name(std::get<0>(info.param))) + "_" +
+             BackendName(std::get<1>(info.param));
+    });
+
+// Wide channels, where oneDNN picks blocked layouts and its vectorized
+// kernels: each pass in f32 through oneDNN against the same pass in f64
+// (the reference path, itself checked against loops above).
+TEST(ConvOpsTest, OneDnnMatchesFloat64OnWideChannels) {
+  struct Case {
+    Dims x, w;
+    Geometry g;
+  };
+  const Case cases[] = {
+      {{3, 16, 9, 9}, {32, 16, 3, 3}, {3, 3, 1, 1, 1, 1, 1, 1, 1}},
+      {{2, 32, 11, 10}, {32, 16, 3, 3}, {3, 3, 2, 2, 1, 1, 1, 1, 2}},
+      {{5, 24, 8, 8}, {48, 24, 1, 1}, {1, 1, 1, 1, 0, 0, 1, 1, 1}},
+      {{1, 64, 13, 13}, {16, 64, 5, 5}, {5, 5, 3, 3, 2, 2, 1, 1, 1}},
+      {{2, 16, 12, 12}, {16, 1, 3, 3}, {3, 3, 1, 1, 2, 2, 2, 2, 16}},
+  };
+  const BackendScope backend(ConvBackend::kOneDnn);
+  int seed = 100;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message()
+                 << "x " << ::testing::PrintToString(c.x) << " w "
+                 << ::testing::PrintToString(c.w) << " groups " << c.g.groups);
+    const Tensor x = RandomTensor(c.x, DType::kF32, -1, 1, ++seed);
+    const Tensor w = RandomTensor(c.w, DType::kF32, -1, 1, ++seed);
+    const Tensor b = RandomTensor({c.w[0]}, DType::kF32, -1, 1, ++seed);
+    const Tensor x64 = x.to(DType::kF64), w64 = w.to(DType::kF64),
+                 b64 = b.to(DType::kF64);
+    const Tensor y = conv2d(x, w, b, Options(c.g));
+    const Tensor y64 = conv2d(x64, w64, b64, Options(c.g));
+    const Values bv = Read(b);
+    Dims os;
+    Values scale;
+    RefConv(Read(x), c.x, Read(w), c.w, &bv, c.g, &os, &scale);
+    ASSERT_EQ(ShapeOf(y), os);
+    EXPECT_TRUE(ScaledClose(Read(y), Read(y64), scale, {1e-6, 1e-6}));
+
+    const Tensor gy = RandomTensor(os, DType::kF32, -1, 1, ++seed);
+    const Tensor gy64 = gy.to(DType::kF64);
+    const Tensor dx = conv2d_backward_input(gy, w, x.shape(), Options(c.g));
+    const Tensor dx64 =
+        conv2d_backward_input(gy64, w64, x.shape(), Options(c.g));
+    const Values dx_scale(static_cast<size_t>(dx.numel()),
+                          static_cast<double>(c.w[0] * c.w[2] * c.w[3]));
+    EXPECT_TRUE(ScaledClose(Read(dx), Read(dx64), dx_scale, {1e-6, 1e-6}));
+    const Tensor dw = conv2d_backward_weight(gy, x, w.shape(), Options(c.g));
+    const Tensor dw64 =
+        conv2d_backward_weight(gy64, x64, w.shape(), Options(c.g));
+    const Values dw_scale(static_cast<size_t>(dw.numel()),
+                          static_cast<double>(os[0] * os[2] * os[3]));
+    EXPECT_TRUE(ScaledClose(Read(dw), Read(dw64), dw_scale, {1e-6, 1e-6}));
+  }
+}
 
 TEST(ConvOpsTest, NonContiguousOperandsAndOneByOneImages) {
   // A permuted (channels-last) input and weight; a 1x1 image with padding.
