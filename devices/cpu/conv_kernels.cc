@@ -11,8 +11,13 @@
 //
 // That is the reference path. f32 (and the halves, in f32) take oneDNN's
 // convolution primitives instead where oneDNN has one (conv_dnnl.h).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -318,31 +323,158 @@ void Conv2dBackwardWeightKernel(const KernelArgs& k) {
   r.Finish();
 }
 
-// The input position (y * W + x) max_pool2d's window at output (oy, ox)
-// picks, -1 when none of it is inside the input: the first largest in
-// window order, or the last NaN. (Compared in double: exact for every float
-// dtype.)
+// The output positions o in [0, n_out) whose input position o * stride +
+// offset lies in [0, n_in), as [*lo, *hi).
+void ValidOutputs(int64_t n_out, int64_t n_in, int64_t stride, int64_t offset,
+                  int64_t* lo, int64_t* hi) {
+  *lo = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+  *hi = n_in - 1 - offset < 0 ? 0 : (n_in - 1 - offset) / stride + 1;
+  *lo = std::min(*lo, n_out);
+  *hi = std::clamp(*hi, *lo, n_out);
+}
+
+// The exact comparison type of a stored float type: every f32, f16 and bf16
+// value is exact in float.
 template <typename T>
-int64_t MaxPickExact(const T* plane, const Window2d& win, int64_t h, int64_t w,
-                     int64_t oy, int64_t ox) {
-  int64_t best = -1;
-  double best_v = 0;
+using CompareOf = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// One tap of max_pool2d over a run of n outputs: src[i * stride] (stride
+// a compile-time constant where it is 1 or 2, so that the loop vectorizes)
+// against best[i], and with kPick, its position pos0 + i * stride against
+// pick[i]. Written as plain selects so that the loop vectorizes (compare
+// and blend): on real data the comparison is a coin flip, and a branch per
+// tap, mispredicted half the time, cost more than the load.
+template <bool kPick, int kStride, typename T, typename C, typename P>
+void MaxTap(const T* __restrict src, int64_t runtime_stride, int64_t n,
+            C* __restrict best, P* __restrict pick, int64_t pos0) {
+  const int64_t stride = kStride > 0 ? kStride : runtime_stride;
+  for (int64_t i = 0; i < n; ++i) {
+    const C v = Convert<C>(src[i * stride]), b = best[i];
+    if constexpr (kPick) {
+      // (A window whose values are all -inf keeps pick -1 here;
+      // MaxPoolRow picks its first tap afterwards.)
+      const P pos = static_cast<P>(pos0 + i * stride);
+      const bool larger = v > b;
+      const C b1 = larger ? v : b;
+      const P p1 = larger ? pos : pick[i];
+      const bool nan = v != v;
+      best[i] = nan ? v : b1;
+      pick[i] = nan ? pos : p1;
+    } else {
+      // Two plain selects, which vectorize (compare and blend).
+      const C larger = v > b ? v : b;
+      best[i] = v != v ? v : larger;
+    }
+  }
+}
+
+// MaxTap for f32 with int32 picks in AVX2 lanes (compare and blend; the
+// compilers kept a branch per tap for the picks), the last partial vector
+// masked: image rows are short.
+__attribute__((target("avx2"))) void MaxTapAvx2(const float* src,
+                                                int64_t stride, int64_t n,
+                                                float* best, int32_t* pick,
+                                                int64_t pos0) {
+  // (The forward, without picks, is left to the compiler, which vectorizes
+  // it better than these gathers.)
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i offsets =
+      _mm256_mullo_epi32(lanes, _mm256_set1_epi32(static_cast<int>(stride)));
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256i mask = _mm256_cmpgt_epi32(
+        _mm256_set1_epi32(static_cast<int>(std::min<int64_t>(n - i, 8))),
+        lanes);
+    const __m256 v = stride == 1 ? _mm256_maskload_ps(src + i, mask)
+                                 : _mm256_mask_i32gather_ps(
+                                       _mm256_setzero_ps(), src + i * stride,
+                                       offsets, _mm256_castsi256_ps(mask), 4);
+    const __m256 b = _mm256_maskload_ps(best + i, mask);
+    const __m256 larger = _mm256_cmp_ps(v, b, _CMP_GT_OQ);
+    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    const __m256 take = _mm256_or_ps(larger, nan);
+    _mm256_maskstore_ps(best + i, mask, _mm256_blendv_ps(b, v, take));
+    {
+      const __m256i pos = _mm256_add_epi32(
+          _mm256_set1_epi32(static_cast<int>(pos0 + i * stride)), offsets);
+      const __m256 old = _mm256_castsi256_ps(
+          _mm256_maskload_epi32(reinterpret_cast<const int*>(pick + i), mask));
+      const __m256 chosen =
+          _mm256_blendv_ps(old, _mm256_castsi256_ps(pos), take);
+      _mm256_maskstore_epi32(reinterpret_cast<int*>(pick + i), mask,
+                             _mm256_castps_si256(chosen));
+    }
+  }
+}
+
+bool HasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+
+// Output row `oy` of max_pool2d over one plane: best[ox] is the window's
+// largest value (NaN when it holds one; -inf when the window is wholly in
+// the padding, which dilation allows). With kPick, pick[ox] is the input
+// position (y * W + x) it came from: the first largest in window order, or
+// the last NaN, -1 when none of the window is inside the input. The taps
+// run in window order, each over the whole row.
+template <bool kPick, typename T, typename P = int64_t>
+void MaxPoolRow(const T* plane, const Window2d& win, int64_t h, int64_t w,
+                int64_t oy, int64_t ow, CompareOf<T>* best, P* pick) {
+  using C = CompareOf<T>;
+  std::fill(best, best + ow, -std::numeric_limits<C>::infinity());
+  if constexpr (kPick) std::fill(pick, pick + ow, P{-1});
+  const int64_t sx = win.stride[1];
   for (int64_t kh = 0; kh < win.kernel[0]; ++kh) {
     const int64_t iy =
         oy * win.stride[0] - win.padding[0] + kh * win.dilation[0];
     if (iy < 0 || iy >= h) continue;
+    const T* row = plane + iy * w;
     for (int64_t kw = 0; kw < win.kernel[1]; ++kw) {
-      const int64_t ix =
-          ox * win.stride[1] - win.padding[1] + kw * win.dilation[1];
-      if (ix < 0 || ix >= w) continue;
-      const double v = Convert<double>(plane[iy * w + ix]);
-      if (best < 0 || v > best_v || std::isnan(v)) {
-        best = iy * w + ix;
-        best_v = v;
+      const int64_t offset = kw * win.dilation[1] - win.padding[1];
+      int64_t lo, hi;
+      ValidOutputs(ow, w, sx, offset, &lo, &hi);
+      const int64_t ix0 = lo * sx + offset;
+      P* pk = kPick ? pick + lo : nullptr;
+      if constexpr (kPick && std::is_same_v<T, float> &&
+                    std::is_same_v<P, int32_t>) {
+        if (HasAvx2() && hi > lo) {
+          MaxTapAvx2(row + ix0, sx, hi - lo, best + lo, pk, iy * w + ix0);
+          continue;
+        }
+      }
+      const int64_t ix0_rest = lo * sx + offset;
+      const T* src_rest = row + ix0_rest;
+      if (sx == 1) {
+        MaxTap<kPick, 1>(src_rest, sx, hi - lo, best + lo, pk,
+                         iy * w + ix0_rest);
+      } else if (sx == 2) {
+        MaxTap<kPick, 2>(src_rest, sx, hi - lo, best + lo, pk,
+                         iy * w + ix0_rest);
+      } else {
+        MaxTap<kPick, 0>(src_rest, sx, hi - lo, best + lo, pk,
+                         iy * w + ix0_rest);
       }
     }
   }
-  return best;
+  if constexpr (kPick) {
+    // Windows of -inf only (or wholly in the padding): the first tap inside
+    // the input, if any.
+    for (int64_t ox = 0; ox < ow; ++ox) {
+      if (pick[ox] >= 0) continue;
+      for (int64_t kh = 0; kh < win.kernel[0] && pick[ox] < 0; ++kh) {
+        const int64_t iy =
+            oy * win.stride[0] - win.padding[0] + kh * win.dilation[0];
+        if (iy < 0 || iy >= h) continue;
+        for (int64_t kw = 0; kw < win.kernel[1]; ++kw) {
+          const int64_t ix = ox * sx - win.padding[1] + kw * win.dilation[1];
+          if (ix >= 0 && ix < w) {
+            pick[ox] = static_cast<P>(iy * w + ix);
+            break;
+          }
+        }
+      }
+    }
+  }
 }
 
 // The sizes of a pool: input planes [N * C] of [H, W], output [OH, OW].
@@ -364,16 +496,15 @@ void MaxPool2dKernel(const KernelArgs& k) {
     const T* xp = x.data<T>();
     T* yp = k.out.data<T>();
     ParallelFor(d.planes, kPlaneGrain, [&](int64_t begin, int64_t end) {
+      std::vector<CompareOf<T>> best(static_cast<size_t>(d.ow));
       for (int64_t pl = begin; pl < end; ++pl) {
         const T* plane = xp + pl * d.h * d.w;
         T* out = yp + pl * d.oh * d.ow;
         for (int64_t oy = 0; oy < d.oh; ++oy) {
-          for (int64_t ox = 0; ox < d.ow; ++ox) {
-            const int64_t at = MaxPickExact(plane, win, d.h, d.w, oy, ox);
-            // (A window wholly in the padding, which dilation allows,
-            // gives -inf.)
-            out[oy * d.ow + ox] = at >= 0 ? plane[at] : Convert<T>(-INFINITY);
-          }
+          MaxPoolRow<false>(plane, win, d.h, d.w, oy, d.ow, best.data(),
+                            static_cast<int64_t*>(nullptr));
+          for (int64_t ox = 0; ox < d.ow; ++ox)
+            out[oy * d.ow + ox] = Convert<T>(best[ox]);
         }
       }
     });
@@ -389,22 +520,36 @@ void MaxPool2dBackwardKernel(const KernelArgs& k) {
     const T* xp = x.data<T>();
     const T* gp = gy.data<T>();
     T* dx = k.out.data<T>();
-    ParallelFor(d.planes, kPlaneGrain, [&](int64_t begin, int64_t end) {
-      std::vector<Acc> acc(static_cast<size_t>(d.h * d.w));
-      for (int64_t pl = begin; pl < end; ++pl) {
-        std::fill(acc.begin(), acc.end(), Acc(0));
-        const T* plane = xp + pl * d.h * d.w;
-        const T* g = gp + pl * d.oh * d.ow;
-        for (int64_t oy = 0; oy < d.oh; ++oy) {
-          for (int64_t ox = 0; ox < d.ow; ++ox) {
-            const int64_t at = MaxPickExact(plane, win, d.h, d.w, oy, ox);
-            if (at >= 0) acc[at] += Convert<Acc>(g[oy * d.ow + ox]);
+    // Positions as int32 where a plane allows (the common case), so that
+    // the picks share the comparisons' vector lanes.
+    auto run = [&](auto position) {
+      using P = decltype(position);
+      ParallelFor(d.planes, kPlaneGrain, [&](int64_t begin, int64_t end) {
+        std::vector<Acc> acc(static_cast<size_t>(d.h * d.w));
+        std::vector<CompareOf<T>> best(static_cast<size_t>(d.ow));
+        std::vector<P> pick(static_cast<size_t>(d.ow));
+        for (int64_t pl = begin; pl < end; ++pl) {
+          std::fill(acc.begin(), acc.end(), Acc(0));
+          const T* plane = xp + pl * d.h * d.w;
+          const T* g = gp + pl * d.oh * d.ow;
+          for (int64_t oy = 0; oy < d.oh; ++oy) {
+            MaxPoolRow<true>(plane, win, d.h, d.w, oy, d.ow, best.data(),
+                             pick.data());
+            for (int64_t ox = 0; ox < d.ow; ++ox) {
+              if (pick[ox] >= 0)
+                acc[pick[ox]] += Convert<Acc>(g[oy * d.ow + ox]);
+            }
           }
+          T* out = dx + pl * d.h * d.w;
+          for (int64_t i = 0; i < d.h * d.w; ++i) out[i] = Convert<T>(acc[i]);
         }
-        T* out = dx + pl * d.h * d.w;
-        for (int64_t i = 0; i < d.h * d.w; ++i) out[i] = Convert<T>(acc[i]);
-      }
-    });
+      });
+    };
+    if (d.h * d.w <= std::numeric_limits<int32_t>::max()) {
+      run(int32_t{});
+    } else {
+      run(int64_t{});
+    }
   });
 }
 

@@ -407,6 +407,49 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, PoolTest,
                                            DType::kBF16, DType::kF16),
                          [](const auto& info) { return Name(info.param); });
 
+// Rows long enough for whole vectors and a partial one, values with many
+// ties, NaNs, and windows of -inf only: the picks follow PyTorch's rule
+// (the first largest, the last NaN; a window of -inf picks its first tap).
+TEST(PoolOpsTest, MaxPoolOnWideRowsWithTiesNaNAndInfinities) {
+  for (const DType t : {DType::kF32, DType::kF64, DType::kBF16}) {
+    for (const PoolGeometry& g : kPools) {
+      SCOPED_TRACE(::testing::Message()
+                   << "k " << g.kh << "x" << g.kw << " s " << g.sh << ","
+                   << g.sw << " p " << g.ph << "," << g.pw << " d " << g.dh
+                   << "," << g.dw << " " << Name(t));
+      const Dims xs{2, 2, 9, 37};
+      Values xv = Read(RandomTensor(xs, DType::kF64, -3, 3, 41));
+      for (size_t i = 0; i < xv.size(); ++i) {
+        xv[i] = std::round(xv[i]);  // ties
+        if (i % 53 == 7) xv[i] = std::nan("");
+        if (i % 5 == 0 || (i / 37) % 9 == 4) xv[i] = -INFINITY;
+      }
+      const Tensor x = Make(xv, xs, t);
+      Dims os;
+      Values mv;
+      std::vector<int64_t> pick;
+      RefMaxPool(xv, xs, g, &os, &mv, &pick);
+      const Tensor m = max_pool2d(x, PoolOptions(g));
+      ASSERT_EQ(ShapeOf(m), os);
+      const Values got = Read(m);
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (std::isnan(mv[i])) {
+          EXPECT_TRUE(std::isnan(got[i])) << i;
+        } else {
+          EXPECT_EQ(got[i], mv[i]) << i;
+        }
+      }
+      const Tensor gy = RandomTensor(os, t, -1, 1, 42);
+      const Values gv = Read(gy);
+      Values want(xv.size(), 0.0);
+      for (size_t i = 0; i < pick.size(); ++i)
+        if (pick[i] >= 0) want[pick[i]] += gv[i];
+      EXPECT_TRUE(AllClose(Read(max_pool2d_backward(gy, x, PoolOptions(g))),
+                           want, TolFor(t)));
+    }
+  }
+}
+
 TEST(PoolOpsTest, MaxPoolTiesPickTheFirstAndNaNWins) {
   // Two 2x2 windows: {1, 5 | 5, 3} ties, {2, NaN | 4, NaN} has two NaNs.
   const Tensor x =
