@@ -6,6 +6,13 @@ stepjit-bench, f32 on the CPU with 2 threads, on a rotating pool of 16 random
 batches drawn with a fixed seed (the same scheme as stepjit-bench; the values
 differ because the generators differ, which does not matter for timing):
   mlp*            MLPs (Linear + ReLU) on random f32 inputs and class labels.
+  cnn_adamw_b128  bench/workloads.cc's MakeCnn on random [B, 1, 28, 28] images:
+                  Conv2d(1, 32, 3, padding 1), ReLU, MaxPool2d(2),
+                  Conv2d(32, 64, 3, padding 1), ReLU, MaxPool2d(2), Flatten,
+                  Linear(3136, 128), ReLU, Linear(128, 10); PyTorch's default
+                  init (stepjit's nn::Conv2d and nn::Linear use the same).
+                  jax_jit writes it with lax.conv_general_dilated and
+                  reduce_window (NCHW).
   gpt_dD_lL_tT_bB stepjit's nn::GPT (training/nn/transformer.h): token and
                   learned position embeddings, L pre-LN blocks (LayerNorm,
                   causal multi-head self-attention with one fused QKV
@@ -69,6 +76,7 @@ WORKLOADS = {
                                  batch=16, opt="adamw", lr=1e-3,
                                  sizes=[72, 8, 128, 40, 96, 16, 112, 56, 24, 88, 64, 120, 32,
                                         104, 48, 80]),
+    "cnn_adamw_b128": dict(cnn=True, classes=10, batch=128, opt="adamw", lr=1e-3),
     "mlp784_adamw_bvar": dict(widths=[784, 512, 512, 10], batch=256, opt="adamw", lr=1e-3,
                               sizes=[37, 201, 1, 129, 84, 256, 13, 170, 58, 243, 112, 7, 190,
                                      65, 146, 29]),
@@ -186,6 +194,12 @@ def torch_setup(w, device="cpu", bf16=None):
     torch.manual_seed(0)
     if "gpt" in w:
         model = torch_gpt(w["gpt"])
+    elif w.get("cnn"):
+        nn = torch.nn
+        model = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(),
+                              nn.Linear(128, 10))
     else:
         layers = []
         for i in range(len(w["widths"]) - 1):
@@ -208,6 +222,10 @@ def torch_setup(w, device="cpu", bf16=None):
                 for t in lengths]
         pool = [(s[:, :-1].contiguous().to(device), s[:, 1:].contiguous().to(device))
                 for s in seqs]
+    elif w.get("cnn"):
+        pool = [(torch.randn(w["batch"], 1, 28, 28, generator=gen).to(device),
+                 torch.randint(0, w["classes"], (w["batch"],), generator=gen).to(device))
+                for _ in range(POOL)]
     else:
         batches = sizes or [w["batch"]] * POOL
         pool = [(torch.randn(b, w["widths"][0], generator=gen).to(device),
@@ -280,6 +298,52 @@ def jax_mlp(w):
         rng, kx, ky = jax.random.split(rng, 3)
         pool.append((jax.random.normal(kx, (w["batch"], w["widths"][0]), jnp.float32),
                      jax.random.randint(ky, (w["batch"],), 0, w["widths"][-1])))
+    return params, loss_fn, pool
+
+
+def jax_cnn(w):
+    """The CNN of torch_setup as pure functions (NCHW, OIHW), PyTorch's
+    default init, with its loss and batch pool."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from jax import lax
+
+    key = jax.random.PRNGKey(0)
+
+    def uniform(shape, fan_in):
+        nonlocal key
+        key, k = jax.random.split(key)
+        bound = 1.0 / fan_in ** 0.5
+        return jax.random.uniform(k, shape, jnp.float32, -bound, bound)
+
+    params = {"c1": (uniform((32, 1, 3, 3), 9), uniform((32,), 9)),
+              "c2": (uniform((64, 32, 3, 3), 288), uniform((64,), 288)),
+              "l1": (uniform((3136, 128), 3136), uniform((128,), 3136)),
+              "l2": (uniform((128, 10), 128), uniform((10,), 128))}
+
+    def conv(p, x):
+        y = lax.conv_general_dilated(x, p[0], (1, 1), ((1, 1), (1, 1)),
+                                     dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        return y + p[1][None, :, None, None]
+
+    def pool2(x):
+        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+
+    def loss_fn(p, x, y):
+        h = pool2(jax.nn.relu(conv(p["c1"], x)))
+        h = pool2(jax.nn.relu(conv(p["c2"], h)))
+        h = h.reshape(h.shape[0], -1)
+        h = jax.nn.relu(h @ p["l1"][0] + p["l1"][1])
+        logits = h @ p["l2"][0] + p["l2"][1]
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+    rng = jax.random.PRNGKey(DATA_SEED)
+    pool = []
+    for _ in range(POOL):
+        rng, kx, ky = jax.random.split(rng, 3)
+        pool.append((jax.random.normal(kx, (w["batch"], 1, 28, 28), jnp.float32),
+                     jax.random.randint(ky, (w["batch"],), 0, w["classes"])))
     return params, loss_fn, pool
 
 
@@ -360,7 +424,8 @@ def run_jax_jit(name, w, args):
     import jax
     import optax
 
-    params, loss_fn, pool = (jax_gpt if "gpt" in w else jax_mlp)(w)
+    params, loss_fn, pool = (jax_gpt if "gpt" in w else
+                             jax_cnn if w.get("cnn") else jax_mlp)(w)
     if w["opt"] == "sgd":
         tx = optax.sgd(w["lr"], momentum=0.9)
     else:
