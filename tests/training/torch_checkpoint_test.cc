@@ -2,6 +2,8 @@
 // make_torch_checkpoints.py) load without PyTorch and give PyTorch's
 // numbers: every dtype's values, an MLP's logits, and one more AdamW step
 // from PyTorch's optimizer state.
+#include <algorithm>
+#include <array>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -126,6 +128,82 @@ TEST(TorchCheckpointTest, MlpGivesTorchsLogitsAndNextStep) {
     for (size_t i = 0; i < got.size(); ++i)
       EXPECT_NEAR(got[i], want[i], 1e-6) << i;
   }
+}
+
+// make_torch_checkpoints.py's CNN with batch norm, by the same names.
+nn::Sequential TorchCnn() {
+  const nn::Conv2dModuleOptions no_bias{.padding = {1, 1}, .bias = false};
+  return nn::Sequential(
+      nn::Conv2d(1, 4, 3, no_bias), nn::BatchNorm2d(4), nn::ReLU(),
+      nn::MaxPool2d(2),
+      nn::Conv2d(4, 6, 3,
+                 nn::Conv2dModuleOptions{
+                     .stride = {2, 2}, .padding = {1, 1}, .bias = false}),
+      nn::BatchNorm2d(6), nn::ReLU(), nn::Conv2d(6, 5, 1),
+      nn::AdaptiveAvgPool2d(std::array<int64_t, 2>{1, 1}), nn::Flatten(),
+      nn::Linear(5, 3));
+}
+
+// The buffers come across too: eval with PyTorch's running statistics gives
+// its logits, and one more training step moves parameters and running
+// statistics (and num_batches_tracked, 3 -> 4) where PyTorch moved them.
+TEST(TorchCheckpointTest, CnnWithBatchNormCarriesItsBuffers) {
+  auto expected = Expected();
+  nn::Sequential model = TorchCnn();
+  optim::AdamW opt(model.parameters(), {.lr = 0.05, .weight_decay = 0.01});
+  const absl::Status s =
+      LoadCheckpoint(DataPath("torch_cnn.safetensors"),
+                     {.model = model.ptr(), .optimizer = &opt});
+  ASSERT_TRUE(s.ok()) << s;
+  const auto state = model.state_dict();
+  for (const char* name : {"1.num_batches_tracked", "5.num_batches_tracked"}) {
+    const auto it =
+        std::find_if(state.begin(), state.end(),
+                     [&](const auto& kv) { return kv.first == name; });
+    ASSERT_NE(it, state.end()) << name;
+    EXPECT_EQ(it->second.dtype(), DType::kI64) << name;
+    EXPECT_EQ(it->second.item<int64_t>(), 3) << name;
+  }
+
+  model->eval();
+  const Tensor eval_x =
+      from_vector(Doubles(expected["cnn.eval_x"]), {2, 1, 8, 8})
+          .to(DType::kF32);
+  std::vector<double> logits;
+  {
+    NoGradGuard no_grad;
+    logits = Values(model(eval_x));
+  }
+  const std::vector<double> want_logits = Doubles(expected["cnn.logits"]);
+  ASSERT_EQ(logits.size(), want_logits.size());
+  for (size_t i = 0; i < logits.size(); ++i)
+    EXPECT_NEAR(logits[i], want_logits[i], 1e-5) << i;
+
+  // Training mode: batch statistics, running statistics updated. 1e-5
+  // absolute: batch-norm statistics and convolutions sum in other orders.
+  model->train();
+  const Tensor x = from_vector(Doubles(expected["cnn.next_x"]), {4, 1, 8, 8})
+                       .to(DType::kF32);
+  std::vector<int64_t> labels;
+  for (const std::string& v : expected["cnn.next_y"])
+    labels.push_back(std::stoll(v));
+  opt.zero_grad();
+  Tensor loss = cross_entropy(model(x), from_vector(labels, {4}));
+  loss.backward();
+  opt.step();
+  EXPECT_NEAR(loss.item<double>(), std::stod(expected["cnn.next_loss"].at(0)),
+              1e-5);
+  size_t compared = 0;
+  for (const auto& [name, t] : model.state_dict()) {
+    SCOPED_TRACE(name);
+    const std::vector<double> got = Values(t),
+                              want = Doubles(expected["cnn.after." + name]);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 16u);  // 10 parameters and 6 buffers
 }
 
 TEST(TorchCheckpointTest, MismatchedModelIsRefusedWithNames) {
