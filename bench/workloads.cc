@@ -33,9 +33,21 @@ std::shared_ptr<nn::Module> MakeCnn() {
       .ptr();
 }
 
+std::shared_ptr<nn::Module> MakeResnet() {
+  return nn::Sequential(nn::Conv2d(1, 32, 3,
+                                   nn::Conv2dModuleOptions{.padding = {1, 1},
+                                                           .bias = false}),
+                        nn::BatchNorm2d(32), nn::ReLU(), nn::BasicBlock(32, 32),
+                        nn::BasicBlock(32, 64, 2), nn::BasicBlock(64, 128, 2),
+                        nn::AdaptiveAvgPool2d(std::array<int64_t, 2>{1, 1}),
+                        nn::Flatten(), nn::Linear(128, 10))
+      .ptr();
+}
+
 std::shared_ptr<nn::Module> MakeModel(const Workload& w) {
   manual_seed(kInitSeed);
   if (w.cnn) return MakeCnn();
+  if (w.resnet) return MakeResnet();
   if (w.gpt) {
     return std::make_shared<nn::GPTImpl>(
         nn::GPTOptions{.vocab = w.gpt->vocab,
@@ -131,6 +143,14 @@ const std::vector<Workload>& Workloads() {
        .opt = OptKind::kAdamW,
        .lr = 1e-3,
        .cnn = true},
+      {.name = "resnet_adamw_b128",
+       .description = "ResNet on 28x28 images: 3x3 conv 32 + BN stem, "
+                      "BasicBlocks of 32, 64/2 and 128/2 channels, global "
+                      "pool, linear 10; batch 128, AdamW",
+       .batch = 128,
+       .opt = OptKind::kAdamW,
+       .lr = 1e-3,
+       .resnet = true},
       {.name = "mlp784_adamw_bvar",
        .description = "784-512-512-10, AdamW lr 1e-3; the batch size changes "
                       "every call (16 sizes, 1..256)",
@@ -256,9 +276,10 @@ WorkloadRun::WorkloadRun(const Workload& w, CompileOptions options,
                           seq.slice(1, 1, t + 1).contiguous().to(device));
     } else {
       const int64_t b = size > 0 ? size : w.batch;
-      const Tensor x = w.cnn ? randn({b, 1, 28, 28}, {}, &gen)
-                             : randn({b, w.widths.front()}, {}, &gen);
-      const int64_t classes = w.cnn ? 10 : w.widths.back();
+      const bool images = w.cnn || w.resnet;
+      const Tensor x = images ? randn({b, 1, 28, 28}, {}, &gen)
+                              : randn({b, w.widths.front()}, {}, &gen);
+      const int64_t classes = images ? 10 : w.widths.back();
       s.pool.emplace_back(
           x.to(device),
           randint(0, classes, {b}, {.dtype = DType::kI64}, &gen).to(device));

@@ -46,6 +46,11 @@ struct Workload {
   // --model cnn: two 3x3 conv + 2x2 max-pool stages of 32 and 64 channels,
   // then 3136-128-10) instead of an MLP; `widths` is unused.
   bool cnn = false;
+  // Set: a ResNet on [batch, 1, 28, 28] images instead (examples/
+  // fashion_mnist's --model resnet: a 3x3 conv, batch norm and ReLU stem of
+  // 32 channels, nn::BasicBlocks of 32, 64 (stride 2) and 128 (stride 2)
+  // channels, a global average pool and a linear layer to 10).
+  bool resnet = false;
   // Non-empty: one per batch of the pool, the size that varies from call to
   // call (the GPT's sequence length, the MLP's batch size); the pool is
   // stepped through in this order.

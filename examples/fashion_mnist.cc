@@ -42,6 +42,7 @@
 #include "training/data/idx.h"
 #include "training/nn/ddp.h"
 #include "training/nn/layers.h"
+#include "training/nn/resnet.h"
 #include "training/optim/adamw.h"
 
 namespace {
@@ -342,41 +343,6 @@ class ImagesImpl : public nn::Module {
 };
 using Images = nn::ModuleHolder<ImagesImpl>;
 
-// A residual block: conv-BN-ReLU-conv-BN plus the input (through a strided
-// 1x1 conv and BN when the shape changes), then ReLU.
-class ResidualImpl : public nn::Module {
- public:
-  ResidualImpl(int64_t in, int64_t out, int64_t stride) {
-    const nn::Conv2dModuleOptions three{
-        .stride = {stride, stride}, .padding = {1, 1}, .bias = false};
-    conv1_ = register_module("conv1", nn::Conv2d(in, out, 3, three));
-    bn1_ = register_module("bn1", nn::BatchNorm2d(out));
-    conv2_ = register_module(
-        "conv2",
-        nn::Conv2d(out, out, 3,
-                   nn::Conv2dModuleOptions{.padding = {1, 1}, .bias = false}));
-    bn2_ = register_module("bn2", nn::BatchNorm2d(out));
-    if (stride != 1 || in != out) {
-      down_conv_ = register_module(
-          "down_conv",
-          nn::Conv2d(in, out, 1,
-                     nn::Conv2dModuleOptions{.stride = {stride, stride},
-                                             .bias = false}));
-      down_bn_ = register_module("down_bn", nn::BatchNorm2d(out));
-    }
-  }
-  Tensor forward(const Tensor& x) override {
-    const Tensor r = bn2_(conv2_(relu(bn1_(conv1_(x)))));
-    const Tensor skip = down_conv_.ptr() ? down_bn_(down_conv_(x)) : x;
-    return relu(r + skip);
-  }
-
- private:
-  nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, down_conv_{nullptr};
-  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, down_bn_{nullptr};
-};
-using Residual = nn::ModuleHolder<ResidualImpl>;
-
 nn::Sequential MakeModel(const std::string& name) {
   if (name == "cnn") {
     const nn::Conv2dModuleOptions same{.padding = {1, 1}};
@@ -391,8 +357,8 @@ nn::Sequential MakeModel(const std::string& name) {
         Images(),
         nn::Conv2d(1, 32, 3,
                    nn::Conv2dModuleOptions{.padding = {1, 1}, .bias = false}),
-        nn::BatchNorm2d(32), nn::ReLU(), Residual(32, 32, 1),
-        Residual(32, 64, 2), Residual(64, 128, 2),
+        nn::BatchNorm2d(32), nn::ReLU(), nn::BasicBlock(32, 32),
+        nn::BasicBlock(32, 64, 2), nn::BasicBlock(64, 128, 2),
         nn::AdaptiveAvgPool2d(std::array<int64_t, 2>{1, 1}), nn::Flatten(),
         nn::Linear(128, 10));
   }

@@ -19,6 +19,7 @@
 #include "training/nn/functional.h"
 #include "training/nn/layers.h"
 #include "training/nn/module.h"
+#include "training/nn/resnet.h"
 #include "training/nn/transformer.h"
 #include "training/optim/adamw.h"
 #include "training/optim/lr_scheduler.h"
