@@ -86,9 +86,10 @@ struct AnalyzeOptions {
   // A region of one element runs entirely as scalar work. Fused regions
   // refuse it (not worth a kernel); single-op eager kernels need it.
   bool allow_one_element = false;
-  // Integer (i32/i64) operands and results, for casts, comparisons, where
-  // and views; integer arithmetic and reductions stay refused. The CUDA
-  // emitter lowers them; the CPU backend leaves them to the interpreter.
+  // Integer (i32/i64) operands and results; integer reductions stay
+  // refused. The emitters lower what they can of the integer ops (the CPU
+  // one: casts from integers, comparisons, where, views, add, sub, mul, neg,
+  // maximum and minimum) and refuse the rest by name.
   bool allow_integers = false;
   // The row plan (above). Off for a generator that lowers only the classic
   // plan; Analyze then refuses bodies that need it.

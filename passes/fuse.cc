@@ -260,7 +260,9 @@ bool Fuser::Outline(FuseStats* stats) {
   for (size_t root = 0; root < nodes_.size(); ++root) {
     if (Find(static_cast<int>(root)) != static_cast<int>(root)) continue;
     std::vector<int> m = members_[root];
-    if (m.size() < 2) continue;
+    // A chain over one element (a step counter's increment) stays as plain
+    // ops: the code generators refuse it, not worth a kernel.
+    if (m.size() < 2 || summary_[root].iter <= 1) continue;
     std::sort(m.begin(), m.end());
     absl::flat_hash_set<const Node*> in;
     for (int i : m) in.insert(nodes_[i]);

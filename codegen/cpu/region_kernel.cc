@@ -31,7 +31,7 @@ namespace {
 
 // Bumped whenever the lowering changes the code it emits for a given body,
 // so stale cache entries are never reused.
-constexpr char kLoweringVersion[] = "region-lowering-5";
+constexpr char kLoweringVersion[] = "region-lowering-6";
 
 // The storage type of one element in memory.
 llvm::Type* MemType(llvm::LLVMContext& c, DType t) {
@@ -258,17 +258,66 @@ class Lowering {
   }
 
   // Converts like the eager Convert<To>(From); half types travel as f32.
+  // Integers: sign-extended or truncated between widths; a float becomes an
+  // integer only through kCast, which Emit refuses (out-of-range values are
+  // undefined in the eager C++ conversion too).
   llvm::Value* Convert(llvm::Value* v, DType from, DType to) {
     if (from == to) return v;
-    if (to == DType::kBool)
+    if (to == DType::kBool) {
+      if (ir::IsIntegral(from))
+        return b_.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
       return b_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
+    }
     llvm::Type* reg = RegType(ctx_, to);
+    if (ir::IsIntegral(to)) {
+      if (from == DType::kBool) return b_.CreateZExt(v, reg);
+      if (ir::IsIntegral(from)) return b_.CreateSExtOrTrunc(v, reg);
+      return b_.CreateFPToSI(v, reg);
+    }
     if (from == DType::kBool) return b_.CreateUIToFP(v, reg);
     if (ir::IsIntegral(from)) return Round(b_.CreateSIToFP(v, reg), to);
     if (v->getType() != reg) {
       v = reg->isDoubleTy() ? b_.CreateFPExt(v, reg) : b_.CreateFPTrunc(v, reg);
     }
     return Round(v, to);
+  }
+
+  // Integer arithmetic, two's complement as the eager kernels compute it:
+  // add, sub, mul, neg, maximum, minimum and the comparisons.
+  template <typename In>
+  absl::StatusOr<llvm::Value*> EmitInteger(OpId op, In in) {
+    switch (op) {
+      case OpId::kAdd:
+        return b_.CreateAdd(in(0), in(1));
+      case OpId::kSub:
+        return b_.CreateSub(in(0), in(1));
+      case OpId::kMul:
+        return b_.CreateMul(in(0), in(1));
+      case OpId::kNeg:
+        return b_.CreateNeg(in(0));
+      case OpId::kMaximum: {
+        llvm::Value *a = in(0), *c = in(1);
+        return b_.CreateSelect(b_.CreateICmpSGE(a, c), a, c);
+      }
+      case OpId::kMinimum: {
+        llvm::Value *a = in(0), *c = in(1);
+        return b_.CreateSelect(b_.CreateICmpSLE(a, c), a, c);
+      }
+      case OpId::kEq:
+        return b_.CreateICmpEQ(in(0), in(1));
+      case OpId::kNe:
+        return b_.CreateICmpNE(in(0), in(1));
+      case OpId::kLt:
+        return b_.CreateICmpSLT(in(0), in(1));
+      case OpId::kLe:
+        return b_.CreateICmpSLE(in(0), in(1));
+      case OpId::kGt:
+        return b_.CreateICmpSGT(in(0), in(1));
+      case OpId::kGe:
+        return b_.CreateICmpSGE(in(0), in(1));
+      default:
+        return Unsupported(absl::StrCat("integer op ", ir::OpName(op)));
+    }
   }
 
   absl::StatusOr<llvm::Value*> Emit(const Node& n, Env& env) {
@@ -278,6 +327,14 @@ class Lowering {
       const Value* v = n.inputs()[k];
       return Convert(env.at(v), v->type().dtype, as);
     };
+    if (op == OpId::kFull && ir::IsIntegral(out)) {
+      if (dims_ != nullptr && n.attrs().GetString(AttrKey::kRole) == kSizeRole)
+        return Unsupported("an integer size in a shape-generic region");
+      return llvm::ConstantInt::get(RegType(ctx_, out),
+                                    static_cast<uint64_t>(static_cast<int64_t>(
+                                        n.attrs().GetDouble(AttrKey::kValue))),
+                                    /*isSigned=*/true);
+    }
     if (op == OpId::kFull) {
       const double value = n.attrs().GetDouble(AttrKey::kValue);
       if (dims_ != nullptr && n.attrs().GetString(AttrKey::kRole) == kSizeRole)
@@ -286,12 +343,19 @@ class Lowering {
                      DType::kF64, out);
     }
     if (IsOrderPreservingView(op)) return env.at(n.inputs()[0]);
+    if (op == OpId::kCast && ir::IsIntegral(out) &&
+        IsFloat(n.inputs()[0]->type().dtype)) {
+      return Unsupported("a cast from a float to an integer");
+    }
     if (op == OpId::kCast) return in(0, out);
     if (op == OpId::kWhere)
       return b_.CreateSelect(in(0, DType::kBool), in(1, out), in(2, out));
     // Operands are converted to the compute dtype first, as dispatch does.
     const DType compute = ComputeDType(n);
     if (compute == DType::kBool) return Unsupported("bool arithmetic");
+    if (ir::IsIntegral(compute)) {
+      return EmitInteger(op, [&](size_t k) { return in(k, compute); });
+    }
     LlvmMath m{b_, m_, RegType(ctx_, compute)};
     std::optional<llvm::Value*> result =
         ApplyScalarDef(m, n, [&](size_t k) { return in(k, compute); });
@@ -1016,7 +1080,8 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
 absl::StatusOr<RegionKernel> CompileRegion(
     const ir::Graph& body, const RegionCompileOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(Plan plan, Analyze(body, {.allow_row_phases = true}));
+  ASSIGN_OR_RETURN(Plan plan, Analyze(body, {.allow_integers = true,
+                                             .allow_row_phases = true}));
   auto ctx = std::make_unique<llvm::LLVMContext>();
   auto module = std::make_unique<llvm::Module>("stepjit", *ctx);
   // Symbols derive from the body's text, so a later process emits the same

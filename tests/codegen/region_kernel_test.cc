@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -160,6 +161,59 @@ graph @bcast(%p0: f32[R,C] input, %p1: f32[C] input, %p2: f32[R,1] input) {
       EXPECT_TRUE(SameBits(got[2], y.to(DType::kBF16))) << rows << "x" << cols;
     }
   }
+}
+
+// Integer arithmetic in two's complement, as the eager kernels: i64 and i32
+// (promoted to i64 where they meet), a constant, comparisons, where and
+// casts to float, over values near the ends of the i64 range (wrapping).
+TEST(RegionKernelTest, IntegerArithmeticMatchesEager) {
+  auto g = Parse(R"(
+graph @ints(%p0: i64[5,7] input, %p1: i32[7] input, %p2: i64[5,7] input) {
+  %0 = add %p0, %p1 : i64[5,7]
+  %1 = full {shape = [], value = 3.0, dtype = i64} : i64[]
+  %2 = mul %0, %1 : i64[5,7]
+  %3 = sub %2, %p2 : i64[5,7]
+  %4 = neg %3 : i64[5,7]
+  %5 = maximum %4, %p0 : i64[5,7]
+  %6 = minimum %5, %p2 : i64[5,7]
+  %7 = gt %6, %p0 : bool[5,7]
+  %8 = where %7, %6, %p2 : i64[5,7]
+  %9 = cast %8 {dtype = f32} : f32[5,7]
+  %10 = le %0, %p2 : bool[5,7]
+  %11 = lt %p0, %p2 : bool[5,7]
+  %12 = ge %p0, %p2 : bool[5,7]
+  %13 = eq %p0, %p2 : bool[5,7]
+  %14 = ne %p0, %p2 : bool[5,7]
+  return %8, %9, %10, %7, %11, %12, %13, %14
+})");
+  ASSERT_NE(g, nullptr);
+  absl::StatusOr<RegionKernel> k = CompileRegion(*g);
+  ASSERT_TRUE(k.ok()) << k.status();
+  std::vector<int64_t> a, b, c;
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 35; ++i) {
+    const int64_t big = std::numeric_limits<int64_t>::max() - (i % 3);
+    a.push_back(i % 4 == 0 ? big : static_cast<int64_t>(rng() % 2001) - 1000);
+    c.push_back(i % 5 == 0   ? -big
+                : i % 7 == 3 ? a.back()
+                             : static_cast<int64_t>(rng() % 2001) - 1000);
+  }
+  for (int i = 0; i < 7; ++i)
+    b.push_back(static_cast<int64_t>(rng() % 21) - 10);
+  const Tensor x = from_vector(a, {5, 7}), z = from_vector(c, {5, 7});
+  const Tensor y = from_vector(b, {7}).to(DType::kI32);
+  std::vector<Tensor> got = RunKernel(*k, {x, y, z}, ReturnTypes(*g));
+  const Tensor three = full({}, 3.0, {.dtype = DType::kI64});
+  const Tensor v6 = minimum(maximum(-((x + y) * three - z), x), z);
+  const Tensor v8 = where(gt(v6, x), v6, z);
+  EXPECT_TRUE(SameBits(got[0], v8));
+  EXPECT_TRUE(SameBits(got[1], v8.to(DType::kF32)));
+  EXPECT_TRUE(SameBits(got[2], le(x + y, z)));
+  EXPECT_TRUE(SameBits(got[3], gt(v6, x)));
+  EXPECT_TRUE(SameBits(got[4], lt(x, z)));
+  EXPECT_TRUE(SameBits(got[5], ge(x, z)));
+  EXPECT_TRUE(SameBits(got[6], eq(x, z)));
+  EXPECT_TRUE(SameBits(got[7], ne(x, z)));
 }
 
 // The bias-gradient pattern of the MLP backward: a masked gradient, its
@@ -341,20 +395,25 @@ graph @adam(%p0: f32[] input, %p1: f64[] input, %p2: f32[300,257] input, %p3: f3
 // other row ops) lower since the row plan; tests/codegen/row_kernel_test.cc
 // checks them.
 TEST(RegionKernelTest, RegionsItCannotLowerAreUnimplemented) {
-  for (const char* text : {
-           // reductions over different dims
-           R"(graph @b(%p0: f32[4,8] input) {
+  for (const char* text :
+       {// reductions over different dims
+        R"(graph @b(%p0: f32[4,8] input) {
   %0 = sum %p0 {dims = [0], keepdim = false} : f32[8]
   %1 = sum %p0 {dims = [1], keepdim = false} : f32[4]
   return %0, %1
 })",
-           // integer arithmetic
-           R"(graph @c(%p0: i64[16] input) {
-  %0 = add %p0, %p0 : i64[16]
+        // a float becomes an integer (out-of-range values undefined)
+        R"(graph @c(%p0: f32[16] input) {
+  %0 = cast %p0 {dtype = i64} : i64[16]
   return %0
 })",
-           // a reduction over leading dims whose result is broadcast back
-           R"(graph @d(%p0: f32[4,8] input) {
+        // an integer op without an integer lowering
+        R"(graph @e(%p0: i64[16] input) {
+  %0 = abs %p0 : i64[16]
+  return %0
+})",
+        // a reduction over leading dims whose result is broadcast back
+        R"(graph @d(%p0: f32[4,8] input) {
   %0 = amax %p0 {dims = [0], keepdim = true} : f32[1,8]
   %1 = sub %p0, %0 : f32[4,8]
   return %1
