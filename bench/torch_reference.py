@@ -13,6 +13,14 @@ differ because the generators differ, which does not matter for timing):
                   init (stepjit's nn::Conv2d and nn::Linear use the same).
                   jax_jit writes it with lax.conv_general_dilated and
                   reduce_window (NCHW).
+  resnet_adamw_b128 bench/workloads.cc's MakeResnet on the same images: a
+                  3x3 conv (no bias), BatchNorm2d and ReLU stem of 32
+                  channels; torchvision-style BasicBlocks of 32, 64 (stride 2)
+                  and 128 (stride 2) channels (a strided 1x1 conv and
+                  BatchNorm2d on the shortcut where the shape changes); a
+                  global average pool and Linear(128, 10). Batch norm in
+                  training mode updates its running statistics every step
+                  (jax_jit carries them as state).
   gpt_dD_lL_tT_bB stepjit's nn::GPT (training/nn/transformer.h): token and
                   learned position embeddings, L pre-LN blocks (LayerNorm,
                   causal multi-head self-attention with one fused QKV
@@ -77,6 +85,8 @@ WORKLOADS = {
                                  sizes=[72, 8, 128, 40, 96, 16, 112, 56, 24, 88, 64, 120, 32,
                                         104, 48, 80]),
     "cnn_adamw_b128": dict(cnn=True, classes=10, batch=128, opt="adamw", lr=1e-3),
+    "resnet_adamw_b128": dict(cnn=True, resnet=True, classes=10, batch=128, opt="adamw",
+                              lr=1e-3),
     "mlp784_adamw_bvar": dict(widths=[784, 512, 512, 10], batch=256, opt="adamw", lr=1e-3,
                               sizes=[37, 201, 1, 129, 84, 256, 13, 170, 58, 243, 112, 7, 190,
                                      65, 146, 29]),
@@ -185,6 +195,33 @@ def torch_gpt(g):
     return GPT(**g)
 
 
+def torch_resnet():
+    """bench/workloads.cc's MakeResnet (nn::BasicBlock is torchvision's)."""
+    import torch
+    nn = torch.nn
+
+    class BasicBlock(nn.Module):
+        def __init__(self, cin, cout, stride=1):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.downsample = None
+            if stride != 1 or cin != cout:
+                self.downsample = nn.Sequential(
+                    nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            r = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+            return torch.relu(r + (x if self.downsample is None else self.downsample(x)))
+
+    return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32),
+                         nn.ReLU(), BasicBlock(32, 32), BasicBlock(32, 64, 2),
+                         BasicBlock(64, 128, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(128, 10))
+
+
 def torch_setup(w, device="cpu", bf16=None):
     """Model, optimizer, step and batch pool of workload `w` on `device`;
     bf16 autocast when `bf16` (default: --amp bf16)."""
@@ -194,6 +231,8 @@ def torch_setup(w, device="cpu", bf16=None):
     torch.manual_seed(0)
     if "gpt" in w:
         model = torch_gpt(w["gpt"])
+    elif w.get("resnet"):
+        model = torch_resnet()
     elif w.get("cnn"):
         nn = torch.nn
         model = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -347,6 +386,89 @@ def jax_cnn(w):
     return params, loss_fn, pool
 
 
+def jax_resnet(w):
+    """torch_resnet as pure functions: (params, batch statistics), PyTorch's
+    default init (kaiming-uniform convs, BN weight 1 and bias 0), batch norm
+    with batch statistics and a momentum-0.1 update of the running ones."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from jax import lax
+
+    key = jax.random.PRNGKey(0)
+
+    def uniform(shape, fan_in):
+        nonlocal key
+        key, k = jax.random.split(key)
+        bound = 1.0 / fan_in ** 0.5
+        return jax.random.uniform(k, shape, jnp.float32, -bound, bound)
+
+    def conv_p(cin, cout, k):
+        return uniform((cout, cin, k, k), cin * k * k)
+
+    def bn_p(c):
+        return {"w": jnp.ones((c,)), "b": jnp.zeros((c,))}
+
+    def bn_s(c):
+        return {"mean": jnp.zeros((c,)), "var": jnp.ones((c,))}
+
+    blocks = [(32, 32, 1), (32, 64, 2), (64, 128, 2)]
+    params = {"stem": conv_p(1, 32, 3), "stem_bn": bn_p(32), "blocks": [],
+              "fc": (uniform((128, 10), 128), uniform((10,), 128))}
+    stats = {"stem_bn": bn_s(32), "blocks": []}
+    for cin, cout, stride in blocks:
+        p = {"conv1": conv_p(cin, cout, 3), "bn1": bn_p(cout), "conv2": conv_p(cout, cout, 3),
+             "bn2": bn_p(cout)}
+        st = {"bn1": bn_s(cout), "bn2": bn_s(cout)}
+        if stride != 1 or cin != cout:
+            p["down"], p["down_bn"], st["down_bn"] = conv_p(cin, cout, 1), bn_p(cout), bn_s(cout)
+        params["blocks"].append(p)
+        stats["blocks"].append(st)
+
+    def conv(x, wt, stride=1):
+        pad = wt.shape[-1] // 2
+        return lax.conv_general_dilated(x, wt, (stride, stride), ((pad, pad), (pad, pad)),
+                                        dimension_numbers=("NCHW", "OIHW", "NCHW"))
+
+    def bn(x, p, s, new):
+        mean = x.mean(axis=(0, 2, 3))
+        var = x.var(axis=(0, 2, 3))
+        n = x.shape[0] * x.shape[2] * x.shape[3]
+        new.append({"mean": 0.9 * s["mean"] + 0.1 * mean,
+                    "var": 0.9 * s["var"] + 0.1 * var * n / (n - 1)})
+        y = (x - mean[None, :, None, None]) / jnp.sqrt(var[None, :, None, None] + 1e-5)
+        return y * p["w"][None, :, None, None] + p["b"][None, :, None, None]
+
+    def forward(p, s, x):
+        new = []
+        h = jax.nn.relu(bn(conv(x, p["stem"]), p["stem_bn"], s["stem_bn"], new))
+        out_blocks = []
+        for (cin, cout, stride), bp, bs in zip(blocks, p["blocks"], s["blocks"]):
+            nb = []
+            r = jax.nn.relu(bn(conv(h, bp["conv1"], stride), bp["bn1"], bs["bn1"], nb))
+            r = bn(conv(r, bp["conv2"]), bp["bn2"], bs["bn2"], nb)
+            names = ["bn1", "bn2"]
+            if "down" in bp:
+                h = bn(conv(h, bp["down"], stride), bp["down_bn"], bs["down_bn"], nb)
+                names.append("down_bn")
+            h = jax.nn.relu(r + h)
+            out_blocks.append(dict(zip(names, nb)))
+        h = h.mean(axis=(2, 3))
+        return h @ p["fc"][0] + p["fc"][1], {"stem_bn": new[0], "blocks": out_blocks}
+
+    def loss_fn(p, s, x, y):
+        logits, new_s = forward(p, s, x)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), new_s
+
+    rng = jax.random.PRNGKey(DATA_SEED)
+    pool = []
+    for _ in range(POOL):
+        rng, kx, ky = jax.random.split(rng, 3)
+        pool.append((jax.random.normal(kx, (w["batch"], 1, 28, 28), jnp.float32),
+                     jax.random.randint(ky, (w["batch"],), 0, w["classes"])))
+    return params, stats, loss_fn, pool
+
+
 def jax_gpt(w):
     """The GPT of torch_gpt as pure functions over a dict of params (Linear
     weights stored [in, out]), with its loss and batch pool."""
@@ -424,19 +546,32 @@ def run_jax_jit(name, w, args):
     import jax
     import optax
 
-    params, loss_fn, pool = (jax_gpt if "gpt" in w else
-                             jax_cnn if w.get("cnn") else jax_mlp)(w)
+    if w.get("resnet"):
+        params, bn_stats, stat_loss_fn, pool = jax_resnet(w)
+    else:
+        params, loss_fn, pool = (jax_gpt if "gpt" in w else
+                                 jax_cnn if w.get("cnn") else jax_mlp)(w)
     if w["opt"] == "sgd":
         tx = optax.sgd(w["lr"], momentum=0.9)
     else:
         tx = optax.adamw(w["lr"], b1=BETAS[0], b2=BETAS[1], eps=EPS, weight_decay=WEIGHT_DECAY)
 
-    def train_step(p, s, x, y):
-        loss, g = jax.value_and_grad(loss_fn)(p, x, y)
-        updates, s = tx.update(g, s, p)
-        return optax.apply_updates(p, updates), s, loss
+    if w.get("resnet"):
+        # Batch-norm running statistics travel with the optimizer state.
+        def train_step(p, s, x, y):
+            (loss, new_stats), g = jax.value_and_grad(stat_loss_fn, has_aux=True)(
+                p, s["bn"], x, y)
+            updates, opt_state = tx.update(g, s["opt"], p)
+            return optax.apply_updates(p, updates), {"opt": opt_state, "bn": new_stats}, loss
 
-    state = {"p": params, "s": tx.init(params)}
+        state = {"p": params, "s": {"opt": tx.init(params), "bn": bn_stats}}
+    else:
+        def train_step(p, s, x, y):
+            loss, g = jax.value_and_grad(loss_fn)(p, x, y)
+            updates, s = tx.update(g, s, p)
+            return optax.apply_updates(p, updates), s, loss
+
+        state = {"p": params, "s": tx.init(params)}
 
     def make(jitted):
         def call(x, y):

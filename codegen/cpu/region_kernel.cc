@@ -316,7 +316,8 @@ class Lowering {
       case OpId::kGe:
         return b_.CreateICmpSGE(in(0), in(1));
       default:
-        return Unsupported(absl::StrCat("integer op ", ir::OpName(op)));
+        return Unsupported(
+            absl::StrCat("integer arithmetic (", ir::OpName(op), ")"));
     }
   }
 
