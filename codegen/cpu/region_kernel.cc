@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "codegen/coalesce.h"
 #include "codegen/cpu/jit.h"
 #include "codegen/cpu/llvm_math.h"
 #include "codegen/ir_names.h"
@@ -31,7 +32,7 @@ namespace {
 
 // Bumped whenever the lowering changes the code it emits for a given body,
 // so stale cache entries are never reused.
-constexpr char kLoweringVersion[] = "region-lowering-6";
+constexpr char kLoweringVersion[] = "region-lowering-7";
 
 // The storage type of one element in memory.
 llvm::Type* MemType(llvm::LLVMContext& c, DType t) {
@@ -1079,8 +1080,14 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 absl::StatusOr<RegionKernel> CompileRegion(
-    const ir::Graph& body, const RegionCompileOptions& options) {
+    const ir::Graph& original, const RegionCompileOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
+  // Lowered over coalesced dims where they merge (the operands' layout is
+  // the same); a shape-generic kernel keeps the body's own dims, whose
+  // sizes it reads at run time.
+  const std::unique_ptr<ir::Graph> coalesced =
+      options.shape_generic ? nullptr : CoalesceDims(original);
+  const ir::Graph& body = coalesced != nullptr ? *coalesced : original;
   ASSIGN_OR_RETURN(Plan plan, Analyze(body, {.allow_integers = true,
                                              .allow_row_phases = true}));
   auto ctx = std::make_unique<llvm::LLVMContext>();
