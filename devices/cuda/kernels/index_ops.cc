@@ -112,11 +112,13 @@ __device__ bool sj_topk_before(A a, long long ia, A b, long long ib, int largest
       for (; i < n; ++i) part[i % 8] += (double)sj_ld(row[i]);                 \
       const double mean = (((part[0] + part[1]) + (part[2] + part[3])) +       \
                            ((part[4] + part[5]) + (part[6] + part[7]))) / n;   \
-      double ss = 0;                                                           \
+      double sq[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                 \
       for (long long k = 0; k < n; ++k) {                                      \
         const double d = (double)sj_ld(row[k]) - mean;                         \
-        ss += d * d;                                                           \
+        sq[k % 8] += d * d;                                                    \
       }                                                                        \
+      const double ss = ((sq[0] + sq[1]) + (sq[2] + sq[3])) +                  \
+                        ((sq[4] + sq[5]) + (sq[6] + sq[7]));                   \
       const double denom = (double)(n - correction);                           \
       sj_put(&out[r], (ACC)(denom > 0 ? ss / denom                              \
                                       : __longlong_as_double(0x7ff8000000000000LL))); \
