@@ -141,6 +141,13 @@ cl::opt<DeviceFlag, false, tools::WordParser<DeviceFlag>> device(
     cl::values(clEnumValN(DeviceFlag::kCpu, "cpu", "the CPU (default)"),
                clEnumValN(DeviceFlag::kCuda, "cuda", "CUDA device 0")),
     cl::init(DeviceFlag::kCpu), cl::cat(kFlags));
+cl::opt<bool> augment(
+    "augment",
+    cl::desc(
+        "augment the training images in the loader's workers: a\n"
+        "random 28x28 crop from the image padded by 2 and a random\n"
+        "horizontal flip (torchvision's RandomCrop + RandomHorizontalFlip)"),
+    cl::cat(kFlags));
 cl::opt<bool> loss_scaling(
     "loss-scaling",
     cl::desc("use dynamic loss scaling with bf16 too (always on for f16)"),
@@ -204,6 +211,7 @@ struct Flags {
   std::string mode = "eager";
   std::string model = "mlp";
   DType amp = DType::kF32;  // kF32: none
+  bool augment = false;
   bool loss_scaling = false;
   bool compare_amp = false;
   bool check = false;
@@ -227,13 +235,13 @@ bool Lead() { return dist::rank() == 0; }
 std::string TrainingFlags(const Flags& f) {
   return absl::StrFormat(
       "--data-dir %s --epochs %d --max-steps %d --batch-size %d --lr %.17g "
-      "--seed %d --mode %s --model %s "
+      "--seed %d --mode %s --model %s --augment %d "
       "--amp %s --loss-scaling %d --compare-amp %d --check %d --load '%s' "
       "--bucket-mb %.17g "
       "--device %s",
       f.data_dir, f.epochs, f.max_steps, f.batch_size, f.lr, f.seed, f.mode,
-      f.model, ir::DTypeName(f.amp), f.loss_scaling, f.compare_amp, f.check,
-      f.load, f.bucket_mb, f.device.is_cuda() ? "cuda" : "cpu");
+      f.model, f.augment, ir::DTypeName(f.amp), f.loss_scaling, f.compare_amp,
+      f.check, f.load, f.bucket_mb, f.device.is_cuda() ? "cuda" : "cpu");
 }
 
 // Returns an error message, or "" when the command line can be used.
@@ -251,6 +259,7 @@ std::string FromCommandLine(Flags& f) {
             .mode = kModes[static_cast<int>(flags::mode.getValue())],
             .model = kModels[static_cast<int>(flags::model.getValue())],
             .amp = kAmps[static_cast<int>(flags::amp.getValue())],
+            .augment = flags::augment,
             .loss_scaling = flags::loss_scaling,
             .compare_amp = flags::compare_amp,
             .check = flags::check,
@@ -391,7 +400,12 @@ RunResult Run(const Flags& f, const data::Dataset& train,
                                   .prefetch = 4,
                                   .pin_memory = f.device.is_cuda(),
                                   .device = f.device,
-                                  .sampler = sampler});
+                                  .sampler = sampler,
+                                  .augment = {.channels = 1,
+                                              .height = 28,
+                                              .width = 28,
+                                              .padding = f.augment ? 2 : 0,
+                                              .horizontal_flip = f.augment}});
   int64_t total = 0;
   SJ_REQUIRE(!__builtin_mul_overflow(f.epochs, loader.num_batches(), &total),
              "--epochs ", f.epochs, " x ", loader.num_batches(),

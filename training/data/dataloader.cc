@@ -28,12 +28,16 @@ namespace internal {
 class Epoch {
  public:
   Epoch(const Dataset& dataset, std::vector<int64_t> order, int64_t batch_size,
-        int64_t num_batches, int num_workers, int prefetch, bool pin_memory)
+        int64_t num_batches, int num_workers, int prefetch, bool pin_memory,
+        const ImageAugment& augment, uint64_t seed, int64_t epoch)
       : dataset_(dataset),
         order_(std::move(order)),
         batch_size_(batch_size),
         num_batches_(num_batches),
         pin_memory_(pin_memory),
+        augment_(augment),
+        seed_(seed),
+        epoch_(epoch),
         slots_(num_workers > 0 ? prefetch : 0) {
     workers_.reserve(num_workers);
     for (int i = 0; i < num_workers; ++i) {
@@ -85,7 +89,10 @@ class Epoch {
     const int64_t begin = k * batch_size_;
     const int64_t end = std::min<int64_t>(begin + batch_size_,
                                           static_cast<int64_t>(order_.size()));
-    Batch b = dataset_.Get(absl::MakeConstSpan(order_.data() + begin, end - begin));
+    const auto indices =
+        absl::MakeConstSpan(order_.data() + begin, end - begin);
+    Batch b = dataset_.Get(indices);
+    AugmentBatch(b.x, indices, augment_, seed_, epoch_);
     if (pin_memory_) {
       b.x = b.x.pin_memory();
       b.y = b.y.pin_memory();
@@ -126,6 +133,9 @@ class Epoch {
   const int64_t batch_size_;
   const int64_t num_batches_;
   const bool pin_memory_;
+  const ImageAugment augment_;
+  const uint64_t seed_;
+  const int64_t epoch_;
 
   std::mutex mu_;
   std::condition_variable work_cv_;   // workers: a batch may be claimed
@@ -162,14 +172,16 @@ class DeviceStager {
     Staged current = std::move(*staged_);
     staged_.reset();
     Batch host;
-    if (epoch.Next(host)) staged_ = Stage(std::move(host));  // overlaps the caller's work
+    if (epoch.Next(host))
+      staged_ = Stage(std::move(host));  // overlaps the caller's work
     const runtime::cuda::Stream consumer = runtime::cuda::CurrentStream();
     ThrowIfError(backend_->StreamWaitEvent(consumer, current.done));
     backend_->DestroyEvent(current.done);
     // The blocks were allocated on the copy stream: the allocator must not
     // hand them out again before the caller's work on them is done.
     for (const Tensor* t : {&current.device.x, &current.device.y}) {
-      ThrowIfError(runtime::cuda::DeviceAllocator().RecordStream(t->storage()->data(), consumer));
+      ThrowIfError(runtime::cuda::DeviceAllocator().RecordStream(
+          t->storage()->data(), consumer));
     }
     // The pinned source may go now: the pinned pool reuses its block only
     // once the copy from it has finished.
@@ -224,6 +236,9 @@ DataLoader::DataLoader(const Dataset& dataset, DataLoaderOptions options)
                options_.sampler->dataset_size(),
                " samples, but the dataset has ", dataset_.size());
   }
+  if (options_.augment.enabled() && dataset_.size() > 0) {
+    CheckAugment(options_.augment, dataset_.inputs().numel() / dataset_.size());
+  }
   if (options_.device.is_cuda()) {
     absl::StatusOr<runtime::cuda::Backend*> b = runtime::cuda::RequireBackend();
     SJ_REQUIRE(b.ok(), "DataLoader: device ", options_.device.str(),
@@ -273,9 +288,10 @@ DataLoader::Iterator DataLoader::begin() {
   const int workers =
       static_cast<int>(std::min<int64_t>(options_.num_workers, batches));
   Iterator it;
-  it.epoch_ = std::make_unique<internal::Epoch>(dataset_, EpochOrder(epoch), options_.batch_size,
-                                                batches, workers, options_.prefetch,
-                                                options_.pin_memory);
+  it.epoch_ = std::make_unique<internal::Epoch>(
+      dataset_, EpochOrder(epoch), options_.batch_size, batches, workers,
+      options_.prefetch, options_.pin_memory, options_.augment, options_.seed,
+      epoch);
   if (options_.device.is_cuda()) {
     it.stager_ = std::make_unique<internal::DeviceStager>(options_.device);
   }
@@ -294,7 +310,8 @@ DataLoader::Iterator& DataLoader::Iterator::operator++() {
   // The consumer's wait for the next batch (assembling it, without workers).
   runtime::ProfileSpan wait(runtime::kCatData);
   if (wait.active()) wait.set_name("dataloader next batch");
-  const bool more = stager_ != nullptr ? stager_->Next(*epoch_, current_) : epoch_->Next(current_);
+  const bool more = stager_ != nullptr ? stager_->Next(*epoch_, current_)
+                                       : epoch_->Next(current_);
   if (!more) {
     stager_.reset();
     epoch_.reset();

@@ -23,6 +23,7 @@
 #include <memory>
 #include <vector>
 
+#include "training/data/augment.h"
 #include "training/data/dataset.h"
 #include "training/data/distributed_sampler.h"
 
@@ -56,12 +57,16 @@ struct DataLoaderOptions {
   // here, the sampler shuffles). The loader drives its epoch: begin() and
   // set_epoch() set the sampler's epoch to the loader's.
   std::shared_ptr<DistributedSampler> sampler = nullptr;
+  // Random crop and flip of each sample's inputs (augment.h), drawn from
+  // (seed, epoch, sample index), done where the batch is assembled (in the
+  // workers when there are any). Off by default.
+  ImageAugment augment = {};
 };
 
 namespace internal {
 class Epoch;
 class DeviceStager;
-}
+}  // namespace internal
 
 class DataLoader {
  public:
