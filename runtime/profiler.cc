@@ -95,6 +95,25 @@ ProfileWork OpWork(ir::OpId op, absl::Span<const ir::TensorType> inputs,
     w.flops = 2.0 * static_cast<double>(ir::NumElements(out.shape)) *
               static_cast<double>(k);
   }
+  // Convolutions count as GEMMs (im2col's product, 2 per multiply-add):
+  // each output of the forward is a dot product over C / groups * KH * KW
+  // weights, and either gradient does as many multiply-adds.
+  const bool conv = op == ir::OpId::kConv2d ||
+                    op == ir::OpId::kConv2dBackwardInput ||
+                    op == ir::OpId::kConv2dBackwardWeight;
+  if (conv && inputs.size() >= 2) {
+    // The forward's output, and its per-output dot length from the weight
+    // [O, C / groups, KH, KW] (for the weight gradient, its own result).
+    const ir::Shape& y =
+        op == ir::OpId::kConv2d ? out.shape : inputs[0].shape;
+    const ir::Shape& wt =
+        op == ir::OpId::kConv2dBackwardWeight ? out.shape : inputs[1].shape;
+    if (wt.size() == 4) {
+      w.kind = ProfileKind::kGemm;
+      w.flops = 2.0 * static_cast<double>(ir::NumElements(y)) *
+                static_cast<double>(wt[1] * wt[2] * wt[3]);
+    }
+  }
   return w;
 }
 

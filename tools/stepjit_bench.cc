@@ -245,8 +245,10 @@ error naming the reason, before any workload runs.
 
 Roofline (--roofline): after the timed steps, --steps more steps of each
 compiled workload run under the replay profiler, which times every kernel
-and counts its work: a GEMM's FLOPs (2 per multiply-add) and every kernel's
-bytes (each operand and result once, the least it must move). GEMM ms and
+and counts its work: a GEMM's or convolution's FLOPs (2 per multiply-add;
+convolutions and their gradients count as GEMMs, and their FLOPs are in the
+floor at the GEMM rate) and every kernel's bytes (each operand and result
+once, the least it must move). GEMM ms and
 GFLOP/s are the step's GEMMs, % peak against the FMA peak (bf16/f16 steps:
 the bf16 dot-product peak); fused ms and GB/s the generated regions, %
 triad against the triad bandwidth; other ms the remaining kernels. The

@@ -173,6 +173,32 @@ TEST_F(ProfilerTest, EagerGemmFlopsAreTwiceMnk) {
                                         2.0 * 5 * 5 * 7}));
 }
 
+// A convolution and its two gradients count as GEMMs: 2 x outputs of the
+// forward x (C / groups) x KH x KW each, counted here by loops.
+TEST_F(ProfilerTest, ConvolutionFlopsCountEveryMultiplyAdd) {
+  Generator g(3);
+  const Tensor x = randn({2, 4, 9, 8}, {}, &g), w = randn({6, 2, 3, 2}, {}, &g);
+  const Conv2dOptions o{.stride = {2, 1}, .padding = {1, 0}, .groups = 2};
+  Profiler profile;
+  const Tensor y = conv2d(x, w, Tensor(), o);
+  conv2d_backward_input(y, w, x.shape(), o);
+  conv2d_backward_weight(y, x, w.shape(), o);
+  profile.Stop();
+  // Multiply-adds of the forward, counted tap by tap.
+  double macs = 0;
+  for (int64_t oy = 0; oy < y.size(2); ++oy)
+    for (int64_t ox = 0; ox < y.size(3); ++ox)
+      for (int64_t ky = 0; ky < 3; ++ky)
+        for (int64_t kx = 0; kx < 2; ++kx) macs += 1;
+  macs *= 2.0 /*N*/ * 6 /*O*/ * 2 /*C per group*/;
+  std::vector<double> flops;
+  for (const runtime::TraceEvent& e : profile.Events()) {
+    if (e.cat == runtime::kCatOp && e.work.kind == runtime::ProfileKind::kGemm)
+      flops.push_back(e.work.flops);
+  }
+  EXPECT_EQ(flops, (std::vector<double>{2 * macs, 2 * macs, 2 * macs}));
+}
+
 TEST_F(ProfilerTest, PausedWorkIsLeftOut) {
   Generator g(2);
   const Tensor a = randn({4, 6}, {}, &g), b = randn({6, 2}, {}, &g);
