@@ -32,12 +32,12 @@ using tag = dnnl::memory::format_tag;
 constexpr auto kF32 = dnnl::memory::data_type::f32;
 
 // Everything a primitive is specialized on.
-auto KeyOf(ConvPass pass, const ConvShape& s, bool bias) {
+auto KeyOf(ConvPass pass, const ConvShape& s, ir::DType dtype, bool bias) {
   const ir::Window2d& w = s.win;
-  return std::make_tuple(pass, bias, s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.oh,
-                         s.ow, w.stride, w.padding, w.dilation, w.groups);
+  return std::make_tuple(pass, dtype, bias, s.n, s.c, s.h, s.w, s.o, s.kh, s.kw,
+                         s.oh, s.ow, w.stride, w.padding, w.dilation, w.groups);
 }
-using Key = decltype(KeyOf(ConvPass{}, ConvShape{}, false));
+using Key = decltype(KeyOf(ConvPass{}, ConvShape{}, ir::DType::kF32, false));
 
 // One operand: its descriptor in PyTorch's layout, the primitive's, and the
 // reorder between them (to the primitive for inputs, back for the output).
@@ -66,11 +66,8 @@ Cache& TheCache() {
   return *cache;
 }
 
-dnnl::memory::desc Plain(const dims& d, tag t) {
-  return dnnl::memory::desc(d, kF32, t);
-}
-dnnl::memory::desc Any(const dims& d) {
-  return dnnl::memory::desc(d, kF32, tag::any);
+dnnl::memory::data_type DataType(ir::DType t) {
+  return t == ir::DType::kBF16 ? dnnl::memory::data_type::bf16 : kF32;
 }
 
 void Bind(Operand& op, int arg, const dnnl::memory::desc& user,
@@ -88,7 +85,15 @@ void Bind(Operand& op, int arg, const dnnl::memory::desc& user,
   }
 }
 
-void Build(ConvPass pass, const ConvShape& s, bool has_bias, Entry& e) {
+void Build(ConvPass pass, const ConvShape& s, ir::DType dtype, bool has_bias,
+           Entry& e) {
+  const dnnl::memory::data_type dt = DataType(dtype);
+  auto Plain = [dt](const dims& d, tag t) {
+    return dnnl::memory::desc(d, dt, t);
+  };
+  auto Any = [dt](const dims& d) {
+    return dnnl::memory::desc(d, dt, tag::any);
+  };
   const ir::Window2d& w = s.win;
   const int64_t g = w.groups;
   const dims src_d = {s.n, s.c, s.h, s.w}, dst_d = {s.n, s.o, s.oh, s.ow};
@@ -170,8 +175,8 @@ const char* PassName(ConvPass pass) {
 }
 
 absl::StatusOr<const Entry*> GetEntry(ConvPass pass, const ConvShape& s,
-                                      bool has_bias) {
-  const Key key = KeyOf(pass, s, has_bias);
+                                      ir::DType dtype, bool has_bias) {
+  const Key key = KeyOf(pass, s, dtype, has_bias);
   Cache& cache = TheCache();
   std::lock_guard<std::mutex> lock(cache.mu);
   if (auto it = cache.map.find(key); it != cache.map.end()) {
@@ -179,7 +184,7 @@ absl::StatusOr<const Entry*> GetEntry(ConvPass pass, const ConvShape& s,
   }
   auto e = std::make_unique<Entry>();
   try {
-    Build(pass, s, has_bias, *e);
+    Build(pass, s, dtype, has_bias, *e);
   } catch (const dnnl::error& err) {
     if (err.status != dnnl_unimplemented) {
       return absl::InternalError(
@@ -244,10 +249,18 @@ class AllThreads {
 
 }  // namespace
 
-absl::Status DnnlConv2d(ConvPass pass, const ConvShape& s, const float* a,
-                        const float* b, const float* bias, float* out) {
+absl::Status DnnlConv2d(ConvPass pass, const ConvShape& s, ir::DType dtype,
+                        const void* a, const void* b, const void* bias,
+                        void* out) {
+  if (dtype != ir::DType::kF32 && dtype != ir::DType::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(PassName(pass),
+                     ": oneDNN convolutions take f32 or bf16, "
+                     "found ",
+                     ir::DTypeName(dtype)));
+  }
   const AllThreads threads;
-  absl::StatusOr<const Entry*> got = GetEntry(pass, s, bias != nullptr);
+  absl::StatusOr<const Entry*> got = GetEntry(pass, s, dtype, bias != nullptr);
   if (!got.ok()) return got.status();
   const Entry& e = **got;
   if (!e.implemented) {
@@ -258,8 +271,8 @@ absl::Status DnnlConv2d(ConvPass pass, const ConvShape& s, const float* a,
   DnnlContext& ctx = Dnnl();
   try {
     std::unordered_map<int, dnnl::memory> args;
-    auto input = [&](const Operand& op, const float* data, AlignedBuffer& buf) {
-      dnnl::memory user(op.user, ctx.engine, const_cast<float*>(data));
+    auto input = [&](const Operand& op, const void* data, AlignedBuffer& buf) {
+      dnnl::memory user(op.user, ctx.engine, const_cast<void*>(data));
       if (!op.reordered) {
         args.emplace(op.arg, user);
         return;
@@ -278,7 +291,7 @@ absl::Status DnnlConv2d(ConvPass pass, const ConvShape& s, const float* a,
     args.emplace(e.out.arg, inner_out);
     if (bias != nullptr) {
       args.emplace(DNNL_ARG_BIAS, dnnl::memory(e.bias_md, ctx.engine,
-                                               const_cast<float*>(bias)));
+                                               const_cast<void*>(bias)));
     }
     if (const size_t bytes = e.scratch_md.get_size(); bytes > 0) {
       args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(e.scratch_md, ctx.engine,

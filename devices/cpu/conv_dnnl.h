@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "ir/conv.h"
+#include "ir/dtype.h"
 
 namespace stepjit::runtime::cpu {
 
@@ -28,14 +29,17 @@ struct ConvShape {
   ir::Window2d win;
 };
 
-// One pass over contiguous f32 buffers in PyTorch's layouts (NCHW, OIHW):
+// One pass over contiguous buffers of `dtype` (f32, or bf16 where oneDNN has
+// bf16 kernels: f32 accumulation, each result rounded once) in PyTorch's
+// layouts (NCHW, OIHW):
 //   kForward:        a = input,  b = weight, bias (may be null), out = output
 //   kBackwardInput:  a = grad of the output, b = weight, out = grad of input
 //   kBackwardWeight: a = grad of the output, b = input,  out = grad of weight
 // `out` is overwritten. UnimplementedError when oneDNN has no primitive for
 // this geometry on this CPU (the answer is cached too).
-absl::Status DnnlConv2d(ConvPass pass, const ConvShape& s, const float* a,
-                        const float* b, const float* bias, float* out);
+absl::Status DnnlConv2d(ConvPass pass, const ConvShape& s, ir::DType dtype,
+                        const void* a, const void* b, const void* bias,
+                        void* out);
 
 }  // namespace stepjit::runtime::cpu
 

@@ -81,9 +81,10 @@ void ThrowIfError(const absl::Status& st) {
   if (!st.ok()) throw Error(std::string(st.message()));
 }
 
-// Runs `pass` through oneDNN when the backend allows it for compute dtype
-// `ct`; false when the reference path must run instead.
-bool TryOneDnn(ConvPass pass, DType ct, ir::ShapeRef input, ir::ShapeRef weight,
+// Runs `pass` through oneDNN on buffers of dtype `dt` (f32, or bf16 where
+// oneDNN has bf16 kernels) when the backend allows it; false when another
+// path must run instead.
+bool TryOneDnn(ConvPass pass, DType dt, ir::ShapeRef input, ir::ShapeRef weight,
                ir::ShapeRef out, const Window2d& win, const Tensor& a,
                const Tensor& b, const Tensor* bias, const Tensor& dst) {
   const ConvBackend backend = ConvBackendInUse();
@@ -95,7 +96,7 @@ bool TryOneDnn(ConvPass pass, DType ct, ir::ShapeRef input, ir::ShapeRef weight,
     return false;
   }
   // (f64 has no oneDNN convolution: always the reference path.)
-  if (ct != DType::kF32) return false;
+  if (dt != DType::kF32 && dt != DType::kBF16) return false;
   const ConvShape shape{.n = input[0],
                         .c = input[1],
                         .h = input[2],
@@ -106,12 +107,38 @@ bool TryOneDnn(ConvPass pass, DType ct, ir::ShapeRef input, ir::ShapeRef weight,
                         .oh = out[2],
                         .ow = out[3],
                         .win = win};
-  const absl::Status st = DnnlConv2d(
-      pass, shape, a.data<float>(), b.data<float>(),
-      bias != nullptr ? bias->data<float>() : nullptr, dst.data<float>());
+  const absl::Status st =
+      DnnlConv2d(pass, shape, dt, a.data_ptr(), b.data_ptr(),
+                 bias != nullptr ? bias->data_ptr() : nullptr, dst.data_ptr());
   if (st.ok()) return true;
-  if (absl::IsUnimplemented(st) && backend == ConvBackend::kAuto) return false;
+  // Without native bf16 kernels the caller computes in f32 instead.
+  if (absl::IsUnimplemented(st) &&
+      (backend == ConvBackend::kAuto || dt == DType::kBF16)) {
+    return false;
+  }
   ThrowIfError(st);
+  return true;
+}
+
+// bf16 operands and result through oneDNN's bf16 kernels (f32 accumulation,
+// rounded once, as the f32 path computes them); false when that cannot run.
+// `input`, `weight` and `out` are the shapes TryOneDnn takes.
+bool TryNativeBf16(ConvPass pass, const KernelArgs& k, ir::ShapeRef input,
+                   ir::ShapeRef weight, ir::ShapeRef out, const Window2d& win) {
+  if (k.out.dtype() != DType::kBF16) return false;
+  for (const Tensor& t : k.inputs) {
+    if (t.dtype() != DType::kBF16) return false;
+  }
+  const Tensor a = ContiguousCopyIfNeeded(k.inputs[0]);
+  const Tensor b = ContiguousCopyIfNeeded(k.inputs[1]);
+  Tensor bias;
+  if (k.inputs.size() == 3) bias = ContiguousCopyIfNeeded(k.inputs[2]);
+  const Result r(k.out, DType::kBF16);
+  if (!TryOneDnn(pass, DType::kBF16, input, weight, out, win, a, b,
+                 bias.defined() ? &bias : nullptr, r.dst)) {
+    return false;
+  }
+  r.Finish();
   return true;
 }
 
@@ -240,6 +267,14 @@ void Conv2dForward(const Tensor& input, const Tensor& weight,
 }
 
 void Conv2dKernel(const KernelArgs& k) {
+  {
+    const Window2d win =
+        ValueOrThrow(ir::WindowOf(k.op, k.attrs, k.inputs[1].shape()));
+    if (TryNativeBf16(ConvPass::kForward, k, k.inputs[0].shape(),
+                      k.inputs[1].shape(), k.out.shape(), win)) {
+      return;
+    }
+  }
   const DType ct = ComputeDType(k.out.dtype());
   const Tensor x = AsCompute(k.inputs[0], ct), w = AsCompute(k.inputs[1], ct);
   const Window2d win = ValueOrThrow(ir::WindowOf(k.op, k.attrs, w.shape()));
@@ -276,6 +311,14 @@ void Conv2dInputGrad(const Tensor& grad, const Tensor& weight, const Tensor& dx,
 }
 
 void Conv2dBackwardInputKernel(const KernelArgs& k) {
+  {
+    const Window2d win =
+        ValueOrThrow(ir::WindowOf(k.op, k.attrs, k.inputs[1].shape()));
+    if (TryNativeBf16(ConvPass::kBackwardInput, k, k.out.shape(),
+                      k.inputs[1].shape(), k.inputs[0].shape(), win)) {
+      return;
+    }
+  }
   const DType ct = ComputeDType(k.out.dtype());
   const Tensor gy = AsCompute(k.inputs[0], ct), w = AsCompute(k.inputs[1], ct);
   const Window2d win = ValueOrThrow(ir::WindowOf(k.op, k.attrs, w.shape()));
@@ -309,6 +352,14 @@ void Conv2dWeightGrad(const Tensor& grad, const Tensor& input, const Tensor& dw,
 }
 
 void Conv2dBackwardWeightKernel(const KernelArgs& k) {
+  {
+    const Window2d win =
+        ValueOrThrow(ir::WindowOf(k.op, k.attrs, k.out.shape()));
+    if (TryNativeBf16(ConvPass::kBackwardWeight, k, k.inputs[1].shape(),
+                      k.out.shape(), k.inputs[0].shape(), win)) {
+      return;
+    }
+  }
   const DType ct = ComputeDType(k.out.dtype());
   const Tensor gy = AsCompute(k.inputs[0], ct), x = AsCompute(k.inputs[1], ct);
   const Window2d win = ValueOrThrow(ir::WindowOf(k.op, k.attrs, k.out.shape()));

@@ -198,8 +198,8 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Wide channels, where oneDNN picks blocked layouts and its vectorized
-// kernels: each pass in f32 through oneDNN against the same pass in f64
-// (the reference path, itself checked against loops above).
+// kernels: each pass in f32 and bf16 through oneDNN against the same pass
+// in f64 (the reference path, itself checked against loops above).
 TEST(ConvOpsTest, OneDnnMatchesFloat64OnWideChannels) {
   struct Case {
     Dims x, w;
@@ -214,39 +214,53 @@ TEST(ConvOpsTest, OneDnnMatchesFloat64OnWideChannels) {
   };
   const BackendScope backend(ConvBackend::kOneDnn);
   int seed = 100;
-  for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message()
-                 << "x " << ::testing::PrintToString(c.x) << " w "
-                 << ::testing::PrintToString(c.w) << " groups " << c.g.groups);
-    const Tensor x = RandomTensor(c.x, DType::kF32, -1, 1, ++seed);
-    const Tensor w = RandomTensor(c.w, DType::kF32, -1, 1, ++seed);
-    const Tensor b = RandomTensor({c.w[0]}, DType::kF32, -1, 1, ++seed);
-    const Tensor x64 = x.to(DType::kF64), w64 = w.to(DType::kF64),
-                 b64 = b.to(DType::kF64);
-    const Tensor y = conv2d(x, w, b, Options(c.g));
-    const Tensor y64 = conv2d(x64, w64, b64, Options(c.g));
-    const Values bv = Read(b);
-    Dims os;
-    Values scale;
-    RefConv(Read(x), c.x, Read(w), c.w, &bv, c.g, &os, &scale);
-    ASSERT_EQ(ShapeOf(y), os);
-    EXPECT_TRUE(ScaledClose(Read(y), Read(y64), scale, {1e-6, 1e-6}));
+  for (const DType t : {DType::kF32, DType::kBF16})
+    for (const Case& c : cases) {
+      SCOPED_TRACE(::testing::Message()
+                   << "x " << ::testing::PrintToString(c.x) << " w "
+                   << ::testing::PrintToString(c.w) << " groups "
+                   << c.g.groups);
+      // bf16 (native kernels where the CPU has them): the operands are exact
+      // in f64 too; each result is rounded once to bf16 (2^-8 relative).
+      const double rel = t == DType::kBF16 ? 0x1p-8 : 0;
+      const Tensor x = RandomTensor(c.x, t, -1, 1, ++seed);
+      const Tensor w = RandomTensor(c.w, t, -1, 1, ++seed);
+      const Tensor b = RandomTensor({c.w[0]}, t, -1, 1, ++seed);
+      const Tensor x64 = x.to(DType::kF64), w64 = w.to(DType::kF64),
+                   b64 = b.to(DType::kF64);
+      const Tensor y = conv2d(x, w, b, Options(c.g));
+      const Tensor y64 = conv2d(x64, w64, b64, Options(c.g));
+      const Values bv = Read(b);
+      Dims os;
+      Values scale;
+      RefConv(Read(x), c.x, Read(w), c.w, &bv, c.g, &os, &scale);
+      ASSERT_EQ(ShapeOf(y), os);
+      ASSERT_EQ(y.dtype(), t);
+      // Close within 1e-6 of the error scale, plus the final rounding.
+      auto close = [rel](const Values& got, const Values& want,
+                         const Values& sc) {
+        Values widened = sc;
+        for (size_t i = 0; i < sc.size(); ++i)
+          widened[i] = sc[i] + rel * std::fabs(want[i]) / 1e-6;
+        return ScaledClose(got, want, widened, {1e-6, 1e-6});
+      };
+      EXPECT_TRUE(close(Read(y), Read(y64), scale));
 
-    const Tensor gy = RandomTensor(os, DType::kF32, -1, 1, ++seed);
-    const Tensor gy64 = gy.to(DType::kF64);
-    const Tensor dx = conv2d_backward_input(gy, w, x.shape(), Options(c.g));
-    const Tensor dx64 =
-        conv2d_backward_input(gy64, w64, x.shape(), Options(c.g));
-    const Values dx_scale(static_cast<size_t>(dx.numel()),
-                          static_cast<double>(c.w[0] * c.w[2] * c.w[3]));
-    EXPECT_TRUE(ScaledClose(Read(dx), Read(dx64), dx_scale, {1e-6, 1e-6}));
-    const Tensor dw = conv2d_backward_weight(gy, x, w.shape(), Options(c.g));
-    const Tensor dw64 =
-        conv2d_backward_weight(gy64, x64, w.shape(), Options(c.g));
-    const Values dw_scale(static_cast<size_t>(dw.numel()),
-                          static_cast<double>(os[0] * os[2] * os[3]));
-    EXPECT_TRUE(ScaledClose(Read(dw), Read(dw64), dw_scale, {1e-6, 1e-6}));
-  }
+      const Tensor gy = RandomTensor(os, t, -1, 1, ++seed);
+      const Tensor gy64 = gy.to(DType::kF64);
+      const Tensor dx = conv2d_backward_input(gy, w, x.shape(), Options(c.g));
+      const Tensor dx64 =
+          conv2d_backward_input(gy64, w64, x.shape(), Options(c.g));
+      const Values dx_scale(static_cast<size_t>(dx.numel()),
+                            static_cast<double>(c.w[0] * c.w[2] * c.w[3]));
+      EXPECT_TRUE(close(Read(dx), Read(dx64), dx_scale));
+      const Tensor dw = conv2d_backward_weight(gy, x, w.shape(), Options(c.g));
+      const Tensor dw64 =
+          conv2d_backward_weight(gy64, x64, w.shape(), Options(c.g));
+      const Values dw_scale(static_cast<size_t>(dw.numel()),
+                            static_cast<double>(os[0] * os[2] * os[3]));
+      EXPECT_TRUE(close(Read(dw), Read(dw64), dw_scale));
+    }
 }
 
 TEST(ConvOpsTest, NonContiguousOperandsAndOneByOneImages) {
