@@ -104,8 +104,7 @@ ProfileWork OpWork(ir::OpId op, absl::Span<const ir::TensorType> inputs,
   if (conv && inputs.size() >= 2) {
     // The forward's output, and its per-output dot length from the weight
     // [O, C / groups, KH, KW] (for the weight gradient, its own result).
-    const ir::Shape& y =
-        op == ir::OpId::kConv2d ? out.shape : inputs[0].shape;
+    const ir::Shape& y = op == ir::OpId::kConv2d ? out.shape : inputs[0].shape;
     const ir::Shape& wt =
         op == ir::OpId::kConv2dBackwardWeight ? out.shape : inputs[1].shape;
     if (wt.size() == 4) {

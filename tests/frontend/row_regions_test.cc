@@ -74,7 +74,8 @@ TEST(RowRegionsTest, ExplainListsAnInterpretedRegionWithItsReason) {
   const Tensor y = randint(0, 4, {8}, {.dtype = DType::kI64}, &gen);
   for (int s = 0; s < 3; ++s) fast(x, y);
   const std::string explain = fast.explain();
-  EXPECT_NE(explain.find("runs interpreted: integer arithmetic (abs)"), std::string::npos)
+  EXPECT_NE(explain.find("runs interpreted: integer arithmetic (abs)"),
+            std::string::npos)
       << explain;
   EXPECT_NE(explain.find(" 1 interpreted"), std::string::npos) << explain;
 }
