@@ -44,6 +44,7 @@
 #include "training/nn/layers.h"
 #include "training/nn/resnet.h"
 #include "training/optim/adamw.h"
+#include "training/optim/lr_scheduler.h"
 
 namespace {
 
@@ -141,6 +142,15 @@ cl::opt<DeviceFlag, false, tools::WordParser<DeviceFlag>> device(
     cl::values(clEnumValN(DeviceFlag::kCpu, "cpu", "the CPU (default)"),
                clEnumValN(DeviceFlag::kCuda, "cuda", "CUDA device 0")),
     cl::init(DeviceFlag::kCpu), cl::cat(kFlags));
+enum class ScheduleFlag : uint8_t { kConstant, kCosine };
+cl::opt<ScheduleFlag> schedule(
+    "schedule", cl::desc("the learning rate over the run (default constant)"),
+    cl::values(
+        clEnumValN(ScheduleFlag::kConstant, "constant", "--lr throughout"),
+        clEnumValN(ScheduleFlag::kCosine, "cosine",
+                   "linear warmup over the first 5% of the steps (at most\n"
+                   "200), then cosine decay to 0 at the last step")),
+    cl::init(ScheduleFlag::kConstant), cl::cat(kFlags));
 cl::opt<bool> augment(
     "augment",
     cl::desc(
@@ -212,6 +222,7 @@ struct Flags {
   std::string model = "mlp";
   DType amp = DType::kF32;  // kF32: none
   bool augment = false;
+  bool cosine = false;  // --schedule cosine
   bool loss_scaling = false;
   bool compare_amp = false;
   bool check = false;
@@ -235,13 +246,14 @@ bool Lead() { return dist::rank() == 0; }
 std::string TrainingFlags(const Flags& f) {
   return absl::StrFormat(
       "--data-dir %s --epochs %d --max-steps %d --batch-size %d --lr %.17g "
-      "--seed %d --mode %s --model %s --augment %d "
+      "--seed %d --mode %s --model %s --augment %d --schedule %s "
       "--amp %s --loss-scaling %d --compare-amp %d --check %d --load '%s' "
       "--bucket-mb %.17g "
       "--device %s",
       f.data_dir, f.epochs, f.max_steps, f.batch_size, f.lr, f.seed, f.mode,
-      f.model, f.augment, ir::DTypeName(f.amp), f.loss_scaling, f.compare_amp,
-      f.check, f.load, f.bucket_mb, f.device.is_cuda() ? "cuda" : "cpu");
+      f.model, f.augment, f.cosine ? "cosine" : "constant",
+      ir::DTypeName(f.amp), f.loss_scaling, f.compare_amp, f.check, f.load,
+      f.bucket_mb, f.device.is_cuda() ? "cuda" : "cpu");
 }
 
 // Returns an error message, or "" when the command line can be used.
@@ -260,6 +272,7 @@ std::string FromCommandLine(Flags& f) {
             .model = kModels[static_cast<int>(flags::model.getValue())],
             .amp = kAmps[static_cast<int>(flags::amp.getValue())],
             .augment = flags::augment,
+            .cosine = flags::schedule == flags::ScheduleFlag::kCosine,
             .loss_scaling = flags::loss_scaling,
             .compare_amp = flags::compare_amp,
             .check = flags::check,
@@ -453,6 +466,15 @@ RunResult Run(const Flags& f, const data::Dataset& train,
       opt.set_lr(f.lr);
     }
   }
+  // The schedule sets the lr tensor in place between steps: a compiled step
+  // follows it without a retrace.
+  std::optional<optim::lr_scheduler::WarmupCosineLR> schedule;
+  if (f.cosine) {
+    schedule.emplace(opt,
+                     optim::lr_scheduler::WarmupCosineOptions{
+                         .warmup_steps = std::min<int64_t>(total / 20, 200),
+                         .total_steps = total});
+  }
   if (f.ddp)
     ddp.emplace(model, nn::DistributedDataParallelOptions{.bucket_cap_mb =
                                                               f.bucket_mb});
@@ -478,6 +500,7 @@ RunResult Run(const Flags& f, const data::Dataset& train,
     for (data::Batch& b : loader) {
       const auto t0 = Clock::now();
       Tensor loss = fast(b.x, b.y);
+      if (schedule) schedule->step();
       double l = loss.item();  // waits for a GPU step to finish
       step_ms.push_back(1e3 * Seconds(Clock::now() - t0));
       samples += b.x.size(0);
