@@ -539,10 +539,99 @@ struct PoolDims {
         ow(out[3]) {}
 };
 
+// MaxPool2d(2): 2x2 windows, stride 2, no padding or dilation, every window
+// inside the input (the last row or column of an odd size is in none).
+bool IsPairPool(const Window2d& win, const PoolDims& d) {
+  return win.kernel == std::array<int64_t, 2>{2, 2} &&
+         win.stride == std::array<int64_t, 2>{2, 2} &&
+         win.padding == std::array<int64_t, 2>{0, 0} &&
+         win.dilation == std::array<int64_t, 2>{1, 1} && 2 * d.oh <= d.h &&
+         2 * d.ow <= d.w;
+}
+
+// The tap (0..3, row-major) a 2x2 window picks: the first largest, or the
+// last NaN.
+template <typename C>
+int PairPick(C a, C b, C c, C e, C* best) {
+  int k = 0;
+  C m = a;
+  const bool tb = (b > m) | (b != b);
+  m = tb ? b : m;
+  k = tb ? 1 : k;
+  const bool tc = (c > m) | (c != c);
+  m = tc ? c : m;
+  k = tc ? 2 : k;
+  const bool te = (e > m) | (e != e);
+  m = te ? e : m;
+  k = te ? 3 : k;
+  *best = m;
+  return k;
+}
+
+template <typename T>
+void MaxPool2x2Plane(const T* plane, int64_t h, int64_t w, int64_t oh,
+                     int64_t ow, T* out) {
+  using C = CompareOf<T>;
+  (void)h;
+  for (int64_t oy = 0; oy < oh; ++oy) {
+    const T* r0 = plane + 2 * oy * w;
+    const T* r1 = r0 + w;
+    for (int64_t ox = 0; ox < ow; ++ox) {
+      // Compare-and-select in window order: vectorizes across ox.
+      C m = Convert<C>(r0[2 * ox]);
+      for (const C v : {Convert<C>(r0[2 * ox + 1]), Convert<C>(r1[2 * ox]),
+                        Convert<C>(r1[2 * ox + 1])}) {
+        const C larger = v > m ? v : m;
+        m = v != v ? v : larger;
+      }
+      out[oy * ow + ox] = Convert<T>(m);
+    }
+  }
+}
+
+// Each input element is in at most one window: the picked one gets the
+// window's gradient, every other element 0.
+template <typename T>
+void MaxPool2x2BackwardPlane(const T* plane, const T* g, int64_t h, int64_t w,
+                             int64_t oh, int64_t ow, T* dx) {
+  using C = CompareOf<T>;
+  std::fill(dx, dx + h * w, Convert<T>(0.0));
+  for (int64_t oy = 0; oy < oh; ++oy) {
+    const T* r0 = plane + 2 * oy * w;
+    const T* r1 = r0 + w;
+    T* d0 = dx + 2 * oy * w;
+    T* d1 = d0 + w;
+    for (int64_t ox = 0; ox < ow; ++ox) {
+      C m;
+      const int k =
+          PairPick(Convert<C>(r0[2 * ox]), Convert<C>(r0[2 * ox + 1]),
+                   Convert<C>(r1[2 * ox]), Convert<C>(r1[2 * ox + 1]), &m);
+      T* row = k < 2 ? d0 : d1;
+      row[2 * ox + (k & 1)] = g[oy * ow + ox];
+    }
+  }
+}
+
+// The plane max-pooling reads: itself for f32 and f64; for f16 and bf16 its
+// values widened (exactly) to float in `wide`, so that the pools run the
+// float loops (vectorized, AVX2 for the gradient's picks).
+template <typename T>
+const CompareOf<T>* WidePlane(const T* plane, int64_t n,
+                              std::vector<CompareOf<T>>& wide) {
+  if constexpr (std::is_same_v<T, CompareOf<T>>) {
+    return plane;
+  } else {
+    wide.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) wide[i] = Convert<CompareOf<T>>(plane[i]);
+    return wide.data();
+  }
+}
+
 void MaxPool2dKernel(const KernelArgs& k) {
   const Tensor x = ContiguousCopyIfNeeded(k.inputs[0]);
   const Window2d win = ValueOrThrow(ir::WindowOf(k.op, k.attrs));
   const PoolDims d(x.shape(), k.out.shape());
+  const bool pairs = IsPairPool(win, d);
   SJ_DISPATCH_FLOAT(x.dtype(), "max_pool2d", {
     const T* xp = x.data<T>();
     T* yp = k.out.data<T>();
@@ -551,6 +640,10 @@ void MaxPool2dKernel(const KernelArgs& k) {
       for (int64_t pl = begin; pl < end; ++pl) {
         const T* plane = xp + pl * d.h * d.w;
         T* out = yp + pl * d.oh * d.ow;
+        if (pairs) {
+          MaxPool2x2Plane(plane, d.h, d.w, d.oh, d.ow, out);
+          continue;
+        }
         for (int64_t oy = 0; oy < d.oh; ++oy) {
           MaxPoolRow<false>(plane, win, d.h, d.w, oy, d.ow, best.data(),
                             static_cast<int64_t*>(nullptr));
@@ -567,10 +660,20 @@ void MaxPool2dBackwardKernel(const KernelArgs& k) {
   const Tensor x = ContiguousCopyIfNeeded(k.inputs[1]);
   const Window2d win = ValueOrThrow(ir::WindowOf(k.op, k.attrs));
   const PoolDims d(x.shape(), gy.shape());
+  const bool pairs = IsPairPool(win, d);
   SJ_DISPATCH_FLOAT(x.dtype(), "max_pool2d_backward", {
     const T* xp = x.data<T>();
     const T* gp = gy.data<T>();
     T* dx = k.out.data<T>();
+    if (pairs) {
+      ParallelFor(d.planes, kPlaneGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t pl = begin; pl < end; ++pl) {
+          MaxPool2x2BackwardPlane(xp + pl * d.h * d.w, gp + pl * d.oh * d.ow,
+                                  d.h, d.w, d.oh, d.ow, dx + pl * d.h * d.w);
+        }
+      });
+      return;
+    }
     // Positions as int32 where a plane allows (the common case), so that
     // the picks share the comparisons' vector lanes.
     auto run = [&](auto position) {
@@ -579,9 +682,10 @@ void MaxPool2dBackwardKernel(const KernelArgs& k) {
         std::vector<Acc> acc(static_cast<size_t>(d.h * d.w));
         std::vector<CompareOf<T>> best(static_cast<size_t>(d.ow));
         std::vector<P> pick(static_cast<size_t>(d.ow));
+        std::vector<CompareOf<T>> wide;
         for (int64_t pl = begin; pl < end; ++pl) {
           std::fill(acc.begin(), acc.end(), Acc(0));
-          const T* plane = xp + pl * d.h * d.w;
+          const auto plane = WidePlane(xp + pl * d.h * d.w, d.h * d.w, wide);
           const T* g = gp + pl * d.oh * d.ow;
           for (int64_t oy = 0; oy < d.oh; ++oy) {
             MaxPoolRow<true>(plane, win, d.h, d.w, oy, d.ow, best.data(),
