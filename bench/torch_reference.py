@@ -340,6 +340,23 @@ def jax_mlp(w):
     return params, loss_fn, pool
 
 
+def jax_uniform_init(seed):
+    """uniform(shape, fan_in): PyTorch's default U(+-1/sqrt(fan_in)) init,
+    each call drawing from the next split of PRNGKey(seed)."""
+    import jax
+    import jax.numpy as jnp
+
+    key = jax.random.PRNGKey(seed)
+
+    def uniform(shape, fan_in):
+        nonlocal key
+        key, k = jax.random.split(key)
+        bound = 1.0 / fan_in ** 0.5
+        return jax.random.uniform(k, shape, jnp.float32, -bound, bound)
+
+    return uniform
+
+
 def jax_cnn(w):
     """The CNN of torch_setup as pure functions (NCHW, OIHW), PyTorch's
     default init, with its loss and batch pool."""
@@ -348,13 +365,7 @@ def jax_cnn(w):
     import optax
     from jax import lax
 
-    key = jax.random.PRNGKey(0)
-
-    def uniform(shape, fan_in):
-        nonlocal key
-        key, k = jax.random.split(key)
-        bound = 1.0 / fan_in ** 0.5
-        return jax.random.uniform(k, shape, jnp.float32, -bound, bound)
+    uniform = jax_uniform_init(0)
 
     params = {"c1": (uniform((32, 1, 3, 3), 9), uniform((32,), 9)),
               "c2": (uniform((64, 32, 3, 3), 288), uniform((64,), 288)),
@@ -395,13 +406,7 @@ def jax_resnet(w):
     import optax
     from jax import lax
 
-    key = jax.random.PRNGKey(0)
-
-    def uniform(shape, fan_in):
-        nonlocal key
-        key, k = jax.random.split(key)
-        bound = 1.0 / fan_in ** 0.5
-        return jax.random.uniform(k, shape, jnp.float32, -bound, bound)
+    uniform = jax_uniform_init(0)
 
     def conv_p(cin, cout, k):
         return uniform((cout, cin, k, k), cin * k * k)

@@ -5,20 +5,9 @@
 #include <vector>
 
 #include "ir/status.h"
+#include "training/data/permutation.h"
 
 namespace stepjit::data {
-namespace {
-
-// SplitMix64's finalizer: a well-mixed 64-bit value from any input.
-uint64_t Mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
-
 void CheckAugment(const ImageAugment& a, int64_t sample_numel) {
   if (!a.enabled()) return;
   SJ_REQUIRE(a.channels >= 1 && a.height >= 1 && a.width >= 1,
@@ -34,8 +23,9 @@ void CheckAugment(const ImageAugment& a, int64_t sample_numel) {
 
 AugmentDraw DrawAugment(const ImageAugment& a, uint64_t seed, int64_t epoch,
                         int64_t index) {
-  const uint64_t key = Mix(Mix(Mix(seed) ^ static_cast<uint64_t>(epoch)) ^
-                           static_cast<uint64_t>(index));
+  const uint64_t key =
+      SplitMix64(SplitMix64(SplitMix64(seed) ^ static_cast<uint64_t>(epoch)) ^
+                 static_cast<uint64_t>(index));
   AugmentDraw d;
   if (a.padding > 0) {
     const uint64_t span = static_cast<uint64_t>(2 * a.padding + 1);

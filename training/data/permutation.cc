@@ -7,7 +7,6 @@
 #include <utility>
 
 namespace stepjit::data {
-namespace {
 
 uint64_t SplitMix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -15,6 +14,8 @@ uint64_t SplitMix64(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
+
+namespace {
 
 // Uniform in [0, n) without modulo bias (Lemire, "Fast random integer
 // generation in an interval", 2019). std::uniform_int_distribution is

@@ -12,6 +12,10 @@ namespace stepjit::data {
 // draw the same one), different from epoch to epoch.
 std::vector<int64_t> EpochPermutation(int64_t n, uint64_t seed, int64_t epoch);
 
+// SplitMix64's step: a well-mixed 64-bit value from any input (also the
+// per-sample draws of augment.h).
+uint64_t SplitMix64(uint64_t x);
+
 }  // namespace stepjit::data
 
 #endif  // STEPJIT_TRAINING_DATA_PERMUTATION_H_
