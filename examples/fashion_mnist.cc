@@ -244,16 +244,18 @@ bool Lead() { return dist::rank() == 0; }
 // What every rank of --ddp must agree on: the flags that change what is
 // trained, how, or on what (not output-only ones such as --quiet).
 std::string TrainingFlags(const Flags& f) {
+  // (--augment and --schedule cosine only when given, at the end, so that
+  // the usual line stays short enough to show whole in the error.)
   return absl::StrFormat(
       "--data-dir %s --epochs %d --max-steps %d --batch-size %d --lr %.17g "
-      "--seed %d --mode %s --model %s --augment %d --schedule %s "
+      "--seed %d --mode %s --model %s "
       "--amp %s --loss-scaling %d --compare-amp %d --check %d --load '%s' "
       "--bucket-mb %.17g "
-      "--device %s",
+      "--device %s%s%s",
       f.data_dir, f.epochs, f.max_steps, f.batch_size, f.lr, f.seed, f.mode,
-      f.model, f.augment, f.cosine ? "cosine" : "constant",
-      ir::DTypeName(f.amp), f.loss_scaling, f.compare_amp, f.check, f.load,
-      f.bucket_mb, f.device.is_cuda() ? "cuda" : "cpu");
+      f.model, ir::DTypeName(f.amp), f.loss_scaling, f.compare_amp, f.check,
+      f.load, f.bucket_mb, f.device.is_cuda() ? "cuda" : "cpu",
+      f.augment ? " --augment" : "", f.cosine ? " --schedule cosine" : "");
 }
 
 // Returns an error message, or "" when the command line can be used.
