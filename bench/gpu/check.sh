@@ -289,7 +289,8 @@ if ((emulator)); then
   profile_steps=2
 else
   workloads="${STEPJIT_CHECK_WORKLOADS:-mlp4096x4_adamw_b4096_bf16 gpt_d512_l8_t256_b32_bf16
-    gpt_d128_l4_t128_b32 mlp1024x3_adamw_b512 mlp784_adamw_b128 mlp784_sgd_b128 tiny_mlp_adamw_b32}"
+    gpt_d128_l4_t128_b32 mlp1024x3_adamw_b512 mlp784_adamw_b128 mlp784_sgd_b128 tiny_mlp_adamw_b32
+    cnn_adamw_b128}"
   profile_workload="gpt_d512_l8_t256_b32_bf16"
   test_backend=driver
   warmup=10
