@@ -24,18 +24,41 @@ struct HostMath {
   using U = std::make_unsigned_t<I>;
   static constexpr bool IsDouble() { return sizeof(C) == 8; }
   static C Const(double v) { return static_cast<C>(v); }
+  // Integers wrap (two's complement, computed unsigned: signed overflow
+  // would be undefined), as the generated CPU regions compute them.
+  static constexpr bool kWraps =
+      std::is_integral_v<C> && !std::is_same_v<C, bool>;
+  template <typename T>
+  using Unsigned = std::make_unsigned_t<T>;
   static C Add(C a, C b) {
     if constexpr (std::is_same_v<C, bool>) return a || b;
+    else if constexpr (kWraps)
+      return static_cast<C>(static_cast<Unsigned<C>>(a) +
+                            static_cast<Unsigned<C>>(b));
     else return a + b;
   }
-  static C Sub(C a, C b) { return a - b; }
+  static C Sub(C a, C b) {
+    if constexpr (kWraps)
+      return static_cast<C>(static_cast<Unsigned<C>>(a) -
+                            static_cast<Unsigned<C>>(b));
+    else
+      return a - b;
+  }
   static C Mul(C a, C b) {
     if constexpr (std::is_same_v<C, bool>) return a && b;
+    else if constexpr (kWraps)
+      return static_cast<C>(static_cast<Unsigned<C>>(a) *
+                            static_cast<Unsigned<C>>(b));
     else return a * b;
   }
   static C Div(C a, C b) { return a / b; }
   // -a, not 0 - a: the sign of a zero matters.
-  static C Neg(C a) { return -a; }
+  static C Neg(C a) {
+    if constexpr (kWraps)
+      return static_cast<C>(Unsigned<C>{0} - static_cast<Unsigned<C>>(a));
+    else
+      return -a;
+  }
   static C Abs(C a) {
     if constexpr (std::is_floating_point_v<C>)
       return Pick(a < C(0), -a, a);
