@@ -357,6 +357,20 @@ def jax_uniform_init(seed):
     return uniform
 
 
+def jax_image_pool(w):
+    """POOL batches of random [batch, 1, 28, 28] images and class labels."""
+    import jax
+    import jax.numpy as jnp
+
+    rng = jax.random.PRNGKey(DATA_SEED)
+    pool = []
+    for _ in range(POOL):
+        rng, kx, ky = jax.random.split(rng, 3)
+        pool.append((jax.random.normal(kx, (w["batch"], 1, 28, 28), jnp.float32),
+                     jax.random.randint(ky, (w["batch"],), 0, w["classes"])))
+    return pool
+
+
 def jax_cnn(w):
     """The CNN of torch_setup as pure functions (NCHW, OIHW), PyTorch's
     default init, with its loss and batch pool."""
@@ -388,12 +402,7 @@ def jax_cnn(w):
         logits = h @ p["l2"][0] + p["l2"][1]
         return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
-    rng = jax.random.PRNGKey(DATA_SEED)
-    pool = []
-    for _ in range(POOL):
-        rng, kx, ky = jax.random.split(rng, 3)
-        pool.append((jax.random.normal(kx, (w["batch"], 1, 28, 28), jnp.float32),
-                     jax.random.randint(ky, (w["batch"],), 0, w["classes"])))
+    pool = jax_image_pool(w)
     return params, loss_fn, pool
 
 
@@ -465,12 +474,7 @@ def jax_resnet(w):
         logits, new_s = forward(p, s, x)
         return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), new_s
 
-    rng = jax.random.PRNGKey(DATA_SEED)
-    pool = []
-    for _ in range(POOL):
-        rng, kx, ky = jax.random.split(rng, 3)
-        pool.append((jax.random.normal(kx, (w["batch"], 1, 28, 28), jnp.float32),
-                     jax.random.randint(ky, (w["batch"],), 0, w["classes"])))
+    pool = jax_image_pool(w)
     return params, stats, loss_fn, pool
 
 
